@@ -1,0 +1,71 @@
+# The README's two commands are `make demo` and `make verify`; everything else here
+# is what they are made of. Only `bootstrap` touches the network.
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+UV_VERSION := 0.13.9
+UV ?= uv
+UV_RUN := $(UV) run --locked --no-sync
+PACKAGES := spice-agent-api spice-agent-tools-coding spice-agent-coding
+SRC_AND_TESTS := $(foreach p,$(PACKAGES),packages/$(p)/src packages/$(p)/tests)
+PYTEST_WORKERS ?= 2
+
+.PHONY: help bootstrap system-packages fast check format lint typecheck test verify demo soak bench clean
+
+help:
+	@echo "make demo     run the tools end to end over MCP on a sample worktree"
+	@echo "make verify   bootstrap, then every gate and the whole test suite (CI runs this)"
+	@echo "make fast     format check, lint and the fast unit tests"
+	@echo "make check    format check, lint and mypy --strict"
+	@echo "make soak     long race and crash sweeps (minutes)"
+	@echo "make bench    benchmarks beside their floors and peers"
+
+# Installs a pinned uv from PyPI when it is missing, the system tools the tests use,
+# then the locked environment. Idempotent; fast when already done.
+bootstrap: system-packages
+	@command -v $(UV) >/dev/null 2>&1 && [ "$$($(UV) --version | cut -d' ' -f2)" = "$(UV_VERSION)" ] \
+	  || $(PYTHON) -m pip install --quiet "uv==$(UV_VERSION)"
+	$(UV) sync --locked --all-packages --all-extras
+
+# strace drives the crash-consistency tests of replace; installed from Debian when missing.
+system-packages:
+	@if ! command -v strace >/dev/null 2>&1; then \
+	  if command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq strace >/dev/null; \
+	  else \
+	    echo "strace is missing: install it with your package manager" >&2; exit 1; \
+	  fi; \
+	fi
+
+format:
+	$(UV_RUN) ruff format .
+
+lint:
+	$(UV_RUN) ruff format --check .
+	$(UV_RUN) ruff check .
+
+# mypy runs once per distribution so that each one's tests see only its own helpers.
+typecheck:
+	@for p in $(PACKAGES); do \
+	  echo "mypy --strict packages/$$p"; \
+	  MYPYPATH=packages/$$p/src:packages/$$p/tests $(UV_RUN) mypy --strict packages/$$p/src packages/$$p/tests || exit 1; \
+	done
+
+check: lint typecheck
+
+fast: lint
+	$(UV_RUN) pytest -q -m "not slow" -p no:cacheprovider
+
+test:
+	rm -f .coverage .coverage.*
+	$(UV_RUN) pytest -q --cov --cov-branch --cov-report=term --cov-fail-under=90
+
+verify: bootstrap check test
+
+soak:
+	SPICE_SOAK=1 $(UV_RUN) pytest -q -m slow -p no:cacheprovider
+
+clean:
+	rm -rf .venv .pytest_cache .mypy_cache .ruff_cache .coverage .coverage.* dist

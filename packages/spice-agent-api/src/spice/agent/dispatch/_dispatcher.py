@@ -1,0 +1,119 @@
+"""The dispatcher: the one route from a caller to a tool."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Final, Protocol, final
+
+from spice.agent.tool import (
+    Call,
+    Definition,
+    Effect,
+    ExecutionError,
+    ExecutionState,
+    Reporter,
+    Result,
+    RetryDisposition,
+    Tool,
+)
+
+
+class Proceed(Protocol):
+    """Continues a dispatched call with the next interceptor, then the tool.
+
+    ``call`` may carry rewritten arguments, but never another id or tool name.
+    """
+
+    def __call__(self, call: Call | None = None, /) -> Awaitable[Result]: ...
+
+
+Interceptor = Callable[[Call, Definition, Proceed], Awaitable[Result]]
+"""``async (call, definition, proceed) -> Result``: audit, deny or pass a call on."""
+
+_UNKNOWN_TOOL_PROBLEM: Final = "no tool of that name is available"
+_WRONG_ANSWER: Final = "the tool answered with a result that does not belong to the call"
+_TOOL_FAILED: Final = "the tool failed in an unexpected way"
+_INTERCEPTOR_CHANGED_CALL: Final = "an interceptor changed the call's id or tool name"
+
+
+def _unknown_tool(call: Call) -> Result:
+    content = json.dumps(
+        {"ok": False, "code": "unknown_tool", "message": _UNKNOWN_TOOL_PROBLEM},
+        separators=(",", ":"),
+    )
+    return Result(call.id, content, _UNKNOWN_TOOL_PROBLEM)
+
+
+def _failure(call: Call, definition: Definition, message: str) -> ExecutionError:
+    if definition.effect is Effect.MUTATING:
+        return ExecutionError(call.id, ExecutionState.UNCERTAIN, RetryDisposition.NEVER, message)
+    return ExecutionError(call.id, ExecutionState.DEFINITIVE, RetryDisposition.ALLOWED, message)
+
+
+@final
+class Dispatcher:
+    """Routes calls to tools through ordered interceptors and checks every answer.
+
+    The definitions are snapshotted at construction; two tools of one name are
+    rejected. Unknown names are a model-visible ``unknown_tool`` result.
+    ``asyncio.CancelledError`` passes through unchanged.
+
+    >>> import asyncio
+    >>> asyncio.run(Dispatcher([]).dispatch(Call("1", "missing"))).is_error
+    True
+    """
+
+    __slots__ = ("_definitions", "_interceptors", "_tools")
+
+    def __init__(self, tools: Iterable[Tool], interceptors: Iterable[Interceptor] = ()) -> None:
+        entries: dict[str, tuple[Tool, Definition]] = {}
+        for tool in tools:
+            definition = tool.definition
+            if not isinstance(definition, Definition):
+                raise ValueError("a tool's definition must be a Definition")
+            if definition.name in entries:
+                raise ValueError("two tools share one name")
+            entries[definition.name] = (tool, definition)
+        self._tools = entries
+        self._definitions = tuple(entries[name][1] for name in sorted(entries))
+        self._interceptors: tuple[Interceptor, ...] = tuple(interceptors)
+
+    @property
+    def definitions(self) -> Sequence[Definition]:
+        """The snapshotted definitions, sorted by name."""
+        return self._definitions
+
+    async def dispatch(self, call: Call, reporter: Reporter | None = None) -> Result:
+        """Run ``call`` through the interceptors and its tool; check the answer."""
+        if not isinstance(call, Call):
+            raise TypeError("dispatch takes a Call")
+        entry = self._tools.get(call.name)
+        if entry is None:
+            return _unknown_tool(call)
+        tool, definition = entry
+
+        async def run(index: int, current: Call) -> Result:
+            if index == len(self._interceptors):
+                return await tool.execute(current, reporter)
+            interceptor = self._interceptors[index]
+
+            def proceed(next_call: Call | None = None, /) -> Awaitable[Result]:
+                forwarded = current if next_call is None else next_call
+                if forwarded.id != call.id or forwarded.name != call.name:
+                    raise _failure(call, definition, _INTERCEPTOR_CHANGED_CALL)
+                return run(index + 1, forwarded)
+
+            return await interceptor(current, definition, proceed)
+
+        try:
+            result = await run(0, call)
+        except ExecutionError as error:
+            if error.call_id != call.id:
+                raise _failure(call, definition, _WRONG_ANSWER) from None
+            raise
+        except Exception:  # noqa: BLE001 - a tool bug must not escape as raw text
+            raise _failure(call, definition, _TOOL_FAILED) from None
+        if not isinstance(result, Result) or result.call_id != call.id:
+            raise _failure(call, definition, _WRONG_ANSWER)
+        return result

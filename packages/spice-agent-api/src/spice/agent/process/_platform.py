@@ -1,0 +1,116 @@
+"""The platform protocols a shell tool is given: resolver, launcher, process.
+
+Failures::
+
+    Exception
+    ├── ExecutableNotFound   nothing executable matches the lookup
+    ├── LaunchError          a start failed; ``process`` is what was created anyway
+    └── ProcessFailure       an operation on a process failed (``operation``, ``retryable``)
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Protocol, final, runtime_checkable
+
+from ._values import Lookup, Outcome, Spec
+
+
+@final
+class Operation(enum.StrEnum):
+    """The platform operation that failed."""
+
+    LAUNCH = "launch"
+    RESOLVE = "resolve"
+    RESULT = "result"
+    REQUEST_STOP = "request_stop"
+    FORCE_KILL = "force_kill"
+    WAIT = "wait"
+
+
+@final
+class ExecutableNotFound(Exception):
+    """Nothing executable matches the requested name in the lookup's PATH and workdir."""
+
+    def __init__(self) -> None:
+        super().__init__("no executable matches the requested name")
+
+
+@final
+class ProcessFailure(Exception):
+    """An operation on a process failed. Unless known terminal, it counts as retryable."""
+
+    def __init__(self, operation: Operation | str, retryable: bool = True) -> None:
+        try:
+            checked = Operation(operation)
+        except ValueError:
+            raise ValueError("operation is not a known process operation") from None
+        if not isinstance(retryable, bool):
+            raise ValueError("retryable must be a bool")
+        super().__init__(f"process operation {checked.value} failed")
+        self.operation = checked
+        self.retryable = retryable
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.operation, self.retryable))
+
+
+@runtime_checkable
+class Process(Protocol):
+    """A started process that its owner must join with ``wait`` before releasing it."""
+
+    def done(self) -> bool:
+        """True once the process has exited and its outcome is known."""
+        ...
+
+    async def wait_exit(self) -> None:
+        """Wait until the process itself has exited (not its descendants)."""
+        ...
+
+    def result(self) -> Outcome:
+        """The outcome; raises ``ProcessFailure(RESULT)`` before the process is done."""
+        ...
+
+    async def request_stop(self) -> None:
+        """Ask the process (group) to stop (SIGTERM on POSIX)."""
+        ...
+
+    async def force_kill(self) -> None:
+        """End the process (group) at once (SIGKILL on POSIX)."""
+        ...
+
+    async def wait(self) -> None:
+        """The join: prove every resource of the process released, or raise ``ProcessFailure``."""
+        ...
+
+
+@final
+class LaunchError(Exception):
+    """A start failed. ``process``, when set, was created anyway and is now the caller's."""
+
+    def __init__(self, process: Process | None = None) -> None:
+        super().__init__("the process could not be started")
+        self.process = process
+
+
+@runtime_checkable
+class ExecutableResolver(Protocol):
+    """Turns a requested executable into an absolute canonical path.
+
+    >>> class Fixed:
+    ...     async def resolve(self, lookup: Lookup) -> str:
+    ...         return "/usr/bin/true"
+    """
+
+    async def resolve(self, lookup: Lookup) -> str:
+        """Return an absolute path, or raise ``ExecutableNotFound``."""
+        ...
+
+
+@runtime_checkable
+class Launcher(Protocol):
+    """Starts processes from a ``Spec``."""
+
+    async def start(self, spec: Spec) -> Process:
+        """Start the process; raise ``LaunchError`` (carrying any partial process)."""
+        ...

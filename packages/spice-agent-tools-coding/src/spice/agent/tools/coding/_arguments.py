@@ -1,0 +1,116 @@
+"""Strict decoding of a call's JSON arguments.
+
+The decoder checks structure only: an object, no unknown properties, the right JSON
+types (``true``, ``1.0`` and ``"1"`` are not integers), no trailing data, no lone
+surrogates, no duplicate keys. Range rules belong to each tool, with their own words.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Final, final
+
+MAXIMUM_NESTING: Final = 32
+"""Deepest JSON nesting an argument object may have."""
+
+
+@final
+class ArgumentError(Exception):
+    """The arguments are malformed; ``str(error)`` is a fixed, model-safe text."""
+
+
+def _no_constants(_name: str) -> object:
+    raise ArgumentError("arguments must be valid JSON")
+
+
+def _unique_object(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ArgumentError("arguments repeat a property")
+        out[key] = value
+    return out
+
+
+def _has_lone_surrogate(value: object, depth: int = 0) -> bool:
+    if depth > MAXIMUM_NESTING:
+        raise ArgumentError("arguments are nested too deeply")
+    if isinstance(value, str):
+        return any(0xD800 <= ord(char) <= 0xDFFF for char in value)
+    if isinstance(value, list):
+        return any(_has_lone_surrogate(item, depth + 1) for item in value)
+    if isinstance(value, dict):
+        return any(
+            _has_lone_surrogate(key, depth + 1) or _has_lone_surrogate(item, depth + 1)
+            for key, item in value.items()
+        )
+    return False
+
+
+def decode_object(arguments: str, allowed: frozenset[str]) -> dict[str, object]:
+    """Parse ``arguments`` as one JSON object with only ``allowed`` properties."""
+    try:
+        value = json.loads(
+            arguments, object_pairs_hook=_unique_object, parse_constant=_no_constants
+        )
+    except ArgumentError:
+        raise
+    except (ValueError, RecursionError):
+        raise ArgumentError("arguments must be one valid JSON object") from None
+    if not isinstance(value, dict):
+        raise ArgumentError("arguments must be a JSON object")
+    if _has_lone_surrogate(value):
+        raise ArgumentError("arguments must not contain lone surrogates")
+    unknown = set(value) - allowed
+    if unknown:
+        raise ArgumentError("arguments have an unknown property")
+    return value
+
+
+def take_string(values: Mapping[str, object], name: str, *, required: bool) -> str | None:
+    """The string property ``name``; ``None`` when absent and not required."""
+    value = values.get(name)
+    if value is None and name not in values and not required:
+        return None
+    if not isinstance(value, str):
+        raise ArgumentError(f"{name} must be a string")
+    return value
+
+
+def take_integer(values: Mapping[str, object], name: str) -> int | None:
+    """The integer property ``name`` (a real JSON integer); ``None`` when absent."""
+    if name not in values:
+        return None
+    value = values[name]
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ArgumentError(f"{name} must be an integer")
+    return value
+
+
+def take_number(values: Mapping[str, object], name: str) -> float | None:
+    """The number property ``name`` (integer or float, never a bool); ``None`` when absent."""
+    if name not in values:
+        return None
+    value = values[name]
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ArgumentError(f"{name} must be a number")
+    return float(value)
+
+
+def take_boolean(values: Mapping[str, object], name: str) -> bool | None:
+    """The boolean property ``name``; ``None`` when absent."""
+    if name not in values:
+        return None
+    value = values[name]
+    if not isinstance(value, bool):
+        raise ArgumentError(f"{name} must be a boolean")
+    return value
+
+
+def take_string_list(values: Mapping[str, object], name: str) -> list[str]:
+    """The required array-of-strings property ``name``."""
+    value = values.get(name)
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise ArgumentError(f"{name} must be an array of strings")
+    return list(value)

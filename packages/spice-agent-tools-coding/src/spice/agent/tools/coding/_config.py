@@ -1,0 +1,123 @@
+"""``Config``: the validated bounds of one tool suite, and the security warning."""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Final, final
+
+SECURITY_WARNING: Final = (
+    "Security warning: the Spice coding tools read and write files, run processes, and "
+    "use network and environment access with your operating-system user's privileges. "
+    "They provide no sandbox and no approval prompt; a process started by the shell tool "
+    "is not confined to the worktree. Run them only on worktrees and with agents you trust."
+)
+
+ROOT_ENVIRONMENT_VARIABLE: Final = "SPICE_AGENT_WORKTREE"
+DEFAULT_BYTES: Final = 262_144
+MAXIMUM_BYTES: Final = 524_288
+DEFAULT_COMMAND_TIMEOUT: Final = 120.0
+MAXIMUM_COMMAND_TIMEOUT: Final = 1800.0
+DEFAULT_ENVIRONMENT_ALLOWLIST: Final = ("HOME", "LANG", "PATH", "TMPDIR")
+
+
+def _bytes_bound(value: object, field: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{field} must be an integer")
+    if not 1 <= value <= MAXIMUM_BYTES:
+        raise ValueError(f"{field} must be within 1..{MAXIMUM_BYTES}")
+    return value
+
+
+def _timeout(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError("command_timeout must be a number of seconds")
+    seconds = float(value)
+    if not math.isfinite(seconds) or not 0 < seconds <= MAXIMUM_COMMAND_TIMEOUT:
+        raise ValueError("command_timeout must be within 0 < seconds <= 1800")
+    return seconds
+
+
+def _root(value: object) -> str:
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if not isinstance(value, str) or not value:
+        raise ValueError("root must be a non-empty path")
+    if "\0" in value:
+        raise ValueError("root must not contain NUL")
+    if not os.path.isabs(value):
+        raise ValueError("root must be an absolute path")
+    cleaned = os.path.normpath(value)
+    # POSIX keeps a leading "//"; the root is a plain absolute path.
+    return "/" + cleaned.lstrip("/") if cleaned.startswith("//") else cleaned
+
+
+def _allowlist(value: object) -> tuple[str, ...]:
+    if isinstance(value, str):
+        value = value.replace(",", " ").split()
+    if isinstance(value, bytes) or not isinstance(value, Iterable):
+        raise ValueError("environment_allowlist must be a collection of names")
+    names: set[str] = set()
+    for raw in value:
+        if not isinstance(raw, str):
+            raise ValueError("environment_allowlist names must be strings")
+        name = raw.strip()
+        if not name or "=" in name or "\0" in name:
+            raise ValueError("environment_allowlist names must be non-empty, without '=' or NUL")
+        names.add(name)
+    return tuple(sorted(names))
+
+
+@final
+@dataclass(frozen=True, slots=True, init=False)
+class Config:
+    """The worktree root and the bounds shared by ``read``, ``replace`` and ``shell``.
+
+    Construction validates and normalizes; it never touches the disk.
+
+    >>> Config("/work/tree").max_read_bytes
+    262144
+    """
+
+    root: str
+    max_read_bytes: int
+    max_write_bytes: int
+    max_output_bytes: int
+    command_timeout: float
+    environment_allowlist: tuple[str, ...]
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        max_read_bytes: int = DEFAULT_BYTES,
+        max_write_bytes: int = DEFAULT_BYTES,
+        max_output_bytes: int = DEFAULT_BYTES,
+        command_timeout: float = DEFAULT_COMMAND_TIMEOUT,
+        environment_allowlist: Iterable[str] | str = DEFAULT_ENVIRONMENT_ALLOWLIST,
+    ) -> None:
+        object.__setattr__(self, "root", _root(root))
+        object.__setattr__(self, "max_read_bytes", _bytes_bound(max_read_bytes, "max_read_bytes"))
+        object.__setattr__(
+            self, "max_write_bytes", _bytes_bound(max_write_bytes, "max_write_bytes")
+        )
+        object.__setattr__(
+            self, "max_output_bytes", _bytes_bound(max_output_bytes, "max_output_bytes")
+        )
+        object.__setattr__(self, "command_timeout", _timeout(command_timeout))
+        object.__setattr__(self, "environment_allowlist", _allowlist(environment_allowlist))
+
+    @classmethod
+    def from_environment(
+        cls, environ: Mapping[str, str] | None = None, **overrides: object
+    ) -> Config:
+        """Build a ``Config`` whose root is ``SPICE_AGENT_WORKTREE`` (``os.environ`` by default).
+
+        Keyword ``overrides`` set the other fields.
+        """
+        source = os.environ if environ is None else environ
+        root = source.get(ROOT_ENVIRONMENT_VARIABLE)
+        if root is None:
+            raise ValueError(f"{ROOT_ENVIRONMENT_VARIABLE} is not set")
+        return cls(root, **overrides)  # type: ignore[arg-type]

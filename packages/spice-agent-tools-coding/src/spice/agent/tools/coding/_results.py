@@ -1,0 +1,98 @@
+"""Building a tool's answers, and the rules every tool keeps for progress and cancellation."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Mapping
+from typing import Final
+
+from spice.agent.tool import (
+    MAXIMUM_PAYLOAD_BYTES,
+    Call,
+    ExecutionError,
+    ExecutionState,
+    Interruption,
+    Progress,
+    Reporter,
+    Result,
+    RetryDisposition,
+)
+
+REPORTER_FAILED: Final = "the progress reporter failed; the call did nothing"
+RESULT_UNENCODABLE: Final = "the tool's result could not be encoded within the payload bound"
+
+
+def encode(content: Mapping[str, object]) -> str:
+    """Compact JSON text of ``content`` (no NaN, real Unicode)."""
+    return json.dumps(content, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def encoded_size(content: Mapping[str, object]) -> int:
+    """UTF-8 size of ``encode(content)``."""
+    return len(encode(content).encode("utf-8"))
+
+
+def success(
+    call: Call, content: Mapping[str, object], state: ExecutionState, retry: RetryDisposition
+) -> Result:
+    """A successful ``Result``; if it cannot be encoded in bounds, an ``ExecutionError``."""
+    return _result(call, {"ok": True, **content}, None, state, retry)
+
+
+def failure(
+    call: Call,
+    code: str,
+    problem: str,
+    state: ExecutionState,
+    retry: RetryDisposition,
+    extra: Mapping[str, object] | None = None,
+) -> Result:
+    """A model-visible failure: ``{"ok": false, "code": code, "message": problem, ...extra}``."""
+    content: dict[str, object] = {**(extra or {}), "ok": False, "code": code, "message": problem}
+    return _result(call, content, problem, state, retry)
+
+
+def _result(
+    call: Call,
+    content: Mapping[str, object],
+    problem: str | None,
+    state: ExecutionState,
+    retry: RetryDisposition,
+) -> Result:
+    try:
+        text = encode(content)
+        if len(text.encode("utf-8")) > MAXIMUM_PAYLOAD_BYTES:
+            raise ValueError("too large")  # noqa: TRY301 - one mapping for every encoding failure
+        return Result(call.id, text, problem)
+    except (TypeError, ValueError, UnicodeEncodeError):
+        raise ExecutionError(call.id, state, retry, RESULT_UNENCODABLE) from None
+
+
+async def report_progress(
+    call: Call, reporter: Reporter | None, message: str, retry: RetryDisposition
+) -> None:
+    """Deliver one progress message, before the tool touches anything.
+
+    A reporter that raises, even ``CancelledError`` while the caller's own task is
+    not being cancelled, is a reporter failure: ``ExecutionError(definitive, retry)``
+    raised ``from None``. Real caller cancellation propagates with a definitive
+    ``Interruption`` attached (nothing has happened yet).
+    """
+    if reporter is None:
+        return
+    task = asyncio.current_task()
+    try:
+        await reporter.report(Progress(call.id, message))
+    except asyncio.CancelledError as cancelled:
+        if task is not None and task.cancelling() > 0:
+            attach(cancelled, Interruption(call.id, ExecutionState.DEFINITIVE, retry))
+            raise
+        raise ExecutionError(call.id, ExecutionState.DEFINITIVE, retry, REPORTER_FAILED) from None
+    except Exception:  # noqa: BLE001 - any reporter failure has one meaning
+        raise ExecutionError(call.id, ExecutionState.DEFINITIVE, retry, REPORTER_FAILED) from None
+
+
+def attach(cancelled: BaseException, interruption: Interruption) -> None:
+    """Attach ``interruption`` to a propagating cancellation (``interruption_of`` finds it)."""
+    cancelled.interruption = interruption  # type: ignore[attr-defined]
