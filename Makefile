@@ -62,7 +62,11 @@ test:
 	rm -f .coverage .coverage.*
 	$(UV_RUN) pytest -q --cov --cov-branch --cov-report=term --cov-fail-under=90
 
-verify: bootstrap check test
+verify: bootstrap check test demo
+
+# The main job end to end: a sample worktree served over MCP stdio to the real MCP client.
+demo: bootstrap
+	$(UV_RUN) python scripts/demo.py
 
 soak:
 	SPICE_SOAK=1 $(UV_RUN) pytest -q -m slow -p no:cacheprovider

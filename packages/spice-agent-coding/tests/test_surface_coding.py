@@ -8,3 +8,4 @@ import spice.agent.coding as application
 def test_application_package_imports() -> None:
     """The application package imports and declares a public surface."""
     assert isinstance(application.__all__, list)
+    assert {"PosixLauncher", "PosixResolver"} <= set(application.__all__)

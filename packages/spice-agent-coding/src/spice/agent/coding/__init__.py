@@ -2,4 +2,7 @@
 
 from __future__ import annotations
 
-__all__: list[str] = []
+from ._posix import PosixLauncher as PosixLauncher
+from ._posix import PosixResolver as PosixResolver
+
+__all__ = ["PosixLauncher", "PosixResolver"]
