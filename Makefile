@@ -12,7 +12,7 @@ PACKAGES := spice-agent-api spice-agent-tools-coding spice-agent-coding
 SRC_AND_TESTS := $(foreach p,$(PACKAGES),packages/$(p)/src packages/$(p)/tests)
 PYTEST_WORKERS ?= 2
 
-.PHONY: help bootstrap system-packages fast check format lint typecheck test verify demo soak bench clean
+.PHONY: help bootstrap system-packages fast check format lint typecheck test verify verify-offline verify-release demo soak bench clean
 
 help:
 	@echo "make demo     run the tools end to end over MCP on a sample worktree"
@@ -20,6 +20,7 @@ help:
 	@echo "make fast     format check, lint and the fast unit tests"
 	@echo "make check    format check, lint and mypy --strict"
 	@echo "make soak     long race and crash sweeps (minutes)"
+	@echo "make verify-release  verify, offline verify, reproducible builds, index-free install"
 	@echo "make bench    benchmarks beside their floors and peers"
 
 # Installs a pinned uv from PyPI when it is missing, the system tools the tests use,
@@ -27,7 +28,8 @@ help:
 bootstrap: system-packages
 	@command -v $(UV) >/dev/null 2>&1 && [ "$$($(UV) --version | cut -d' ' -f2)" = "$(UV_VERSION)" ] \
 	  || $(PYTHON) -m pip install --quiet "uv==$(UV_VERSION)"
-	$(UV) sync --locked --all-packages --all-extras
+	$(UV) sync --locked --all-packages --all-extras \
+	  || { echo "uv sync failed: run 'make bootstrap' once with access to PyPI to fill the cache" >&2; exit 1; }
 
 # strace drives the crash-consistency tests of replace; installed from Debian when missing.
 system-packages:
@@ -67,6 +69,23 @@ verify: bootstrap check test demo
 # The main job end to end: a sample worktree served over MCP stdio to the real MCP client.
 demo: bootstrap
 	$(UV_RUN) python scripts/demo.py
+
+# Everything but bootstrap works with no network once bootstrapped: uv is told to stay
+# offline, and where the kernel allows it the whole run happens in a namespace with no network.
+verify-offline:
+	@if unshare --net true 2>/dev/null; then \
+	  echo "verify-offline: running 'make verify' in a network namespace with no interfaces"; \
+	  UV_OFFLINE=1 unshare --net $(MAKE) verify; \
+	else \
+	  echo "verify-offline: no network namespaces here; running 'make verify' with UV_OFFLINE=1"; \
+	  UV_OFFLINE=1 $(MAKE) verify; \
+	fi
+
+# The release gate: verify, offline verify, the lock, reproducible builds, wheel metadata,
+# and an index-free install of the wheels with a smoke test.
+verify-release: verify verify-offline
+	$(UV) lock --check --offline
+	$(UV_RUN) python scripts/release_check.py
 
 soak:
 	SPICE_SOAK=1 $(UV_RUN) pytest -q -m slow -p no:cacheprovider
