@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Final, Protocol, final
 
 from spice.agent.tool import (
+    MAXIMUM_PAYLOAD_BYTES,
     Call,
     Definition,
     Effect,
@@ -35,6 +36,7 @@ _UNKNOWN_TOOL_PROBLEM: Final = "no tool of that name is available"
 _WRONG_ANSWER: Final = "the tool answered with a result that does not belong to the call"
 _TOOL_FAILED: Final = "the tool failed in an unexpected way"
 _INTERCEPTOR_CHANGED_CALL: Final = "an interceptor changed the call's id or tool name"
+"""Raised from ``proceed``: the next interceptor or the tool is not reached."""
 
 
 def _unknown_tool(call: Call) -> Result:
@@ -77,7 +79,10 @@ class Dispatcher:
             entries[definition.name] = (tool, definition)
         self._tools = entries
         self._definitions = tuple(entries[name][1] for name in sorted(entries))
-        self._interceptors: tuple[Interceptor, ...] = tuple(interceptors)
+        checked = tuple(interceptors)
+        if not all(callable(interceptor) for interceptor in checked):
+            raise ValueError("interceptors must be callables")
+        self._interceptors: tuple[Interceptor, ...] = checked
 
     @property
     def definitions(self) -> Sequence[Definition]:
@@ -100,7 +105,11 @@ class Dispatcher:
 
             def proceed(next_call: Call | None = None, /) -> Awaitable[Result]:
                 forwarded = current if next_call is None else next_call
-                if forwarded.id != call.id or forwarded.name != call.name:
+                if (
+                    not isinstance(forwarded, Call)
+                    or forwarded.id != call.id
+                    or forwarded.name != call.name
+                ):
                     raise _failure(call, definition, _INTERCEPTOR_CHANGED_CALL)
                 return run(index + 1, forwarded)
 
@@ -116,4 +125,19 @@ class Dispatcher:
             raise _failure(call, definition, _TOOL_FAILED) from None
         if not isinstance(result, Result) or result.call_id != call.id:
             raise _failure(call, definition, _WRONG_ANSWER)
+        if not _within_payload(result.content):
+            raise _failure(call, definition, _WRONG_ANSWER)
         return result
+
+
+def _within_payload(content: object) -> bool:
+    # A Result checks its own bound; this re-check guards against a forged one.
+    # Four UTF-8 bytes per character at most, so short text needs no encoding.
+    if not isinstance(content, str):
+        return False
+    if len(content) * 4 <= MAXIMUM_PAYLOAD_BYTES:
+        return True
+    try:
+        return len(content.encode("utf-8")) <= MAXIMUM_PAYLOAD_BYTES
+    except UnicodeEncodeError:
+        return False
