@@ -17,12 +17,12 @@ MAXIMUM_IDENTITY_BYTES: Final = 128
 """Largest tool name or call id, in UTF-8 bytes."""
 
 
-def utf8_size(text: str) -> int:
+def utf8_size(text: str, field: str = "text") -> int:
     """Return the UTF-8 size of ``text``; raise ``ValueError`` on lone surrogates."""
     try:
         return len(text.encode("utf-8"))
     except UnicodeEncodeError:
-        raise ValueError("text is not valid Unicode (lone surrogate)") from None
+        raise ValueError(f"{field} is not valid Unicode (lone surrogate)") from None
 
 
 def require_text(value: object, field: str, *, maximum: int, allow_empty: bool = False) -> str:
@@ -31,7 +31,7 @@ def require_text(value: object, field: str, *, maximum: int, allow_empty: bool =
         raise ValueError(f"{field} must be a string")
     if not value and not allow_empty:
         raise ValueError(f"{field} must not be empty")
-    if utf8_size(value) > maximum:
+    if utf8_size(value, field) > maximum:
         raise ValueError(f"{field} exceeds {maximum} bytes")
     return value
 
