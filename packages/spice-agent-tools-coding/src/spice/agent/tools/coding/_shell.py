@@ -1,16 +1,600 @@
-"""The ``shell`` tool (placeholder until its issue lands)."""
+"""The ``shell`` tool: one program, discrete argv, a checked workdir, bounded output.
+
+The tool never starts a process itself: it asks the injected resolver for the
+executable and the injected launcher for the process, then owns what it gets
+until a join proves it released (see ``_ownership``). One call::
+
+    name, platform, arguments ─► progress ─► admission ─► workdir (no symlink component)
+      ─► lookup ─► resolve ─► workdir again ─► start ─► own ─► wait for exit
+      (timeout ─► stop, grace, force) ─► join ─► outcome ─► bounded output (``_capture``)
+
+Cancellation before the start is definitive; from the start on, the same bounded
+stop/grace/force/join runs shielded and the ``CancelledError`` propagates with an
+uncertain, never-retry ``Interruption``.
+"""
 
 from __future__ import annotations
 
-from spice.agent.lifecycle import Cleanup
-from spice.agent.process import ExecutableResolver, Launcher
-from spice.agent.tool import Tool
+import asyncio
+import math
+import os
+from collections.abc import Awaitable, Mapping
+from dataclasses import dataclass
+from typing import Final, final
 
+from spice.agent.lifecycle import Cleanup
+from spice.agent.process import (
+    ExecutableNotFound,
+    ExecutableResolver,
+    Launcher,
+    LaunchError,
+    Lookup,
+    Outcome,
+    Process,
+    Spec,
+)
+from spice.agent.tool import (
+    MAXIMUM_PAYLOAD_BYTES,
+    Call,
+    Capability,
+    Definition,
+    Effect,
+    ExecutionError,
+    ExecutionState,
+    Interruption,
+    ReplaySafety,
+    Reporter,
+    Result,
+    RetryDisposition,
+    Tool,
+)
+
+from ._arguments import ArgumentError, decode_object, take_number, take_string, take_string_list
+from ._capture import Capture
 from ._config import Config
+from ._ownership import Entry, Owner, Ticket, Timing
+from ._results import attach, encoded_size, failure, report_progress, success
+from ._root import PathError, clean_path, open_directory, open_root
+
+NAME: Final = "shell"
+MAXIMUM_ARGV_ITEMS: Final = 128
+"""Most argv elements (the program included)."""
+
+MAXIMUM_ARGV_BYTES: Final = 64 * 1024
+"""Most bytes of argv together: the sum of each element's UTF-8 size (no separators)."""
+
+GRACE_SECONDS: Final = 2.0
+"""How long a process has to exit after the stop request before it is force-killed."""
+
+SIGNAL_SECONDS: Final = 5.0
+"""Longest a ``request_stop`` or ``force_kill`` call may take."""
+
+FORCE_WAIT_SECONDS: Final = 5.0
+"""How long to wait for the exit after a force kill before going on to the join."""
+
+START_SETTLE_SECONDS: Final = 10.0
+"""How long a cancelled call waits for a launcher start already under way to settle."""
+
+DESCRIPTION: Final = (
+    "Run one program with discrete arguments (argv; never through a command shell, so "
+    "no globbing, pipes, redirection or variable expansion) in a directory of the "
+    "worktree, and return its exit code and its output. argv[0] is looked up in the "
+    "allow-listed PATH and the workdir. Only allow-listed environment variables reach "
+    "the program; stdin is empty. Output is bounded: when it is too long, the start and "
+    "the end of each stream are kept and the result says how many bytes were left out "
+    "and where. The program runs with the user's full privileges and is not confined to "
+    "the worktree; a call can have effects even when it fails, times out or is cancelled."
+)
+
+PROGRESS: Final = "starting a command"
+_RETRY: Final = RetryDisposition.NEVER
+_DEFINITIVE: Final = ExecutionState.DEFINITIVE
+_UNCERTAIN: Final = ExecutionState.UNCERTAIN
+
+_RESOLVER_FAILED: Final = "the executable resolver failed; no process was started"
+_LAUNCHER_FAILED: Final = "the process launcher failed; a process may have been started"
+_JOIN_FAILED: Final = "the command's process could not be proven released"
+
+_PROBLEMS: Final = {
+    "wrong_tool": "the call is not for the shell tool",
+    "unsupported_platform": "the shell tool is not supported on this platform yet",
+    "shell_closing": "the shell tool is shutting down and accepts no new commands",
+    "process_limit": "too many commands are running; wait for one to finish",
+    "command_not_found": "no executable matches argv[0] in the allowed PATH or the workdir",
+    "launch_failed": "the command could not be started",
+    "workdir_unavailable": "the workdir is not an existing directory",
+    "workdir_changed": "the workdir changed before the command could start",
+    "exited": "the command exited with a non-zero status",
+    "signaled": "the command was ended by a signal",
+    "unknown": "the command ended without a portable exit status",
+    "timed_out": "the command did not finish within its timeout and was stopped",
+}
+
+_WORKDIR_CODES: Final = frozenset(
+    {"invalid_arguments", "root_unavailable", "path_escape", "workdir_unavailable"}
+)
+"""Codes a workdir check keeps; every other path failure is ``workdir_unavailable``."""
+
+
+def _capabilities() -> tuple[Capability, ...]:
+    return tuple(Capability)
+
+
+def _schema(config: Config) -> dict[str, object]:
+    return {
+        "type": "object",
+        "properties": {
+            "argv": {
+                "type": "array",
+                "items": {"type": "string", "minLength": 1},
+                "minItems": 1,
+                "maxItems": MAXIMUM_ARGV_ITEMS,
+                "description": (
+                    "The program and its arguments, passed literally (no shell). "
+                    f"At most {MAXIMUM_ARGV_BYTES} bytes together."
+                ),
+            },
+            "workdir": {
+                "type": "string",
+                "minLength": 1,
+                "description": "A directory relative to the worktree root; default the root.",
+            },
+            "timeout_seconds": {
+                "type": "number",
+                "exclusiveMinimum": 0,
+                "maximum": config.command_timeout,
+                "description": "Stop the program after this many seconds.",
+            },
+        },
+        "required": ["argv"],
+        "additionalProperties": False,
+    }
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class _Arguments:
+    argv: tuple[str, ...]
+    workdir: str
+    timeout: float
+
+
+def _parse(arguments: str, config: Config) -> _Arguments:
+    values = decode_object(arguments, frozenset({"argv", "workdir", "timeout_seconds"}))
+    if "argv" not in values:
+        raise ArgumentError("argv is required")
+    argv = take_string_list(values, "argv")
+    if not argv:
+        raise ArgumentError("argv must name a program: it needs at least 1 element")
+    if len(argv) > MAXIMUM_ARGV_ITEMS:
+        raise ArgumentError(f"argv must have at most {MAXIMUM_ARGV_ITEMS} elements")
+    if any(not item for item in argv):
+        raise ArgumentError("argv elements must not be empty")
+    if any("\0" in item for item in argv):
+        raise ArgumentError("argv elements must not contain NUL")
+    if sum(len(item.encode("utf-8")) for item in argv) > MAXIMUM_ARGV_BYTES:
+        raise ArgumentError(f"argv must be at most {MAXIMUM_ARGV_BYTES} bytes together")
+    workdir = take_string(values, "workdir", required=False)
+    timeout = take_number(values, "timeout_seconds")
+    if timeout is None:
+        timeout = config.command_timeout
+    elif not timeout > 0:
+        raise ArgumentError("timeout_seconds must be greater than 0")
+    elif not (math.isfinite(timeout) and timeout <= config.command_timeout):
+        raise ArgumentError("timeout_seconds must be at most the configured command timeout")
+    try:
+        cleaned = "." if workdir is None else clean_path(workdir)
+    except PathError:
+        raise ArgumentError("workdir must be a relative path that stays in the root") from None
+    return _Arguments(tuple(argv), cleaned, timeout)
+
+
+def _absolute(root: str, cleaned: str) -> str:
+    return root if cleaned == "." else os.path.normpath(os.path.join(root, cleaned))
+
+
+def _inspect_workdir(root: str, cleaned: str) -> tuple[int, int]:
+    """Open the workdir beneath the root with no symlink component; its (st_dev, st_ino).
+
+    Runs in a worker thread; every descriptor it opens is closed before it returns, so
+    a cancelled caller leaks nothing. The absolute path the launcher will use must
+    name the same directory.
+    """
+    try:
+        root_fd = open_root(root)
+        try:
+            directory_fd = open_directory(root_fd, cleaned, follow_symlinks=False)
+            try:
+                held = os.fstat(directory_fd)
+            finally:
+                os.close(directory_fd)
+        finally:
+            os.close(root_fd)
+    except OSError:
+        raise PathError("workdir_unavailable", _PROBLEMS["workdir_unavailable"]) from None
+    try:
+        named = os.stat(_absolute(root, cleaned))
+    except OSError:
+        raise PathError("workdir_unavailable", _PROBLEMS["workdir_changed"]) from None
+    if (held.st_dev, held.st_ino) != (named.st_dev, named.st_ino):
+        raise PathError("workdir_unavailable", _PROBLEMS["workdir_changed"])
+    return held.st_dev, held.st_ino
+
+
+def _environment(allowlist: tuple[str, ...], environ: Mapping[str, str]) -> tuple[str, ...]:
+    return tuple(f"{name}={environ[name]}" for name in allowlist if name in environ)
+
+
+def _is_absolute_canonical(path: object) -> bool:
+    return (
+        isinstance(path, str)
+        and "\0" not in path
+        and os.path.isabs(path)
+        and os.path.normpath(path) == path
+        and not path.startswith("//")
+    )
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class _Started:
+    entry: Entry | None
+    partial: bool
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class _Finished:
+    joined: bool
+    clean: bool
+
+
+@final
+class _Shell:
+    """The ``shell`` tool of one ``new_shell`` call."""
+
+    __slots__ = ("_config", "_definition", "_grace", "_launcher", "_owner", "_posix", "_resolver")
+
+    def __init__(
+        self,
+        config: Config,
+        resolver: ExecutableResolver,
+        launcher: Launcher,
+        owner: Owner,
+        *,
+        grace_seconds: float,
+        posix: bool,
+    ) -> None:
+        self._config = config
+        self._resolver = resolver
+        self._launcher = launcher
+        self._owner = owner
+        self._grace = grace_seconds
+        self._posix = posix
+        self._definition = Definition(
+            NAME,
+            DESCRIPTION,
+            _schema(config),
+            Effect.MUTATING,
+            ReplaySafety.UNSAFE,
+            _capabilities(),
+        )
+
+    @property
+    def definition(self) -> Definition:
+        """``shell``: mutating, unsafe, all seven capabilities."""
+        return self._definition
+
+    async def execute(self, call: Call, reporter: Reporter | None = None) -> Result:
+        """Run one command; see the module docstring for the steps."""
+        if call.name != NAME:
+            return _refuse(call, "invalid_arguments", _PROBLEMS["wrong_tool"])
+        if not self._posix:
+            return _refuse(call, "unsupported_platform", _PROBLEMS["unsupported_platform"])
+        try:
+            arguments = _parse(call.arguments, self._config)
+        except ArgumentError as error:
+            return _refuse(call, "invalid_arguments", str(error))
+        await report_progress(call, reporter, PROGRESS, _RETRY)
+        ticket = self._owner.admit()
+        if isinstance(ticket, str):
+            return _refuse(call, ticket, _PROBLEMS[ticket])
+        try:
+            return await self._run(call, arguments, ticket)
+        finally:
+            ticket.leave()
+
+    async def _run(self, call: Call, arguments: _Arguments, ticket: Ticket) -> Result:
+        capture = Capture(self._config.max_output_bytes)
+        try:
+            prepared = await self._prepare(call, arguments, capture)
+        except asyncio.CancelledError as cancelled:
+            attach(cancelled, Interruption(call.id, _DEFINITIVE, _RETRY))
+            raise
+        if isinstance(prepared, Result):
+            return prepared
+        starting = self._owner.spawn(self._start(prepared, ticket))
+        try:
+            started = await asyncio.shield(starting)
+        except asyncio.CancelledError as cancelled:
+            if not _being_cancelled():
+                raise ExecutionError(call.id, _UNCERTAIN, _RETRY, _LAUNCHER_FAILED) from None
+            await self._settle_cancelled_start(call, starting, cancelled)
+            raise
+        except Exception:  # noqa: BLE001 - a launcher breaking its contract is a host failure
+            raise ExecutionError(call.id, _UNCERTAIN, _RETRY, _LAUNCHER_FAILED) from None
+        if started.entry is None:
+            return _refuse(call, "launch_failed", _PROBLEMS["launch_failed"])
+        if started.partial:
+            finished = await self._finish_shielded(call, started.entry, stop=True)
+            if not finished.joined:
+                raise ExecutionError(call.id, _UNCERTAIN, _RETRY, _JOIN_FAILED) from None
+            return failure(call, "launch_failed", _PROBLEMS["launch_failed"], _UNCERTAIN, _RETRY)
+        return await self._supervise(call, arguments, started.entry, capture)
+
+    async def _prepare(self, call: Call, arguments: _Arguments, capture: Capture) -> Spec | Result:
+        root, cleaned = self._config.root, arguments.workdir
+        try:
+            identity = await asyncio.to_thread(_inspect_workdir, root, cleaned)
+        except PathError as error:
+            return _refuse(call, *_workdir_problem(error))
+        workdir = _absolute(root, cleaned)
+        environment = _environment(self._config.environment_allowlist, os.environ)
+        lookup = Lookup(arguments.argv[0], workdir, environment)
+        try:
+            executable = await self._resolver.resolve(lookup)
+        except ExecutableNotFound:
+            return _refuse(call, "command_not_found", _PROBLEMS["command_not_found"])
+        except asyncio.CancelledError:
+            if _being_cancelled():
+                raise
+            raise ExecutionError(call.id, _DEFINITIVE, _RETRY, _RESOLVER_FAILED) from None
+        except Exception:  # noqa: BLE001 - any other resolver failure is a host failure
+            raise ExecutionError(call.id, _DEFINITIVE, _RETRY, _RESOLVER_FAILED) from None
+        if not _is_absolute_canonical(executable):
+            raise ExecutionError(call.id, _DEFINITIVE, _RETRY, _RESOLVER_FAILED) from None
+        try:
+            again = await asyncio.to_thread(_inspect_workdir, root, cleaned)
+        except PathError as error:
+            return _refuse(call, *_workdir_problem(error))
+        if again != identity:
+            return _refuse(call, "workdir_unavailable", _PROBLEMS["workdir_changed"])
+        return Spec(
+            executable,
+            arguments.argv[1:],
+            workdir,
+            environment,
+            b"",
+            capture.stdout,
+            capture.stderr,
+            self._definition.capabilities,
+        )
+
+    async def _start(self, spec: Spec, ticket: Ticket) -> _Started:
+        """Start through the launcher and own what it returns at once (a spawned task)."""
+        ticket.starting = True
+        try:
+            process = await self._launcher.start(spec)
+        except LaunchError as error:
+            partial = error.process
+            if partial is None:
+                ticket.release_slot()
+                return _Started(None, partial=False)
+            return _Started(self._owner.own(ticket, partial), partial=True)
+        except BaseException:
+            ticket.release_slot()
+            raise
+        return _Started(self._owner.own(ticket, process), partial=False)
+
+    async def _settle_cancelled_start(
+        self, call: Call, starting: asyncio.Task[_Started], cancelled: asyncio.CancelledError
+    ) -> None:
+        """The caller was cancelled while the launcher was starting: settle, bounded."""
+        settling = self._owner.spawn(self._abandon(starting))
+        state = _UNCERTAIN
+        try:
+            async with asyncio.timeout(START_SETTLE_SECONDS):
+                if not await asyncio.shield(settling):
+                    state = _DEFINITIVE
+        except (TimeoutError, asyncio.CancelledError):
+            # A second cancellation or the bound: the settling goes on as a tracked
+            # task that Cleanup waits for; the original cancellation propagates.
+            pass
+        except Exception:  # noqa: BLE001, S110 - the launcher failed: the state stays uncertain
+            pass
+        attach(cancelled, Interruption(call.id, state, _RETRY))
+
+    async def _abandon(self, starting: asyncio.Task[_Started]) -> bool:
+        """Wait for the start; stop and join whatever it produced. ``True`` if a process was."""
+        try:
+            started = await starting
+        except Exception:  # noqa: BLE001 - a broken launcher: nothing known to own
+            return True
+        if started.entry is None:
+            return False
+        await self._finish(started.entry, stop=True)
+        return True
+
+    async def _supervise(
+        self, call: Call, arguments: _Arguments, entry: Entry, capture: Capture
+    ) -> Result:
+        process = entry.process
+        stop = False
+        timed_out = False
+        try:
+            async with asyncio.timeout(arguments.timeout):
+                await process.wait_exit()
+        except TimeoutError:
+            stop = timed_out = True
+        except asyncio.CancelledError as cancelled:
+            if not _being_cancelled():
+                stop = True  # the platform's wait raised it, not the caller: an unknown exit
+            else:
+                await self._finish_after_cancel(entry, call, cancelled)
+                raise
+        except Exception:  # noqa: BLE001 - the exit is unknown: stop, join, ask for the outcome
+            stop = True
+        finished = await self._finish_shielded(call, entry, stop=stop)
+        if not finished.joined:
+            raise ExecutionError(call.id, _UNCERTAIN, _RETRY, _JOIN_FAILED) from None
+        outcome = _outcome(process)
+        content: dict[str, object] = {
+            "workdir": arguments.workdir,
+            "exit_code": -1 if outcome.exit_code is None else outcome.exit_code,
+            "timed_out": timed_out,
+            "managed_cleanup_completed": finished.clean,
+        }
+        if timed_out:
+            code, problem = "timed_out", _PROBLEMS["timed_out"]
+        elif outcome.successful:
+            code, problem = None, None
+        else:
+            code, problem = "command_failed", _PROBLEMS[outcome.kind.value]
+        content.update(_output_fields(capture, code, problem, content))
+        if code is None or problem is None:
+            return success(call, content, _UNCERTAIN, _RETRY)
+        return failure(call, code, problem, _UNCERTAIN, _RETRY, content)
+
+    async def _finish_shielded(self, call: Call, entry: Entry, *, stop: bool) -> _Finished:
+        finishing = self._owner.spawn(self._finish(entry, stop=stop))
+        try:
+            return await asyncio.shield(finishing)
+        except asyncio.CancelledError as cancelled:
+            await _outlast(finishing)
+            attach(cancelled, Interruption(call.id, _UNCERTAIN, _RETRY))
+            raise
+
+    async def _finish_after_cancel(
+        self, entry: Entry, call: Call, cancelled: asyncio.CancelledError
+    ) -> None:
+        finishing = self._owner.spawn(self._finish(entry, stop=True))
+        await _outlast(finishing)
+        attach(cancelled, Interruption(call.id, _UNCERTAIN, _RETRY))
+
+    async def _finish(self, entry: Entry, *, stop: bool) -> _Finished:
+        """Stop (request, grace, force) when asked, then join once. Bounded; never raises."""
+        process = entry.process
+        clean = True
+        if stop and not _done(process):
+            clean = await _signal(process.request_stop()) and clean
+            if not await _exited(process, self._grace):
+                clean = await _signal(process.force_kill()) and clean
+                clean = await _exited(process, FORCE_WAIT_SECONDS) and clean
+        joined = await self._owner.join(entry)
+        return _Finished(joined, clean)
+
+
+async def _outlast(task: asyncio.Task[_Finished] | asyncio.Task[bool]) -> None:
+    """Wait for a tracked, internally bounded task while the caller is being cancelled.
+
+    A further cancellation ends only this wait (the task goes on, tracked by the
+    owner, and ``Cleanup`` waits for it); the caller re-raises its original
+    ``CancelledError``, so no cancellation is lost.
+    """
+    try:
+        await asyncio.shield(task)
+    except asyncio.CancelledError:
+        pass
+    except Exception:  # noqa: BLE001, S110 - the task reports through ownership, not here
+        pass
+
+
+def _being_cancelled() -> bool:
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
+def _done(process: Process) -> bool:
+    try:
+        return bool(process.done())
+    except Exception:  # noqa: BLE001 - a failing probe counts as "still running"
+        return False
+
+
+async def _signal(request: Awaitable[None]) -> bool:
+    try:
+        async with asyncio.timeout(SIGNAL_SECONDS):
+            await request
+    except Exception:  # noqa: BLE001 - a failed or slow stop request is recorded, not raised
+        return False
+    return True
+
+
+async def _exited(process: Process, seconds: float) -> bool:
+    try:
+        async with asyncio.timeout(seconds):
+            await process.wait_exit()
+    except Exception:  # noqa: BLE001 - an expired bound or a failing wait: not known exited
+        return False
+    return True
+
+
+def _outcome(process: Process) -> Outcome:
+    try:
+        outcome = process.result()
+    except Exception:  # noqa: BLE001 - no outcome is an unknown outcome
+        return Outcome.unknown()
+    return outcome if isinstance(outcome, Outcome) else Outcome.unknown()
+
+
+def _output_fields(
+    capture: Capture, code: str | None, problem: str | None, content: Mapping[str, object]
+) -> dict[str, object]:
+    """Text when the streams are UTF-8 and the escaped answer fits; otherwise base64."""
+    captured = capture.finish()
+    fields = captured.fields(text=True)
+    if fields["encoding"] == "utf-8":
+        whole: dict[str, object] = {"ok": code is None, **content, **fields}
+        if code is not None:
+            whole.update(code=code, message=problem)
+        if encoded_size(whole) > MAXIMUM_PAYLOAD_BYTES:
+            fields = captured.fields(text=False)
+    return fields
+
+
+def _workdir_problem(error: PathError) -> tuple[str, str]:
+    if error.code in _WORKDIR_CODES:
+        return error.code, error.message
+    return "workdir_unavailable", _PROBLEMS["workdir_unavailable"]
+
+
+def _refuse(call: Call, code: str, problem: str) -> Result:
+    return failure(call, code, problem, _DEFINITIVE, _RETRY)
+
+
+def _posix_platform() -> bool:
+    return os.name != "nt"
+
+
+def build_shell(
+    config: Config,
+    resolver: ExecutableResolver,
+    launcher: Launcher,
+    *,
+    timing: Timing | None = None,
+    grace_seconds: float = GRACE_SECONDS,
+    posix: bool | None = None,
+) -> tuple[_Shell, Owner]:
+    """``new_shell`` with its bounds exposed (tests shorten the grace period and backoff)."""
+    owner = Owner(timing or Timing())
+    shell = _Shell(
+        config,
+        resolver,
+        launcher,
+        owner,
+        grace_seconds=grace_seconds,
+        posix=_posix_platform() if posix is None else posix,
+    )
+    return shell, owner
 
 
 def new_shell(
     config: Config, resolver: ExecutableResolver, launcher: Launcher
 ) -> tuple[Tool, Cleanup]:
-    """Build the ``shell`` tool and its ``Cleanup``; performs no process action."""
-    raise NotImplementedError
+    """Build the ``shell`` tool and its ``Cleanup``; performs no process action.
+
+    >>> tool, cleanup = new_shell(Config("/work/tree"), resolver, launcher)  # doctest: +SKIP
+    >>> result = await Dispatcher([tool]).dispatch(Call("1", "shell", '{"argv":["ls"]}'))
+    """
+    shell, owner = build_shell(config, resolver, launcher)
+    return shell, owner.cleanup
