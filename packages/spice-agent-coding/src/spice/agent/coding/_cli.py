@@ -1,11 +1,219 @@
-"""The ``spice-coding`` command line (placeholder until the application issue)."""
+"""The ``spice-coding`` command line: ``tools``, ``call`` and ``serve``.
+
+Exit codes: 0 success; 1 a model-visible failure (the tool's result says
+why); 2 an execution error or unusable input (bad JSON, a bad root, a bad
+flag); 130 interrupted. ``tools`` and ``call`` never import the MCP SDK.
+"""
 
 from __future__ import annotations
 
+import argparse
+import asyncio
+import importlib.metadata
+import json
+import logging
+import signal
 import sys
+from collections.abc import Sequence
+from typing import Final, NoReturn
+
+from spice.agent.dispatch import Dispatcher
+from spice.agent.tool import MAXIMUM_PAYLOAD_BYTES, Call, Definition, ExecutionError
+from spice.agent.tools.coding import SECURITY_WARNING, Config
+
+from ._compose import compose, resolve_config
+
+PROGRAM: Final = "spice-coding"
+CALL_ID: Final = "cli-1"
+EXIT_OK: Final = 0
+EXIT_FAILURE: Final = 1
+EXIT_ERROR: Final = 2
+EXIT_INTERRUPTED: Final = 130
+STDIN_ARGUMENT: Final = "-"
+"""``call TOOL -`` reads the JSON arguments from stdin (at most the payload bound)."""
+
+_BAD_JSON: Final = "the arguments are not a JSON text within the payload bound"
+_BAD_TOOL_NAME: Final = "that is not a tool name"
+_BAD_ROOT: Final = "the worktree root is not a usable path"
+_INTERNAL: Final = "an internal error stopped the command"
+_TRANSPORT_FAILED: Final = "the MCP transport failed"
 
 
-def main() -> int:
+def _version() -> str:
+    try:
+        return importlib.metadata.version("spice-agent-coding")
+    except importlib.metadata.PackageNotFoundError:
+        return "0"
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argparse parser whose errors are one short line and exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_ERROR, f"{self.prog}: error: {message}\n")
+
+
+def _parser() -> argparse.ArgumentParser:
+    root_help = "worktree root (default: $SPICE_AGENT_WORKTREE, else the current directory)"
+    parser = _Parser(
+        prog=PROGRAM,
+        description="Serve the Spice coding tools (read, replace, shell) for one worktree.",
+        epilog=SECURITY_WARNING,
+    )
+    parser.add_argument("--version", action="version", version=f"{PROGRAM} {_version()}")
+    parser.add_argument("--root", metavar="DIR", help=root_help)
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    commands.required = True
+    for name, summary in (
+        ("tools", "print the tool definitions with their fingerprints as JSON"),
+        ("call", "run one call through the dispatcher and print its result as JSON"),
+        ("serve", "serve the tools over MCP on stdin/stdout"),
+    ):
+        sub = commands.add_parser(name, help=summary, description=summary, epilog=SECURITY_WARNING)
+        sub.add_argument("--root", metavar="DIR", default=argparse.SUPPRESS, help=root_help)
+        if name == "call":
+            sub.add_argument("tool", metavar="TOOL", help="the tool's name")
+            sub.add_argument(
+                "arguments", metavar="JSON", help="the arguments as a JSON object, or - for stdin"
+            )
+    return parser
+
+
+def _out(text: str) -> None:
+    sys.stdout.buffer.write(text.encode("utf-8"))
+    sys.stdout.buffer.flush()
+
+
+def _err(text: str) -> None:
+    sys.stderr.buffer.write(f"{PROGRAM}: {text}\n".encode("utf-8", "backslashreplace"))
+    sys.stderr.buffer.flush()
+
+
+def _definition_json(definition: Definition) -> dict[str, object]:
+    return {
+        "name": definition.name,
+        "description": definition.description,
+        "input_schema": json.loads(definition.input_schema),
+        "effect": definition.effect.value,
+        "replay_safety": definition.replay_safety.value,
+        "capabilities": [c.value for c in definition.capabilities],
+        "fingerprint": definition.fingerprint,
+    }
+
+
+def tools_json(dispatcher: Dispatcher) -> str:
+    """The ``tools`` output: stable JSON (sorted keys, sorted tools), one document."""
+    document = {"tools": [_definition_json(d) for d in dispatcher.definitions]}
+    return json.dumps(document, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
+
+
+async def _tools(config: Config) -> int:
+    async with compose(config) as dispatcher:
+        _out(tools_json(dispatcher))
+    return EXIT_OK
+
+
+async def _call(config: Config, call: Call) -> int:
+    async with compose(config) as dispatcher:
+        try:
+            result = await dispatcher.dispatch(call)
+        except ExecutionError as error:
+            _err(
+                f"execution error ({error.state.value}, retry {error.retry.value}): {error.message}"
+            )
+            return EXIT_ERROR
+    _out(result.content + "\n")
+    if result.problem is not None:
+        _err(result.problem)
+        return EXIT_FAILURE
+    return EXIT_OK
+
+
+async def _serve(config: Config) -> int:
+    # Imported here so that `tools` and `call` never load the MCP SDK.
+    from ._stdio import serve_stdio  # noqa: PLC0415 - keeps the SDK off the fast paths
+
+    logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format=f"{PROGRAM}: %(message)s")
+    _err(SECURITY_WARNING)
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    signals = (signal.SIGTERM, signal.SIGINT)
+    for number in signals:
+        loop.add_signal_handler(number, stop.set)
+    try:
+        async with compose(config) as dispatcher:
+            serving = asyncio.ensure_future(serve_stdio(dispatcher))
+            stopping = asyncio.ensure_future(stop.wait())
+            try:
+                await asyncio.wait({serving, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                serving.cancel()
+                stopping.cancel()
+                await asyncio.wait({serving, stopping})
+            failed = not serving.cancelled() and serving.exception() is not None
+    finally:
+        for number in signals:
+            loop.remove_signal_handler(number)
+    if failed:
+        _err(_TRANSPORT_FAILED)
+        return EXIT_ERROR
+    _err("stopped" + (" on a signal" if stop.is_set() else ": the client closed stdin"))
+    return EXIT_OK
+
+
+def _read_arguments(text: str) -> str | None:
+    if text == STDIN_ARGUMENT:
+        data = sys.stdin.buffer.read(MAXIMUM_PAYLOAD_BYTES + 1)
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+    try:
+        json.loads(text)
+    except ValueError:
+        return None
+    return text
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    """Parse ``argv`` and run one command; returns the exit code."""
+    options = _parser().parse_args(argv)
+    try:
+        config = resolve_config(options.root)
+    except ValueError:
+        _err(_BAD_ROOT)
+        return EXIT_ERROR
+    if options.command == "tools":
+        return asyncio.run(_tools(config))
+    if options.command == "call":
+        arguments = _read_arguments(options.arguments)
+        if arguments is None:
+            _err(_BAD_JSON)
+            return EXIT_ERROR
+        try:
+            call = Call(CALL_ID, options.tool, arguments)
+        except ValueError:
+            _err(_BAD_TOOL_NAME if _bad_name(options.tool) else _BAD_JSON)
+            return EXIT_ERROR
+        return asyncio.run(_call(config, call))
+    return asyncio.run(_serve(config))
+
+
+def _bad_name(name: str) -> bool:
+    try:
+        Call(CALL_ID, name)
+    except ValueError:
+        return True
+    return False
+
+
+def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``spice-coding`` console script."""
-    sys.stderr.write("spice-coding: not implemented yet\n")
-    return 2
+    try:
+        return run(argv)
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    except Exception as error:  # noqa: BLE001 - no traceback reaches the user; the type is safe
+        _err(f"{_INTERNAL} ({type(error).__name__})")
+        return EXIT_ERROR
