@@ -1,0 +1,621 @@
+"""The atomic write engine of ``replace``: inspect, write aside, re-check, commit, sync.
+
+Every name is relative to a held parent-directory file descriptor (``dir_fd``), so a
+directory renamed while the call runs never redirects the write. The engine is
+synchronous; ``_replace`` runs it in a worker thread and talks to it through a
+:class:`CommitGate` (the cancellation flag, checked before the commit point).
+
+The sequence for a replacement::
+
+    inspect target (lstat, open O_NOFOLLOW|O_NONBLOCK, fstat, read <= bound, sha256)
+    expected digest? else stale          same digest as the new content? no-op
+    temporary = .spice-replace-<32 hex>.tmp   O_CREAT|O_EXCL|O_NOFOLLOW, mode 0o600
+    write all, fchmod(mode of the replaced file), fsync, close
+    -- process-wide commit lock --
+    inspect again: same (st_dev, st_ino), regular, same digest? else stale
+    gate.enter() (cancellation stops here)      rename(temporary, target)   <- commit
+    -- unlock --
+    fsync(committed file), fsync(directory)
+
+Creation writes the temporary with ``0o666`` so the kernel applies the umask (and any
+default ACL) exactly as for any new file, then commits with ``link`` (never overwrites;
+``EEXIST`` is ``already_exists``) and removes the temporary name.
+
+All operating-system calls go through :class:`Syscalls` so a test can inject the
+faults it cannot cause for real (a failing ``close``, a failing ``unlink``) and count
+calls; production uses :data:`POSIX`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import enum
+import errno
+import hashlib
+import os
+import secrets
+import stat
+import sys
+import threading
+from dataclasses import dataclass
+from typing import Final, Protocol, TypeAlias, final
+
+TEMPORARY_PREFIX: Final = ".spice-replace-"
+TEMPORARY_SUFFIX: Final = ".tmp"
+TEMPORARY_TOKEN_BYTES: Final = 16
+"""Random bytes in a temporary name (32 hex digits)."""
+READ_CHUNK_BYTES: Final = 65_536
+CREATE_MODE: Final = 0o666
+"""Mode a created file asks for; the kernel applies the umask (``0o666 & ~umask``)."""
+PRIVATE_MODE: Final = 0o600
+"""Mode of a replacement's temporary file until it takes the replaced file's mode."""
+
+_COMMIT_LOCK: Final = threading.Lock()
+"""Serializes the final re-check and the commit of every replace in this process.
+
+The per-instance lease serializes one tool's calls; this lock makes two tool instances
+of the same process unable to both pass the re-check of one file and both commit.
+"""
+
+
+@final
+class Checkpoint(enum.StrEnum):
+    """Points where the engine calls :meth:`Syscalls.checkpoint` (a test seam)."""
+
+    PREFLIGHT_DONE = "preflight_done"
+    TEMPORARY_SYNCED = "temporary_synced"
+    COMMITTED = "committed"
+
+
+class Syscalls(Protocol):
+    """The operating-system calls of the engine; names are relative to ``dir_fd``."""
+
+    def open(self, name: str, flags: int, mode: int, dir_fd: int) -> int:
+        """``os.open(name, flags, mode, dir_fd=dir_fd)``."""
+        ...
+
+    def read(self, fd: int, size: int) -> bytes:
+        """``os.read``."""
+        ...
+
+    def write(self, fd: int, data: memoryview) -> int:
+        """``os.write``; may write less than asked."""
+        ...
+
+    def fsync(self, fd: int) -> None:
+        """Flush ``fd`` to stable storage (``F_FULLFSYNC`` on macOS where supported)."""
+        ...
+
+    def fchmod(self, fd: int, mode: int) -> None:
+        """``os.fchmod``."""
+        ...
+
+    def close(self, fd: int) -> None:
+        """``os.close``."""
+        ...
+
+    def lstat(self, name: str, dir_fd: int) -> os.stat_result:
+        """``os.stat(name, dir_fd=dir_fd, follow_symlinks=False)``."""
+        ...
+
+    def fstat(self, fd: int) -> os.stat_result:
+        """``os.fstat``."""
+        ...
+
+    def rename(self, source: str, target: str, dir_fd: int) -> None:
+        """``os.rename`` within one directory."""
+        ...
+
+    def link(self, source: str, target: str, dir_fd: int) -> None:
+        """``os.link`` within one directory, never following a symlink."""
+        ...
+
+    def unlink(self, name: str, dir_fd: int) -> None:
+        """``os.unlink``."""
+        ...
+
+    def checkpoint(self, point: Checkpoint) -> None:
+        """Called by the worker at ``point``; production does nothing."""
+        ...
+
+
+if sys.platform == "darwin":  # pragma: no cover - Linux is the tested platform
+    import fcntl
+
+    def _full_sync(fd: int) -> None:
+        # fsync on macOS only reaches the drive's cache; F_FULLFSYNC asks the drive to
+        # flush. A file system that does not support it gets a plain fsync instead.
+        try:
+            fcntl.fcntl(fd, fcntl.F_FULLFSYNC)
+        except OSError as error:
+            if error.errno not in {errno.ENOTSUP, errno.EINVAL, errno.ENOTTY}:
+                raise
+            os.fsync(fd)
+
+else:
+
+    def _full_sync(fd: int) -> None:
+        os.fsync(fd)
+
+
+@final
+class PosixSyscalls:
+    """The real calls."""
+
+    def open(self, name: str, flags: int, mode: int, dir_fd: int) -> int:
+        """``os.open(name, flags, mode, dir_fd=dir_fd)``."""
+        return os.open(name, flags, mode, dir_fd=dir_fd)
+
+    def read(self, fd: int, size: int) -> bytes:
+        """``os.read``."""
+        return os.read(fd, size)
+
+    def write(self, fd: int, data: memoryview) -> int:
+        """``os.write``."""
+        return os.write(fd, data)
+
+    def fsync(self, fd: int) -> None:
+        """``fsync`` (``F_FULLFSYNC`` on macOS)."""
+        _full_sync(fd)
+
+    def fchmod(self, fd: int, mode: int) -> None:
+        """``os.fchmod``."""
+        os.fchmod(fd, mode)
+
+    def close(self, fd: int) -> None:
+        """``os.close``."""
+        os.close(fd)
+
+    def lstat(self, name: str, dir_fd: int) -> os.stat_result:
+        """``os.stat`` without following a final symlink."""
+        return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+
+    def fstat(self, fd: int) -> os.stat_result:
+        """``os.fstat``."""
+        return os.fstat(fd)
+
+    def rename(self, source: str, target: str, dir_fd: int) -> None:
+        """``renameat`` within ``dir_fd``."""
+        os.rename(source, target, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+
+    def link(self, source: str, target: str, dir_fd: int) -> None:
+        """``linkat`` within ``dir_fd`` without following a symlink."""
+        os.link(source, target, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
+
+    def unlink(self, name: str, dir_fd: int) -> None:
+        """``unlinkat``."""
+        os.unlink(name, dir_fd=dir_fd)
+
+    def checkpoint(self, point: Checkpoint) -> None:
+        """Nothing: checkpoints exist for tests."""
+
+
+POSIX: Final[Syscalls] = PosixSyscalls()
+
+
+@final
+class CommitGate:
+    """The cancellation flag shared by the event loop and the worker.
+
+    The worker passes :meth:`enter` immediately before the commit; the loop calls
+    :meth:`cancel`. Both take one lock, so exactly one of them wins: either the commit
+    happens and ``cancel`` says so, or the worker stops before committing.
+    """
+
+    __slots__ = ("_cancelled", "_entered", "_lock")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._cancelled = False
+        self._entered = False
+
+    def cancel(self) -> bool:
+        """Ask the worker to stop; True when the commit point was already passed."""
+        with self._lock:
+            self._cancelled = True
+            return self._entered
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether :meth:`cancel` was called."""
+        with self._lock:
+            return self._cancelled
+
+    @property
+    def entered(self) -> bool:
+        """Whether the worker passed the commit point."""
+        with self._lock:
+            return self._entered
+
+    def enter(self) -> bool:
+        """Pass the commit point unless cancelled; False means stop now."""
+        with self._lock:
+            if self._cancelled:
+                return False
+            self._entered = True
+            return True
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What the engine did. ``code`` is ``None`` for success; ``aborted`` for cancellation."""
+
+    code: str | None = None
+    message: str = ""
+    committed: bool = False
+    changed: bool = False
+    created: bool = False
+    durable: bool = False
+    temporary_cleaned: bool = True
+    hard_links_split: bool = False
+    current_sha256: str | None = None
+    aborted: bool = False
+
+
+ABORTED: Final = Outcome(aborted=True)
+
+# Fixed problem texts.
+NOT_FOUND: Final = "the file does not exist; pass create: true to create it"
+NOT_REGULAR: Final = (
+    "the target is not a regular file; symlinks, directories and special files are never replaced"
+)
+TARGET_TOO_LARGE: Final = "the current file is larger than max_write_bytes"
+PATH_UNAVAILABLE: Final = "the target could not be inspected"
+READ_FAILED: Final = "the current file could not be read"
+STALE: Final = "the file does not have the expected sha256; read it again and retry"
+STALE_SAME: Final = (
+    "the file does not have the expected sha256, but it already holds exactly the requested content"
+)
+EXISTS: Final = "something already exists at the path; create never overwrites"
+EXISTS_SAME: Final = "the file already exists and already holds exactly the requested content"
+TEMPORARY_FAILED: Final = "the temporary file could not be created or prepared; nothing was changed"
+WRITE_FAILED: Final = "the temporary file could not be written; nothing was changed"
+SYNC_FAILED: Final = "the temporary file could not be synced to storage; nothing was changed"
+CLOSE_FAILED: Final = "the temporary file could not be closed; nothing was changed"
+REPLACE_FAILED: Final = "the file could not be replaced; nothing was changed"
+CREATE_FAILED: Final = "the file could not be created; nothing was changed"
+DURABILITY_UNCONFIRMED: Final = (
+    "the change was committed, but syncing it to storage failed: it may not survive a crash"
+)
+CLEANUP_INCOMPLETE: Final = "the change was committed, but the temporary file could not be removed"
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Current:
+    """A regular file found at the target."""
+
+    device: int
+    inode: int
+    mode: int
+    links: int
+    sha256: str
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Absent:
+    """Nothing at the target."""
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Occupied:
+    """Something that is not a readable regular file within the bound."""
+
+    code: str
+    message: str
+    symlink: bool = False
+
+
+Found: TypeAlias = Current | Absent | Occupied
+
+
+def _read_bounded(syscalls: Syscalls, fd: int, limit: int) -> bytes | None:
+    """All of ``fd`` if it holds at most ``limit`` bytes, else ``None``."""
+    chunks: list[bytes] = []
+    total = 0
+    while True:
+        chunk = syscalls.read(fd, min(READ_CHUNK_BYTES, limit + 1 - total))
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+        total += len(chunk)
+        if total > limit:
+            return None
+
+
+def inspect(syscalls: Syscalls, dir_fd: int, leaf: str, limit: int) -> Found:
+    """What is at ``leaf``: never follows a symlink, never blocks on a FIFO."""
+    try:
+        before = syscalls.lstat(leaf, dir_fd)
+    except FileNotFoundError:
+        return Absent()
+    except OSError:
+        return Occupied("path_unavailable", PATH_UNAVAILABLE)
+    if stat.S_ISLNK(before.st_mode):
+        return Occupied("not_regular", NOT_REGULAR, symlink=True)
+    if not stat.S_ISREG(before.st_mode):
+        return Occupied("not_regular", NOT_REGULAR)
+    if before.st_size > limit:
+        return Occupied("file_too_large", TARGET_TOO_LARGE)
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = syscalls.open(leaf, flags, 0, dir_fd)
+    except FileNotFoundError:
+        return Absent()
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            return Occupied("not_regular", NOT_REGULAR, symlink=True)
+        return Occupied("read_failed", READ_FAILED)
+    try:
+        opened = syscalls.fstat(fd)
+        if not stat.S_ISREG(opened.st_mode):
+            return Occupied("not_regular", NOT_REGULAR)
+        data = _read_bounded(syscalls, fd, limit)
+    except OSError:
+        return Occupied("read_failed", READ_FAILED)
+    finally:
+        with contextlib.suppress(OSError):
+            syscalls.close(fd)
+    if data is None:
+        return Occupied("file_too_large", TARGET_TOO_LARGE)
+    return Current(
+        device=opened.st_dev,
+        inode=opened.st_ino,
+        mode=stat.S_IMODE(opened.st_mode),
+        links=opened.st_nlink,
+        sha256=hashlib.sha256(data).hexdigest(),
+    )
+
+
+def temporary_name() -> str:
+    """A fresh ``.spice-replace-<32 hex>.tmp`` name."""
+    return f"{TEMPORARY_PREFIX}{secrets.token_hex(TEMPORARY_TOKEN_BYTES)}{TEMPORARY_SUFFIX}"
+
+
+def is_temporary_name(name: str) -> bool:
+    """Whether ``name`` has the shape of a replace temporary file."""
+    token = name.removeprefix(TEMPORARY_PREFIX).removesuffix(TEMPORARY_SUFFIX)
+    return (
+        name.startswith(TEMPORARY_PREFIX)
+        and name.endswith(TEMPORARY_SUFFIX)
+        and len(token) == 2 * TEMPORARY_TOKEN_BYTES
+        and all(c in "0123456789abcdef" for c in token)
+    )
+
+
+@final
+@dataclass(slots=True)
+class _Temporary:
+    """The temporary file while it exists: its name and the descriptors still open."""
+
+    name: str
+    write_fd: int | None
+    read_fd: int | None = None
+    linked: bool = True
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One write: ``expected`` is the digest to replace, or ``None`` to create."""
+
+    leaf: str
+    data: bytes
+    sha256: str
+    expected: str | None
+    limit: int
+
+
+def write_file(syscalls: Syscalls, dir_fd: int, request: Request, gate: CommitGate) -> Outcome:
+    """Run one replace or create of ``request.leaf`` in the directory ``dir_fd``.
+
+    Never raises for an operating-system failure: every one is an :class:`Outcome`.
+    The temporary file is removed on every path the process survives.
+    """
+    if gate.cancelled:
+        return ABORTED
+    found = inspect(syscalls, dir_fd, request.leaf, request.limit)
+    current: Current | None = None
+    if request.expected is None:
+        if isinstance(found, Occupied) and found.code == "path_unavailable":
+            return Outcome(found.code, found.message)
+        if not isinstance(found, Absent):
+            return _exists(found, request)
+    else:
+        if isinstance(found, Absent):
+            return Outcome("not_found", NOT_FOUND)
+        if isinstance(found, Occupied):
+            return Outcome(found.code, found.message)
+        if found.sha256 != request.expected:
+            return _stale(found.sha256, request)
+        if request.sha256 == request.expected:
+            return Outcome()  # the same content: a successful no-op, nothing written
+        current = found
+    syscalls.checkpoint(Checkpoint.PREFLIGHT_DONE)
+    if gate.cancelled:
+        return ABORTED
+    name = temporary_name()
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = syscalls.open(name, flags, CREATE_MODE if current is None else PRIVATE_MODE, dir_fd)
+    except OSError:
+        return Outcome("temporary_failed", TEMPORARY_FAILED)
+    temporary = _Temporary(name, fd)
+    try:
+        stopped = _before_commit(syscalls, dir_fd, request, gate, current, temporary)
+    except BaseException:
+        _discard(syscalls, dir_fd, temporary)
+        raise
+    if stopped is not None:
+        if not _discard(syscalls, dir_fd, temporary) and not stopped.aborted:
+            return dataclasses.replace(stopped, temporary_cleaned=False)
+        return stopped
+    return _after_commit(syscalls, dir_fd, current, temporary)
+
+
+def _before_commit(
+    syscalls: Syscalls,
+    dir_fd: int,
+    request: Request,
+    gate: CommitGate,
+    current: Current | None,
+    temporary: _Temporary,
+) -> Outcome | None:
+    """Write, sync and close the temporary file, re-check, commit; ``None`` once committed."""
+    fd = temporary.write_fd
+    assert fd is not None  # noqa: S101 - set by the caller
+    try:
+        # A second, read-only description of the same inode: after the commit it
+        # syncs the committed file without looking its name up again.
+        temporary.read_fd = syscalls.open(
+            temporary.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, 0, dir_fd
+        )
+        written, reread = syscalls.fstat(fd), syscalls.fstat(temporary.read_fd)
+        if (written.st_dev, written.st_ino) != (reread.st_dev, reread.st_ino):
+            return Outcome("temporary_failed", TEMPORARY_FAILED)
+        if current is not None:
+            syscalls.fchmod(fd, current.mode)
+    except OSError:
+        return Outcome("temporary_failed", TEMPORARY_FAILED)
+    view = memoryview(request.data)
+    try:
+        while view:
+            count = syscalls.write(fd, view)
+            if count <= 0:
+                return Outcome("write_failed", WRITE_FAILED)
+            view = view[count:]
+    except OSError:
+        return Outcome("write_failed", WRITE_FAILED)
+    try:
+        syscalls.fsync(fd)
+    except OSError:
+        return Outcome("sync_failed", SYNC_FAILED)
+    temporary.write_fd = None
+    try:
+        syscalls.close(fd)  # never retried: the descriptor is gone either way
+    except OSError:
+        return Outcome("close_failed", CLOSE_FAILED)
+    syscalls.checkpoint(Checkpoint.TEMPORARY_SYNCED)
+    if gate.cancelled:
+        return ABORTED
+    if current is None:
+        return _link(syscalls, dir_fd, request, gate, temporary)
+    with _COMMIT_LOCK:
+        again = inspect(syscalls, dir_fd, request.leaf, request.limit)
+        if isinstance(again, Absent):
+            return Outcome("not_found", NOT_FOUND)
+        if isinstance(again, Occupied):
+            return Outcome(again.code, again.message)
+        if again.sha256 != request.expected or (again.device, again.inode) != (
+            current.device,
+            current.inode,
+        ):
+            return _stale(again.sha256, request)
+        if not gate.enter():
+            return ABORTED
+        try:
+            syscalls.rename(temporary.name, request.leaf, dir_fd)
+        except OSError:
+            return Outcome("replace_failed", REPLACE_FAILED)
+        temporary.linked = False
+    return None
+
+
+def _link(
+    syscalls: Syscalls, dir_fd: int, request: Request, gate: CommitGate, temporary: _Temporary
+) -> Outcome | None:
+    """Commit a creation: ``link`` fails instead of overwriting anything."""
+    with _COMMIT_LOCK:
+        if not gate.enter():
+            return ABORTED
+        try:
+            syscalls.link(temporary.name, request.leaf, dir_fd)
+        except FileExistsError:
+            pass
+        except OSError:
+            return Outcome("create_failed", CREATE_FAILED)
+        else:
+            return None
+    return _exists(inspect(syscalls, dir_fd, request.leaf, request.limit), request)
+
+
+def _after_commit(
+    syscalls: Syscalls, dir_fd: int, current: Current | None, temporary: _Temporary
+) -> Outcome:
+    """Remove the temporary name (create), sync the file and the directory, once each."""
+    syscalls.checkpoint(Checkpoint.COMMITTED)
+    cleaned = True
+    if temporary.linked:
+        try:
+            syscalls.unlink(temporary.name, dir_fd)
+            temporary.linked = False
+        except OSError:
+            cleaned = False
+    durable = True
+    fd = temporary.read_fd
+    temporary.read_fd = None
+    if fd is None:  # pragma: no cover - always opened before the commit
+        durable = False
+    else:
+        try:
+            syscalls.fsync(fd)
+        except OSError:
+            durable = False
+        finally:
+            with contextlib.suppress(OSError):
+                syscalls.close(fd)
+    try:
+        syscalls.fsync(dir_fd)  # an O_RDONLY directory descriptor (see _root.open_directory)
+    except OSError:
+        durable = False
+    code, message = None, ""
+    if not durable:
+        code, message = "durability_unconfirmed", DURABILITY_UNCONFIRMED
+    elif not cleaned:
+        code, message = "cleanup_incomplete", CLEANUP_INCOMPLETE
+    return Outcome(
+        code,
+        message,
+        committed=True,
+        changed=True,
+        created=current is None,
+        durable=durable,
+        temporary_cleaned=cleaned,
+        hard_links_split=current is not None and current.links > 1,
+    )
+
+
+def _discard(syscalls: Syscalls, dir_fd: int, temporary: _Temporary) -> bool:
+    """Close what is open and remove the temporary name; False when it stays behind."""
+    for fd in (temporary.write_fd, temporary.read_fd):
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                syscalls.close(fd)
+    temporary.write_fd = temporary.read_fd = None
+    if temporary.linked:
+        try:
+            syscalls.unlink(temporary.name, dir_fd)
+        except FileNotFoundError:
+            pass
+        except OSError:
+            return False
+        temporary.linked = False
+    return True
+
+
+def _exists(found: Found, request: Request) -> Outcome:
+    if isinstance(found, Current):
+        same = found.sha256 == request.sha256
+        return Outcome(
+            "already_exists", EXISTS_SAME if same else EXISTS, current_sha256=found.sha256
+        )
+    return Outcome("already_exists", EXISTS)
+
+
+def _stale(digest: str, request: Request) -> Outcome:
+    same = digest == request.sha256
+    return Outcome("stale", STALE_SAME if same else STALE, current_sha256=digest)
