@@ -1,13 +1,163 @@
-"""Root-confined file access (interface; implemented by the read issue).
+"""Root-confined file access: every name is opened beneath a held directory descriptor.
 
-Every name is opened relative to a held directory file descriptor, never by a
-resolved path string. See the module docstring of the implementation for the
-whole confinement story.
+This module is the whole worktree-confinement story of ``read`` and ``replace``
+(and of the ``shell`` workdir check). It never decides anything from a path
+*string* and then opens that string again: the bug class of CVE-2025-53109/53110
+in the reference MCP filesystem server (resolve a path, check the resolved text,
+then open by name, while a symlink is swapped in between).
+
+How a path is opened
+====================
+
+1. **Lexical cleaning** (:func:`clean_path`). The model's path must be relative,
+   non-empty, without NUL or control characters, without surrounding whitespace,
+   at most ``MAXIMUM_PATH_BYTES`` (components at most ``MAXIMUM_NAME_BYTES``).
+   ``.`` and empty components are dropped and ``..`` is applied lexically; a path
+   that would leave the root this way is ``invalid_arguments``. The result is the
+   ``/``-separated display path (``.`` for the root). Backslashes are ordinary
+   file-name characters on POSIX and are kept as they are.
+
+2. **The root** (:func:`open_root`) is opened once per call as a directory. Its own
+   path is trusted configuration, so symlinks in it are followed; a missing root
+   is ``root_unavailable``.
+
+3. **Resolution beneath the root descriptor**, by one of two routes that give the
+   same answers (the tests run the whole confinement table through both):
+
+   * *Fast path (Linux >= 5.6)*: ``openat2(root_fd, cleaned, how)`` through
+     ``ctypes`` with ``RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS``. The kernel
+     resolves every component and every symlink atomically with respect to the
+     root: an absolute link target or a ``..`` above the root is ``EXDEV``
+     (``path_escape``), and renames racing a ``..`` make the call ``EAGAIN``
+     (retried ``OPENAT2_ATTEMPTS`` times, then ``path_unavailable``: fail
+     closed). ``RESOLVE_IN_ROOT`` is deliberately *not* used: it would silently
+     re-anchor absolute targets inside the root, and the contract calls every
+     absolute link target an escape. The fast path answers only the clear
+     outcomes (success, ``ENOENT``, ``EXDEV``, ``EAGAIN``). Anything it cannot
+     tell apart precisely (``ELOOP``: loop, too many links or a final symlink;
+     ``ENOTDIR``; ``EACCES``; ...) is re-resolved by the portable walk, which is
+     the authority. ``ENOSYS``, ``EPERM`` (container seccomp), ``E2BIG`` and
+     ``EINVAL`` at the first probe switch the process to the portable walk for
+     good.
+
+   * *Portable walk (macOS, old kernels, and the authority)*: component by
+     component from the held root descriptor. Each directory is opened with
+     ``O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC`` (plus ``O_PATH`` on Linux, so an
+     execute-only directory can be crossed, as the kernel itself would) relative
+     to the descriptor of its parent, which the walk holds. When the open fails
+     with ``ELOOP``/``ENOTDIR``/``EMLINK``, ``readlinkat`` on the same held parent
+     tells a symlink from a non-directory. A symlink's target is only ever a
+     *string spliced into the remaining components*: an absolute target is
+     ``path_escape``; a relative one is resolved by the same walk, from the
+     directory holding the link. ``..`` never opens ``..``: the walk keeps the
+     list of real directory names it descended through and, on ``..``, pops one
+     and walks down again from the root descriptor (``O_NOFOLLOW`` at every step;
+     a directory that turned into a symlink meanwhile is ``path_unavailable``).
+     A ``..`` with nothing to pop is ``path_escape``. After ``MAXIMUM_SYMLINKS``
+     links (the kernel's own ``MAXSYMLINKS``) the walk stops with ``path_escape``
+     (a loop or an over-long chain cannot be shown to stay inside).
+
+4. **The final open** never follows a symlink by itself (``O_NOFOLLOW``) and
+   never blocks (``O_NONBLOCK``). With ``regular=True`` (``read``) the object is
+   first inspected without opening it for I/O (``fstatat(AT_SYMLINK_NOFOLLOW)``
+   in the held parent, or an ``O_PATH`` descriptor on the fast path): FIFOs,
+   sockets, devices and directories are ``not_regular`` and are never opened for
+   reading at all. The regular file is then opened and ``fstat`` must show the
+   same ``(st_dev, st_ino)``; a swap in between is ``path_unavailable``.
+
+Why it is safe: every object is reached by ``*at`` calls from a descriptor that
+was itself reached the same way from the root descriptor, one real directory at
+a time, with ``O_NOFOLLOW``. A symlink is never followed by the kernel on the
+portable walk; its target text is checked (absolute? above the root?) and walked
+by the same rules. Swapping a directory for a symlink at any moment therefore
+either makes a step fail (``ELOOP``/``ENOTDIR`` and a fresh check of the new
+link) or is invisible (the walk already holds the old directory). The outcome
+is always a descriptor of an object that was inside the root when it was
+reached. Every descriptor this module opens is closed on every path
+(``try``/``finally``), except the one it returns, which the caller owns.
+
+What remains (same-user trust boundary): a directory the walk already holds can
+be *moved* out of the root by a concurrent process of the same user; names
+below it are then resolved where it now lives (the kernel's ``RESOLVE_BENEATH``
+has the same property for downward steps). Hard links to outside files cannot be
+told from ordinary files by any path check. Device nodes inside the worktree are
+inspected, never opened, by ``read``.
+
+Errors are :class:`PathError` with a contract code and a fixed text; no machine
+path and no OS error text ever reaches a message.
 """
 
 from __future__ import annotations
 
-from typing import final
+import contextlib
+import ctypes
+import errno
+import os
+import platform
+import stat
+import sys
+import threading
+import unicodedata
+from collections import deque
+from collections.abc import Callable, Iterator
+from typing import Final, final
+
+MAXIMUM_SYMLINKS: Final = 40
+"""Symlinks one resolution may follow (Linux ``MAXSYMLINKS``); one more is ``path_escape``."""
+
+MAXIMUM_PATH_BYTES: Final = 4096
+"""Longest path (UTF-8 bytes) ``clean_path`` accepts (POSIX ``PATH_MAX``)."""
+
+MAXIMUM_NAME_BYTES: Final = 255
+"""Longest single component (UTF-8 bytes) ``clean_path`` accepts (``NAME_MAX``)."""
+
+MAXIMUM_WALK_STEPS: Final = 65_536
+"""Directory opens one portable resolution may make (``..`` re-walks from the root)."""
+
+OPENAT2_ATTEMPTS: Final = 8
+"""Tries of one ``openat2`` answering ``EAGAIN``/``EINTR`` before the call fails closed."""
+
+CREATE_ATTEMPTS: Final = 4
+"""Tries to create-then-open one missing directory that keeps vanishing (a race)."""
+
+DIRECTORY_MODE: Final = 0o777
+"""Mode of directories made by ``create_missing`` (the umask applies)."""
+
+FILE_MODE: Final = 0o666
+"""Default mode of files created through ``open_beneath`` with ``O_CREAT`` (umask applies)."""
+
+# Fixed, model-safe problem texts.
+_EMPTY: Final = "path must not be empty"
+_NUL: Final = "path must not contain NUL"
+_CONTROL: Final = "path must not contain control characters"
+_WHITESPACE: Final = "path must not start or end with whitespace"
+_ABSOLUTE: Final = "path must be relative to the worktree root"
+_LEAVES: Final = "path must not leave the worktree root"
+_TOO_LONG: Final = "path is too long"
+_NAME_TOO_LONG: Final = "a path component is too long"
+_NAMES_ROOT: Final = "path names the worktree root itself"
+_ROOT: Final = "the worktree root is not available"
+_MISSING: Final = "the path does not exist"
+_UNAVAILABLE: Final = "the path could not be opened"
+_CHANGED: Final = "the path changed while it was being opened"
+_TOO_COMPLEX: Final = "the path is too complex to resolve"
+_ESCAPE: Final = "the path resolves outside the worktree root"
+_LINK_LIMIT: Final = "the path's symbolic links loop or are too many to follow"
+_LINK_COMPONENT: Final = "a component of the path is a symbolic link"
+_CREATE_THROUGH_LINK: Final = "missing directories are never created through a symbolic link"
+_NOT_DIRECTORY: Final = "a component of the path is not a directory"
+_NOT_A_DIRECTORY: Final = "the path is not a directory"
+_NOT_REGULAR: Final = "the path is not a regular file"
+_FINAL_LINK: Final = "the path is a symbolic link"
+_CREATE_FAILED: Final = "a missing directory could not be created"
+
+# Errnos a no-follow directory open gives for "a symlink, or not a directory".
+_LINK_OR_FILE: Final = frozenset({errno.ELOOP, errno.ENOTDIR, errno.EMLINK})
+
+_O_PATH: Final = getattr(os, "O_PATH", 0)
+_DIRECTORY: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+# Intermediate directories: O_PATH (Linux) needs only search permission, like the kernel.
+_SEARCH: Final = (_DIRECTORY | _O_PATH) if _O_PATH else _DIRECTORY
 
 
 @final
@@ -25,35 +175,107 @@ class PathError(Exception):
         self.message = message
 
 
+def _invalid(message: str) -> PathError:
+    return PathError("invalid_arguments", message)
+
+
 def clean_path(raw: str) -> str:
     """Lexically check and clean a relative path; return the ``/``-separated display path.
 
     Raises ``PathError("invalid_arguments")`` for an empty path, NUL, surrounding
     whitespace, an absolute path, or a path whose cleaned form leaves the root.
-    The root itself cleans to ``"."``.
+    The root itself cleans to ``"."``. Control characters (Unicode ``Cc``) are
+    rejected; backslashes are ordinary characters; no Unicode normalization.
+
+    >>> clean_path("src/./pkg//mod.py")
+    'src/pkg/mod.py'
+    >>> clean_path("a/..")
+    '.'
     """
-    raise NotImplementedError
+    if not isinstance(raw, str) or not raw:
+        raise _invalid(_EMPTY)
+    if "\0" in raw:
+        raise _invalid(_NUL)
+    if raw != raw.strip():
+        raise _invalid(_WHITESPACE)
+    if any(unicodedata.category(char) == "Cc" for char in raw):
+        raise _invalid(_CONTROL)
+    try:
+        size = len(raw.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise _invalid("path must be valid Unicode text") from None
+    if size > MAXIMUM_PATH_BYTES:
+        raise _invalid(_TOO_LONG)
+    if raw.startswith("/"):
+        raise _invalid(_ABSOLUTE)
+    kept: list[str] = []
+    for part in raw.split("/"):
+        if part in {"", "."}:
+            continue
+        if part == "..":
+            if not kept:
+                raise _invalid(_LEAVES)
+            kept.pop()
+            continue
+        if len(part.encode("utf-8")) > MAXIMUM_NAME_BYTES:
+            raise _invalid(_NAME_TOO_LONG)
+        kept.append(part)
+    return "/".join(kept) if kept else "."
 
 
 def split_parent(cleaned: str) -> tuple[str, str]:
-    """Split a cleaned path into (parent, leaf); the parent of a top-level name is ``"."``."""
-    raise NotImplementedError
+    """Split a cleaned path into (parent, leaf); the parent of a top-level name is ``"."``.
+
+    The root itself (``"."``) has no leaf: ``PathError("invalid_arguments")``.
+
+    >>> split_parent("a/b/c.txt")
+    ('a/b', 'c.txt')
+    >>> split_parent("c.txt")
+    ('.', 'c.txt')
+    """
+    if cleaned == ".":
+        raise _invalid(_NAMES_ROOT)
+    parent, _, leaf = cleaned.rpartition("/")
+    return (parent or "."), leaf
 
 
 def open_root(root: str) -> int:
     """Open the configured root directory; ``PathError("root_unavailable")`` when it cannot be."""
-    raise NotImplementedError
+    try:
+        return os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except (OSError, ValueError):
+        raise PathError("root_unavailable", _ROOT) from None
 
 
-def open_beneath(root_fd: int, cleaned: str, flags: int, *, follow_final: bool) -> int:
+def open_beneath(
+    root_fd: int,
+    cleaned: str,
+    flags: int,
+    *,
+    follow_final: bool,
+    regular: bool = False,
+    mode: int = FILE_MODE,
+) -> int:
     """Open ``cleaned`` beneath ``root_fd`` with ``flags`` (O_CLOEXEC is always added).
 
     Symlinks whose resolution stays inside the root are followed for intermediate
     components, and for the final one when ``follow_final``; otherwise a final symlink
     fails (``not_regular``). Escapes and absolute link targets are ``path_escape``;
     a missing component is ``not_found``; other failures ``path_unavailable``.
+
+    The open never blocks (``O_NONBLOCK`` is added; it changes nothing for regular
+    files). With ``regular=True`` anything but a regular file is ``not_regular`` and is
+    inspected without being opened for I/O. ``mode`` applies with ``O_CREAT``.
+    The returned descriptor belongs to the caller.
     """
-    raise NotImplementedError
+    _require_clean(cleaned)
+    flags |= os.O_CLOEXEC | os.O_NONBLOCK
+    if _fast_path_enabled(root_fd):
+        fd = _fast_open_beneath(root_fd, cleaned, flags, follow_final, regular, mode)
+        if fd is not None:
+            return fd
+    final = _FinalFile(flags, follow_final=follow_final, regular=regular, mode=mode)
+    return _walk(root_fd, cleaned, final, follow_links=True, create=False)
 
 
 def open_directory(
@@ -65,5 +287,458 @@ def open_directory(
     ``create_missing=True``: missing components are created as real directories in a
     directory already held (``0o777 & ~umask``), never at the target of a symlink.
     A component that is not a directory is ``not_regular`` (or ``path_unavailable``).
+    A missing directory that would have to be created after a symlink was followed is
+    ``path_escape``. The returned descriptor (``O_RDONLY``, usable for ``fsync`` and
+    as ``dir_fd``) belongs to the caller.
     """
-    raise NotImplementedError
+    _require_clean(cleaned)
+    if _fast_path_enabled(root_fd):
+        fd = _fast_open_directory(root_fd, cleaned, follow_symlinks)
+        if fd is not None:
+            return fd
+    return _walk(
+        root_fd, cleaned, _FinalDirectory(), follow_links=follow_symlinks, create=create_missing
+    )
+
+
+def _require_clean(cleaned: str) -> None:
+    """Refuse a path that is not already in ``clean_path`` form (a caller's bug, not input)."""
+    if clean_path(cleaned) != cleaned:
+        raise _invalid(_LEAVES)
+
+
+# --------------------------------------------------------------------------------------
+# The portable walk.
+
+
+@final
+class _Link:
+    """A final component turned out to be a symlink to follow; ``target`` is its text."""
+
+    __slots__ = ("target",)
+
+    def __init__(self, target: str) -> None:
+        self.target = target
+
+
+def _mapped(number: int | None) -> PathError:
+    """The PathError of an errno met while opening beneath the root."""
+    if number == errno.ENOENT:
+        return PathError("not_found", _MISSING)
+    if number == errno.ENOTDIR:
+        return PathError("not_regular", _NOT_DIRECTORY)
+    if number == errno.ENAMETOOLONG:
+        return _invalid(_TOO_LONG)
+    return PathError("path_unavailable", _UNAVAILABLE)
+
+
+def _read_link(dir_fd: int, name: str) -> str | None:
+    """The target of the symlink ``name`` in ``dir_fd``; ``None`` when it is not a symlink."""
+    try:
+        return os.readlink(name, dir_fd=dir_fd)
+    except OSError as error:
+        if error.errno == errno.EINVAL:
+            return None
+        raise _mapped(error.errno) from None
+
+
+@final
+class _FinalFile:
+    """The last step of ``open_beneath``: open a file (or anything) with the caller's flags."""
+
+    __slots__ = ("flags", "follow_final", "mode", "regular")
+
+    def __init__(self, flags: int, *, follow_final: bool, regular: bool, mode: int) -> None:
+        self.flags = flags | os.O_NOFOLLOW
+        self.follow_final = follow_final
+        self.regular = regular
+        self.mode = mode
+
+    def _link(self, dir_fd: int, name: str) -> _Link:
+        target = _read_link(dir_fd, name)
+        if target is None:
+            raise PathError("path_unavailable", _CHANGED)
+        if not self.follow_final:
+            raise PathError("not_regular", _FINAL_LINK)
+        return _Link(target)
+
+    def open(self, dir_fd: int, name: str) -> int | _Link:
+        if self.regular:
+            return self._open_regular(dir_fd, name)
+        try:
+            return os.open(name, self.flags, self.mode, dir_fd=dir_fd)
+        except OSError as error:
+            if error.errno not in _LINK_OR_FILE:
+                raise _mapped(error.errno) from None
+            target = _read_link(dir_fd, name)
+            if target is None:
+                raise _mapped(error.errno) from None
+        if not self.follow_final:
+            raise PathError("not_regular", _FINAL_LINK)
+        return _Link(target)
+
+    def _open_regular(self, dir_fd: int, name: str) -> int | _Link:
+        try:
+            seen = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        except OSError as error:
+            raise _mapped(error.errno) from None
+        if stat.S_ISLNK(seen.st_mode):
+            return self._link(dir_fd, name)
+        if not stat.S_ISREG(seen.st_mode):
+            raise PathError("not_regular", _NOT_REGULAR)
+        try:
+            fd = os.open(name, self.flags, self.mode, dir_fd=dir_fd)
+        except OSError as error:
+            if error.errno in _LINK_OR_FILE:
+                raise PathError("path_unavailable", _CHANGED) from None
+            raise _mapped(error.errno) from None
+        return _same_regular_file(fd, seen)
+
+
+def _same_regular_file(fd: int, seen: os.stat_result) -> int:
+    """Keep ``fd`` if it is the regular file ``seen`` described; close it otherwise."""
+    try:
+        now = os.fstat(fd)
+        if not stat.S_ISREG(now.st_mode) or (now.st_dev, now.st_ino) != (
+            seen.st_dev,
+            seen.st_ino,
+        ):
+            raise PathError("path_unavailable", _CHANGED)  # noqa: TRY301 - closed below
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+@final
+class _FinalDirectory:
+    """The last step of ``open_directory``: a real (``O_RDONLY``) directory descriptor."""
+
+    __slots__ = ()
+
+    def open(self, dir_fd: int, name: str) -> int | _Link:
+        try:
+            return os.open(name, _DIRECTORY, dir_fd=dir_fd)
+        except OSError as error:
+            if error.errno not in _LINK_OR_FILE:
+                raise _mapped(error.errno) from None
+            target = _read_link(dir_fd, name)
+            if target is None:
+                raise PathError("not_regular", _NOT_A_DIRECTORY) from None
+        return _Link(target)
+
+
+_Final = _FinalFile | _FinalDirectory
+
+
+@final
+class _Walker:
+    """The state of one portable resolution: the held directory and how it was reached.
+
+    ``names`` are the real directories (never symlinks) from the root down to ``fd``.
+    ``fd`` is ``root_fd`` itself (not owned) while ``names`` is empty.
+    """
+
+    __slots__ = ("create", "fd", "follow_links", "links", "names", "root_fd", "steps")
+
+    def __init__(self, root_fd: int, *, follow_links: bool, create: bool) -> None:
+        self.root_fd = root_fd
+        self.fd = root_fd
+        self.names: list[str] = []
+        self.links = 0
+        self.steps = 0
+        self.follow_links = follow_links
+        self.create = create
+
+    def close(self) -> None:
+        if self.fd != self.root_fd:
+            fd, self.fd = self.fd, self.root_fd
+            os.close(fd)
+
+    def step(self) -> None:
+        self.steps += 1
+        if self.steps > MAXIMUM_WALK_STEPS:
+            raise PathError("path_unavailable", _TOO_COMPLEX)
+
+    def _enter(self, fd: int, name: str) -> None:
+        self.close()
+        self.fd = fd
+        self.names.append(name)
+
+    def descend(self, name: str) -> str | None:
+        """Hold directory ``name`` of the current one; return a symlink's target instead."""
+        for _ in range(CREATE_ATTEMPTS):
+            self.step()
+            try:
+                fd = os.open(name, _SEARCH, dir_fd=self.fd)
+            except OSError as error:
+                if error.errno == errno.ENOENT and self.create:
+                    self.make(name)
+                    continue
+                if error.errno not in _LINK_OR_FILE:
+                    raise _mapped(error.errno) from None
+                target = _read_link(self.fd, name)
+                if target is None:
+                    raise PathError("not_regular", _NOT_DIRECTORY) from None
+                return target
+            self._enter(fd, name)
+            return None
+        raise PathError("path_unavailable", _CHANGED)
+
+    def make(self, name: str) -> None:
+        """Create the missing directory ``name`` in the held directory (races tolerated)."""
+        if self.links:
+            raise PathError("path_escape", _CREATE_THROUGH_LINK)
+        try:
+            os.mkdir(name, DIRECTORY_MODE, dir_fd=self.fd)
+        except FileExistsError:
+            pass
+        except OSError:
+            raise PathError("path_unavailable", _CREATE_FAILED) from None
+
+    def ascend(self) -> None:
+        """Apply ``..``: drop the last name and walk down again from the root descriptor."""
+        if not self.names:
+            raise PathError("path_escape", _ESCAPE)
+        kept = self.names[:-1]
+        self.close()
+        self.names = []
+        for name in kept:
+            self.step()
+            try:
+                fd = os.open(name, _SEARCH, dir_fd=self.fd)
+            except OSError:
+                raise PathError("path_unavailable", _CHANGED) from None
+            self._enter(fd, name)
+
+    def splice(self, target: str, pending: deque[str]) -> None:
+        """Put a symlink's target in front of the components still to resolve."""
+        self.links += 1
+        if self.links > MAXIMUM_SYMLINKS:
+            raise PathError("path_escape", _LINK_LIMIT)
+        if not target:
+            raise PathError("not_found", _MISSING)
+        if target.startswith("/"):
+            raise PathError("path_escape", _ESCAPE)
+        # An empty component (``a//b``, a trailing ``/``) acts as ``.``: the name before it
+        # must then be a directory, exactly as in the kernel's own resolution.
+        pending.extendleft(reversed([part or "." for part in target.split("/")]))
+
+
+def _walk(root_fd: int, cleaned: str, final: _Final, *, follow_links: bool, create: bool) -> int:
+    """Resolve ``cleaned`` component by component beneath ``root_fd`` (see the module doc)."""
+    pending = deque(cleaned.split("/"))
+    walker = _Walker(root_fd, follow_links=follow_links, create=create)
+    try:
+        while pending:
+            name = pending.popleft()
+            if name == "..":
+                walker.ascend()
+                name = "."
+            if name == "." and pending:
+                continue
+            if pending:
+                target = walker.descend(name)
+            else:
+                opened = _final_step(walker, final, name)
+                if isinstance(opened, int):
+                    return opened
+                target = opened
+            if target is None:
+                continue
+            if not walker.follow_links:
+                raise PathError("path_escape", _LINK_COMPONENT)
+            walker.splice(target, pending)
+        raise PathError("path_unavailable", _UNAVAILABLE)  # unreachable: "." ends every path
+    finally:
+        walker.close()
+
+
+def _final_step(walker: _Walker, final: _Final, name: str) -> int | str:
+    """Open the last component; a symlink to follow comes back as its target text."""
+    for _ in range(CREATE_ATTEMPTS):
+        walker.step()
+        try:
+            opened = final.open(walker.fd, name)
+        except PathError as error:
+            if error.code == "not_found" and walker.create and name != ".":
+                walker.make(name)
+                continue
+            raise
+        return opened.target if isinstance(opened, _Link) else opened
+    raise PathError("path_unavailable", _CHANGED)
+
+
+# --------------------------------------------------------------------------------------
+# The Linux fast path: openat2(2) with RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS.
+
+_SYS_OPENAT2: Final = 437
+"""``openat2``'s number in the unified syscall table of the architectures listed below."""
+
+_OPENAT2_MACHINES: Final = frozenset(
+    [
+        "x86_64",
+        "amd64",
+        "aarch64",
+        "arm64",
+        "i386",
+        "i686",
+        "armv7l",
+        "armv8l",
+        "riscv64",
+        "ppc64le",
+        "ppc64",
+        "s390x",
+    ]
+)
+
+_RESOLVE_NO_MAGICLINKS: Final = 0x02
+_RESOLVE_NO_SYMLINKS: Final = 0x04
+_RESOLVE_BENEATH: Final = 0x08
+_BENEATH: Final = _RESOLVE_BENEATH | _RESOLVE_NO_MAGICLINKS
+
+# Answers of a first probe meaning "openat2 is not usable in this process".
+_UNSUPPORTED: Final = frozenset({errno.ENOSYS, errno.EPERM, errno.E2BIG, errno.EINVAL})
+_RETRIED: Final = frozenset({errno.EAGAIN, errno.EINTR})
+
+
+class _OpenHow(ctypes.Structure):
+    """``struct open_how`` of ``<linux/openat2.h>``."""
+
+    _fields_ = (
+        ("flags", ctypes.c_uint64),
+        ("mode", ctypes.c_uint64),
+        ("resolve", ctypes.c_uint64),
+    )
+
+
+_state_lock: Final = threading.Lock()
+_syscall: Callable[..., int] | None = None
+_fast_state: bool | None = None  # None: not probed yet; False: portable for good.
+_portable_forced = 0
+
+
+@contextlib.contextmanager
+def portable_only() -> Iterator[None]:
+    """Force the portable walk inside this block (tests compare both routes with it)."""
+    global _portable_forced  # noqa: PLW0603 - one process-wide switch, under a lock
+    with _state_lock:
+        _portable_forced += 1
+    try:
+        yield
+    finally:
+        with _state_lock:
+            _portable_forced -= 1
+
+
+def fast_path_available() -> bool:
+    """Whether ``openat2`` is in use in this process (probed on first use)."""
+    return bool(_fast_state) and not _portable_forced
+
+
+def _load_syscall() -> Callable[..., int] | None:
+    if sys.platform != "linux" or platform.machine().lower() not in _OPENAT2_MACHINES:
+        return None
+    try:
+        function = ctypes.CDLL(None, use_errno=True).syscall
+    except (OSError, AttributeError):
+        return None
+    function.restype = ctypes.c_long
+    return function
+
+
+def _openat2(dir_fd: int, path: str, flags: int, mode: int, resolve: int) -> int:
+    """One ``openat2`` call: the new descriptor, or ``-errno``."""
+    function = _syscall
+    if function is None:
+        return -errno.ENOSYS
+    how = _OpenHow(flags, mode, resolve)
+    result = function(
+        ctypes.c_long(_SYS_OPENAT2),
+        ctypes.c_int(dir_fd),
+        ctypes.c_char_p(os.fsencode(path)),
+        ctypes.byref(how),
+        ctypes.c_size_t(ctypes.sizeof(how)),
+    )
+    if result < 0:
+        return -(ctypes.get_errno() or errno.EIO)
+    return result
+
+
+def _fast_path_enabled(root_fd: int) -> bool:
+    """Probe ``openat2`` once per process; remember a fallback decision for good."""
+    global _fast_state, _syscall  # noqa: PLW0603 - one process-wide decision, under a lock
+    if _portable_forced:
+        return False
+    if _fast_state is not None:
+        return _fast_state
+    with _state_lock:
+        if _fast_state is None:
+            _syscall = _load_syscall()
+            answer = _openat2(root_fd, ".", _O_PATH | os.O_DIRECTORY | os.O_CLOEXEC, 0, _BENEATH)
+            if answer >= 0:
+                os.close(answer)
+                _fast_state = True
+            elif -answer in _UNSUPPORTED:
+                _fast_state = False
+            else:
+                return False  # undecided (e.g. EMFILE): portable this time, probe again later
+        return _fast_state
+
+
+def _fast_open(root_fd: int, path: str, flags: int, mode: int, resolve: int) -> int | None:
+    """``openat2`` beneath the root: a descriptor, ``None`` to delegate, or a PathError."""
+    global _fast_state  # noqa: PLW0603 - a kernel without openat2 turns it off for good
+    if flags & os.O_CREAT == 0 and flags & getattr(os, "O_TMPFILE", 0) == 0:
+        mode = 0
+    if not flags & _O_PATH:
+        flags |= getattr(os, "O_LARGEFILE", 0)
+    for _ in range(OPENAT2_ATTEMPTS):
+        answer = _openat2(root_fd, path, flags, mode, resolve)
+        if answer >= 0:
+            return answer
+        number = -answer
+        if number in _RETRIED:
+            continue
+        if number == errno.ENOSYS:
+            _fast_state = False
+        if number == errno.EXDEV:
+            raise PathError("path_escape", _ESCAPE)
+        if number == errno.ENOENT:
+            raise PathError("not_found", _MISSING)
+        return None
+    raise PathError("path_unavailable", _CHANGED)
+
+
+def _fast_open_beneath(
+    root_fd: int, cleaned: str, flags: int, follow_final: bool, regular: bool, mode: int
+) -> int | None:
+    resolve = _BENEATH
+    nofollow = 0 if follow_final else os.O_NOFOLLOW
+    if not regular:
+        return _fast_open(root_fd, cleaned, flags | nofollow, mode, resolve)
+    probe = _fast_open(root_fd, cleaned, _O_PATH | os.O_CLOEXEC | nofollow, 0, resolve)
+    if probe is None:
+        return None
+    try:
+        seen = os.fstat(probe)
+    finally:
+        os.close(probe)
+    if stat.S_ISLNK(seen.st_mode):
+        raise PathError("not_regular", _FINAL_LINK)
+    if not stat.S_ISREG(seen.st_mode):
+        raise PathError("not_regular", _NOT_REGULAR)
+    fd = _fast_open(root_fd, cleaned, flags | nofollow, mode, resolve)
+    if fd is None:
+        return None
+    return _same_regular_file(fd, seen)
+
+
+def _fast_open_directory(root_fd: int, cleaned: str, follow_symlinks: bool) -> int | None:
+    resolve = _BENEATH if follow_symlinks else _BENEATH | _RESOLVE_NO_SYMLINKS
+    try:
+        return _fast_open(root_fd, cleaned, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, 0, resolve)
+    except PathError as error:
+        if error.code == "not_found":
+            return None  # the walk decides, and creates when asked to
+        raise
