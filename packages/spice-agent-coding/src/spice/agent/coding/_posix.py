@@ -1,25 +1,12 @@
-"""The POSIX process platform (placeholder until the shell issue lands)."""
+"""The POSIX process platform: ``PosixResolver`` and ``PosixLauncher``.
+
+The implementation lives in ``_posix_resolver`` and ``_posix_launcher``; only the
+``_posix*`` modules of the application start processes (see ``docs/notes/platform.md``).
+"""
 
 from __future__ import annotations
 
-from typing import final
+from ._posix_launcher import PosixLauncher, PosixProcess
+from ._posix_resolver import PosixResolver
 
-from spice.agent.process import Lookup, Process, Spec
-
-
-@final
-class PosixResolver:
-    """Resolves an executable with the lookup's own PATH and workdir only."""
-
-    async def resolve(self, lookup: Lookup) -> str:
-        """Return the absolute path of the executable, or raise ``ExecutableNotFound``."""
-        raise NotImplementedError
-
-
-@final
-class PosixLauncher:
-    """Starts each child in its own session and process group."""
-
-    async def start(self, spec: Spec) -> Process:
-        """Start ``spec``; raise ``LaunchError`` carrying any partial process."""
-        raise NotImplementedError
+__all__ = ["PosixLauncher", "PosixProcess", "PosixResolver"]

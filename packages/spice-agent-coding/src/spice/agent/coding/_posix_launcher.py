@@ -1,0 +1,480 @@
+"""``PosixLauncher`` and its process: one session and process group per child.
+
+This module (with its ``_posix*`` siblings) is the only place in the application that
+starts processes. Design, bounds and what escapes are in ``docs/notes/platform.md``;
+in short:
+
+- The child starts with ``subprocess.Popen`` (``start_new_session=True``,
+  ``close_fds=True``, no ``preexec_fn``), its environment exactly the spec's, its
+  ``argv[0]`` the resolved absolute path, stdin at EOF after ``spec.stdin``, stdout and
+  stderr on pipes that the event loop reads in ``READ_CHUNK_BYTES`` chunks and hands to
+  the sinks at once (nothing is buffered here).
+- The leader's exit is observed without reaping it (``waitid(WNOWAIT)``, woken by a
+  pidfd where the kernel has one, else polled). The unreaped leader pins its pid, and
+  with it the process-group id, so a group signal can never reach a recycled group.
+- ``wait`` (the join) kills what is left of the group while the leader still pins it,
+  reaps the leader, drains the pipes for at most ``DRAIN_BOUND_SECONDS`` and closes
+  them. Nothing in it waits on a pipe held open by a descendant.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+from collections.abc import Callable
+from typing import Final, final
+
+from spice.agent.process import LaunchError, Operation, Outcome, ProcessFailure, Sink, Spec
+
+READ_CHUNK_BYTES: Final = 64 * 1024
+"""Bytes read from a child's stdout or stderr per readiness event (and handed to the sink)."""
+
+STDIN_CHUNK_BYTES: Final = 64 * 1024
+"""Bytes of ``spec.stdin`` written per writability event."""
+
+EXIT_BOUND_SECONDS: Final = 5.0
+"""How long the join waits for the leader to exit after SIGKILL to its group."""
+
+DRAIN_BOUND_SECONDS: Final = 1.0
+"""How long the join waits for both pipes to reach EOF before it closes them."""
+
+EXIT_POLL_SECONDS: Final = 0.02
+"""Exit polling interval where the kernel has no pidfd (macOS, Linux < 5.3)."""
+
+_PEEK_FLAGS: Final = os.WEXITED | os.WNOHANG | os.WNOWAIT
+_REAP_FLAGS: Final = os.WEXITED | os.WNOHANG
+
+
+def _open_pidfd(pid: int) -> int | None:
+    """A pidfd for ``pid`` where the platform has one, else ``None`` (then we poll)."""
+    pidfd_open: Callable[[int], int] | None = getattr(os, "pidfd_open", None)
+    if pidfd_open is None or not hasattr(os, "P_PIDFD"):
+        return None
+    try:
+        return pidfd_open(pid)
+    except OSError:
+        # ENOSYS (old kernel, seccomp), EMFILE: polling works without it.
+        return None
+
+
+def _outcome_of(status: os.waitid_result) -> Outcome:
+    if status.si_code == os.CLD_EXITED:
+        return Outcome.exited(status.si_status)
+    if status.si_code in {os.CLD_KILLED, os.CLD_DUMPED}:
+        return Outcome.signaled()
+    return Outcome.unknown()
+
+
+def _close_quietly(fd: int) -> None:
+    try:
+        os.close(fd)
+    except OSError:
+        # Linux releases the descriptor even when close reports an error.
+        return
+
+
+@final
+class _OutputPump:
+    """Reads one pipe into one sink, a bounded chunk per readiness event."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, fd: int, sink: Sink) -> None:
+        self._loop = loop
+        self._fd = fd
+        self._sink: Sink | None = sink
+        self.started = False
+        self.closed = False
+        self.finished = asyncio.Event()
+
+    def start(self) -> None:
+        os.set_blocking(self._fd, False)
+        self._loop.add_reader(self._fd, self._on_readable)
+        self.started = True
+
+    def _on_readable(self) -> None:
+        try:
+            data = os.read(self._fd, READ_CHUNK_BYTES)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self.close()
+            return
+        if self._sink is not None:
+            try:
+                self._sink.write(data)
+            except Exception:  # noqa: BLE001 - a failing sink is dropped; the pipe keeps draining
+                self._sink = None
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        if self.started:
+            self._loop.remove_reader(self._fd)
+        _close_quietly(self._fd)
+        self.finished.set()
+
+
+@final
+class _InputPump:
+    """Writes ``spec.stdin`` to the child, then closes the pipe (EOF)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, fd: int, data: bytes) -> None:
+        self._loop = loop
+        self._fd = fd
+        self._data = memoryview(data)
+        self._offset = 0
+        self._registered = False
+        self.closed = False
+
+    def start(self) -> None:
+        os.set_blocking(self._fd, False)
+        self._loop.add_writer(self._fd, self._on_writable)
+        self._registered = True
+
+    def _on_writable(self) -> None:
+        chunk = self._data[self._offset : self._offset + STDIN_CHUNK_BYTES]
+        try:
+            self._offset += os.write(self._fd, chunk)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            # EPIPE: the child does not read its input; nothing more to give it.
+            self.close()
+            return
+        if self._offset >= len(self._data):
+            self.close()
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        if self._registered:
+            self._loop.remove_writer(self._fd)
+        _close_quietly(self._fd)
+        self._data = memoryview(b"")
+
+
+@final
+class PosixProcess:
+    """A child started by ``PosixLauncher``; use it only from the loop that started it.
+
+    The leader stays unreaped (a zombie once it exits) until ``wait`` joins it: while it
+    is unreaped its pid, and so its process-group id, cannot be reused, which makes
+    every group signal safe. Once the join has reaped it, no signal is sent any more.
+    """
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        popen: subprocess.Popen[bytes],
+        outputs: tuple[_OutputPump, _OutputPump],
+        stdin: _InputPump | None,
+    ) -> None:
+        self._loop = loop
+        # Kept alive on purpose: a collected Popen with no return code would be polled
+        # (and so reaped) by subprocess's own clean-up behind our back.
+        self._popen = popen
+        self._pid = popen.pid
+        self._outputs = outputs
+        self._stdin = stdin
+        self._pidfd: int | None = None
+        self._watching = False
+        self._poll: asyncio.TimerHandle | None = None
+        self._outcome: Outcome | None = None
+        self._exited = asyncio.Event()
+        self._pinned = True
+        self._reaped = False
+        self._joined = False
+        self._lost = False
+        self._join_lock = asyncio.Lock()
+
+    def _attach(self) -> None:
+        """Start the pumps and the exit watch (the part of a start that can fail late)."""
+        for pump in self._outputs:
+            pump.start()
+        if self._stdin is not None:
+            self._stdin.start()
+        self._pidfd = _open_pidfd(self._pid)
+        self._watch()
+
+    # -- exit observation -------------------------------------------------------------
+
+    def _watch(self) -> None:
+        if self._watching or self._outcome is not None:
+            return
+        self._watching = True
+        if self._pidfd is not None:
+            try:
+                self._loop.add_reader(self._pidfd, self._observe)
+            except Exception:  # noqa: BLE001 - any registration failure falls back to polling
+                self._close_pidfd()
+            else:
+                return
+        self._poll = self._loop.call_later(EXIT_POLL_SECONDS, self._poll_exit)
+
+    def _poll_exit(self) -> None:
+        self._poll = None
+        self._observe()
+        if self._outcome is None:
+            self._poll = self._loop.call_later(EXIT_POLL_SECONDS, self._poll_exit)
+
+    def _unwatch(self) -> None:
+        if not self._watching:
+            return
+        self._watching = False
+        if self._poll is not None:
+            self._poll.cancel()
+            self._poll = None
+        if self._pidfd is not None:
+            self._loop.remove_reader(self._pidfd)
+
+    def _close_pidfd(self) -> None:
+        if self._pidfd is not None:
+            _close_quietly(self._pidfd)
+            self._pidfd = None
+
+    def _waitid(self, flags: int) -> os.waitid_result | None:
+        if self._pidfd is not None:
+            return os.waitid(os.P_PIDFD, self._pidfd, flags)
+        return os.waitid(os.P_PID, self._pid, flags)
+
+    def _observe(self) -> None:
+        """Look at the leader without reaping it; record its outcome once it has exited."""
+        if self._reaped or not self._pinned:
+            return
+        try:
+            status = self._waitid(_PEEK_FLAGS)
+        except ChildProcessError:
+            # Someone else reaped our child (a SIGCHLD handler, a waitpid(-1) watcher,
+            # SIGCHLD ignored): its pid no longer pins the group id.
+            self._pinned = False
+            self._record(Outcome.unknown())
+            return
+        except OSError:
+            if self._pidfd is not None:
+                # A kernel with pidfd_open but without waitid(P_PIDFD) (Linux 5.3):
+                # the pid still pins the group (we have not reaped), so poll by pid.
+                self._unwatch()
+                self._close_pidfd()
+                self._watch()
+            return
+        if status is not None and status.si_pid != 0:
+            self._record(_outcome_of(status))
+
+    def _record(self, outcome: Outcome) -> None:
+        if self._outcome is None:
+            self._outcome = outcome
+        self._unwatch()
+        self._exited.set()
+
+    # -- the Process protocol ---------------------------------------------------------
+
+    @property
+    def pid(self) -> int:
+        """The leader's pid, which is also the id of its process group and session."""
+        return self._pid
+
+    def done(self) -> bool:
+        """True once the process has exited and its outcome is known."""
+        if self._outcome is None:
+            self._observe()
+        return self._outcome is not None
+
+    async def wait_exit(self) -> None:
+        """Wait until the leader has exited (its descendants may still run)."""
+        await self._exited.wait()
+
+    def result(self) -> Outcome:
+        """The outcome; raises ``ProcessFailure(RESULT)`` before the process is done."""
+        if not self.done() or self._outcome is None:
+            raise ProcessFailure(Operation.RESULT, retryable=True)
+        return self._outcome
+
+    async def request_stop(self) -> None:
+        """SIGTERM to the whole group (a no-op once the join has finished)."""
+        self._signal_group(signal.SIGTERM, Operation.REQUEST_STOP)
+
+    async def force_kill(self) -> None:
+        """SIGKILL to the whole group (a no-op once the join has finished)."""
+        self._signal_group(signal.SIGKILL, Operation.FORCE_KILL)
+
+    def _signal_group(self, signum: signal.Signals, operation: Operation) -> None:
+        if self._reaped:
+            return
+        self._observe()
+        if not self._pinned:
+            # The group id may belong to someone else by now: signalling it is unsafe.
+            raise ProcessFailure(operation, retryable=False)
+        try:
+            os.killpg(self._pid, signum)
+        except ProcessLookupError:
+            return
+        except OSError:
+            raise ProcessFailure(operation, retryable=True) from None
+
+    async def wait(self) -> None:
+        """The join: group killed, leader reaped, pipes drained or closed, all bounded.
+
+        Idempotent; concurrent calls wait for the first. ``ProcessFailure(WAIT,
+        retryable=True)`` when the leader does not exit within ``EXIT_BOUND_SECONDS``
+        of SIGKILL (a retry starts over); ``retryable=False`` when the leader was reaped
+        by someone else, so what is left of its group can no longer be killed safely.
+        """
+        async with self._join_lock:
+            if self._joined:
+                return
+            if not self._reaped:
+                await self._end_group()
+            await self._drain()
+            if self._lost:
+                raise ProcessFailure(Operation.WAIT, retryable=False)
+            self._joined = True
+
+    async def _end_group(self) -> None:
+        self._observe()
+        if not self._pinned:
+            # Terminal: the pipes are still drained and closed, but what is left of the
+            # group can never be killed safely, so release cannot be proven.
+            self._lost = True
+            self._reaped = True
+            self._close_pidfd()
+            self._popen.returncode = -1
+            return
+        try:
+            os.killpg(self._pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        except OSError:
+            raise ProcessFailure(Operation.WAIT, retryable=True) from None
+        self._watch()
+        try:
+            async with asyncio.timeout(EXIT_BOUND_SECONDS):
+                await self._exited.wait()
+        except TimeoutError:
+            raise ProcessFailure(Operation.WAIT, retryable=True) from None
+        self._reap()
+
+    def _reap(self) -> None:
+        try:
+            self._waitid(_REAP_FLAGS)
+        except ChildProcessError:
+            self._record(Outcome.unknown())
+        self._reaped = True
+        self._pinned = False
+        self._close_pidfd()
+        outcome = self._outcome
+        code = outcome.exit_code if outcome is not None and outcome.exit_code is not None else -1
+        # Tell Popen the child is gone so it never polls (or warns about) it again.
+        self._popen.returncode = code
+
+    async def _drain(self) -> None:
+        for pump in self._outputs:
+            if not pump.started:
+                pump.close()
+        try:
+            async with asyncio.timeout(DRAIN_BOUND_SECONDS):
+                for pump in self._outputs:
+                    if pump.closed:
+                        continue
+                    await pump.finished.wait()
+        except TimeoutError:
+            # A descendant outside the group still holds a write end: stop listening.
+            pass
+        for pump in self._outputs:
+            pump.close()
+        if self._stdin is not None:
+            self._stdin.close()
+
+
+def _environment(entries: tuple[str, ...]) -> dict[str, str]:
+    environment: dict[str, str] = {}
+    for entry in entries:
+        name, _, value = entry.partition("=")
+        environment[name] = value
+    return environment
+
+
+def _attach(process: PosixProcess) -> None:
+    """The late part of a start (a seam the tests replace to cause a partial start)."""
+    process._attach()
+
+
+@final
+class PosixLauncher:
+    """Starts each child in its own session and process group.
+
+    >>> import asyncio
+    >>> class Discard:
+    ...     def write(self, data: bytes) -> None:
+    ...         pass
+    >>> async def run() -> bool:
+    ...     spec = Spec("/bin/true", (), "/", (), b"", Discard(), Discard())
+    ...     process = await PosixLauncher().start(spec)
+    ...     await process.wait_exit()
+    ...     await process.wait()
+    ...     return process.result().successful
+    >>> asyncio.run(run())
+    True
+    """
+
+    async def start(self, spec: Spec) -> PosixProcess:
+        """Start ``spec``; raise ``LaunchError`` (carrying the process if one was created).
+
+        ``Popen`` runs on the loop thread, as in ``asyncio.create_subprocess_exec``: it
+        returns once the child has exec'd or failed, and since nothing here awaits, a
+        cancellation can never fall between the fork and the ownership of the child.
+        """
+        loop = asyncio.get_running_loop()
+        parent_ends: list[int] = []
+        child_ends: list[int] = []
+        try:
+            stdout_read, stdout_write = os.pipe()
+            parent_ends.append(stdout_read)
+            child_ends.append(stdout_write)
+            stderr_read, stderr_write = os.pipe()
+            parent_ends.append(stderr_read)
+            child_ends.append(stderr_write)
+            stdin: int = subprocess.DEVNULL
+            stdin_write: int | None = None
+            if spec.stdin:
+                stdin, stdin_write = os.pipe()
+                child_ends.append(stdin)
+                parent_ends.append(stdin_write)
+            # Inline on purpose (see the docstring): fork/exec is short and must not be cut.
+            popen = subprocess.Popen(  # noqa: S603, ASYNC220 - argv list, no shell; see above
+                [spec.executable, *spec.arguments],
+                executable=spec.executable,
+                stdin=stdin,
+                stdout=stdout_write,
+                stderr=stderr_write,
+                cwd=spec.working_directory,
+                env=_environment(spec.environment),
+                close_fds=True,
+                start_new_session=True,
+                restore_signals=True,
+            )
+        except Exception:  # noqa: BLE001 - every start failure is one LaunchError, no OS text
+            for fd in parent_ends:
+                _close_quietly(fd)
+            raise LaunchError from None
+        finally:
+            for fd in child_ends:
+                _close_quietly(fd)
+        process = PosixProcess(
+            loop,
+            popen,
+            (
+                _OutputPump(loop, stdout_read, spec.stdout),
+                _OutputPump(loop, stderr_read, spec.stderr),
+            ),
+            None if stdin_write is None else _InputPump(loop, stdin_write, spec.stdin),
+        )
+        try:
+            _attach(process)
+        except Exception:  # noqa: BLE001 - the child exists: hand it over with the error
+            raise LaunchError(process) from None
+        return process
