@@ -19,7 +19,7 @@ from typing import Final, final
 from spice.agent.dispatch import Dispatcher, Interceptor
 from spice.agent.lifecycle import Cleanup
 from spice.agent.process import ExecutableResolver, Launcher
-from spice.agent.starter import AutoBean
+from spice.agent.starter import AutoBean, AutoConfiguration
 from spice.agent.tool import Tool
 from spice.agent.tools.coding import Config
 from spice.agent.tools.coding.autoconfigure import spice_auto_configuration
@@ -33,6 +33,7 @@ CLEANUP_TIMEOUT_SECONDS: Final = 10.0
 """How long one ``Cleanup`` may take on the way out before it is abandoned."""
 
 CLEANUP_INCOMPLETE: Final = "the tools' cleanup did not complete"
+UNUSABLE_ROOT: Final = "the worktree root is not a usable path"
 
 _logger = logging.getLogger("spice.agent.coding")
 
@@ -51,10 +52,9 @@ def resolve_config(
     if chosen is None or os.fspath(chosen) == "":
         chosen = source.get(ROOT_ENVIRONMENT_VARIABLE) or None
     try:
-        absolute = os.path.abspath(os.curdir if chosen is None else chosen)
+        return Config(os.path.abspath(os.curdir if chosen is None else chosen))
     except (OSError, ValueError, TypeError):
-        raise ValueError("the worktree root is not a usable path") from None
-    return Config(absolute)
+        raise ValueError(UNUSABLE_ROOT) from None
 
 
 @final
@@ -152,12 +152,14 @@ async def compose(
     resolver: ExecutableResolver | None = None,
     launcher: Launcher | None = None,
     interceptors: Iterable[Interceptor] = (),
+    defaults: AutoConfiguration | None = None,
 ) -> AsyncIterator[Dispatcher]:
     """Compose the application and yield its one ``Dispatcher``.
 
     ``tools`` are the application's own; each of ``read``, ``replace`` and
     ``shell`` it does not provide is built from its autoconfigure fallback,
-    with ``PosixResolver``/``PosixLauncher`` unless others are given. Every
+    with ``PosixResolver``/``PosixLauncher`` unless others are given
+    (``defaults`` replaces the record, e.g. for a reviewed subset). Every
     ``Cleanup`` a fallback handed back runs when the block exits, on every
     path (shielded, each bounded by ``CLEANUP_TIMEOUT_SECONDS``)::
 
@@ -171,7 +173,8 @@ async def compose(
     platform: _Platform | None = None
     try:
         composed = dict(provided)
-        for bean in spice_auto_configuration().beans:
+        record = spice_auto_configuration() if defaults is None else defaults
+        for bean in record.beans:
             if bean.name in provided:
                 continue
             if platform is None:
