@@ -21,6 +21,7 @@ from typing import Final, final
 from spice.agent.tool import Call, Reporter, Result
 from spice.agent.tools.coding import Config
 from spice.agent.tools.coding._commit import POSIX, Checkpoint, is_temporary_name
+from spice.agent.tools.coding._config import DEFAULT_BYTES
 from spice.agent.tools.coding._replace import ReplaceTool
 
 WAIT_SECONDS: Final = 5.0
@@ -174,9 +175,11 @@ class Recording:
             hook()
 
 
-def make_tool(root: Path, syscalls: Recording | None = None, **bounds: int) -> ReplaceTool:
+def make_tool(
+    root: Path, syscalls: Recording | None = None, *, max_write_bytes: int = DEFAULT_BYTES
+) -> ReplaceTool:
     """A replace tool over ``root`` (the real calls unless ``syscalls`` is given)."""
-    config = Config(str(root), **bounds)
+    config = Config(str(root), max_write_bytes=max_write_bytes)
     if syscalls is None:
         return ReplaceTool(config)
     return ReplaceTool(config, syscalls=syscalls)
