@@ -1,12 +1,326 @@
-"""The ``read`` tool (placeholder until its issue lands)."""
+"""The ``read`` tool: one byte page of a regular file inside the worktree.
+
+Confinement is ``_root``'s job (see its module docstring); this module decodes the
+arguments, runs the blocking file work in a worker thread, and shapes the page:
+UTF-8 text when the bytes are valid UTF-8 (a page the limit would cut inside a
+character ends at the previous character boundary), base64 otherwise or when the
+JSON-escaped text would break the payload bound. ``os.pread`` reads only the page,
+so the cost never depends on the file's size.
+"""
 
 from __future__ import annotations
 
-from spice.agent.tool import Tool
+import asyncio
+import base64
+import hashlib
+import os
+import stat
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final, final
 
+from spice.agent.tool import (
+    MAXIMUM_PAYLOAD_BYTES,
+    Call,
+    Capability,
+    Definition,
+    Effect,
+    ExecutionError,
+    ExecutionState,
+    Interruption,
+    ReplaySafety,
+    Reporter,
+    Result,
+    RetryDisposition,
+    Tool,
+)
+
+from ._arguments import ArgumentError, decode_object, take_integer, take_string
 from ._config import Config
+from ._results import attach, encoded_size, failure, report_progress, success
+from ._root import PathError, clean_path, open_beneath, open_root
+
+NAME: Final = "read"
+DESCRIPTION: Final = (
+    "Read one page of a file inside the worktree. `path` is relative to the worktree "
+    "root; symbolic links are followed only while they stay inside it. Returns up to "
+    "`limit` bytes starting at byte `offset`: UTF-8 text, or base64 when the bytes are "
+    "not valid UTF-8 or too large to escape. When `truncated` is true, call again with "
+    "`offset` = `next_offset`. A complete page (the whole file from offset 0) includes "
+    "its `sha256`, which `replace` takes as `expected_sha256`."
+)
+PROGRESS: Final = "reading a file"
+LOOKAHEAD_BYTES: Final = 3
+"""Bytes read past the page to tell a cut character from invalid UTF-8 (a UTF-8 character
+has at most 4 bytes)."""
+SETTLE_SECONDS: Final = 5.0
+"""How long a cancelled call waits for its worker thread to close its descriptors."""
+READ_FAILED: Final = "the file could not be read"
+UNEXPECTED: Final = "the read failed unexpectedly; nothing was changed"
+_STATE: Final = ExecutionState.DEFINITIVE
+_RETRY: Final = RetryDisposition.ALLOWED
+_PROPERTIES: Final = frozenset({"path", "offset", "limit"})
+
+
+def _schema(max_read_bytes: int) -> dict[str, object]:
+    return {
+        "type": "object",
+        "properties": {
+            "path": {
+                "type": "string",
+                "minLength": 1,
+                "description": "File path relative to the worktree root, '/'-separated.",
+            },
+            "offset": {
+                "type": "integer",
+                "minimum": 0,
+                "default": 0,
+                "description": "Byte offset of the page; the file's size gives an empty page.",
+            },
+            "limit": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": max_read_bytes,
+                "default": max_read_bytes,
+                "description": "Most bytes to return.",
+            },
+        },
+        "required": ["path"],
+        "additionalProperties": False,
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class _Request:
+    path: str
+    offset: int
+    limit: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Failure:
+    code: str
+    message: str
 
 
 def new_read(config: Config) -> Tool:
-    """Build the ``read`` tool for ``config``; performs no filesystem action."""
-    raise NotImplementedError
+    """Build the ``read`` tool for ``config``; performs no filesystem action.
+
+    >>> from spice.agent.tools.coding import Config
+    >>> new_read(Config("/work/tree")).definition.name
+    'read'
+    """
+    return _Read(config)
+
+
+@final
+class _Read:
+    """The ``read`` tool (``read_only`` / ``safe`` / ``filesystem.read``)."""
+
+    __slots__ = ("_config", "_definition")
+
+    def __init__(self, config: Config) -> None:
+        self._config = config
+        self._definition = Definition(
+            NAME,
+            DESCRIPTION,
+            _schema(config.max_read_bytes),
+            Effect.READ_ONLY,
+            ReplaySafety.SAFE,
+            [Capability.FILESYSTEM_READ],
+        )
+
+    @property
+    def definition(self) -> Definition:
+        return self._definition
+
+    def __repr__(self) -> str:
+        return "<read tool>"
+
+    async def execute(self, call: Call, reporter: Reporter | None = None) -> Result:
+        await report_progress(call, reporter, PROGRESS, _RETRY)
+        if call.name != NAME:
+            return failure(
+                call, "invalid_arguments", "this call names another tool", _STATE, _RETRY
+            )
+        if os.name == "nt":
+            return failure(
+                call,
+                "unsupported_platform",
+                "read is not yet supported on Windows",
+                _STATE,
+                _RETRY,
+            )
+        try:
+            request = _decode(call.arguments, self._config.max_read_bytes)
+        except (ArgumentError, PathError) as error:
+            return failure(call, "invalid_arguments", str(error), _STATE, _RETRY)
+        worker = asyncio.ensure_future(asyncio.to_thread(_read_page, self._config.root, request))
+        try:
+            outcome = await asyncio.shield(worker)
+        except asyncio.CancelledError as cancelled:
+            interruption = Interruption(call.id, _STATE, _RETRY)
+            attach(cancelled, interruption)
+            try:
+                await _settle(worker)
+            except asyncio.CancelledError as again:
+                attach(again, interruption)
+                raise
+            raise
+        except Exception:  # noqa: BLE001 - a bug or host fault in the worker is a host failure
+            raise ExecutionError(call.id, _STATE, _RETRY, UNEXPECTED) from None
+        if isinstance(outcome, _Failure):
+            return failure(call, outcome.code, outcome.message, _STATE, _RETRY)
+        return success(call, outcome, _STATE, _RETRY)
+
+
+async def _settle(worker: asyncio.Future[Mapping[str, object] | _Failure]) -> None:
+    """Wait (shielded, bounded) for a cancelled call's worker to finish closing its files."""
+    if not worker.done():
+        worker.add_done_callback(_consume)
+        try:
+            async with asyncio.timeout(SETTLE_SECONDS):
+                await asyncio.shield(worker)
+        except TimeoutError:
+            return
+        except Exception:  # noqa: BLE001 - its outcome no longer matters, only its end
+            return
+    else:
+        _consume(worker)
+
+
+def _consume(worker: asyncio.Future[Mapping[str, object] | _Failure]) -> None:
+    """Retrieve a finished worker's exception so nothing logs it as unretrieved."""
+    if not worker.cancelled():
+        worker.exception()
+
+
+def _decode(arguments: str, max_read_bytes: int) -> _Request:
+    values = decode_object(arguments, _PROPERTIES)
+    raw = take_string(values, "path", required=True)
+    offset = take_integer(values, "offset")
+    limit = take_integer(values, "limit")
+    if offset is None:
+        offset = 0
+    elif offset < 0:
+        raise ArgumentError("offset must be at least 0")
+    if limit is None:
+        limit = max_read_bytes
+    elif limit < 1:
+        raise ArgumentError("limit must be at least 1")
+    elif limit > max_read_bytes:
+        raise ArgumentError(f"limit must be at most {max_read_bytes} (max_read_bytes)")
+    assert raw is not None  # noqa: S101 - take_string(required=True) never answers None
+    return _Request(clean_path(raw), offset, limit)
+
+
+def _read_page(root: str, request: _Request) -> Mapping[str, object] | _Failure:
+    """The blocking part of a call, run in a worker thread; closes every descriptor it opens."""
+    try:
+        root_fd = open_root(root)
+        try:
+            fd = open_beneath(root_fd, request.path, os.O_RDONLY, follow_final=True, regular=True)
+        finally:
+            os.close(root_fd)
+    except PathError as error:
+        return _Failure(error.code, error.message)
+    try:
+        return _page(fd, request)
+    except OSError:
+        return _Failure("read_failed", READ_FAILED)
+    finally:
+        os.close(fd)
+
+
+def _page(fd: int, request: _Request) -> Mapping[str, object] | _Failure:
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):  # open_beneath(regular=True) already made sure
+        return _Failure("not_regular", "the path is not a regular file")
+    size = info.st_size
+    offset = request.offset
+    if offset > size:
+        return _Failure("invalid_arguments", "offset is past the end of the file")
+    want = min(request.limit, size - offset)
+    extra = min(LOOKAHEAD_BYTES, size - offset - want)
+    data = _pread(fd, want + extra, offset)
+    page, lookahead = data[:want], data[want:]
+    return _shape(request.path, offset, size, page, lookahead)
+
+
+def _pread(fd: int, count: int, offset: int) -> bytes:
+    """Read ``count`` bytes at ``offset`` (fewer only at end of file)."""
+    chunks: list[bytes] = []
+    while count > 0:
+        chunk = os.pread(fd, count, offset)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        count -= len(chunk)
+        offset += len(chunk)
+    return b"".join(chunks)
+
+
+def _text_prefix(page: bytes, lookahead: bytes) -> bytes | None:
+    """The longest prefix of ``page`` that is UTF-8 text ending on a character boundary.
+
+    ``page`` itself when it is valid; a shorter, non-empty prefix when the page ends inside
+    a character the following bytes complete; ``None`` when the bytes are not text.
+    """
+    try:
+        page.decode("utf-8")
+    except UnicodeDecodeError as error:
+        cut = error.start
+        if cut == 0 or not lookahead or len(page) - cut >= 4:
+            return None
+        try:
+            page[:cut].decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+        if not _completes_a_character(page[cut:] + lookahead):
+            return None
+        return page[:cut]
+    return page
+
+
+def _completes_a_character(data: bytes) -> bool:
+    """Whether ``data`` starts with one whole, valid UTF-8 character of 2..4 bytes."""
+    for length in (2, 3, 4):
+        try:
+            data[:length].decode("utf-8")
+        except UnicodeDecodeError:
+            continue
+        return True
+    return False
+
+
+def _shape(
+    path: str, offset: int, size: int, page: bytes, lookahead: bytes
+) -> Mapping[str, object]:
+    text = _text_prefix(page, lookahead)
+    if text is not None:
+        content = _content(path, offset, size, text, "utf-8", text.decode("utf-8"))
+        if encoded_size(content) <= MAXIMUM_PAYLOAD_BYTES:
+            return content
+    return _content(path, offset, size, page, "base64", base64.b64encode(page).decode("ascii"))
+
+
+def _content(
+    path: str, offset: int, size: int, data: bytes, encoding: str, body: str
+) -> dict[str, object]:
+    end = offset + len(data)
+    truncated = end < size
+    content: dict[str, object] = {
+        "ok": True,
+        "path": path,
+        "offset": offset,
+        "bytes": len(data),
+        "total_bytes": size,
+    }
+    if truncated:
+        content["next_offset"] = end
+    content["truncated"] = truncated
+    content["encoding"] = encoding
+    content["content"] = body
+    if offset == 0 and not truncated:
+        content["sha256"] = hashlib.sha256(data).hexdigest()
+    return content
