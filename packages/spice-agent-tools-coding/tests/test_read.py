@@ -1,0 +1,441 @@
+"""The ``read`` tool: definition, arguments, paging, encodings, special files, cancellation."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import json
+import os
+import socket
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from spice.agent.tool import (
+    MAXIMUM_PAYLOAD_BYTES,
+    Call,
+    Capability,
+    Effect,
+    ExecutionError,
+    ExecutionState,
+    Progress,
+    ReplaySafety,
+    Result,
+    RetryDisposition,
+    interruption_of,
+)
+from spice.agent.tools.coding import Config, new_read
+from spice.agent.tools.coding._config import MAXIMUM_BYTES
+from spice.agent.tools.coding._read import PROGRESS
+
+REPORTER_TEXT = "reporter-text-\u2603"
+HAS_FD_DIR = os.path.isdir("/proc/self/fd")
+"""Whether open descriptors can be counted (Linux)."""
+
+
+def content_of(result: Result) -> dict[str, object]:
+    """The result's content object."""
+    value = json.loads(result.content)
+    assert isinstance(value, dict)
+    return value
+
+
+async def read(
+    root: Path, arguments: dict[str, object] | str, max_read_bytes: int = 262_144
+) -> dict[str, object]:
+    """One ``read`` call on a tool rooted at ``root``; its content object."""
+    tool = new_read(Config(root, max_read_bytes=max_read_bytes))
+    text = arguments if isinstance(arguments, str) else json.dumps(arguments)
+    result = await tool.execute(Call("call-1", "read", text))
+    content = content_of(result)
+    assert (result.problem is None) == (content["ok"] is True)
+    if result.problem is not None:
+        assert result.problem == content["message"]
+    return content
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    """An empty worktree root."""
+    worktree = tmp_path / "root"
+    worktree.mkdir()
+    return worktree
+
+
+class Recorder:
+    """A reporter that keeps every progress message."""
+
+    def __init__(self) -> None:
+        self.messages: list[Progress] = []
+
+    async def report(self, progress: Progress) -> None:
+        """Keep ``progress``."""
+        self.messages.append(progress)
+
+
+class Failing:
+    """A reporter that raises ``error``."""
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+    async def report(self, progress: Progress) -> None:
+        """Raise the configured error."""
+        raise self.error
+
+
+class Blocking:
+    """A reporter that blocks until released; ``entered`` is set once it is called."""
+
+    def __init__(self) -> None:
+        self.entered = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def report(self, progress: Progress) -> None:
+        """Block until ``release`` is set."""
+        self.entered.set()
+        await self.release.wait()
+
+
+# ---- definition and factory ----------------------------------------------------------------
+
+
+def test_the_definition_is_read_only_safe_and_declares_filesystem_read(tmp_path: Path) -> None:
+    """Name, effect, replay safety, capability and schema are the contract's."""
+    definition = new_read(Config(tmp_path / "missing-root", max_read_bytes=1000)).definition
+    assert "read" == definition.name
+    assert Effect.READ_ONLY == definition.effect
+    assert ReplaySafety.SAFE == definition.replay_safety
+    assert (Capability.FILESYSTEM_READ,) == definition.capabilities
+    schema = json.loads(definition.input_schema)
+    assert ["path"] == schema["required"]
+    assert schema["additionalProperties"] is False
+    assert {"type": "string", "minLength": 1}.items() <= schema["properties"]["path"].items()
+    assert {"type": "integer", "minimum": 0}.items() <= schema["properties"]["offset"].items()
+    limit = {"type": "integer", "minimum": 1, "maximum": 1000}
+    assert limit.items() <= schema["properties"]["limit"].items()
+    assert not (tmp_path / "missing-root").exists()
+
+
+async def test_a_missing_root_is_root_unavailable(tmp_path: Path) -> None:
+    """The root is opened per call; when it is missing the call says so, without the path."""
+    content = await read(tmp_path / "missing", {"path": "a.txt"})
+    assert "root_unavailable" == content["code"]
+    assert str(tmp_path) not in json.dumps(content)
+
+
+async def test_a_call_naming_another_tool_is_invalid(root: Path) -> None:
+    """A call whose name is not ``read`` is a model-visible ``invalid_arguments``."""
+    result = await new_read(Config(root)).execute(Call("c", "replace", '{"path": "a"}'))
+    assert "invalid_arguments" == content_of(result)["code"]
+
+
+async def test_windows_answers_unsupported_platform(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On Windows every call is ``unsupported_platform`` (os.name faked: no Windows CI)."""
+    tool = new_read(Config(root))
+    monkeypatch.setattr(os, "name", "nt")
+    result = await tool.execute(Call("c", "read", '{"path": "a"}'))
+    monkeypatch.undo()
+    assert "unsupported_platform" == content_of(result)["code"]
+
+
+# ---- arguments -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ('{"path": "a", "offset": true}', "offset must be an integer"),
+        ('{"path": "a", "offset": 1.0}', "offset must be an integer"),
+        ('{"path": "a", "offset": "1"}', "offset must be an integer"),
+        ('{"path": "a", "limit": null}', "limit must be an integer"),
+        ('{"path": 1}', "path must be a string"),
+        ("{}", "path must be a string"),
+        ('{"path": "a", "other": 1}', "arguments have an unknown property"),
+        ('{"path": "a", "path": "b"}', "arguments repeat a property"),
+        ('{"path": "\\ud800"}', "arguments must not contain lone surrogates"),
+        ('["a"]', "arguments must be a JSON object"),
+        ('{"path": "a", "offset": -1}', "offset must be at least 0"),
+        ('{"path": "a", "limit": 0}', "limit must be at least 1"),
+        ('{"path": "a", "limit": 17}', "limit must be at most 16 (max_read_bytes)"),
+        ('{"path": ""}', "path must not be empty"),
+        ('{"path": "../a"}', "path must not leave the worktree root"),
+        ('{"path": "/etc/passwd"}', "path must be relative to the worktree root"),
+    ],
+)
+async def test_malformed_arguments_get_their_own_words(
+    root: Path, arguments: str, message: str
+) -> None:
+    """Structure, type and range failures are ``invalid_arguments`` with a specific message."""
+    content = await read(root, arguments, max_read_bytes=16)
+    assert ("invalid_arguments", message) == (content["code"], content["message"])
+
+
+async def test_limit_at_the_bound_is_accepted(root: Path) -> None:
+    """``limit == max_read_bytes`` reads; ``max_read_bytes + 1`` is refused (above)."""
+    (root / "f").write_bytes(b"x" * 20)
+    content = await read(root, {"path": "f", "limit": 16}, max_read_bytes=16)
+    assert (16, 16) == (content["bytes"], content["next_offset"])
+
+
+# ---- pages ---------------------------------------------------------------------------------
+
+
+async def test_a_complete_page_has_the_whole_file_and_its_sha256(root: Path) -> None:
+    """Offset 0 and the whole file: not truncated, with the digest; no ``next_offset``."""
+    data = b"hello\r\n\xef\xbb\xbfworld\n"
+    (root / "f.txt").write_bytes(data)
+    content = await read(root, {"path": "./f.txt"})
+    assert {
+        "ok": True,
+        "path": "f.txt",
+        "offset": 0,
+        "bytes": len(data),
+        "total_bytes": len(data),
+        "truncated": False,
+        "encoding": "utf-8",
+        "content": data.decode(),
+        "sha256": hashlib.sha256(data).hexdigest(),
+    } == content
+    assert data == str(content["content"]).encode()  # CRLF and the BOM byte-exact
+
+
+async def test_pages_walk_the_file_with_next_offset(root: Path) -> None:
+    """Pages of 4 over 10 bytes: 0-4, 4-8, 8-10; only the last one is not truncated."""
+    (root / "f").write_bytes(b"0123456789")
+    seen = []
+    offset: object = 0
+    while True:
+        content = await read(root, {"path": "f", "offset": offset, "limit": 4})
+        assert "sha256" not in content
+        seen.append(content["content"])
+        if not content["truncated"]:
+            assert "next_offset" not in content
+            break
+        offset = content["next_offset"]
+    assert ["0123", "4567", "89"] == seen
+
+
+async def test_offset_at_the_size_is_an_empty_page_and_past_it_is_invalid(root: Path) -> None:
+    """``offset == size`` gives zero bytes; ``size + 1`` is ``invalid_arguments``."""
+    (root / "f").write_bytes(b"abc")
+    at_end = await read(root, {"path": "f", "offset": 3})
+    assert (0, "", False, 3) == (
+        at_end["bytes"],
+        at_end["content"],
+        at_end["truncated"],
+        at_end["total_bytes"],
+    )
+    past = await read(root, {"path": "f", "offset": 4})
+    assert ("invalid_arguments", "offset is past the end of the file") == (
+        past["code"],
+        past["message"],
+    )
+    huge = await read(root, {"path": "f", "offset": 2**70})
+    assert "invalid_arguments" == huge["code"]
+
+
+async def test_an_empty_file_is_a_complete_empty_page(root: Path) -> None:
+    """An empty file has a digest (of nothing) and no content."""
+    (root / "empty").write_bytes(b"")
+    content = await read(root, {"path": "empty"})
+    assert (hashlib.sha256(b"").hexdigest(), "") == (content["sha256"], content["content"])
+
+
+async def test_a_page_cut_inside_a_character_ends_at_the_previous_boundary(root: Path) -> None:
+    """``a`` + a 3-byte character with limit 2 returns ``a``; the next page the character."""
+    (root / "f").write_bytes("a€b".encode())
+    first = await read(root, {"path": "f", "limit": 2})
+    assert ("utf-8", "a", 1, 1) == (
+        first["encoding"],
+        first["content"],
+        first["bytes"],
+        first["next_offset"],
+    )
+    second = await read(root, {"path": "f", "offset": 1, "limit": 3})
+    assert ("utf-8", "€", 4) == (second["encoding"], second["content"], second["next_offset"])
+
+
+async def test_a_limit_smaller_than_the_first_character_falls_back_to_base64(root: Path) -> None:
+    """A page must make progress: one byte of a 4-byte character comes as base64."""
+    data = "𝄞".encode()
+    (root / "f").write_bytes(data)
+    content = await read(root, {"path": "f", "limit": 1})
+    assert ("base64", base64.b64encode(data[:1]).decode(), 1) == (
+        content["encoding"],
+        content["content"],
+        content["next_offset"],
+    )
+
+
+async def test_invalid_utf8_is_base64(root: Path) -> None:
+    """Bytes that are not UTF-8 (even a cut sequence at the end of the file) are base64."""
+    for data in (b"\xff\xfeabc", b"abc\xe2\x82", b"ab\xe2\x41cd"):
+        (root / "f").write_bytes(data)
+        content = await read(root, {"path": "f", "limit": 3 if data.startswith(b"ab\xe2") else 16})
+        assert "base64" == content["encoding"]
+        page = base64.b64decode(str(content["content"]))
+        assert data[: len(page)] == page
+
+
+async def test_nul_bytes_too_large_to_escape_are_base64_within_the_payload_bound(
+    root: Path,
+) -> None:
+    """300 KiB of NUL would escape to 1.8 MB of JSON: base64 keeps the result under 1 MiB."""
+    data = b"\0" * (300 * 1024)
+    (root / "zeros").write_bytes(data)
+    tool = new_read(Config(root, max_read_bytes=MAXIMUM_BYTES))
+    result = await tool.execute(Call("c", "read", '{"path": "zeros"}'))
+    content = content_of(result)
+    assert ("base64", hashlib.sha256(data).hexdigest()) == (content["encoding"], content["sha256"])
+    assert data == base64.b64decode(str(content["content"]))
+    assert MAXIMUM_PAYLOAD_BYTES > len(result.content.encode())
+
+
+async def test_a_deep_offset_in_a_huge_sparse_file_answers_at_once(root: Path) -> None:
+    """A 1 TiB sparse file read at 1 TiB - 10 gives 10 bytes (cost is the page's)."""
+    size = 1 << 40
+    with (root / "sparse").open("wb") as handle:
+        handle.truncate(size)
+    content = await read(root, {"path": "sparse", "offset": size - 10})
+    assert (10, size, "\0" * 10, False) == (
+        content["bytes"],
+        content["total_bytes"],
+        content["content"],
+        content["truncated"],
+    )
+
+
+# ---- what is not a regular file ------------------------------------------------------------
+
+
+@pytest.fixture
+def specials(root: Path) -> Iterator[Path]:
+    """A FIFO, a socket, a directory, /dev/zero links (absolute and relative)."""
+    os.mkfifo(root / "fifo")
+    (root / "dir").mkdir()
+    (root / "zero_abs").symlink_to("/dev/zero")
+    (root / "zero_rel").symlink_to("../" * 40 + "dev/zero")
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    cwd = Path.cwd()
+    os.chdir(root)
+    try:
+        server.bind("sock")
+    finally:
+        os.chdir(cwd)
+    yield root
+    server.close()
+
+
+@pytest.mark.parametrize(
+    ("path", "code"),
+    [
+        ("fifo", "not_regular"),
+        ("sock", "not_regular"),
+        ("dir", "not_regular"),
+        (".", "not_regular"),
+        ("zero_abs", "path_escape"),
+        ("zero_rel", "path_escape"),
+        ("missing", "not_found"),
+        ("missing/deeper", "not_found"),
+    ],
+)
+async def test_special_files_are_refused_and_never_block(
+    specials: Path, path: str, code: str
+) -> None:
+    """FIFOs, sockets, directories and device links fail at once with their code."""
+    async with asyncio.timeout(5):
+        content = await read(specials, {"path": path})
+    assert code == content["code"]
+    assert str(specials) not in json.dumps(content)
+
+
+async def test_a_device_node_inside_the_root_is_not_regular(root: Path) -> None:
+    """A character device in the worktree is not_regular (needs CAP_MKNOD to set up)."""
+    try:
+        os.mknod(root / "zero", stat.S_IFCHR | 0o666, os.makedev(1, 5))
+    except PermissionError:
+        pytest.skip("creating a device node needs CAP_MKNOD")
+    async with asyncio.timeout(5):
+        content = await read(root, {"path": "zero"})
+    assert "not_regular" == content["code"]
+
+
+# ---- progress, reporter failure, cancellation ---------------------------------------------
+
+
+async def test_one_progress_report_comes_before_the_answer(root: Path) -> None:
+    """Exactly one fixed progress message, with the call's id."""
+    recorder = Recorder()
+    await new_read(Config(root)).execute(Call("c-7", "read", '{"path": "a"}'), recorder)
+    assert [Progress("c-7", PROGRESS)] == recorder.messages
+
+
+@pytest.mark.parametrize(
+    "error", [RuntimeError(REPORTER_TEXT), asyncio.CancelledError(REPORTER_TEXT)]
+)
+async def test_a_failing_reporter_is_a_definitive_retryable_execution_error(
+    root: Path, error: BaseException
+) -> None:
+    """A reporter that raises (even CancelledError while not cancelled) is a host failure."""
+    (root / "f").write_bytes(b"x")
+    with pytest.raises(ExecutionError) as caught:
+        await new_read(Config(root)).execute(Call("c", "read", '{"path": "f"}'), Failing(error))
+    failure = caught.value
+    assert (ExecutionState.DEFINITIVE, RetryDisposition.ALLOWED, "c") == (
+        failure.state,
+        failure.retry,
+        failure.call_id,
+    )
+    assert REPORTER_TEXT not in str(failure)
+    assert REPORTER_TEXT not in repr(failure)
+    assert failure.__cause__ is None
+    assert failure.__suppress_context__
+
+
+async def test_cancellation_propagates_with_a_definitive_interruption(root: Path) -> None:
+    """Cancelled in the middle, the call re-raises CancelledError carrying definitive/allowed."""
+    (root / "f").write_bytes(b"x")
+    reporter = Blocking()
+    before = len(os.listdir("/proc/self/fd")) if HAS_FD_DIR else None
+    task = asyncio.create_task(
+        new_read(Config(root)).execute(Call("c", "read", '{"path": "f"}'), reporter)
+    )
+    async with asyncio.timeout(5):
+        await reporter.entered.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError) as caught:
+        async with asyncio.timeout(5):
+            await task
+    interruption = interruption_of(caught.value)
+    assert interruption is not None
+    assert ("c", ExecutionState.DEFINITIVE, RetryDisposition.ALLOWED, None) == (
+        interruption.call_id,
+        interruption.state,
+        interruption.retry,
+        interruption.result,
+    )
+    if before is not None:
+        assert before == len(os.listdir("/proc/self/fd"))
+
+
+async def test_many_calls_leave_no_descriptor_open(root: Path) -> None:
+    """Successes and failures of every kind close all their descriptors."""
+    if not HAS_FD_DIR:
+        pytest.skip("counting descriptors needs /proc/self/fd")
+    (root / "f").write_bytes(b"x" * 100)
+    (root / "link").symlink_to("../outside")
+    os.mkfifo(root / "fifo")
+    tool = new_read(Config(root))
+    paths = ["f", "link", "fifo", "missing", ".", "../x", "f/x"]
+    await tool.execute(Call("warm", "read", '{"path": "f"}'))  # starts the worker pool
+    before = len(os.listdir("/proc/self/fd"))
+    for index in range(40):
+        path = paths[index % len(paths)]
+        await tool.execute(Call("c", "read", json.dumps({"path": path, "limit": 7})))
+    assert before == len(os.listdir("/proc/self/fd"))
