@@ -1,0 +1,164 @@
+"""``Config`` and ``SECURITY_WARNING``: defaults, every bound on both sides, normalization."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+
+import pytest
+
+from spice.agent.tools.coding import SECURITY_WARNING, Config
+from spice.agent.tools.coding._config import (
+    DEFAULT_BYTES,
+    DEFAULT_COMMAND_TIMEOUT,
+    MAXIMUM_BYTES,
+    MAXIMUM_COMMAND_TIMEOUT,
+)
+
+BYTE_FIELDS = ("max_read_bytes", "max_write_bytes", "max_output_bytes")
+
+
+def test_defaults_are_the_contracts() -> None:
+    """256 KiB pages and captures, two minutes, and the four default variable names."""
+    config = Config("/work/tree")
+    assert ("/work/tree", 262_144, 262_144, 262_144, 120.0, ("HOME", "LANG", "PATH", "TMPDIR")) == (
+        config.root,
+        config.max_read_bytes,
+        config.max_write_bytes,
+        config.max_output_bytes,
+        config.command_timeout,
+        config.environment_allowlist,
+    )
+    assert (DEFAULT_BYTES, MAXIMUM_BYTES, DEFAULT_COMMAND_TIMEOUT, MAXIMUM_COMMAND_TIMEOUT) == (
+        262_144,
+        524_288,
+        120.0,
+        1800.0,
+    )
+
+
+def test_construction_touches_nothing_on_disk(tmp_path: Path) -> None:
+    """A root that does not exist is accepted and still does not exist afterwards."""
+    missing = tmp_path / "not" / "there"
+    assert str(missing) == Config(missing).root
+    assert not missing.exists()
+    assert not (tmp_path / "not").exists()
+
+
+def test_config_is_frozen() -> None:
+    """A Config cannot be changed after construction."""
+    config = Config("/work/tree")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.max_read_bytes = 1  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("field", BYTE_FIELDS)
+@pytest.mark.parametrize("value", [1, MAXIMUM_BYTES])
+def test_byte_bounds_accept_both_ends(field: str, value: int) -> None:
+    """1 and 524288 are accepted for every byte bound."""
+    assert value == getattr(Config("/r", **{field: value}), field)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("field", BYTE_FIELDS)
+@pytest.mark.parametrize("value", [0, -1, MAXIMUM_BYTES + 1, True, 1.0, "1", None])
+def test_byte_bounds_refuse_one_past_each_end_and_non_integers(field: str, value: object) -> None:
+    """0 and 524289 are refused, and so are booleans, floats, strings and None."""
+    with pytest.raises(ValueError, match=field):
+        Config("/r", **{field: value})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("value", [MAXIMUM_COMMAND_TIMEOUT, 1, 0.001, math.ulp(0.0)])
+def test_timeout_accepts_up_to_1800_seconds(value: float) -> None:
+    """Any finite positive number of seconds up to 1800 is accepted, as a float."""
+    timeout = Config("/r", command_timeout=value).command_timeout
+    assert (float(value), float) == (timeout, type(timeout))
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        0,
+        0.0,
+        -1,
+        math.nextafter(MAXIMUM_COMMAND_TIMEOUT, math.inf),
+        1801,
+        math.nan,
+        math.inf,
+        True,
+        "1",
+    ],
+)
+def test_timeout_refuses_zero_past_1800_and_non_numbers(value: object) -> None:
+    """0, just above 1800, NaN, infinity, booleans and strings are refused."""
+    with pytest.raises(ValueError, match="command_timeout"):
+        Config("/r", command_timeout=value)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("/work/tree/", "/work/tree"),
+        ("//work//tree", "/work/tree"),
+        ("///work/./a/../tree", "/work/tree"),
+        ("/", "/"),
+        (Path("/work/tree"), "/work/tree"),
+    ],
+)
+def test_the_root_is_normalized_lexically(raw: str | Path, expected: str) -> None:
+    """Redundant separators, ``.`` and ``..`` are cleaned without looking at the disk."""
+    assert expected == Config(raw).root
+
+
+@pytest.mark.parametrize("raw", ["", "relative/tree", "./tree", "/work/\0tree", 7, None, b"/work"])
+def test_the_root_must_be_an_absolute_path(raw: object) -> None:
+    """Empty, relative, NUL-carrying and non-text roots are refused."""
+    with pytest.raises(ValueError, match="root") as caught:
+        Config(raw)  # type: ignore[arg-type]
+    assert "tree" not in str(caught.value)
+
+
+def test_the_allowlist_is_trimmed_deduplicated_and_sorted() -> None:
+    """Names are stripped, repeated names kept once, and the result sorted."""
+    config = Config("/r", environment_allowlist=[" PATH", "HOME ", "PATH", "LANG"])
+    assert ("HOME", "LANG", "PATH") == config.environment_allowlist
+    assert ("A", "B", "C") == Config("/r", environment_allowlist="C, B A,,").environment_allowlist
+    assert () == Config("/r", environment_allowlist=[]).environment_allowlist
+
+
+@pytest.mark.parametrize("names", [[""], ["  "], ["A=B"], ["A\0"], [1], b"PATH", 3, None])
+def test_the_allowlist_refuses_empty_names_equals_nul_and_non_text(names: object) -> None:
+    """An empty name, ``=``, NUL, a non-string name or a non-collection are refused."""
+    with pytest.raises(ValueError, match="environment_allowlist"):
+        Config("/r", environment_allowlist=names)  # type: ignore[arg-type]
+
+
+def test_from_environment_reads_the_worktree_variable() -> None:
+    """The root comes from ``SPICE_AGENT_WORKTREE`` of the given mapping; overrides apply."""
+    config = Config.from_environment({"SPICE_AGENT_WORKTREE": "/w/t/"}, max_read_bytes=5)
+    assert ("/w/t", 5) == (config.root, config.max_read_bytes)
+
+
+def test_from_environment_without_the_variable_is_refused() -> None:
+    """A missing variable is a ValueError naming the variable, not a KeyError."""
+    with pytest.raises(ValueError, match="SPICE_AGENT_WORKTREE"):
+        Config.from_environment({"HOME": "/root"})
+    with pytest.raises(ValueError, match="root must be an absolute path"):
+        Config.from_environment({"SPICE_AGENT_WORKTREE": "relative"})
+
+
+def test_from_environment_defaults_to_the_process_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Without a mapping, ``os.environ`` is read."""
+    monkeypatch.setenv("SPICE_AGENT_WORKTREE", "/from/env")
+    assert "/from/env" == Config.from_environment().root
+
+
+def test_the_security_warning_says_what_the_tools_can_do() -> None:
+    """Files, processes, network, environment, the user's privileges, no sandbox or prompt."""
+    lowered = SECURITY_WARNING.lower()
+    for word in ("read and write files", "processes", "network", "environment", "privileges"):
+        assert word in lowered
+    assert "no sandbox" in lowered
+    assert "approval prompt" in lowered
