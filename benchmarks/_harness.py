@@ -230,22 +230,25 @@ async def alternate(
     subject: Probe | None, reference: Probe | None, warmup: int, repeats: int
 ) -> tuple[list[float], list[float]]:
     """Time ``subject`` and ``reference`` alternately, in seconds, after ``warmup`` rounds."""
-    present = [p for p in (subject, reference) if p is not None]
+    samples = await rotate((subject, reference), warmup, repeats)
+    return samples[0], samples[1]
+
+
+async def rotate(probes: Sequence[Probe | None], warmup: int, repeats: int) -> list[list[float]]:
+    """Time each present probe once per round, in seconds, rotating which goes first."""
+    present = [(index, probe) for index, probe in enumerate(probes) if probe is not None]
     for _ in range(warmup):
-        for warm in present:
+        for _, warm in present:
             await warm()
-    samples: dict[int, list[float]] = {0: [], 1: []}
+    samples: list[list[float]] = [[] for _ in probes]
     clock = time.perf_counter_ns
-    for index in range(repeats):
-        # Swap the order each round so neither side always runs first.
-        order = ((0, subject), (1, reference))
-        for which, probe in order if index % 2 == 0 else order[::-1]:
-            if probe is None:
-                continue
+    for round_index in range(repeats):
+        shift = round_index % len(present) if present else 0
+        for which, probe in present[shift:] + present[:shift]:
             start = clock()
             await probe()
             samples[which].append((clock() - start) / 1e9)
-    return samples[0], samples[1]
+    return samples
 
 
 async def side_by_side(
@@ -257,12 +260,30 @@ async def side_by_side(
     warmup: int,
     repeats: int,
     unit: Callable[[Sequence[float]], Summary],
+    variant: tuple[str, Probe] | None = None,
 ) -> Figure:
-    """Our probe (``build()``) beside ``floor``; the floor alone when ours cannot run."""
+    """Our probe (``build()``) beside ``floor``; the floor alone when ours cannot run.
+
+    ``variant`` is a second floor (e.g. the floor run through ``asyncio.to_thread``)
+    measured in the same rotation and reported in the notes.
+    """
+    extra = [variant[1]] if variant is not None else []
     try:
         subject = build()
-        ours, theirs = await alternate(subject, floor, warmup, repeats)
-        return Figure(section, name, unit(ours), "floor", floor_name, unit(theirs))
+        samples = await rotate([subject, floor, *extra], warmup, repeats)
+        notes: tuple[str, ...] = ()
+        if variant is not None:
+            other = unit(samples[2])
+            mine = unit(samples[0])
+            notes = (
+                (
+                    f"{variant[0]}: {other.median:.3g} {other.unit}, "
+                    f"ours/that {mine.median / other.median:.2f}x"
+                ),
+            )
+        return Figure(
+            section, name, unit(samples[0]), "floor", floor_name, unit(samples[1]), notes=notes
+        )
     except Exception as error:  # noqa: BLE001 - a stub or failure is reported, not raised
         reason = pending_reason(error)
     _, theirs = await alternate(None, floor, warmup, repeats)

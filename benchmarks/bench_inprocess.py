@@ -48,6 +48,7 @@ REPLACE_SIZES: Final = (4 * KIB, 256 * KIB)
 SHELL_OUTPUT_BYTES: Final = MIB
 READ_LIMIT: Final = 256 * KIB
 SHELL_FLOOR: Final = "create_subprocess_exec+drain+wait"
+THREADED: Final = "floor via asyncio.to_thread"
 
 
 def size_label(size: int) -> str:
@@ -150,6 +151,9 @@ async def read_figures(bench: Workbench, settings: Settings) -> list[Figure]:
         async def floor(rel: str = relative) -> None:
             floor_read(bench.root, rel, 0, READ_LIMIT)
 
+        async def threaded(rel: str = relative) -> None:
+            await asyncio.to_thread(floor_read, bench.root, rel, 0, READ_LIMIT)
+
         figures.append(
             await side_by_side(
                 SECTION,
@@ -160,6 +164,7 @@ async def read_figures(bench: Workbench, settings: Settings) -> list[Figure]:
                 settings.warmup,
                 settings.repeats,
                 microseconds,
+                (THREADED, threaded),
             )
         )
     return figures
@@ -209,6 +214,15 @@ async def replace_figures(bench: Workbench, settings: Settings) -> list[Figure]:
             chain.turn += 1
             chain.digest = floor_replace(bench.root, rel, data, chain.digest)
 
+        async def threaded(
+            rel: str = floor_path, texts: tuple[str, str] = contents, chain: Chain = theirs
+        ) -> None:
+            data = texts[chain.turn % 2].encode("ascii")
+            chain.turn += 1
+            chain.digest = await asyncio.to_thread(
+                floor_replace, bench.root, rel, data, chain.digest
+            )
+
         figures.append(
             await side_by_side(
                 SECTION,
@@ -219,6 +233,7 @@ async def replace_figures(bench: Workbench, settings: Settings) -> list[Figure]:
                 settings.warmup,
                 settings.slow_repeats * 2,
                 microseconds,
+                (THREADED, threaded),
             )
         )
     return figures

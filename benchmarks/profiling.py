@@ -1,9 +1,12 @@
-"""Profile one in-process figure with ``cProfile`` (stdlib; no profiler dependency).
+"""Profile one figure with ``cProfile`` (stdlib; no profiler dependency).
 
-Usage: ``python benchmarks/profiling.py FIGURE [--calls N] [--sort cumulative|tottime]``
-where FIGURE is one of ``read-4k``, ``read-256k``, ``replace-4k``, ``replace-256k``,
-``shell-true``, ``shell-1m``. It warms up, then profiles N dispatched calls and
-prints the functions that cost most.
+Usage: ``python benchmarks/profiling.py FIGURE [--calls N] [--sort cumulative|tottime]
+[--serve]`` where FIGURE is one of ``read-4k``, ``read-256k``, ``replace-4k``,
+``replace-256k``, ``shell-true``, ``shell-1m``. It warms up, then profiles N
+dispatched calls and prints the functions that cost most. With ``--serve`` the
+calls go over MCP stdio (the ``mcp`` client) to ``spice-coding serve`` running
+under ``python -m cProfile``, and the server's profile is printed (``read`` and
+``replace`` figures only).
 """
 
 from __future__ import annotations
@@ -13,12 +16,13 @@ import asyncio
 import cProfile
 import hashlib
 import io
+import os
 import pstats
 import shutil
 import sys
 import tempfile
 from pathlib import Path
-from typing import Final
+from typing import Final, TextIO
 
 from _harness import KIB, MIB, Probe, Unavailable, write_text
 from bench_inprocess import Chain, Workbench, content_of
@@ -88,20 +92,67 @@ async def _profile(bench: Workbench, figure: str, calls: int) -> cProfile.Profil
     return profiler
 
 
+async def _drive_server(root: Path, figure: str, calls: int, output: Path, errlog: TextIO) -> None:
+    """Run ``spice-coding serve`` under cProfile and send it ``calls`` calls of ``figure``."""
+    from bench_mcp import ours  # noqa: PLC0415
+    from mcp.client.session import ClientSession  # noqa: PLC0415
+    from mcp.client.stdio import stdio_client  # noqa: PLC0415
+
+    side = ours(root)
+    side.arguments = ["-m", "cProfile", "-o", str(output), side.command, *side.arguments]
+    side.command = sys.executable
+    size = _size(figure)
+    first = write_text(root / "target.txt", size)
+    texts = (first.upper().decode("ascii"), first.decode("ascii"))
+    chain = Chain(hashlib.sha256(first).hexdigest())
+    async with (
+        stdio_client(side.parameters(), errlog=errlog) as (read, write),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        await session.list_tools()
+        for _ in range(WARMUP + calls):
+            if figure.startswith("read"):
+                result = await session.call_tool("read", {"path": "target.txt"})
+            else:
+                arguments: dict[str, object] = {
+                    "path": "target.txt",
+                    "content": texts[chain.turn % 2],
+                    "expected_sha256": chain.digest,
+                }
+                chain.turn += 1
+                result = await session.call_tool("replace", arguments)
+                structured = result.structured_content
+                if isinstance(structured, dict) and isinstance(structured.get("sha256"), str):
+                    chain.digest = structured["sha256"]
+            if result.is_error:
+                raise Unavailable("failed: the server answered an error")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Profile the chosen figure and print the top functions."""
     parser = argparse.ArgumentParser(description="profile one in-process figure")
     parser.add_argument("figure", choices=FIGURES)
     parser.add_argument("--calls", type=int, default=DEFAULT_CALLS)
     parser.add_argument("--sort", choices=("cumulative", "tottime"), default="tottime")
+    parser.add_argument("--serve", action="store_true", help="profile the MCP server side")
     options = parser.parse_args(argv)
     root = Path(tempfile.mkdtemp(prefix="spice-profile-")).resolve()
+    out = io.StringIO()
     try:
-        profiler = asyncio.run(_profile(Workbench(root), options.figure, options.calls))
+        if options.serve:
+            if options.figure.startswith("shell"):
+                parser.error("--serve profiles read and replace figures only")
+            output = root.parent / f"{root.name}.prof"
+            with open(os.devnull, "w", encoding="utf-8") as errlog:
+                asyncio.run(_drive_server(root, options.figure, options.calls, output, errlog))
+            stats = pstats.Stats(str(output), stream=out)
+            output.unlink()
+        else:
+            profiler = asyncio.run(_profile(Workbench(root), options.figure, options.calls))
+            stats = pstats.Stats(profiler, stream=out)
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    out = io.StringIO()
-    stats = pstats.Stats(profiler, stream=out)
     stats.strip_dirs().sort_stats(options.sort).print_stats(TOP)
     print(out.getvalue())
     return 0
