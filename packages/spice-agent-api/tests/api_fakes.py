@@ -6,8 +6,8 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import final
 
-from spice.agent.process import Outcome, ProcessFailure
 from spice.agent.process import Operation as ProcessOperation
+from spice.agent.process import Outcome, ProcessFailure
 from spice.agent.tool import (
     Call,
     Capability,

@@ -24,7 +24,7 @@ MUTATION_CAPABLE = frozenset(
 )
 """Written out here on purpose: the tests restate the contract instead of importing it."""
 
-SECRET_MARK = "\u2603"
+SECRET_MARK = "\u2603"  # noqa: S105 - a marker, not a password
 """A character no fixed message of the contract contains; secrets in invalid input carry it."""
 
 _PRINTABLE = st.characters(codec="utf-8", exclude_categories=("Cc", "Cs"))

@@ -1,4 +1,4 @@
-"""Contract §3: the ``Dispatcher`` — snapshot, unknown tools, interceptors, answer checks, cancel."""
+"""Contract §3: the ``Dispatcher``: snapshot, unknown tools, interceptors, checks, cancel."""
 
 from __future__ import annotations
 
@@ -33,7 +33,9 @@ UNCERTAIN_NEVER = (ExecutionState.UNCERTAIN, RetryDisposition.NEVER)
 DEFINITIVE_ALLOWED = (ExecutionState.DEFINITIVE, RetryDisposition.ALLOWED)
 
 
-def answering(result: Callable[[Call], object]) -> Callable[[Call, Reporter | None], Awaitable[Result]]:
+def answering(
+    result: Callable[[Call], object],
+) -> Callable[[Call, Reporter | None], Awaitable[Result]]:
     """A tool behaviour that returns whatever ``result`` builds (even a wrong answer)."""
 
     async def behaviour(call: Call, _reporter: Reporter | None) -> Result:
@@ -227,9 +229,7 @@ async def test_an_interceptor_may_rewrite_the_arguments() -> None:
     ("definition", "expected"),
     [(mutating_definition("t"), UNCERTAIN_NEVER), (read_only_definition("t"), DEFINITIVE_ALLOWED)],
 )
-@pytest.mark.parametrize(
-    "changed", [Call("2", "t"), Call("1", "other"), {"id": "1", "name": "t"}]
-)
+@pytest.mark.parametrize("changed", [Call("2", "t"), Call("1", "other"), {"id": "1", "name": "t"}])
 async def test_an_interceptor_may_not_change_the_call_id_or_name(
     definition: Definition, expected: tuple[ExecutionState, RetryDisposition], changed: object
 ) -> None:
@@ -285,10 +285,20 @@ async def test_an_interceptor_answer_for_another_call_is_rejected() -> None:
         lambda call: None,
         lambda call: forged_result(call.id, '{"k":"' + "a" * MAXIMUM_PAYLOAD_BYTES + '"}'),
         lambda call: forged_result(call.id, '{"k":"' + "€" * (MAXIMUM_PAYLOAD_BYTES // 3) + '"}'),
-        lambda call: forged_result(call.id, '{"k":"' + "\ud800" * (MAXIMUM_PAYLOAD_BYTES // 3) + '"}'),
+        lambda call: forged_result(
+            call.id, '{"k":"' + "\ud800" * (MAXIMUM_PAYLOAD_BYTES // 3) + '"}'
+        ),
         lambda call: forged_result(call.id, b"{}"),
     ],
-    ids=["foreign-id", "mapping", "none", "oversized", "oversized-multibyte", "surrogates", "bytes"],
+    ids=[
+        "foreign-id",
+        "mapping",
+        "none",
+        "oversized",
+        "oversized-multibyte",
+        "surrogates",
+        "bytes",
+    ],
 )
 async def test_a_wrong_answer_is_an_execution_error_by_effect(
     definition: Definition,
@@ -308,7 +318,9 @@ async def test_an_answer_exactly_at_the_payload_bound_is_passed_on() -> None:
     body = "€" * ((MAXIMUM_PAYLOAD_BYTES - 8) // 3)
     content = '{"k":"' + body + "a" * (MAXIMUM_PAYLOAD_BYTES - 8 - 3 * len(body)) + '"}'
     assert MAXIMUM_PAYLOAD_BYTES == len(content.encode())
-    dispatcher = Dispatcher([FakeTool(read_only_definition("t"), answering(lambda c: Result(c.id, content)))])
+    dispatcher = Dispatcher(
+        [FakeTool(read_only_definition("t"), answering(lambda c: Result(c.id, content)))]
+    )
     assert content == (await dispatcher.dispatch(Call("1", "t"))).content
 
 
@@ -325,7 +337,11 @@ async def test_a_model_visible_failure_is_passed_on_unchanged() -> None:
 )
 @pytest.mark.parametrize(
     "error",
-    [RuntimeError("secret /home/user/file"), OSError(13, "secret denied"), ExceptionGroup("secret", [ValueError("secret")])],
+    [
+        RuntimeError("secret /home/user/file"),
+        OSError(13, "secret denied"),
+        ExceptionGroup("secret", [ValueError("secret")]),
+    ],
 )
 async def test_an_unexpected_tool_exception_is_mapped_without_its_text(
     definition: Definition, expected: tuple[ExecutionState, RetryDisposition], error: Exception

@@ -57,7 +57,9 @@ def test_an_uncertain_error_that_allows_retry_is_rejected() -> None:
         Interruption("c", UNCERTAIN, ALLOWED)
 
 
-@pytest.mark.parametrize("nested", [ValueError("raw os text"), ExecutionError("c", "definitive", "never", "x")])
+@pytest.mark.parametrize(
+    "nested", [ValueError("raw os text"), ExecutionError("c", "definitive", "never", "x")]
+)
 def test_an_execution_error_never_wraps_another_exception(nested: Exception) -> None:
     """An exception passed as message (or as call id) is rejected, without its text."""
     with pytest.raises(ValueError, match="never wraps another exception") as caught:
@@ -118,6 +120,8 @@ def test_an_interruption_may_carry_the_committed_result() -> None:
     record = Interruption("c", "definitive", "never", committed)
     assert (DEFINITIVE, NEVER, committed) == (record.state, record.retry, record.result)
     assert Interruption("c", DEFINITIVE, ALLOWED).result is None
+    assert record == pickle.loads(pickle.dumps(record))  # noqa: S301 - our own bytes
+    assert record == copy.deepcopy(record)
 
 
 def test_an_interruption_rejects_a_result_of_another_call() -> None:
@@ -187,14 +191,17 @@ def test_interruption_of_follows_the_cause() -> None:
 
 def test_interruption_of_follows_the_context() -> None:
     """A record on ``__context__`` (an exception raised while handling) is found."""
-    try:
+
+    def handle_by_raising_anew() -> None:
         try:
             raise with_attribute(asyncio.CancelledError())
         except asyncio.CancelledError:
             raise asyncio.CancelledError from None
-    except asyncio.CancelledError as outer:
-        assert outer.__cause__ is None
-        assert RECORD is interruption_of(outer)
+
+    with pytest.raises(asyncio.CancelledError) as caught:
+        handle_by_raising_anew()
+    assert caught.value.__cause__ is None
+    assert RECORD is interruption_of(caught.value)
 
 
 def test_interruption_of_prefers_the_nearest_record() -> None:

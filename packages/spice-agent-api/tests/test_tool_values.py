@@ -1,4 +1,4 @@
-"""Contract §2: bounds, identities, ``Definition`` and its fingerprint, ``Call``, ``Result``, ``Progress``."""
+"""Contract §2: bounds, identities, ``Definition`` and fingerprint, ``Call``, ``Result``."""
 
 from __future__ import annotations
 
@@ -338,8 +338,7 @@ def test_the_fingerprint_of_a_known_definition_never_changes() -> None:
     definition = Definition("t", "d", "{}", "read_only", "safe", [])
     assert reference_fingerprint("t", "d", "{}", "read_only", "safe", []) == definition.fingerprint
     assert (
-        "90e0797d99cf8d07ed59be452941d6d1184797470a0db85e8ad8fb153bbf4180"
-        == definition.fingerprint
+        "90e0797d99cf8d07ed59be452941d6d1184797470a0db85e8ad8fb153bbf4180" == definition.fingerprint
     )
 
 

@@ -87,7 +87,7 @@ class ExecutionError(Exception):
 
 
 @final
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Interruption:
     """What a cancelled call left behind.
 
@@ -101,22 +101,30 @@ class Interruption:
     call_id: str
     state: ExecutionState
     retry: RetryDisposition
-    result: Result | None = None
+    result: Result | None
 
-    def __post_init__(self) -> None:
-        require_identity(self.call_id, "interruption call id")
-        state = _state(self.state)
-        retry = _retry(self.retry)
-        _check_pair(state, retry)
-        if self.result is not None:
-            if not isinstance(self.result, Result):
+    def __init__(
+        self,
+        call_id: str,
+        state: ExecutionState | str,
+        retry: RetryDisposition | str,
+        result: Result | None = None,
+    ) -> None:
+        require_identity(call_id, "interruption call id")
+        checked_state = _state(state)
+        checked_retry = _retry(retry)
+        _check_pair(checked_state, checked_retry)
+        if result is not None:
+            if not isinstance(result, Result):
                 raise ValueError("interruption result must be a Result")
-            if self.result.call_id != self.call_id:
+            if result.call_id != call_id:
                 raise ValueError("interruption result belongs to another call")
-            if state is not ExecutionState.DEFINITIVE:
+            if checked_state is not ExecutionState.DEFINITIVE:
                 raise ValueError("only a definitive interruption carries a result")
-        object.__setattr__(self, "state", state)
-        object.__setattr__(self, "retry", retry)
+        object.__setattr__(self, "call_id", call_id)
+        object.__setattr__(self, "state", checked_state)
+        object.__setattr__(self, "retry", checked_retry)
+        object.__setattr__(self, "result", result)
 
 
 def _record_on(exc: BaseException) -> Interruption | None:
