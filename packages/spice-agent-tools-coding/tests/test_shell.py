@@ -48,6 +48,8 @@ from spice.agent.tools.coding._shell import build_shell
 
 FAST = Timing(join_seconds=5.0, backoff_seconds=0.0, backoff_limit_seconds=0.0, join_attempts=3)
 GRACE = 0.01
+PATIENCE = 30
+"""Hang guard (seconds) for waits that end at once on a working implementation."""
 NEVER = RetryDisposition.NEVER
 
 SUCCESS_KEYS = {
@@ -99,8 +101,8 @@ def stubborn() -> FakeProcess:
 
 
 async def wait_for_flag(event: asyncio.Event) -> None:
-    """Wait for ``event``, bounded."""
-    async with asyncio.timeout(5):
+    """Wait for ``event``, bounded by ``PATIENCE``."""
+    async with asyncio.timeout(PATIENCE):
         await event.wait()
 
 
@@ -136,7 +138,7 @@ async def test_construction_performs_no_process_action(tmp_path: Path) -> None:
     """``new_shell`` resolves and launches nothing and its Cleanup has nothing to do."""
     resolver, launcher = FakeResolver(), FakeLauncher()
     tool, cleanup = new_shell(Config(tmp_path / "missing"), resolver, launcher)
-    async with asyncio.timeout(5):
+    async with asyncio.timeout(PATIENCE):
         await cleanup()
     assert ([], []) == (resolver.lookups, launcher.specs)
     assert "shell" == tool.definition.name
@@ -369,7 +371,7 @@ async def test_a_partial_start_whose_join_fails_is_uncertain_and_stays_owned(
         await tool.execute(shell_call({"argv": ["x"]}))
     assert (ExecutionState.UNCERTAIN, NEVER) == (caught.value.state, caught.value.retry)
     assert 1 == owner.owned
-    async with asyncio.timeout(5):
+    async with asyncio.timeout(PATIENCE):
         await owner.cleanup()
     assert (2, 0) == (partial.wait_calls, owner.owned)
 
@@ -394,7 +396,7 @@ async def test_a_retryable_join_failure_is_uncertain_then_cleanup_retries(tmp_pa
         await tool.execute(shell_call({"argv": ["true"]}))
     assert (ExecutionState.UNCERTAIN, NEVER) == (caught.value.state, caught.value.retry)
     assert (1, 1) == (owner.owned, owner.reserved)
-    async with asyncio.timeout(5):
+    async with asyncio.timeout(PATIENCE):
         await owner.cleanup()
     assert (3, True, 0, 0) == (process.wait_calls, process.joined, owner.owned, owner.reserved)
 
@@ -409,7 +411,7 @@ async def test_a_terminal_join_is_remembered_and_cleanup_raises_every_time(
         await tool.execute(shell_call({"argv": ["true"]}))
     for _ in range(3):
         with pytest.raises(CleanupIncomplete) as caught:
-            async with asyncio.timeout(5):
+            async with asyncio.timeout(PATIENCE):
                 await owner.cleanup()
         assert "process" in str(caught.value)
     assert (1, 1) == (process.wait_calls, owner.owned)
@@ -425,10 +427,10 @@ async def test_cleanup_gives_up_after_bounded_attempts_and_tries_again_later(
     with pytest.raises(ExecutionError):
         await tool.execute(shell_call({"argv": ["true"]}))
     with pytest.raises(CleanupIncomplete):
-        async with asyncio.timeout(5):
+        async with asyncio.timeout(PATIENCE):
             await owner.cleanup()
     assert 1 + FAST.join_attempts == process.wait_calls
-    async with asyncio.timeout(5):
+    async with asyncio.timeout(PATIENCE):
         await owner.cleanup()
     assert 0 == owner.owned
 
@@ -439,7 +441,7 @@ async def test_cleanup_is_idempotent_and_safe_concurrently(tmp_path: Path) -> No
     tool, cleanup = new_shell(Config(tmp_path), FakeResolver(), FakeLauncher(lambda: process))
     with pytest.raises(ExecutionError):
         await tool.execute(shell_call({"argv": ["true"]}))
-    async with asyncio.timeout(5):
+    async with asyncio.timeout(PATIENCE):
         await asyncio.gather(cleanup(), cleanup(), cleanup())
         await cleanup()
     assert (2, True) == (process.wait_calls, process.joined)
@@ -449,7 +451,7 @@ async def test_after_cleanup_new_calls_get_shell_closing(tmp_path: Path) -> None
     """Cleanup closes admission for good; nothing is resolved for a refused call."""
     resolver = FakeResolver()
     tool, cleanup = new_shell(Config(tmp_path), resolver, FakeLauncher())
-    async with asyncio.timeout(5):
+    async with asyncio.timeout(PATIENCE):
         await cleanup()
     result = await tool.execute(shell_call({"argv": ["true"]}))
     assert "shell_closing" == content_of(result)["code"]
@@ -470,7 +472,7 @@ async def test_cleanup_waits_for_a_running_call(tmp_path: Path) -> None:
     assert "shell_closing" == content_of(refused)["code"]
     assert not cleaning.done()
     process.exit_with(Outcome.exited(0))
-    async with asyncio.timeout(5):
+    async with asyncio.timeout(PATIENCE):
         result = await running
         await cleaning
     assert content_of(result)["ok"] is True
@@ -485,7 +487,7 @@ async def test_the_129th_concurrent_call_gets_process_limit(tmp_path: Path) -> N
         asyncio.create_task(tool.execute(shell_call({"argv": ["sleep"]})))
         for _ in range(MAXIMUM_PROCESSES)
     ]
-    async with asyncio.timeout(5):
+    async with asyncio.timeout(PATIENCE):
         while len(launcher.started) < MAXIMUM_PROCESSES:
             await launcher.entered.wait()
             launcher.entered.clear()
@@ -495,16 +497,16 @@ async def test_the_129th_concurrent_call_gets_process_limit(tmp_path: Path) -> N
     assert "process_limit" == content_of(refused)["code"]
     assert MAXIMUM_PROCESSES == len(launcher.specs)
     launcher.started[0].exit_with(Outcome.exited(0))
-    async with asyncio.timeout(5):
+    async with asyncio.timeout(PATIENCE):
         await calls[0]
     admitted = asyncio.create_task(tool.execute(shell_call({"argv": ["sleep"]})))
-    async with asyncio.timeout(5):
+    async with asyncio.timeout(PATIENCE):
         while len(launcher.started) <= MAXIMUM_PROCESSES:
             await launcher.entered.wait()
             launcher.entered.clear()
     for process in launcher.started:
         process.exit_with(Outcome.exited(0))
-    async with asyncio.timeout(5):
+    async with asyncio.timeout(PATIENCE):
         results = await asyncio.gather(*calls, admitted)
         await owner.cleanup()
     assert all(content_of(result)["ok"] for result in results)
@@ -557,7 +559,7 @@ async def test_cancellation_after_start_stops_forces_and_joins_once(tmp_path: Pa
     await wait_for_flag(process.waiting_exit)
     running.cancel()
     with pytest.raises(asyncio.CancelledError) as caught:
-        async with asyncio.timeout(5):
+        async with asyncio.timeout(PATIENCE):
             await running
     interruption = interruption_of(caught.value)
     assert interruption is not None
@@ -579,7 +581,7 @@ async def test_cancellation_before_start_is_definitive(tmp_path: Path) -> None:
     await wait_for_flag(resolver.entered)
     running.cancel()
     with pytest.raises(asyncio.CancelledError) as caught:
-        async with asyncio.timeout(5):
+        async with asyncio.timeout(PATIENCE):
             await running
     interruption = interruption_of(caught.value)
     assert interruption is not None
@@ -599,7 +601,7 @@ async def test_cancellation_during_a_start_that_succeeds_settles_the_process(
     running.cancel()
     gate.set()
     with pytest.raises(asyncio.CancelledError) as caught:
-        async with asyncio.timeout(5):
+        async with asyncio.timeout(PATIENCE):
             await running
     interruption = interruption_of(caught.value)
     assert interruption is not None
@@ -618,7 +620,7 @@ async def test_cancellation_during_a_start_that_fails_is_definitive(tmp_path: Pa
     running.cancel()
     gate.set()
     with pytest.raises(asyncio.CancelledError) as caught:
-        async with asyncio.timeout(5):
+        async with asyncio.timeout(PATIENCE):
             await running
     interruption = interruption_of(caught.value)
     assert interruption is not None
@@ -636,10 +638,10 @@ async def test_a_second_cancellation_does_not_abandon_the_stop(tmp_path: Path) -
     await wait_for_flag(process.stop_requested)
     running.cancel()
     with pytest.raises(asyncio.CancelledError) as caught:
-        async with asyncio.timeout(5):
+        async with asyncio.timeout(PATIENCE):
             await running
     assert interruption_of(caught.value) is not None
-    async with asyncio.timeout(5):
+    async with asyncio.timeout(PATIENCE):
         await owner.cleanup()
     assert (1, 1, 0) == (process.kill_calls, process.wait_calls, owner.owned)
 

@@ -18,11 +18,13 @@ both streams together never exceed ``budget``:
 For every stream ``observed == captured + omitted`` holds exactly.
 
 Text: the answer is ``utf-8`` when both captured streams are valid UTF-8. A cut
-at the edge of the head or the tail may split a multi-byte character; then up to
-three bytes at that edge are dropped so the text stays text, and they are
-counted as omitted (the middle grows by those bytes). When that does not make a
-stream valid UTF-8, nothing is dropped and the answer is base64 of the exact
-captured bytes.
+at the edge of the head or the tail may split a multi-byte character; then the
+pieces of that one character at that edge (at most three bytes: an unfinished
+sequence at the end of the head, continuation bytes at the start of the tail)
+are dropped so the text stays text, and they are counted as omitted (the middle
+grows by those bytes). Nothing else is ever dropped: when a stream is still not
+valid UTF-8, nothing is dropped at all and the answer is base64 of the exact
+captured bytes (both streams, since ``encoding`` is one field).
 """
 
 from __future__ import annotations
@@ -145,28 +147,46 @@ class StreamPart:
         return len(self.head) if self.omitted else None
 
     def text(self) -> StreamPart | None:
-        """This part as valid UTF-8, dropping at most a split character at a cut edge."""
+        """This part as valid UTF-8, dropping only a character split by a cut edge."""
         if not self.omitted:
             return self if _is_utf8(self.head) else None
-        head = next(
-            (
-                self.head[: len(self.head) - drop]
-                for drop in range(min(UTF8_EDGE_BYTES, len(self.head)) + 1)
-                if _is_utf8(self.head[: len(self.head) - drop])
-            ),
-            None,
-        )
-        tail = next(
-            (
-                self.tail[drop:]
-                for drop in range(min(UTF8_EDGE_BYTES, len(self.tail)) + 1)
-                if _is_utf8(self.tail[drop:])
-            ),
-            None,
-        )
-        if head is None or tail is None:
+        head = self.head[: len(self.head) - _split_at_end(self.head)]
+        tail = self.tail[_split_at_start(self.tail) :]
+        if not (_is_utf8(head) and _is_utf8(tail)):
             return None
         return StreamPart(self.observed, head, tail)
+
+
+def _sequence_length(lead: int) -> int:
+    """Bytes of the UTF-8 sequence ``lead`` starts; 0 when it is no lead byte."""
+    if 0xC2 <= lead <= 0xDF:
+        return 2
+    if 0xE0 <= lead <= 0xEF:
+        return 3
+    if 0xF0 <= lead <= 0xF4:
+        return 4
+    return 0
+
+
+def _is_continuation(byte: int) -> bool:
+    return 0x80 <= byte <= 0xBF
+
+
+def _split_at_end(data: bytes) -> int:
+    """How many bytes at the end are the beginning of a character cut short (0..3)."""
+    for size in range(1, min(UTF8_EDGE_BYTES, len(data)) + 1):
+        piece = data[len(data) - size :]
+        if size < _sequence_length(piece[0]) and all(map(_is_continuation, piece[1:])):
+            return size
+    return 0
+
+
+def _split_at_start(data: bytes) -> int:
+    """How many bytes at the start are the rest of a character cut short (0..3)."""
+    count = 0
+    while count < min(UTF8_EDGE_BYTES, len(data)) and _is_continuation(data[count]):
+        count += 1
+    return count
 
 
 def _is_utf8(data: bytes) -> bool:
