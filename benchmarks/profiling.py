@@ -44,7 +44,10 @@ def probe(bench: Workbench, figure: str) -> Probe:
         reader = bench.dispatcher(("read",))
 
         async def read() -> None:
-            content_of(await reader.dispatch(bench.calls.call("read", {"path": "page.txt"})))
+            # As in the harness: the content is parsed only to name a failure.
+            result = await reader.dispatch(bench.calls.call("read", {"path": "page.txt"}))
+            if result.is_error:
+                content_of(result)
 
         return read
     if figure.startswith("replace"):

@@ -84,10 +84,6 @@ def machine() -> dict[str, object]:
     except (OSError, ValueError, KeyError):
         versions["@modelcontextprotocol/server-filesystem"] = None
     node = shutil.which("node")
-    try:
-        load = os.getloadavg()
-    except OSError:
-        load = (0.0, 0.0, 0.0)
     return {
         "platform": platform.platform(),
         "machine": platform.machine(),
@@ -99,8 +95,16 @@ def machine() -> dict[str, object]:
         "versions": versions,
         "commit": _command_output(["git", "rev-parse", "--short", "HEAD"]),
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "load_average_at_start": [round(x, 2) for x in load],
+        "load_average_at_start": _load(),
     }
+
+
+def _load() -> list[float]:
+    """The 1, 5 and 15 minute load averages: other work on the machine skews absolutes."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return []
 
 
 def _cpu_model() -> str | None:
@@ -156,7 +160,8 @@ def markdown(figures: Sequence[Figure], about: dict[str, object], seconds: float
             f"Measured {about['date']} on {about['platform']}, {about['processor']}, "
             f"{about['cpu_count']} CPUs, Python {about['python']}, node {about['node']}, "
             f"peer server-filesystem {peer}, commit {about['commit']}; "
-            f"the run took {seconds:.0f} s{quick}."
+            f"the run took {seconds:.0f} s{quick}; load average at start "
+            f"{about['load_average_at_start']}, at end {about['load_average_at_end']}."
         ),
         "",
         (
@@ -208,6 +213,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             flush=True,
         )
     seconds = time.perf_counter() - started
+    about["load_average_at_end"] = _load()
     document = {
         "machine": about,
         "settings": {
