@@ -47,7 +47,7 @@ async def until(condition: Callable[[], object]) -> None:
     async with asyncio.timeout(WAIT):
         while not condition():
             # No event tells when another process appears in /proc or leaves it.
-            await asyncio.sleep(0.02)  # noqa: ASYNC110 - bounded poll of /proc
+            await asyncio.sleep(0.02)
 
 
 @pytest.fixture
