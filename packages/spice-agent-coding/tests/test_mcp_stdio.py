@@ -45,8 +45,8 @@ def processes_inside(directory: Path) -> list[int]:
 async def until(condition: Callable[[], object]) -> None:
     """Poll a cheap condition (reading /proc) until it holds, bounded by ``WAIT``."""
     async with asyncio.timeout(WAIT):
-        while not condition():
-            # No event tells when another process appears in /proc or leaves it.
+        # No event tells when another process appears in /proc or leaves it.
+        while not condition():  # noqa: ASYNC110 - a bounded poll of /proc
             await asyncio.sleep(0.02)
 
 
