@@ -63,7 +63,7 @@ class StreamCapture:
         """Bytes held in memory (at most ``head_limit + tail_limit``)."""
         return len(self._head) + len(self._tail)
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes | bytearray | memoryview) -> None:
         """Take one chunk: fill the head, then keep the newest bytes in the tail ring."""
         view = memoryview(data).cast("B")
         self._observed += len(view)
