@@ -439,3 +439,36 @@ async def test_many_calls_leave_no_descriptor_open(root: Path) -> None:
         path = paths[index % len(paths)]
         await tool.execute(Call("c", "read", json.dumps({"path": path, "limit": 7})))
     assert before == len(os.listdir("/proc/self/fd"))
+
+
+class CancelAfterReporting:
+    """A reporter that returns at once and has ``task`` cancelled at its next suspension."""
+
+    def __init__(self) -> None:
+        self.task: asyncio.Task[Result] | None = None
+
+    async def report(self, progress: Progress) -> None:
+        """Schedule the cancellation of the calling task; the tool is then in its worker."""
+        assert self.task is not None
+        asyncio.get_running_loop().call_soon(self.task.cancel)
+
+
+async def test_cancellation_while_the_worker_reads_settles_its_descriptors(root: Path) -> None:
+    """Cancelled while the worker thread runs: definitive/allowed, and no descriptor left."""
+    (root / "f").write_bytes(b"x" * 4096)
+    tool = new_read(Config(root))
+    await tool.execute(Call("warm", "read", '{"path": "f"}'))  # starts the worker pool
+    before = len(os.listdir("/proc/self/fd")) if HAS_FD_DIR else None
+    reporter = CancelAfterReporting()
+    reporter.task = asyncio.create_task(tool.execute(Call("c", "read", '{"path": "f"}'), reporter))
+    with pytest.raises(asyncio.CancelledError) as caught:
+        async with asyncio.timeout(5):
+            await reporter.task
+    interruption = interruption_of(caught.value)
+    assert interruption is not None
+    assert (ExecutionState.DEFINITIVE, RetryDisposition.ALLOWED) == (
+        interruption.state,
+        interruption.retry,
+    )
+    if before is not None:
+        assert before == len(os.listdir("/proc/self/fd"))

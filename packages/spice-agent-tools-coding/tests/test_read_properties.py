@@ -59,7 +59,7 @@ def check(result: Result | ExecutionError, root: Path) -> None:
 
 
 @given(read_argument_texts())
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 def test_any_json_arguments_give_a_result(worktree: Path, arguments: str) -> None:
     """Arbitrary JSON (objects, odd values, non-objects) never raises anything else."""
     try:
@@ -70,7 +70,7 @@ def test_any_json_arguments_give_a_result(worktree: Path, arguments: str) -> Non
 
 
 @given(path_strings)
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 def test_any_path_string_gives_a_result_without_echoing_it(worktree: Path, path: str) -> None:
     """Every path string is read or refused; problems never echo it or the machine path."""
     arguments = json.dumps({"path": path, "limit": 64})
@@ -78,7 +78,7 @@ def test_any_path_string_gives_a_result_without_echoing_it(worktree: Path, path:
 
 
 @given(byte_content)
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=50, deadline=None)
 def test_pages_reassemble_to_the_file_byte_for_byte(
     tmp_path_factory: pytest.TempPathFactory, data: bytes
 ) -> None:
