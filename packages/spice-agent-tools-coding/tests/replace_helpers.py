@@ -18,9 +18,11 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Final, final
 
+import pytest
+
 from spice.agent.tool import Call, Reporter, Result
-from spice.agent.tools.coding import Config
-from spice.agent.tools.coding._commit import POSIX, Checkpoint, is_temporary_name
+from spice.agent.tools.coding import Config, _replace
+from spice.agent.tools.coding._commit import POSIX, Checkpoint, CommitGate, is_temporary_name
 from spice.agent.tools.coding._config import DEFAULT_BYTES
 from spice.agent.tools.coding._replace import ReplaceTool
 
@@ -173,6 +175,39 @@ class Recording:
         hook = self._hooks.get(point)
         if hook is not None:
             hook()
+
+
+def watch_cancellation(monkeypatch: pytest.MonkeyPatch) -> threading.Event:
+    """An event set when a replace call asks its worker to stop (``CommitGate.cancel``).
+
+    A :class:`Pause` whose ``release`` is this event lets the worker go on only after the
+    cancellation reached it, so the test knows which side of the commit point it is on.
+    """
+    called = threading.Event()
+
+    @final
+    class _WatchedGate:
+        def __init__(self) -> None:
+            self._gate = CommitGate()
+
+        def cancel(self) -> bool:
+            passed = self._gate.cancel()
+            called.set()
+            return passed
+
+        @property
+        def cancelled(self) -> bool:
+            return self._gate.cancelled
+
+        @property
+        def entered(self) -> bool:
+            return self._gate.entered
+
+        def enter(self) -> bool:
+            return self._gate.enter()
+
+    monkeypatch.setattr(_replace, "CommitGate", _WatchedGate)
+    return called
 
 
 def make_tool(

@@ -454,7 +454,10 @@ def write_file(syscalls: Syscalls, dir_fd: int, request: Request, gate: CommitGa
         if not _discard(syscalls, dir_fd, temporary) and not stopped.aborted:
             return dataclasses.replace(stopped, temporary_cleaned=False)
         return stopped
-    return _after_commit(syscalls, dir_fd, current, temporary)
+    try:
+        return _after_commit(syscalls, dir_fd, current, temporary)
+    finally:
+        _discard(syscalls, dir_fd, temporary)  # only does something after a defect
 
 
 def _before_commit(
