@@ -1,0 +1,154 @@
+"""Read-only views of ``/proc`` for the process tests (Linux), and bounded waits on them.
+
+A process counts as alive unless it is gone or a zombie: a zombie runs no code and holds
+no pipe, it only waits for its parent (or the session's subreaper) to collect it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final, final
+
+PROC: Final = "/proc"
+CONDITION_BOUND_SECONDS: Final = 5.0
+"""How long a test waits for a process condition (dying after SIGKILL) to hold."""
+
+_POLL_SECONDS: Final = 0.01
+_DEAD_STATES: Final = frozenset({"Z", "X", "x"})
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class ProcStat:
+    """The fields of ``/proc/PID/stat`` the tests look at."""
+
+    pid: int
+    state: str
+    ppid: int
+    pgid: int
+    sid: int
+
+    @property
+    def alive(self) -> bool:
+        """True unless the process is a zombie (or being torn down)."""
+        return self.state not in _DEAD_STATES
+
+
+def read_stat(pid: int) -> ProcStat | None:
+    """The stat of ``pid``, or ``None`` when it is gone."""
+    try:
+        with open(f"{PROC}/{pid}/stat", "rb") as file:
+            raw = file.read().decode("ascii", "replace")
+    except OSError:
+        return None
+    # The command name is in parentheses and may itself contain spaces and ")".
+    fields = raw[raw.rindex(")") + 2 :].split()
+    return ProcStat(pid, fields[0], int(fields[1]), int(fields[2]), int(fields[3]))
+
+
+def all_processes() -> list[ProcStat]:
+    """Every process visible in ``/proc``."""
+    found: list[ProcStat] = []
+    for name in os.listdir(PROC):
+        if name.isdigit():
+            stat = read_stat(int(name))
+            if stat is not None:
+                found.append(stat)
+    return found
+
+
+def alive_in_group(pgid: int) -> list[int]:
+    """Pids of the live (non-zombie) members of process group ``pgid``."""
+    return sorted(p.pid for p in all_processes() if p.pgid == pgid and p.alive)
+
+
+def is_alive(pid: int) -> bool:
+    """True when ``pid`` exists and is not a zombie."""
+    stat = read_stat(pid)
+    return stat is not None and stat.alive
+
+
+def open_descriptors() -> int:
+    """How many file descriptors this process has open."""
+    return len(os.listdir(f"{PROC}/self/fd"))
+
+
+async def until(condition: Callable[[], bool], bound: float = CONDITION_BOUND_SECONDS) -> bool:
+    """Wait (bounded) until ``condition()`` is true; return its final value.
+
+    The kernel offers no event for "this other process has died" outside our own
+    children, so this polls ``/proc`` at a short interval up to ``bound``.
+    """
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(bound):
+            while not condition():  # noqa: ASYNC110 - /proc offers no event to wait on
+                await asyncio.sleep(_POLL_SECONDS)
+    return bool(condition())
+
+
+async def group_gone(pgid: int) -> bool:
+    """Wait (bounded) until no live process is left in group ``pgid``."""
+    return await until(lambda: not alive_in_group(pgid))
+
+
+async def kill_escapee(pid: int) -> None:
+    """End a process a test let escape on purpose, and collect it if it became ours."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    await until(lambda: not is_alive(pid))
+    stat = read_stat(pid)
+    if stat is not None and stat.ppid == os.getpid():
+        # Adopted by this process (the session guard makes pytest a subreaper).
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)  # noqa: ASYNC222 - a zombie by now; never blocks
+
+
+# -- sinks for the launcher tests ----------------------------------------------------------
+
+
+@final
+class Collect:
+    """A sink that keeps what it gets (up to ``limit`` bytes) and can wait for a marker."""
+
+    def __init__(self, limit: int = 1 << 20) -> None:
+        self.data = bytearray()
+        self.observed = 0
+        self.largest_chunk = 0
+        self._limit = limit
+        self._waiters: list[tuple[bytes, asyncio.Future[None]]] = []
+
+    def write(self, data: bytes) -> None:
+        """Take one chunk."""
+        self.observed += len(data)
+        self.largest_chunk = max(self.largest_chunk, len(data))
+        self.data += data[: max(0, self._limit - len(self.data))]
+        for marker, waiter in self._waiters:
+            if marker in self.data and not waiter.done():
+                waiter.set_result(None)
+
+    async def contains(self, marker: bytes, bound: float = CONDITION_BOUND_SECONDS) -> None:
+        """Wait (bounded) until ``marker`` has arrived."""
+        if marker in self.data:
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append((marker, waiter))
+        async with asyncio.timeout(bound):
+            await waiter
+
+
+@final
+class Failing:
+    """A sink that raises on every chunk (a fault of the tool's side)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def write(self, data: bytes) -> None:
+        """Refuse the chunk."""
+        self.calls += 1
+        raise RuntimeError("sink refuses data")
