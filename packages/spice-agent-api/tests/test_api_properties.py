@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import pytest
 from api_fakes import FakeTool, read_only_definition
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import (
     SECRET_MARK,
@@ -37,6 +37,8 @@ from spice.agent.tool import (
 )
 
 HEX64 = re.compile(r"[0-9a-f]{64}")
+UNDER_LOAD = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
+"""No per-example deadline: the machine is shared, and speed is not what these tests check."""
 
 
 def assert_clean_value_error(build: Callable[[], object], secret: str) -> None:
@@ -51,6 +53,7 @@ def assert_clean_value_error(build: Callable[[], object], secret: str) -> None:
     assert SECRET_MARK not in repr(caught.value)
 
 
+@UNDER_LOAD
 @given(identities(), identities(), json_values())
 def test_any_valid_identity_and_json_round_trip_through_a_call(
     call_id: str, name: str, value: object
@@ -61,6 +64,7 @@ def test_any_valid_identity_and_json_round_trip_through_a_call(
     assert value == json.loads(call.arguments)
 
 
+@UNDER_LOAD
 @given(identities(), json_objects())
 def test_any_json_object_round_trips_through_a_result(
     call_id: str, content: dict[str, object]
@@ -71,6 +75,7 @@ def test_any_json_object_round_trips_through_a_result(
     assert content == json.loads(Result(call_id, text).content)
 
 
+@UNDER_LOAD
 @given(json_objects())
 def test_a_schema_is_the_same_from_a_mapping_and_from_any_text_of_it(
     schema: dict[str, object],
@@ -83,6 +88,7 @@ def test_a_schema_is_the_same_from_a_mapping_and_from_any_text_of_it(
     assert schema == json.loads(from_mapping.input_schema)
 
 
+@UNDER_LOAD
 @given(definitions())
 def test_any_definition_has_a_deterministic_64_hex_fingerprint(definition: Definition) -> None:
     """The fingerprint is 64 lowercase hex digits and the same for an equal rebuild."""
@@ -100,6 +106,7 @@ def test_any_definition_has_a_deterministic_64_hex_fingerprint(definition: Defin
     assert list(definition.capabilities) == sorted(definition.capabilities)
 
 
+@UNDER_LOAD
 @given(capabilities(Effect.MUTATING))
 def test_any_capability_set_is_kept_sorted_and_unique(listed: list[Capability]) -> None:
     """A mutating tool keeps any unique capability list, sorted."""
@@ -107,6 +114,7 @@ def test_any_capability_set_is_kept_sorted_and_unique(listed: list[Capability]) 
     assert tuple(sorted(listed)) == definition.capabilities
 
 
+@UNDER_LOAD
 @given(st.lists(identities(), max_size=8, unique=True))
 def test_a_dispatcher_lists_any_unique_names_sorted(names: list[str]) -> None:
     """Any set of uniquely named tools is listed sorted by name."""
@@ -114,6 +122,7 @@ def test_a_dispatcher_lists_any_unique_names_sorted(names: list[str]) -> None:
     assert sorted(names) == [d.name for d in dispatcher.definitions]
 
 
+@UNDER_LOAD
 @given(invalid_identities())
 def test_an_invalid_identity_is_always_a_clean_value_error(identity: str) -> None:
     """Wherever an identity goes, an invalid one is a bounded ValueError without its text."""
@@ -130,6 +139,7 @@ def test_an_invalid_identity_is_always_a_clean_value_error(identity: str) -> Non
         assert_clean_value_error(build, identity)
 
 
+@UNDER_LOAD
 @given(secrets(), st.sampled_from(["{", "[", "NaN", "{} x", "'", '{"a":}', "tru"]))
 def test_invalid_json_is_always_a_clean_value_error(secret: str, broken: str) -> None:
     """Broken JSON text carrying a secret fails everywhere without leaking it."""
@@ -143,6 +153,7 @@ def test_invalid_json_is_always_a_clean_value_error(secret: str, broken: str) ->
         assert_clean_value_error(build, secret)
 
 
+@UNDER_LOAD
 @given(secrets(), st.integers(min_value=1, max_value=64))
 def test_overlong_messages_are_always_a_clean_value_error(secret: str, extra: int) -> None:
     """Messages past 4096 bytes fail without quoting themselves."""
@@ -157,6 +168,7 @@ def test_overlong_messages_are_always_a_clean_value_error(secret: str, extra: in
         assert_clean_value_error(build, secret)
 
 
+@UNDER_LOAD
 @given(secrets(), st.sampled_from(["effect", "replay", "capability"]))
 def test_unknown_enum_values_are_always_a_clean_value_error(secret: str, field: str) -> None:
     """An unknown effect, replay safety or capability fails without quoting it."""
@@ -170,6 +182,7 @@ def test_unknown_enum_values_are_always_a_clean_value_error(secret: str, field: 
     assert_clean_value_error(lambda: Definition("t", "d", {}, effect, replay, listed), secret)
 
 
+@UNDER_LOAD
 @given(secrets())
 def test_bad_process_values_are_always_a_clean_value_error(secret: str) -> None:
     """Relative workdirs and malformed environment entries fail without quoting them."""
