@@ -84,7 +84,9 @@ class FakeProcess:
     ``outcome`` is how it ends when it exits on its own (``exit_now`` makes it exit at
     once, otherwise ``exit_with`` ends it). ``obeys_stop=False`` ignores ``request_stop``;
     ``force_kill`` always ends it. ``joins`` scripts successive ``wait`` answers (after
-    the script, every join succeeds). ``stdout``/``stderr`` chunks are written into
+    the script, every join succeeds; ``join_gate`` holds each join until set).
+    ``stop_failure`` makes ``request_stop`` raise; ``exit_failure`` makes ``wait_exit``
+    raise; ``result_failure`` makes ``result`` raise. ``stdout``/``stderr`` chunks are written into
     the spec's sinks by ``FakeLauncher`` at start.
     """
 
@@ -99,6 +101,8 @@ class FakeProcess:
         stderr: Sequence[bytes] = (),
         exit_failure: BaseException | None = None,
         result_failure: bool = False,
+        stop_failure: BaseException | None = None,
+        join_gate: asyncio.Event | None = None,
     ) -> None:
         self.outcome = Outcome.exited(0) if outcome is None else outcome
         self.obeys_stop = obeys_stop
@@ -107,6 +111,10 @@ class FakeProcess:
         self._joins = list(joins)
         self._exit_failure = exit_failure
         self._result_failure = result_failure
+        self._stop_failure = stop_failure
+        self._join_gate = join_gate
+        self.join_entered = asyncio.Event()
+        """Set when a join starts (it then waits for ``join_gate``, when given)."""
         self._exited = asyncio.Event()
         self.waiting_exit = asyncio.Event()
         """Set once someone waits for the exit: the process is running and watched."""
@@ -146,6 +154,8 @@ class FakeProcess:
         """Count; end with a signal unless the process ignores stop requests."""
         self.stop_calls += 1
         self.stop_requested.set()
+        if self._stop_failure is not None:
+            raise self._stop_failure
         if self.obeys_stop:
             self.exit_with(Outcome.signaled())
 
@@ -157,6 +167,9 @@ class FakeProcess:
     async def wait(self) -> None:
         """Count; answer with the next scripted join step."""
         self.wait_calls += 1
+        self.join_entered.set()
+        if self._join_gate is not None:
+            await self._join_gate.wait()
         step = self._joins.pop(0) if self._joins else None
         if step is not None:
             raise step

@@ -303,6 +303,48 @@ async def test_a_process_that_ignores_stop_is_killed_after_the_grace(tmp_path: P
     assert (1, 1, 1, 0) == (process.stop_calls, process.kill_calls, process.wait_calls, owner.owned)
 
 
+async def test_a_failing_stop_request_is_reported_as_incomplete_cleanup(tmp_path: Path) -> None:
+    """A stop request that fails still ends in force and join; the result says so."""
+    process = FakeProcess(exit_now=False, stop_failure=ProcessFailure(Operation.REQUEST_STOP))
+    tool, owner = make(tmp_path, launcher=FakeLauncher(lambda: process))
+    content = content_of(
+        await tool.execute(shell_call({"argv": ["sleep"], "timeout_seconds": 0.01}))
+    )
+    assert ("timed_out", False) == (content["code"], content["managed_cleanup_completed"])
+    assert (1, 1, 0) == (process.kill_calls, process.wait_calls, owner.owned)
+
+
+async def test_an_exit_wait_raising_cancelled_by_itself_is_not_a_cancellation(
+    tmp_path: Path,
+) -> None:
+    """The platform's own CancelledError (no caller cancellation) is an unknown exit."""
+    process = FakeProcess(exit_now=False, exit_failure=asyncio.CancelledError())
+    tool, _ = make(tmp_path, launcher=FakeLauncher(lambda: process))
+    content = content_of(await tool.execute(shell_call({"argv": ["true"]})))
+    assert ("command_failed", 1) == (content["code"], process.wait_calls)
+
+
+async def test_a_join_that_hangs_past_its_bound_is_uncertain(tmp_path: Path) -> None:
+    """A join is bounded; past the bound the call is uncertain and the process stays owned."""
+    gate = asyncio.Event()
+    process = FakeProcess(join_gate=gate)
+    tool, owner = build_shell(
+        Config(tmp_path),
+        FakeResolver(),
+        FakeLauncher(lambda: process),
+        timing=Timing(join_seconds=0.01, backoff_seconds=0.0, join_attempts=1),
+        grace_seconds=GRACE,
+        posix=True,
+    )
+    with pytest.raises(ExecutionError) as caught:
+        await tool.execute(shell_call({"argv": ["true"]}))
+    assert (ExecutionState.UNCERTAIN, 1) == (caught.value.state, owner.owned)
+    gate.set()
+    async with asyncio.timeout(PATIENCE):
+        await owner.cleanup()
+    assert (2, 0) == (process.wait_calls, owner.owned)
+
+
 # -- resolver and launcher failures ------------------------------------------------------
 
 
@@ -383,6 +425,14 @@ async def test_a_launcher_breaking_its_contract_is_uncertain(tmp_path: Path) -> 
         await tool.execute(shell_call({"argv": ["x"]}))
     assert (ExecutionState.UNCERTAIN, NEVER) == (caught.value.state, caught.value.retry)
     assert 0 == owner.reserved
+
+
+async def test_a_launcher_raising_cancelled_by_itself_is_uncertain(tmp_path: Path) -> None:
+    """The launcher's own CancelledError (no caller cancellation) is a host failure."""
+    tool, _ = make(tmp_path, launcher=FakeLauncher(failure=asyncio.CancelledError()))
+    with pytest.raises(ExecutionError) as caught:
+        await tool.execute(shell_call({"argv": ["x"]}))
+    assert (ExecutionState.UNCERTAIN, NEVER) == (caught.value.state, caught.value.retry)
 
 
 # -- joins and Cleanup -----------------------------------------------------------------------
@@ -644,6 +694,41 @@ async def test_a_second_cancellation_does_not_abandon_the_stop(tmp_path: Path) -
     async with asyncio.timeout(PATIENCE):
         await owner.cleanup()
     assert (1, 1, 0) == (process.kill_calls, process.wait_calls, owner.owned)
+
+
+async def test_cancellation_during_the_join_lets_the_join_finish(tmp_path: Path) -> None:
+    """Cancelled while joining: the join is shielded, runs once, and the call is uncertain."""
+    gate = asyncio.Event()
+    process = FakeProcess(join_gate=gate)
+    tool, owner = make(tmp_path, launcher=FakeLauncher(lambda: process))
+    running = asyncio.create_task(tool.execute(shell_call({"argv": ["true"]})))
+    await wait_for_flag(process.join_entered)
+    running.cancel()
+    gate.set()
+    with pytest.raises(asyncio.CancelledError) as caught:
+        async with asyncio.timeout(PATIENCE):
+            await running
+    interruption = interruption_of(caught.value)
+    assert interruption is not None
+    assert (ExecutionState.UNCERTAIN, NEVER) == (interruption.state, interruption.retry)
+    assert (1, True, 0) == (process.wait_calls, process.joined, owner.owned)
+
+
+async def test_a_cancelled_cleanup_propagates_and_can_run_again(tmp_path: Path) -> None:
+    """Cleanup is bounded by its caller: cancelled, it raises; a later Cleanup completes."""
+    process = lingering()
+    tool, owner = make(tmp_path, launcher=FakeLauncher(lambda: process))
+    running = asyncio.create_task(tool.execute(shell_call({"argv": ["sleep"]})))
+    await wait_for_flag(process.waiting_exit)
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.01):
+            await owner.cleanup()
+    assert owner.closing
+    process.exit_with(Outcome.exited(0))
+    async with asyncio.timeout(PATIENCE):
+        await running
+        await owner.cleanup()
+    assert 0 == owner.owned
 
 
 # -- output ---------------------------------------------------------------------------------

@@ -179,6 +179,11 @@ class Owner:
             if not failure.retryable:
                 entry.terminal = True
             return False
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling() > 0:
+                raise
+            return False  # the platform's own CancelledError: a failure not known terminal
         except Exception:  # noqa: BLE001 - anything else is a failure not known to be terminal
             return False
         self._release(entry)

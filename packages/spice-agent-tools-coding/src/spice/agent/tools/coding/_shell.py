@@ -460,6 +460,8 @@ class _Shell:
         try:
             return await asyncio.shield(finishing)
         except asyncio.CancelledError as cancelled:
+            if not _being_cancelled():
+                raise ExecutionError(call.id, _UNCERTAIN, _RETRY, _JOIN_FAILED) from None
             await _outlast(finishing)
             attach(cancelled, Interruption(call.id, _UNCERTAIN, _RETRY))
             raise
@@ -515,6 +517,10 @@ async def _signal(request: Awaitable[None]) -> bool:
     try:
         async with asyncio.timeout(SIGNAL_SECONDS):
             await request
+    except asyncio.CancelledError:
+        if _being_cancelled():
+            raise
+        return False  # the platform's own CancelledError: a failed request
     except Exception:  # noqa: BLE001 - a failed or slow stop request is recorded, not raised
         return False
     return True
@@ -524,6 +530,10 @@ async def _exited(process: Process, seconds: float) -> bool:
     try:
         async with asyncio.timeout(seconds):
             await process.wait_exit()
+    except asyncio.CancelledError:
+        if _being_cancelled():
+            raise
+        return False  # the platform's own CancelledError: not known exited
     except Exception:  # noqa: BLE001 - an expired bound or a failing wait: not known exited
         return False
     return True
