@@ -1,0 +1,182 @@
+"""Crash consistency and durability of replace, proven under strace in a child process.
+
+Each crash run kills the child (SIGKILL, injected by strace) at the N-th call of one
+syscall in the worker thread; afterwards the target holds exactly the old or the new
+bytes (for create: nothing or the new bytes) and any other file left behind is a
+``.spice-replace-<32 hex>.tmp``. The default run sweeps a bounded sample of the kill
+points; ``SPICE_SOAK=1`` (``make soak``) sweeps every one.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from pathlib import Path
+from typing import Final
+
+import pytest
+from replace_helpers import create_arguments, digest, replace_arguments, strays
+from replace_strace import STRACE, Traced, traced_call
+
+pytestmark = [
+    pytest.mark.strace,
+    pytest.mark.skipif(STRACE is None, reason="strace is not installed (make bootstrap)"),
+]
+
+OLD: Final = b"old content that is long enough to be torn\n" * 4
+NEW: Final = "new content \u00e9\n" * 8
+NEW_BYTES: Final = NEW.encode()
+TARGET: Final = "d/e/f.txt"
+DEFAULT_POINTS: Final = 40
+"""Kill points swept by default per scenario; every one under ``SPICE_SOAK=1``."""
+MUTATING: Final = frozenset(
+    {"write", "fsync", "fchmod", "mkdirat", "rename", "renameat", "renameat2"}
+    | {"link", "linkat", "unlink", "unlinkat"}
+)
+SOAK: Final = os.environ.get("SPICE_SOAK") == "1"
+COMMITS: Final = frozenset({"rename", "renameat", "renameat2", "link", "linkat"})
+
+
+def _prepare(directory: Path, *, creating: bool) -> Path:
+    root = directory / "root"
+    if creating:
+        root.mkdir(parents=True)
+    else:
+        (root / "d" / "e").mkdir(parents=True)
+        (root / TARGET).write_bytes(OLD)
+    return root
+
+
+def _arguments(*, creating: bool) -> dict[str, object]:
+    if creating:
+        return create_arguments(TARGET, NEW)
+    return replace_arguments(TARGET, NEW, OLD)
+
+
+def _points(dry: Traced, *, everything: bool) -> list[tuple[str, int]]:
+    counts: Counter[str] = Counter()
+    points: list[tuple[str, int]] = []
+    for name, _ in dry.worker_calls():
+        counts[name] += 1
+        points.append((name, counts[name]))
+    if everything or len(points) <= DEFAULT_POINTS:
+        return points
+    # Every kill at a mutating syscall, then an even sample of the others.
+    chosen = [p for p in points if p[0] in MUTATING]
+    others = [p for p in points if p[0] not in MUTATING]
+    room = max(0, DEFAULT_POINTS - len(chosen))
+    step = max(1, -(-len(others) // max(1, room)))
+    return chosen + others[::step][:room]
+
+
+def _state(root: Path) -> str:
+    target = root / TARGET
+    if not target.exists():
+        return "absent"
+    return {OLD: "old", NEW_BYTES: "new"}.get(target.read_bytes(), "torn")
+
+
+def _check_disk(root: Path, *, creating: bool) -> list[str]:
+    """Problems with what a crash left (empty when consistent)."""
+    problems: list[str] = []
+    state = _state(root)
+    if state not in ({"absent", "new"} if creating else {"old", "new"}):
+        problems.append(f"target is {state}")
+    directory = (root / TARGET).parent
+    if directory.exists():
+        problems.extend(f"stray file {name}" for name in strays(directory, ["f.txt"]))
+    return problems
+
+
+def _sweep(tmp_path: Path, *, creating: bool, everything: bool) -> int:
+    dry_root = _prepare(tmp_path / "dry", creating=creating)
+    dry = traced_call(tmp_path, dry_root, _arguments(creating=creating), ["-e", "trace=all"])
+    assert dry.content is not None
+    assert dry.content["committed"] is True
+    points = _points(dry, everything=everything)
+    assert points
+    failures: list[str] = []
+    states: set[str] = set()
+    for index, (name, number) in enumerate(points):
+        root = _prepare(tmp_path / f"run-{index}", creating=creating)
+        options = ["-e", f"trace={name}", "-e", f"inject={name}:signal=KILL:when={number}"]
+        run = traced_call(tmp_path, root, _arguments(creating=creating), options)
+        if run.returncode != -9:
+            failures.append(f"{name}#{number}: the kill did not happen ({run.returncode})")
+        failures.extend(f"{name}#{number}: {p}" for p in _check_disk(root, creating=creating))
+        states.add(_state(root))
+    assert [] == failures
+    # The sweep crossed the commit point: some kills came before it, some after.
+    assert ({"absent", "new"} if creating else {"old", "new"}) == states
+    return len(points)
+
+
+@pytest.mark.parametrize("creating", [False, True], ids=["replace", "create"])
+def test_a_kill_at_any_sampled_syscall_leaves_old_or_new_bytes(
+    tmp_path: Path, creating: bool
+) -> None:
+    """SIGKILL at sampled worker syscalls: never a torn target, only temporary leftovers."""
+    swept = _sweep(tmp_path, creating=creating, everything=False)
+    assert swept >= min(DEFAULT_POINTS, 10)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not SOAK, reason="the full crash sweep runs under SPICE_SOAK=1")
+@pytest.mark.parametrize("creating", [False, True], ids=["replace", "create"])
+def test_a_kill_at_every_syscall_leaves_old_or_new_bytes(tmp_path: Path, creating: bool) -> None:
+    """SIGKILL at every worker file syscall (soak): never a torn target."""
+    _sweep(tmp_path, creating=creating, everything=True)
+
+
+@pytest.mark.parametrize("creating", [False, True], ids=["replace", "create"])
+def test_syscalls_sync_the_temporary_then_commit_then_sync_the_directory(
+    tmp_path: Path, creating: bool
+) -> None:
+    """fsync(temporary) comes before rename/link, which comes before fsync(directory)."""
+    root = _prepare(tmp_path / "order", creating=creating)
+    traced = traced_call(tmp_path, root, _arguments(creating=creating), ["-y", "-e", "trace=all"])
+    calls = traced.worker_calls()
+    names = [name for name, _ in calls]
+    commit = next(i for i, n in enumerate(names) if n in COMMITS)
+    syncs = [i for i, n in enumerate(names) if n == "fsync"]
+    temporary_sync = next(i for i in syncs if ".spice-replace-" in calls[i][1])
+    directory = f"<{root / 'd' / 'e'}>)"
+    directory_sync = next(i for i in syncs if directory in calls[i][1])
+    assert {"linkat", "link"} & {names[commit]} if creating else names[commit].startswith("rename")
+    assert temporary_sync < commit < directory_sync
+    assert 3 == len(syncs)
+    assert NEW_BYTES == (root / TARGET).read_bytes()
+
+
+def test_eio_on_the_temporary_fsync_keeps_the_old_file_and_claims_nothing(
+    tmp_path: Path,
+) -> None:
+    """fsync(temporary) fails with EIO: sync_failed, old bytes, no durable claim."""
+    root = _prepare(tmp_path / "eio", creating=False)
+    options = ["-e", "trace=fsync", "-e", "inject=fsync:error=EIO:when=1"]
+    traced = traced_call(tmp_path, root, _arguments(creating=False), options)
+    assert traced.content is not None
+    assert "sync_failed" == traced.content["code"]
+    assert traced.content["committed"] is False
+    assert "durable" not in traced.content
+    assert OLD == (root / TARGET).read_bytes()
+    assert [] == strays(root / "d" / "e", ["f.txt"])
+    assert ["f.txt"] == os.listdir(root / "d" / "e")
+
+
+@pytest.mark.parametrize("number", [2, 3], ids=["file", "directory"])
+@pytest.mark.parametrize("creating", [False, True], ids=["replace", "create"])
+def test_eio_on_a_post_commit_fsync_is_committed_but_not_durable(
+    tmp_path: Path, number: int, creating: bool
+) -> None:
+    """A post-commit fsync fails with EIO: committed true, durable false, new bytes."""
+    root = _prepare(tmp_path / "eio", creating=creating)
+    options = ["-e", "trace=fsync", "-e", f"inject=fsync:error=EIO:when={number}"]
+    traced = traced_call(tmp_path, root, _arguments(creating=creating), options)
+    assert traced.content is not None
+    assert "durability_unconfirmed" == traced.content["code"]
+    assert traced.content["committed"] is True
+    assert traced.content["durable"] is False
+    assert digest(NEW_BYTES) == traced.content["sha256"]
+    assert NEW_BYTES == (root / TARGET).read_bytes()
+    assert ["f.txt"] == os.listdir(root / "d" / "e")
