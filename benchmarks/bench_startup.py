@@ -27,6 +27,8 @@ from _harness import (
 SECTION: Final = "startup"
 COMMAND_TIMEOUT: Final = 60.0
 FLOOR_NAME: Final = "python -c pass (same interpreter)"
+STDLIB_IMPORTS: Final = "import argparse, asyncio, json"
+"""What any asyncio command line pays before its own code: the second floor, in notes."""
 
 
 def wall(argv: list[str], cwd: Path) -> float:
@@ -47,7 +49,7 @@ def wall(argv: list[str], cwd: Path) -> float:
 
 
 def run(settings: Settings) -> list[Figure]:
-    """``call read`` and ``tools`` beside ``python -c pass``, alternating."""
+    """``call read`` and ``tools`` beside ``python -c pass``, in rotation."""
     root = Path(tempfile.mkdtemp(prefix="spice-bench-cli-")).resolve()
     write_text(root / "a.txt", 4096)
     script = str(spice_coding())
@@ -59,37 +61,43 @@ def run(settings: Settings) -> list[Figure]:
         ("spice-coding tools", [script, "--root", str(root), "tools"]),
     )
     floor_argv = [sys.executable, "-c", "pass"]
+    stdlib_argv = [sys.executable, "-c", STDLIB_IMPORTS]
     figures: list[Figure] = []
     try:
         for name, argv in cases:
-            subject: list[float] = []
-            reference: list[float] = []
+            # Slot 0 is ours, 1 the floor, 2 the stdlib-imports floor; the floors run
+            # every round, ours until it fails (a stub exits non-zero).
+            commands = (argv, floor_argv, stdlib_argv)
+            samples: tuple[list[float], list[float], list[float]] = ([], [], [])
             error: str | None = None
             for index in range(settings.process_repeats + 1):
-                # The floor runs every round, first or second in turn; the subject until
-                # it fails (a stub exits non-zero), so the floor is reported either way.
-                order = (True, False) if index % 2 == 0 else (False, True)
-                for is_subject in order:
-                    if is_subject and error is not None:
+                shift = index % len(commands)
+                for which in (*range(shift, len(commands)), *range(shift)):
+                    if which == 0 and error is not None:
                         continue
                     try:
-                        elapsed = wall(argv if is_subject else floor_argv, root)
+                        elapsed = wall(commands[which], root)
                     except (Unavailable, OSError, subprocess.SubprocessError) as failure:
-                        if not is_subject:
+                        if which != 0:
                             raise
                         error = pending_reason(failure)
                         continue
                     if index > 0:
-                        (subject if is_subject else reference).append(elapsed)
+                        samples[which].append(elapsed)
+            stdlib = milliseconds(samples[2])
+            note = f"python -c '{STDLIB_IMPORTS}': {stdlib.median:.3g} ms"
+            if error is None:
+                note += f", ours/that {milliseconds(samples[0]).median / stdlib.median:.2f}x"
             figures.append(
                 Figure(
                     SECTION,
                     name,
-                    milliseconds(subject) if error is None else None,
+                    milliseconds(samples[0]) if error is None else None,
                     "floor",
                     FLOOR_NAME,
-                    milliseconds(reference),
+                    milliseconds(samples[1]),
                     unavailable=error,
+                    notes=(note,),
                 )
             )
     finally:
