@@ -280,6 +280,8 @@ async def open_stdio(
                     await written.wait()
                 writing.cancel()
     finally:
+        for stream in (in_send, in_receive, out_send, out_receive):
+            stream.close()
         source.close()
         sink.close()
         for fd, copy in saved:

@@ -1,0 +1,239 @@
+"""The stdio transport in process: real pipes and files, the real MCP client on the other end."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from app_fakes import PROGRESS_MESSAGE, EchoTool
+from mcp import Client
+from mcp_types.version import LATEST_HANDSHAKE_VERSION
+
+from spice.agent.coding import mcp_server
+from spice.agent.coding._stdio import MAXIMUM_FRAME_BYTES, READ_CHUNK_BYTES, open_stdio
+from spice.agent.dispatch import Dispatcher
+
+INITIALIZE: dict[str, Any] = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": LATEST_HANDSHAKE_VERSION,
+        "capabilities": {},
+        "clientInfo": {"name": "pipes", "version": "0"},
+    },
+}
+INITIALIZED: dict[str, Any] = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+
+
+def echo_call(request_id: int, text: str = "hi") -> dict[str, Any]:
+    params = {"name": "echo", "arguments": {"text": text}}
+    return {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}
+
+
+def frame(message: dict[str, Any]) -> bytes:
+    return json.dumps(message).encode() + b"\n"
+
+
+async def serve(stdin_fd: int, stdout_fd: int, *, divert: bool = False) -> None:
+    server = mcp_server(Dispatcher([EchoTool()]))
+    async with open_stdio(stdin_fd, stdout_fd, divert=divert) as (read, write):
+        await server.run(read, write, server.create_initialization_options())
+
+
+def write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+@asynccontextmanager
+async def pipes() -> AsyncIterator[tuple[int, int, int, int]]:
+    """(server stdin read end, its write end, server stdout read end, its write end)."""
+    in_r, in_w = os.pipe()
+    out_r, out_w = os.pipe()
+    try:
+        yield in_r, in_w, out_r, out_w
+    finally:
+        for fd in (in_r, in_w, out_r, out_w):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+async def finished(task: asyncio.Task[None]) -> None:
+    async with asyncio.timeout(10):
+        await task
+
+
+async def test_the_real_client_talks_to_the_server_over_pipes() -> None:
+    """Both ends of the transport over pipes: listing, a call, and its progress."""
+    seen: list[str | None] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        seen.append(message)
+
+    async with pipes() as (in_r, in_w, out_r, out_w):
+        server = asyncio.create_task(serve(in_r, out_w))
+        async with Client(open_stdio(out_r, in_w, divert=False), mode="legacy") as client:
+            names = [t.name for t in (await client.list_tools()).tools]
+            result = await client.call_tool(
+                "echo", {"text": "piped"}, progress_callback=on_progress
+            )
+        os.close(in_w)
+        await finished(server)
+    assert ["echo"] == names
+    assert {"ok": True, "echo": "piped"} == result.structured_content
+    assert PROGRESS_MESSAGE in seen
+
+
+async def test_regular_files_serve_without_an_event_loop_pipe(tmp_path: Path) -> None:
+    """A request file on stdin and a file on stdout are read and written directly."""
+    requests = tmp_path / "requests.jsonl"
+    answers = tmp_path / "answers.jsonl"
+    requests.write_bytes(frame(INITIALIZE) + frame(INITIALIZED) + frame(echo_call(2)))
+    stdin = os.open(requests, os.O_RDONLY)
+    stdout = os.open(answers, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    try:
+        await finished(asyncio.create_task(serve(stdin, stdout)))
+    finally:
+        os.close(stdin)
+        os.close(stdout)
+    lines = [json.loads(line) for line in answers.read_bytes().splitlines()]
+    assert all("2.0" == line["jsonrpc"] for line in lines)
+    assert 1 in {line.get("id") for line in lines}
+
+
+async def test_the_null_device_on_stdin_ends_at_once() -> None:
+    """The null device (which a selector refuses) is read directly: EOF, a clean end."""
+    async with pipes() as (_, _in_w, out_r, out_w):
+        null = os.open(os.devnull, os.O_RDONLY)
+        try:
+            await finished(asyncio.create_task(serve(null, out_w)))
+        finally:
+            os.close(null)
+        os.close(out_w)
+        assert b"" == os.read(out_r, 16)
+
+
+async def test_divert_points_the_descriptors_away_while_serving_and_restores_them() -> None:
+    """With divert, stdout's descriptor is stderr and stdin's the null device; both restored."""
+    async with pipes() as (in_r, in_w, out_r, out_w):
+        original = (os.fstat(in_r).st_ino, os.fstat(out_w).st_ino)
+        server = asyncio.create_task(serve(in_r, out_w, divert=True))
+        write_all(in_w, frame(INITIALIZE))
+        loop = asyncio.get_running_loop()
+        answer = await asyncio.wait_for(loop.run_in_executor(None, os.read, out_r, 65536), 10)
+        during = (os.fstat(in_r).st_ino, os.fstat(out_w).st_ino)
+        expected_during = (os.stat(os.devnull).st_ino, os.fstat(2).st_ino)
+        os.close(in_w)
+        await finished(server)
+        after = (os.fstat(in_r).st_ino, os.fstat(out_w).st_ino)
+    assert 1 == json.loads(answer)["id"]
+    assert expected_during == during
+    assert original == after
+
+
+async def exchange(chunks: list[bytes], requests: list[int]) -> list[dict[str, Any]]:
+    """Feed raw chunks to a server over pipes; return the answers to ``requests``."""
+    async with pipes() as (in_r, in_w, out_r, out_w):
+        server = asyncio.create_task(serve(in_r, out_w))
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader(limit=MAXIMUM_FRAME_BYTES)
+        transport, _ = await loop.connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(out_r, "rb", closefd=False)
+        )
+        try:
+            for chunk in chunks:
+                await asyncio.to_thread(write_all, in_w, chunk)
+            answers: dict[int, dict[str, Any]] = {}
+            async with asyncio.timeout(10):
+                while set(requests) - set(answers):
+                    message = json.loads(await reader.readline())
+                    if "id" in message:
+                        answers[message["id"]] = message
+            os.close(in_w)
+            await finished(server)
+        finally:
+            transport.close()
+    return [answers[i] for i in requests]
+
+
+async def test_an_oversized_frame_in_many_chunks_is_discarded() -> None:
+    """A line past the frame bound, arriving in many chunks, is dropped; the next is served."""
+    huge = b'{"jsonrpc":"2.0","id":9,"method":"ping","params":{"x":"' + b"a" * MAXIMUM_FRAME_BYTES
+    chunks = [frame(INITIALIZE), frame(INITIALIZED), huge, b'"}}\n' + frame(echo_call(2))]
+    [answer] = await exchange(chunks, [2])
+    assert {"ok": True, "echo": "hi"} == answer["result"]["structuredContent"]
+
+
+async def test_a_frame_at_the_bound_is_served() -> None:
+    """A line exactly at the frame bound is still parsed (and this one is served)."""
+    head = json.dumps(echo_call(3, "")).encode()
+    text = "b" * (MAXIMUM_FRAME_BYTES - len(head))
+    line = json.dumps(echo_call(3, text)).encode()
+    assert MAXIMUM_FRAME_BYTES == len(line)
+    [answer] = await exchange([frame(INITIALIZE), frame(INITIALIZED), line + b"\n"], [3])
+    assert "result" in answer or "error" in answer
+
+
+async def test_a_frame_one_past_the_bound_in_one_chunk_is_dropped() -> None:
+    """A line one byte past the bound is never answered, even when it arrives whole."""
+    head = json.dumps(echo_call(4, "")).encode()
+    line = json.dumps(echo_call(4, "c" * (MAXIMUM_FRAME_BYTES + 1 - len(head)))).encode()
+    chunks = [frame(INITIALIZE), frame(INITIALIZED), line + b"\n" + frame(echo_call(5))]
+    [answer] = await exchange(chunks, [5])
+    assert {"ok": True, "echo": "hi"} == answer["result"]["structuredContent"]
+
+
+async def test_garbage_blank_lines_and_a_last_line_without_newline_are_handled() -> None:
+    """Blank lines are skipped, garbage dropped, and a final unterminated line is read at EOF."""
+    chunks = [b"\n  \n", b"not json\n", json.dumps(INITIALIZE).encode()]
+    async with pipes() as (in_r, in_w, out_r, out_w):
+        server = asyncio.create_task(serve(in_r, out_w))
+        for chunk in chunks:
+            write_all(in_w, chunk)
+        os.close(in_w)
+        await finished(server)
+        os.close(out_w)
+        output = await asyncio.to_thread(_read_to_end, out_r)
+    # initialize is handled inline, so even a request cut off by EOF gets its answer.
+    assert [1] == [json.loads(line).get("id") for line in output.splitlines()]
+
+
+def _read_to_end(fd: int) -> bytes:
+    parts = []
+    while part := os.read(fd, READ_CHUNK_BYTES):
+        parts.append(part)
+    return b"".join(parts)
+
+
+async def test_a_client_that_stops_reading_does_not_break_the_server() -> None:
+    """When stdout's reader is gone, writes stop quietly and EOF still ends the server."""
+    async with pipes() as (in_r, in_w, out_r, out_w):
+        os.close(out_r)
+        server = asyncio.create_task(serve(in_r, out_w))
+        write_all(in_w, frame(INITIALIZE) + frame(INITIALIZED) + frame(echo_call(2)))
+        os.close(in_w)
+        await finished(server)
+    assert server.done()
+    assert server.exception() is None
+
+
+async def test_cancelling_the_server_stops_a_blocked_read() -> None:
+    """A server waiting for the client's next line stops when its task is cancelled."""
+    async with pipes() as (in_r, in_w, out_r, out_w):
+        server = asyncio.create_task(serve(in_r, out_w))
+        write_all(in_w, frame(INITIALIZE))
+        loop = asyncio.get_running_loop()
+        # The answer proves the server is up and back to waiting for the next line.
+        await asyncio.wait_for(loop.run_in_executor(None, os.read, out_r, 65536), 10)
+        server.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await finished(server)
