@@ -313,6 +313,7 @@ class _Shell:
             raise
         if isinstance(prepared, Result):
             return prepared
+        ticket.starting = True  # from here the start task, not the call, settles the slot
         starting = self._owner.spawn(self._start(prepared, ticket))
         try:
             started = await asyncio.shield(starting)
@@ -372,7 +373,6 @@ class _Shell:
 
     async def _start(self, spec: Spec, ticket: Ticket) -> _Started:
         """Start through the launcher and own what it returns at once (a spawned task)."""
-        ticket.starting = True
         try:
             process = await self._launcher.start(spec)
         except LaunchError as error:
