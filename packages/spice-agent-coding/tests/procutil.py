@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Final, final
 
 PROC: Final = "/proc"
-CONDITION_BOUND_SECONDS: Final = 5.0
+CONDITION_BOUND_SECONDS: Final = 10.0
 """How long a test waits for a process condition (dying after SIGKILL) to hold."""
 
 _POLL_SECONDS: Final = 0.01

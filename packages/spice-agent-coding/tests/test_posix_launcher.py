@@ -275,15 +275,18 @@ async def test_a_background_sleeper_holding_stdout_does_not_hang_the_join(exit_w
 
 async def test_the_join_ends_a_whole_tree_in_the_group() -> None:
     """Children, grandchildren and orphans that stay in the group all end."""
-    script = "(sleep 60 &); (sh -c 'sleep 60 & sleep 60') & sleep 60 & echo ready"
+    # Each sleeper prints its pid before it becomes `sleep`; the leader keeps running.
+    script = "s() { sh -c 'echo $$; exec sleep 60'; }; (s &); (s & s) & s & s & wait"
     given = spec(SH, "-c", script)
     out, _ = sinks(given)
     process = await start(given)
-    await out.contains(b"ready\n")
-    assert await procutil.until(lambda: len(procutil.alive_in_group(process.pid)) >= 4)
+    assert await procutil.until(lambda: out.data.count(b"\n") >= 5)
+    sleepers = [int(line) for line in out.data.split()]
+    assert all(procutil.is_alive(pid) for pid in sleepers)
     async with asyncio.timeout(BOUND):
         await process.wait()
     assert await procutil.group_gone(process.pid)
+    assert not any(procutil.is_alive(pid) for pid in sleepers)
 
 
 async def test_request_stop_after_the_leader_exited_still_reaches_its_group() -> None:
