@@ -189,6 +189,14 @@ async def test_environment_allowlist_is_the_configured_one(
     assert ("SPICE_ALLOWED=yes",) == launcher.specs[0].environment
 
 
+async def test_even_an_invalid_call_reports_progress_once(tmp_path: Path) -> None:
+    """The progress message comes first, before any check."""
+    reporter = RecordingReporter()
+    tool, _ = make(tmp_path)
+    result = await tool.execute(shell_call({"argv": []}), reporter)
+    assert ("invalid_arguments", 1) == (content_of(result)["code"], len(reporter.messages))
+
+
 async def test_progress_is_reported_once_before_resolving(tmp_path: Path) -> None:
     """Exactly one progress message, with no argv in it."""
     reporter = RecordingReporter()

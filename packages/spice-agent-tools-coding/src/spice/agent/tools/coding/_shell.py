@@ -4,7 +4,7 @@ The tool never starts a process itself: it asks the injected resolver for the
 executable and the injected launcher for the process, then owns what it gets
 until a join proves it released (see ``_ownership``). One call::
 
-    name, platform, arguments ─► progress ─► admission ─► workdir (no symlink component)
+    progress ─► name, platform, arguments ─► admission ─► workdir (no symlink component)
       ─► lookup ─► resolve ─► workdir again ─► start ─► own ─► wait for exit
       (timeout ─► stop, grace, force) ─► join ─► outcome ─► bounded output (``_capture``)
 
@@ -287,6 +287,7 @@ class _Shell:
 
     async def execute(self, call: Call, reporter: Reporter | None = None) -> Result:
         """Run one command; see the module docstring for the steps."""
+        await report_progress(call, reporter, PROGRESS, _RETRY)
         if call.name != NAME:
             return _refuse(call, "invalid_arguments", _PROBLEMS["wrong_tool"])
         if not self._posix:
@@ -295,7 +296,6 @@ class _Shell:
             arguments = _parse(call.arguments, self._config)
         except ArgumentError as error:
             return _refuse(call, "invalid_arguments", str(error))
-        await report_progress(call, reporter, PROGRESS, _RETRY)
         ticket = self._owner.admit()
         if isinstance(ticket, str):
             return _refuse(call, ticket, _PROBLEMS[ticket])
