@@ -457,7 +457,9 @@ def write_file(syscalls: Syscalls, dir_fd: int, request: Request, gate: CommitGa
     try:
         return _after_commit(syscalls, dir_fd, current, temporary)
     finally:
-        _discard(syscalls, dir_fd, temporary)  # only does something after a defect
+        # Only after a defect is a descriptor still open. The temporary name is not
+        # removed a second time: the answer already says whether it was.
+        _close(syscalls, temporary)
 
 
 def _before_commit(
@@ -594,11 +596,7 @@ def _after_commit(
 
 def _discard(syscalls: Syscalls, dir_fd: int, temporary: _Temporary) -> bool:
     """Close what is open and remove the temporary name; False when it stays behind."""
-    for fd in (temporary.write_fd, temporary.read_fd):
-        if fd is not None:
-            with contextlib.suppress(OSError):
-                syscalls.close(fd)
-    temporary.write_fd = temporary.read_fd = None
+    _close(syscalls, temporary)
     if temporary.linked:
         try:
             syscalls.unlink(temporary.name, dir_fd)
@@ -608,6 +606,14 @@ def _discard(syscalls: Syscalls, dir_fd: int, temporary: _Temporary) -> bool:
             return False
         temporary.linked = False
     return True
+
+
+def _close(syscalls: Syscalls, temporary: _Temporary) -> None:
+    for fd in (temporary.write_fd, temporary.read_fd):
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                syscalls.close(fd)
+    temporary.write_fd = temporary.read_fd = None
 
 
 def _exists(found: Found, request: Request) -> Outcome:
