@@ -616,3 +616,12 @@ async def test_create_that_loses_the_name_to_another_writer_is_already_exists(
     assert digest(b"theirs") == content["current_sha256"]
     assert b"theirs" == (root / "n.txt").read_bytes()
     assert [] == temporaries(root)
+
+
+async def test_a_create_target_that_cannot_be_inspected_is_path_unavailable(root: Path) -> None:
+    """When the target cannot even be stat'ed, create neither guesses nor writes."""
+    _, content = await run(
+        make_tool(root, Recording(failures={"lstat": [1]})), create_arguments("n.txt", NEW)
+    )
+    assert "path_unavailable" == content["code"]
+    assert not (root / "n.txt").exists()

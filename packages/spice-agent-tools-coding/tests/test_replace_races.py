@@ -338,20 +338,22 @@ async def test_a_failing_reporter_is_an_execution_error_and_nothing_is_written(
     assert not tool._lease.locked()
 
 
+@pytest.mark.parametrize("point", [Checkpoint.PREFLIGHT_DONE, Checkpoint.TEMPORARY_SYNCED], ids=str)
 async def test_a_defect_in_the_worker_is_an_execution_error_before_the_commit_point(
-    root: Path,
+    root: Path, point: Checkpoint
 ) -> None:
-    """An unexpected exception in the worker becomes a definitive host failure."""
+    """An unexpected exception in the worker: a definitive host failure, no temporary left."""
 
     def explode() -> None:
         raise ValueError("defect")
 
-    tool = make_tool(root, Recording(hooks={Checkpoint.PREFLIGHT_DONE: explode}))
+    tool = make_tool(root, Recording(hooks={point: explode}))
     with pytest.raises(ExecutionError) as caught:
         await tool.execute(make_call(replace_arguments("f.txt", MINE, OLD)))
     assert ExecutionState.DEFINITIVE == caught.value.state
     assert "defect" not in str(caught.value)
     assert OLD == (root / "f.txt").read_bytes()
+    assert [] == temporaries(root)
 
 
 async def test_a_defect_after_the_commit_point_is_uncertain(root: Path) -> None:
