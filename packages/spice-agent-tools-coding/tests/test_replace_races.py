@@ -367,3 +367,14 @@ async def test_a_defect_after_the_commit_point_is_uncertain(root: Path) -> None:
         await tool.execute(make_call(replace_arguments("f.txt", MINE, OLD)))
     assert ExecutionState.UNCERTAIN == caught.value.state
     assert RetryDisposition.NEVER == caught.value.retry
+
+
+async def test_exactly_one_progress_message_comes_first_even_for_bad_arguments(
+    root: Path,
+) -> None:
+    """Progress is reported once per call, before any check."""
+    signal = _Signal()
+    tool = make_tool(root)
+    await tool.execute(make_call({"path": "f.txt"}), signal)
+    await tool.execute(make_call(replace_arguments("f.txt", MINE, OLD)), signal)
+    assert 2 == len(signal.messages)

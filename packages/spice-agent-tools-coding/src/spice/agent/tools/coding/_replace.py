@@ -214,6 +214,8 @@ class ReplaceTool:
 
     async def execute(self, call: Call, reporter: Reporter | None = None) -> Result:
         """Write the file as the call asks; see the module docstring for cancellation."""
+        # One progress message first, before any check (as read and shell do).
+        await report_progress(call, reporter, PROGRESS, _ALLOWED)
         if self._platform == "win32":
             return failure(call, "unsupported_platform", UNSUPPORTED, _DEFINITIVE, _ALLOWED)
         if call.name != NAME:
@@ -222,7 +224,6 @@ class ReplaceTool:
             arguments = _decode(call.arguments, self._config.max_write_bytes)
         except _Invalid as invalid:
             return failure(call, invalid.code, invalid.message, _DEFINITIVE, _ALLOWED)
-        await report_progress(call, reporter, PROGRESS, _ALLOWED)
         try:
             await self._lease.acquire()
         except asyncio.CancelledError as cancelled:
