@@ -1,6 +1,6 @@
 """The ``replace`` tool: stale-protected, atomic, durable and idempotent whole-file writes.
 
-A call validates its arguments, reports progress, takes the instance's write lease and
+A call reports progress, validates its arguments, takes the instance's write lease and
 runs the engine (``_commit.write_file``) in a worker thread. The lease is held until
 that thread has finished, whatever happens to the calling task.
 
