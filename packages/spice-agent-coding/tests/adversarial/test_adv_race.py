@@ -117,7 +117,7 @@ def real_path(path: Path) -> str:
 async def one_round(route: Route, number: int, real_outside: str, tally: Tally) -> None:
     """Read, replace (attack digest), create and shell, all at once; record violations."""
     attack = hashlib.sha256(SENTINEL).hexdigest()
-    calls = [
+    calls: list[tuple[str, dict[str, object]]] = [
         ("read", {"path": "dir/inner.txt"}),
         ("replace", {"path": "dir/inner.txt", "content": "x", "expected_sha256": attack}),
         ("replace", {"path": f"dir/new-{number}.txt", "content": "x", "create": True}),
