@@ -277,7 +277,7 @@ async def side_by_side(
             mine = unit(samples[0])
             notes = (
                 (
-                    f"{variant[0]}: {other.median:.3g} {other.unit}, "
+                    f"{variant[0]}: {number(other.median)} {other.unit}, "
                     f"ours/that {mine.median / other.median:.2f}x"
                 ),
             )
@@ -288,6 +288,16 @@ async def side_by_side(
         reason = pending_reason(error)
     _, theirs = await alternate(None, floor, warmup, repeats)
     return unavailable(section, name, reason, "floor", floor_name, unit(theirs))
+
+
+def number(value: float) -> str:
+    """A figure with three or so significant digits, never in exponent form."""
+    magnitude = abs(value)
+    if magnitude >= 100:
+        return f"{value:,.0f}"
+    if magnitude >= 10:
+        return f"{value:.1f}"
+    return f"{value:.2f}" if magnitude >= 1 else f"{value:.3f}"
 
 
 def microseconds(samples: Sequence[float]) -> Summary:

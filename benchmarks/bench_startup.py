@@ -19,6 +19,7 @@ from _harness import (
     Settings,
     Unavailable,
     milliseconds,
+    number,
     pending_reason,
     spice_coding,
     write_text,
@@ -85,7 +86,7 @@ def run(settings: Settings) -> list[Figure]:
                     if index > 0:
                         samples[which].append(elapsed)
             stdlib = milliseconds(samples[2])
-            note = f"python -c '{STDLIB_IMPORTS}': {stdlib.median:.3g} ms"
+            note = f"python -c '{STDLIB_IMPORTS}': {number(stdlib.median)} ms"
             if error is None:
                 note += f", ours/that {milliseconds(samples[0]).median / stdlib.median:.2f}x"
             figures.append(

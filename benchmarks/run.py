@@ -38,6 +38,7 @@ from _harness import (
     Settings,
     Summary,
     cpu_count,
+    number,
 )
 
 SECTIONS: Final = ("in-process", "mcp", "startup", "memory", "scaling")
@@ -118,21 +119,12 @@ def _cpu_model() -> str | None:
     return None
 
 
-def _number(value: float) -> str:
-    magnitude = abs(value)
-    if magnitude >= 100:
-        return f"{value:,.0f}"
-    if magnitude >= 10:
-        return f"{value:.1f}"
-    return f"{value:.2f}" if magnitude >= 1 else f"{value:.3f}"
-
-
 def _cell(summary: Summary | None) -> str:
     if summary is None:
         return "unavailable"
     return (
-        f"{_number(summary.median)} {summary.unit} "
-        f"({_number(summary.p10)}..{_number(summary.p90)}, n={summary.n})"
+        f"{number(summary.median)} {summary.unit} "
+        f"({number(summary.p10)}..{number(summary.p90)}, n={summary.n})"
     )
 
 
