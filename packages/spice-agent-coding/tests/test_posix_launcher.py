@@ -453,7 +453,7 @@ async def test_a_start_that_fails_after_the_child_exists_hands_it_over(
     monkeypatch.setattr(launcher_module, "_attach", failing_attach)
     before = procutil.open_descriptors()
     with pytest.raises(LaunchError) as caught:
-        await PosixLauncher().start(spec(SH, "-c", "sleep 60 & sleep 60"))
+        await PosixLauncher().start(spec(SH, "-c", "sleep 60 & cat", stdin=b"x" * 100_000))
     partial = caught.value.process
     assert isinstance(partial, PosixProcess)
     assert "injected" not in str(caught.value)
