@@ -35,6 +35,9 @@ TEMPORARY_PREFIX: Final = ".spice-replace-"
 EXECUTION_ERROR: Final = "execution_error"
 """The code an ``Answer`` carries for an ``ExecutionError`` (or a JSON-RPC error)."""
 
+CALL_REJECTED: Final = "call_rejected"
+"""The code an ``Answer`` carries when ``Call(...)`` itself refused the name or arguments."""
+
 FORBIDDEN_FRAGMENTS: Final = ("Traceback", 'File "', "Errno", "/work/", "/root/")
 """Text that betrays a traceback, an OS error or a machine path."""
 
@@ -79,11 +82,7 @@ def answer_of_error(error: BaseException) -> Answer:
 def build_tools(config: Config) -> tuple[Dispatcher, Callable[[], Awaitable[None]]]:
     """The three tools on the POSIX platform, behind one dispatcher, and the shell cleanup."""
     shell, cleanup = new_shell(config, PosixResolver(), PosixLauncher())
-    try:  # TEMPORARY until read lands
-        read = [new_read(config)]
-    except NotImplementedError:
-        read = []
-    return Dispatcher([*read, new_replace(config), shell]), cleanup
+    return Dispatcher([new_read(config), new_replace(config), shell]), cleanup
 
 
 _call_numbers = iter(range(1, 1 << 62))
@@ -96,7 +95,10 @@ async def dispatcher_route(config: Config) -> AsyncIterator[Route]:
 
     async def route(name: str, arguments: Mapping[str, Any]) -> Answer:
         text = json.dumps(arguments, ensure_ascii=True)
-        call = Call(f"adv-{next(_call_numbers)}", name, text)
+        try:
+            call = Call(f"adv-{next(_call_numbers)}", name, text)
+        except ValueError as error:  # the contract's own validation of a call
+            return Answer(CALL_REJECTED, {}, (str(error),))
         try:
             return answer_of(await dispatcher.dispatch(call))
         except ExecutionError as error:
@@ -219,7 +221,10 @@ def leaks(answer: Answer, forbidden: Iterable[str], request: str = "") -> list[s
     problem = answer.content.get("message")
     if isinstance(problem, str) and len(problem.encode()) > MAXIMUM_MESSAGE_BYTES:
         found.append("message over MAXIMUM_MESSAGE_BYTES")
-    if answer.code == EXECUTION_ERROR and len(answer.texts[0].encode()) > MAXIMUM_MESSAGE_BYTES:
+    if (
+        answer.code in {EXECUTION_ERROR, CALL_REJECTED}
+        and len(answer.texts[0].encode()) > MAXIMUM_MESSAGE_BYTES
+    ):
         found.append("error over MAXIMUM_MESSAGE_BYTES")
     return found
 
