@@ -44,7 +44,8 @@ def marker_seconds() -> str:
 async def test_a_fork_loop_under_a_timeout_leaves_no_process(tmp_path: Path) -> None:
     """sh forks many sleepers, then sleeps; the timeout stops all of them."""
     marker = marker_seconds()
-    script = f"i=0; while [ $i -lt {FORK_CHILDREN} ]; do sleep {marker} & i=$((i+1)); done; sleep {marker}"
+    loop = f"i=0; while [ $i -lt {FORK_CHILDREN} ]; do sleep {marker} & i=$((i+1)); done"
+    script = f"{loop}; sleep {marker}"
     async with dispatcher_route(Config(tmp_path, command_timeout=30)) as route:
         answer = await route("shell", {"argv": ["sh", "-c", script], "timeout_seconds": 1})
     assert "timed_out" == answer.code
