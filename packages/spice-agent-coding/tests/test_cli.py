@@ -282,3 +282,12 @@ def test_any_argument_text_exits_0_1_or_2_without_a_traceback(
     code, _, err = run_main(capsys, "--root", str(worktree), "call", "read", arguments)
     assert code in {0, 1, 2}
     assert "Traceback" not in err
+
+
+def test_an_argument_that_looks_like_an_option_exits_2_without_raising(
+    worktree: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``call read -:`` is a usage error: ``main`` returns 2 instead of raising SystemExit."""
+    code, out, err = run_main(capsys, "--root", str(worktree), "call", "read", "-:")
+    assert (2, "") == (code, out)
+    assert "Traceback" not in err

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib.metadata
 import json
 import logging
 import signal
@@ -40,6 +39,9 @@ _TRANSPORT_FAILED: Final = "the MCP transport failed"
 
 
 def _version() -> str:
+    # Imported here: importlib.metadata costs tens of milliseconds on every start otherwise.
+    import importlib.metadata  # noqa: PLC0415
+
     try:
         return importlib.metadata.version("spice-agent-coding")
     except importlib.metadata.PackageNotFoundError:
@@ -54,6 +56,25 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_ERROR, f"{self.prog}: error: {message}\n")
 
 
+class _VersionAction(argparse.Action):
+    """``--version``, looked up only when asked for (keeps every other start fast)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **_: object) -> None:
+        super().__init__(
+            option_strings, dest, nargs=0, default=argparse.SUPPRESS, help="show the version"
+        )
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        sys.stdout.write(f"{PROGRAM} {_version()}\n")
+        parser.exit(0)
+
+
 def _parser() -> argparse.ArgumentParser:
     root_help = "worktree root (default: $SPICE_AGENT_WORKTREE, else the current directory)"
     parser = _Parser(
@@ -61,7 +82,7 @@ def _parser() -> argparse.ArgumentParser:
         description="Serve the Spice coding tools (read, replace, shell) for one worktree.",
         epilog=SECURITY_WARNING,
     )
-    parser.add_argument("--version", action="version", version=f"{PROGRAM} {_version()}")
+    parser.add_argument("--version", action=_VersionAction)
     parser.add_argument("--root", metavar="DIR", help=root_help)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     commands.required = True
@@ -212,6 +233,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``spice-coding`` console script."""
     try:
         return run(argv)
+    except SystemExit as done:
+        # argparse ends --help, --version and usage errors this way; answer with its code.
+        return done.code if isinstance(done.code, int) else EXIT_ERROR
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     except Exception as error:  # noqa: BLE001 - no traceback reaches the user; the type is safe

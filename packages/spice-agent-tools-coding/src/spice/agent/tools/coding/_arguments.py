@@ -37,7 +37,12 @@ def _has_lone_surrogate(value: object, depth: int = 0) -> bool:
     if depth > MAXIMUM_NESTING:
         raise ArgumentError("arguments are nested too deeply")
     if isinstance(value, str):
-        return any(0xD800 <= ord(char) <= 0xDFFF for char in value)
+        # Strict UTF-8 encoding fails exactly on lone surrogates, and runs in C.
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return True
+        return False
     if isinstance(value, list):
         return any(_has_lone_surrogate(item, depth + 1) for item in value)
     if isinstance(value, dict):

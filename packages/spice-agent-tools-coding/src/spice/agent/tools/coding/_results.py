@@ -8,7 +8,6 @@ from collections.abc import Mapping
 from typing import Final
 
 from spice.agent.tool import (
-    MAXIMUM_PAYLOAD_BYTES,
     Call,
     ExecutionError,
     ExecutionState,
@@ -60,12 +59,10 @@ def _result(
     state: ExecutionState,
     retry: RetryDisposition,
 ) -> Result:
+    # ``Result`` itself enforces the payload bound (ValueError) and valid Unicode.
     try:
-        text = encode(content)
-        if len(text.encode("utf-8")) > MAXIMUM_PAYLOAD_BYTES:
-            raise ValueError("too large")  # noqa: TRY301 - one mapping for every encoding failure
-        return Result(call.id, text, problem)
-    except (TypeError, ValueError, UnicodeEncodeError):
+        return Result(call.id, encode(content), problem)
+    except (TypeError, ValueError):
         raise ExecutionError(call.id, state, retry, RESULT_UNENCODABLE) from None
 
 
