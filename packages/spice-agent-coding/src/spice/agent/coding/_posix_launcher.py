@@ -363,6 +363,9 @@ class PosixProcess:
             self._waitid(_REAP_FLAGS)
         except ChildProcessError:
             self._record(Outcome.unknown())
+        except OSError:
+            # Not reaped, so still pinned: a retry of the join starts over safely.
+            raise ProcessFailure(Operation.WAIT, retryable=True) from None
         self._reaped = True
         self._pinned = False
         self._close_pidfd()
