@@ -73,7 +73,7 @@ _PATTERNS: Final = {
     "mkdir": re.compile(rf"mkdir\(\"{_HEX}\", \d+\) = 0"),
     "close": re.compile(r"close\((\d+)"),
 }
-_LINE: Final = re.compile(r"^(?:\[pid +)?(\d+)\]? (.*)$")
+_LINE: Final = re.compile(r"^(?:\[pid +)?(\d+)\]?\s+(.*)$")
 _RESUMED: Final = re.compile(r"^<\.\.\. \w+ resumed>(.*)$")
 
 
