@@ -625,3 +625,29 @@ async def test_a_create_target_that_cannot_be_inspected_is_path_unavailable(root
     )
     assert "path_unavailable" == content["code"]
     assert not (root / "n.txt").exists()
+
+
+async def test_a_nested_create_also_syncs_every_directory_it_may_have_made(root: Path) -> None:
+    """Creating ``a/b/c/x`` fsyncs the root, ``a`` and ``a/b`` too: three more than flat."""
+    flat = Recording()
+    _, flat_content = await run(make_tool(root, flat), create_arguments("flat.txt", NEW))
+    nested = Recording()
+    _, content = await run(make_tool(root, nested), create_arguments("a/b/c/x.txt", NEW))
+    assert (True, True) == (flat_content["durable"], content["durable"])
+    assert flat.calls["fsync"] + 3 == nested.calls["fsync"]
+
+
+async def test_a_failed_ancestor_sync_withdraws_the_durable_claim(root: Path) -> None:
+    """When a new parent's entry cannot be synced, the committed create is not durable."""
+    probe = Recording()
+    await run(make_tool(root, probe), create_arguments("p/q/probe.txt", NEW))
+    last_fsync = probe.calls["fsync"]
+    failing = Recording(failures={"fsync": [last_fsync]})
+    result, content = await run(make_tool(root, failing), create_arguments("m/n/x.txt", NEW))
+    assert ("durability_unconfirmed", True, False) == (
+        content["code"],
+        content["committed"],
+        content["durable"],
+    )
+    assert result.is_error
+    assert NEW_BYTES == (root / "m" / "n" / "x.txt").read_bytes()

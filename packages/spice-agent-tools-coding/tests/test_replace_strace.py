@@ -144,7 +144,12 @@ def test_syscalls_sync_the_temporary_then_commit_then_sync_the_directory(
     directory_sync = next(i for i in syncs if directory in calls[i][1])
     assert {"linkat", "link"} & {names[commit]} if creating else names[commit].startswith("rename")
     assert temporary_sync < commit < directory_sync
-    assert 3 == len(syncs)
+    # A create also syncs the root and ``d``: it may have made ``d`` and ``d/e``.
+    ancestors = [f"<{root}>)", f"<{root / 'd'}>)"] if creating else []
+    ancestor_syncs = [i for i in syncs if any(a in calls[i][1] for a in ancestors)]
+    assert 3 + len(ancestors) == len(syncs)
+    assert len(ancestors) == len(ancestor_syncs)
+    assert all(commit < i for i in ancestor_syncs)
     assert NEW_BYTES == (root / TARGET).read_bytes()
 
 
@@ -180,3 +185,20 @@ def test_eio_on_a_post_commit_fsync_is_committed_but_not_durable(
     assert digest(NEW_BYTES) == traced.content["sha256"]
     assert NEW_BYTES == (root / TARGET).read_bytes()
     assert ["f.txt"] == os.listdir(root / "d" / "e")
+
+
+@pytest.mark.parametrize("number", [4, 5], ids=["root", "first-parent"])
+def test_eio_on_an_ancestor_fsync_of_a_create_is_committed_but_not_durable(
+    tmp_path: Path, number: int
+) -> None:
+    """A create whose new parents' entries cannot be synced never claims durability."""
+    root = _prepare(tmp_path / "eio-ancestor", creating=True)
+    options = ["-e", "trace=fsync", "-e", f"inject=fsync:error=EIO:when={number}"]
+    traced = traced_call(tmp_path, root, _arguments(creating=True), options)
+    assert traced.content is not None
+    assert ("durability_unconfirmed", True, False) == (
+        traced.content["code"],
+        traced.content["committed"],
+        traced.content["durable"],
+    )
+    assert NEW_BYTES == (root / TARGET).read_bytes()

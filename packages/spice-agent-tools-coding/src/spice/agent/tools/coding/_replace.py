@@ -21,6 +21,7 @@ import asyncio
 import base64
 import binascii
 import contextlib
+import dataclasses
 import hashlib
 import os
 import re
@@ -46,6 +47,7 @@ from spice.agent.tool import (
 from ._arguments import ArgumentError, decode_object, take_boolean, take_string
 from ._commit import (
     ABORTED,
+    DURABILITY_UNCONFIRMED,
     NOT_REGULAR,
     POSIX,
     CommitGate,
@@ -307,13 +309,48 @@ class ReplaceTool:
                     arguments.expected,
                     self._config.max_write_bytes,
                 )
-                return write_file(self._syscalls, dir_fd, request, gate)
+                outcome = write_file(self._syscalls, dir_fd, request, gate)
+                if outcome.created and outcome.durable and parent != ".":
+                    outcome = self._sync_ancestors(root_fd, parent, outcome)
+                return outcome
             finally:
                 with contextlib.suppress(OSError):
                     os.close(dir_fd)
         finally:
             with contextlib.suppress(OSError):
                 os.close(root_fd)
+
+    def _sync_ancestors(self, root_fd: int, parent: str, outcome: Outcome) -> Outcome:
+        """Persist the entries of directories a create may have made, or withdraw ``durable``.
+
+        A create may have made every directory on the way to ``parent``; each one's entry
+        lives in its own parent, so the root and every ancestor above ``parent`` are
+        fsynced (``parent`` itself was synced by the commit). Without this a crash could
+        lose the whole new path after ``durable: true`` was reported.
+        """
+        unconfirmed = dataclasses.replace(
+            outcome, code="durability_unconfirmed", message=DURABILITY_UNCONFIRMED, durable=False
+        )
+        names = parent.split("/")
+        ancestors = [".", *("/".join(names[:depth]) for depth in range(1, len(names)))]
+        for ancestor in ancestors:
+            try:
+                fd = (
+                    root_fd
+                    if ancestor == "."
+                    else open_directory(root_fd, ancestor, follow_symlinks=True)
+                )
+            except PathError:
+                return unconfirmed
+            try:
+                self._syscalls.fsync(fd)
+            except OSError:
+                return unconfirmed
+            finally:
+                if fd != root_fd:
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
+        return outcome
 
 
 def _unknown(gate: CommitGate) -> tuple[ExecutionState, RetryDisposition]:
