@@ -55,6 +55,10 @@ typecheck:
 	  MYPYPATH=packages/$$p/src:packages/$$p/tests $(UV_RUN) mypy --strict packages/$$p/src packages/$$p/tests || exit 1; \
 	done
 
+	@echo "mypy --strict scripts benchmarks"
+	@MYPYPATH=benchmarks:$(subst $(eval) ,:,$(foreach p,$(PACKAGES),packages/$(p)/src)) \
+	  $(UV_RUN) mypy --strict scripts benchmarks
+
 check: lint typecheck
 
 fast: lint
@@ -89,6 +93,13 @@ verify-release: verify verify-offline
 
 soak:
 	SPICE_SOAK=1 $(UV_RUN) pytest -q -m slow -p no:cacheprovider
+
+# Benchmarks (a few minutes on 2 cores): each figure beside its floor and its peer. The
+# reference MCP filesystem server is installed from the npm registry, pinned by the lock file.
+BENCH_FLAGS ?=
+bench: bootstrap
+	npm ci --prefix benchmarks --ignore-scripts --no-audit --no-fund
+	$(UV_RUN) python benchmarks/run.py $(BENCH_FLAGS)
 
 clean:
 	rm -rf .venv .pytest_cache .mypy_cache .ruff_cache .coverage .coverage.* dist
