@@ -120,12 +120,15 @@ async def run(given: Spec) -> tuple[PosixProcess, Collect, Collect]:
     )
 
 
-@pytest.fixture(params=["pidfd", "poll"])
+@pytest.fixture(params=["pidfd", "poll", "reap"])
 def exit_watch(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Run a test with the pidfd exit watch and with the polling one (no pidfd)."""
-    if request.param == "poll":
-        # The fallback of kernels and systems without pidfd_open (macOS, Linux < 5.3).
+    """Run a test with each exit watch: pidfd, waitid polling, waitpid polling (macOS)."""
+    if request.param in {"poll", "reap"}:
+        # Kernels and systems without pidfd_open (macOS, Linux < 5.3).
         monkeypatch.setattr(launcher_module, "_open_pidfd", lambda _pid: None)
+    if request.param == "reap":
+        # CPython has no os.waitid on macOS: exits are seen by reaping.
+        monkeypatch.setattr(launcher_module, "_has_waitid", lambda: False)
     return str(request.param)
 
 

@@ -20,6 +20,7 @@ in short:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
@@ -43,8 +44,15 @@ DRAIN_BOUND_SECONDS: Final = 1.0
 EXIT_POLL_SECONDS: Final = 0.02
 """Exit polling interval where the kernel has no pidfd (macOS, Linux < 5.3)."""
 
-_PEEK_FLAGS: Final = os.WEXITED | os.WNOHANG | os.WNOWAIT
-_REAP_FLAGS: Final = os.WEXITED | os.WNOHANG
+# ``os.waitid`` is missing on macOS (CPython leaves it out there), so these are looked
+# up defensively; they are only used where ``waitid`` exists.
+_PEEK_FLAGS: Final = getattr(os, "WEXITED", 0) | os.WNOHANG | getattr(os, "WNOWAIT", 0)
+_REAP_FLAGS: Final = getattr(os, "WEXITED", 0) | os.WNOHANG
+
+
+def _has_waitid() -> bool:
+    """Whether exits can be observed without reaping (``waitid`` with ``WNOWAIT``)."""
+    return hasattr(os, "waitid")
 
 
 def _open_pidfd(pid: int) -> int | None:
@@ -59,10 +67,18 @@ def _open_pidfd(pid: int) -> int | None:
         return None
 
 
-def _outcome_of(status: os.waitid_result) -> Outcome:
+def _outcome_of_waitid(status: os.waitid_result) -> Outcome:
     if status.si_code == os.CLD_EXITED:
         return Outcome.exited(status.si_status)
     if status.si_code in {os.CLD_KILLED, os.CLD_DUMPED}:
+        return Outcome.signaled()
+    return Outcome.unknown()
+
+
+def _outcome_of_wait_status(status: int) -> Outcome:
+    if os.WIFEXITED(status):
+        return Outcome.exited(os.WEXITSTATUS(status))
+    if os.WIFSIGNALED(status):
         return Outcome.signaled()
     return Outcome.unknown()
 
@@ -246,6 +262,9 @@ class PosixProcess:
         """Look at the leader without reaping it; record its outcome once it has exited."""
         if self._reaped or not self._pinned:
             return
+        if self._pidfd is None and not _has_waitid():
+            self._observe_by_reaping()
+            return
         try:
             status = self._waitid(_PEEK_FLAGS)
         except ChildProcessError:
@@ -263,7 +282,29 @@ class PosixProcess:
                 self._watch()
             return
         if status is not None and status.si_pid != 0:
-            self._record(_outcome_of(status))
+            self._record(_outcome_of_waitid(status))
+
+    def _observe_by_reaping(self) -> None:
+        """Without ``waitid`` (macOS) an exit can only be seen by reaping the leader.
+
+        Right after the reap, what is left of the group is killed: while any member
+        lives, POSIX keeps the group id from being reused, so this one signal is safe;
+        later it might not be, so the join's kill happens here, once.
+        """
+        try:
+            pid, status = os.waitpid(self._pid, os.WNOHANG)
+        except ChildProcessError:
+            self._pinned = False
+            self._record(Outcome.unknown())
+            return
+        except OSError:
+            return
+        if pid == 0:
+            return
+        with contextlib.suppress(OSError):  # ESRCH: nothing is left of the group
+            os.killpg(self._pid, signal.SIGKILL)
+        self._record(_outcome_of_wait_status(status))
+        self._mark_reaped()
 
     def _record(self, outcome: Outcome) -> None:
         if self._outcome is None:
@@ -340,9 +381,7 @@ class PosixProcess:
             # Terminal: the pipes are still drained and closed, but what is left of the
             # group can never be killed safely, so release cannot be proven.
             self._lost = True
-            self._reaped = True
-            self._close_pidfd()
-            self._popen.returncode = -1
+            self._mark_reaped()
             return
         try:
             os.killpg(self._pid, signal.SIGKILL)
@@ -359,6 +398,13 @@ class PosixProcess:
         self._reap()
 
     def _reap(self) -> None:
+        if self._reaped:
+            return
+        if not self._pinned:
+            # Reaped by someone else while we waited for the exit.
+            self._lost = True
+            self._mark_reaped()
+            return
         try:
             self._waitid(_REAP_FLAGS)
         except ChildProcessError:
@@ -366,6 +412,9 @@ class PosixProcess:
         except OSError:
             # Not reaped, so still pinned: a retry of the join starts over safely.
             raise ProcessFailure(Operation.WAIT, retryable=True) from None
+        self._mark_reaped()
+
+    def _mark_reaped(self) -> None:
         self._reaped = True
         self._pinned = False
         self._close_pidfd()
