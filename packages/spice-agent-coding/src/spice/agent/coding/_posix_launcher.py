@@ -12,6 +12,8 @@ in short:
 - The leader's exit is observed without reaping it (``waitid(WNOWAIT)``, woken by a
   pidfd where the kernel has one, else polled). The unreaped leader pins its pid, and
   with it the process-group id, so a group signal can never reach a recycled group.
+  Without ``os.waitid`` (macOS) the exit is seen by reaping, and the rest of the group
+  is killed right then, while its id is still certainly ours.
 - ``wait`` (the join) kills what is left of the group while the leader still pins it,
   reaps the leader, drains the pipes for at most ``DRAIN_BOUND_SECONDS`` and closes
   them. Nothing in it waits on a pipe held open by a descendant.
