@@ -415,10 +415,12 @@ def materialize(state: CrashState, directory: Path) -> None:
 
 
 def durable_point(trace: Trace, target: str) -> int:
-    """The prefix length after which the commit of ``target`` is durable (or past the end).
+    """The prefix length after which the tool may have said ``durable: true`` (or past the end).
 
-    The commit is the ``rename``/``link`` onto ``target``; it is durable once its
-    directory was fsynced after it, which is when the tool may say ``durable: true``.
+    The commit is the ``rename``/``link`` onto ``target``; it needs its directory fsynced
+    after it. The tool answers only after its last sync of the call (a create also syncs
+    every directory it may have made), so the claim comes after the last ``fsync`` or
+    ``fsyncdir`` that follows the commit.
     """
     commit = max(
         (
@@ -431,8 +433,8 @@ def durable_point(trace: Trace, target: str) -> int:
     if commit is None:
         return len(trace.ops) + 1
     directory = os.path.dirname(target) or "."
-    for index in range(commit + 1, len(trace.ops)):
-        op = trace.ops[index]
-        if op.kind == "fsyncdir" and op.name == directory:
-            return index + 1
-    return len(trace.ops) + 1
+    after = range(commit + 1, len(trace.ops))
+    if not any(trace.ops[i].kind == "fsyncdir" and trace.ops[i].name == directory for i in after):
+        return len(trace.ops) + 1
+    last_sync = max(i for i in after if trace.ops[i].kind in {"fsync", "fsyncdir"})
+    return last_sync + 1
