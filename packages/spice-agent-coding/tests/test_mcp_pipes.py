@@ -17,7 +17,12 @@ from mcp import Client
 from mcp_types.version import LATEST_HANDSHAKE_VERSION
 
 from spice.agent.coding import mcp_server
-from spice.agent.coding._stdio import MAXIMUM_FRAME_BYTES, READ_CHUNK_BYTES, open_stdio
+from spice.agent.coding._stdio import (
+    MAXIMUM_FRAME_BYTES,
+    READ_CHUNK_BYTES,
+    _error_for,
+    open_stdio,
+)
 from spice.agent.dispatch import Dispatcher
 
 INITIALIZE: dict[str, Any] = {
@@ -193,7 +198,7 @@ async def test_a_frame_one_past_the_bound_in_one_chunk_is_dropped() -> None:
 
 
 async def test_garbage_blank_lines_and_a_last_line_without_newline_are_handled() -> None:
-    """Blank lines are skipped, garbage dropped, and a final unterminated line is read at EOF."""
+    """Blank lines are skipped, garbage gets a parse error, a final unterminated line is read."""
     chunks = [b"\n  \n", b"not json\n", json.dumps(INITIALIZE).encode()]
     async with pipes() as (in_r, in_w, out_r, out_w):
         server = asyncio.create_task(serve(in_r, out_w))
@@ -204,7 +209,10 @@ async def test_garbage_blank_lines_and_a_last_line_without_newline_are_handled()
         os.close(out_w)
         output = await asyncio.to_thread(_read_to_end, out_r)
     # initialize is handled inline, so even a request cut off by EOF gets its answer.
-    assert [1] == [json.loads(line).get("id") for line in output.splitlines()]
+    answers = [json.loads(line) for line in output.splitlines()]
+    assert [None, 1] == [answer.get("id") for answer in answers]
+    assert -32700 == answers[0]["error"]["code"]
+    assert b"not json" not in output
 
 
 def _read_to_end(fd: int) -> bytes:
@@ -237,3 +245,36 @@ async def test_cancelling_the_server_stops_a_blocked_read() -> None:
         server.cancel()
         with pytest.raises(asyncio.CancelledError):
             await finished(server)
+
+
+@pytest.mark.parametrize(
+    ("frame_text", "expected"),
+    [
+        (b"not json", (None, -32700)),
+        (b"[1, 2]", (None, -32600)),
+        (b"7", (None, -32600)),
+        (b'{"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": 7}', (5, -32602)),
+        (b'{"jsonrpc": "2.0", "id": "x", "method": 3}', ("x", -32600)),
+    ],
+)
+def test_a_frame_that_is_not_a_valid_message_gets_a_json_rpc_error(
+    frame_text: bytes, expected: tuple[object, int]
+) -> None:
+    """Every invalid frame that JSON-RPC says to answer is answered: no client waits forever."""
+    answer = _error_for(frame_text)
+    assert answer is not None
+    assert expected == (answer.id, answer.error.code)
+    assert frame_text.decode() not in answer.error.message
+
+
+@pytest.mark.parametrize(
+    "frame_text",
+    [
+        b'{"jsonrpc": "2.0", "method": "notifications/x", "params": 7}',
+        b'{"jsonrpc": "2.0", "id": true, "method": "tools/call", "params": 7}',
+        b'{"jsonrpc": "2.0", "id": 9, "result": 7, "extra": []}',
+    ],
+)
+def test_invalid_notifications_and_responses_get_no_answer(frame_text: bytes) -> None:
+    """JSON-RPC never answers a notification, nor a frame without a usable request id."""
+    assert _error_for(frame_text) is None

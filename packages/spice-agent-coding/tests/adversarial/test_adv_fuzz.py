@@ -249,13 +249,6 @@ def test_raw_tools_call_payloads_over_stdio_get_clean_bounded_answers(tmp_path: 
         assert fragment not in stderr
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "F3: a tools/call request whose params is not an object gets no JSON-RPC "
-        "response at all (the caller waits forever); JSON-RPC 2.0 wants -32600/-32602"
-    ),
-)
 def test_a_request_with_non_object_params_gets_an_error_response(tmp_path: Path) -> None:
     """A request with ``params: 7`` is answered with a JSON-RPC error, not silence."""
     root = tmp_path / "root"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import selectors
 import stat
@@ -22,6 +23,13 @@ import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.shared.message import SessionMessage
 from mcp.types import jsonrpc_message_adapter
+from mcp.types.jsonrpc import (
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    PARSE_ERROR,
+    ErrorData,
+    JSONRPCError,
+)
 
 from spice.agent.dispatch import Dispatcher
 from spice.agent.tool import MAXIMUM_PAYLOAD_BYTES
@@ -40,6 +48,9 @@ FLUSH_TIMEOUT_SECONDS: Final = 2.0
 
 _FRAME_TOO_LARGE: Final = "a JSON-RPC frame exceeded the frame bound"
 _NOT_A_MESSAGE: Final = "a frame is not a JSON-RPC message"
+_PARSE_ERROR: Final = "the frame is not valid JSON"
+_INVALID_REQUEST: Final = "the frame is not a valid JSON-RPC request"
+_INVALID_PARAMS: Final = "the request's params are not valid for its method"
 
 
 def _pollable(fd: int, events: int) -> bool:
@@ -165,7 +176,38 @@ class _Sink:
             self._transport = None
 
 
-async def _deliver(line: bytes, send: MemoryObjectSendStream[SessionMessage | Exception]) -> None:
+def _error_for(line: bytes) -> JSONRPCError | None:
+    """The JSON-RPC error answer to a frame that did not validate, or None for no answer.
+
+    Not JSON: a parse error (id null). Not an object: an invalid request (id null). A
+    request with a usable id: invalid params (or request) with that id, so the client
+    never waits for an answer that cannot come. Notifications and malformed responses
+    get no answer, as JSON-RPC says. Texts are fixed; nothing of the frame is quoted.
+    """
+    try:
+        value = json.loads(line)
+    except (ValueError, RecursionError):
+        return _error(None, PARSE_ERROR, _PARSE_ERROR)
+    if not isinstance(value, dict):
+        return _error(None, INVALID_REQUEST, _INVALID_REQUEST)
+    ident = value.get("id")
+    usable = isinstance(ident, str) or (isinstance(ident, int) and not isinstance(ident, bool))
+    if "method" not in value or not usable:
+        return None
+    if isinstance(value["method"], str) and "params" in value:
+        return _error(ident, INVALID_PARAMS, _INVALID_PARAMS)
+    return _error(ident, INVALID_REQUEST, _INVALID_REQUEST)
+
+
+def _error(ident: str | int | None, code: int, message: str) -> JSONRPCError:
+    return JSONRPCError(jsonrpc="2.0", id=ident, error=ErrorData(code=code, message=message))
+
+
+async def _deliver(
+    line: bytes,
+    send: MemoryObjectSendStream[SessionMessage | Exception],
+    reply: MemoryObjectSendStream[SessionMessage],
+) -> None:
     if not line.strip():
         return
     try:
@@ -173,17 +215,25 @@ async def _deliver(line: bytes, send: MemoryObjectSendStream[SessionMessage | Ex
     except ValueError:
         # A fixed text: the parser's own message would quote the client's bytes.
         await send.send(ValueError(_NOT_A_MESSAGE))
+        answer = _error_for(line)
+        if answer is not None:
+            await reply.send(SessionMessage(answer))
         return
     await send.send(SessionMessage(message))
 
 
 async def _read_frames(
-    source: _Source, send: MemoryObjectSendStream[SessionMessage | Exception]
+    source: _Source,
+    send: MemoryObjectSendStream[SessionMessage | Exception],
+    reply: MemoryObjectSendStream[SessionMessage],
 ) -> None:
-    """Split stdin into lines, bounded; hand each message to the server; close on EOF."""
+    """Split stdin into lines, bounded; hand each message to the server; close on EOF.
+
+    Frames that are not valid messages are answered on ``reply`` (see ``_error_for``).
+    """
     buffer = bytearray()
     discarding = False
-    async with send:
+    async with send, reply:
         while chunk := await source.read():
             start = 0
             while (newline := chunk.find(b"\n", start)) >= 0:
@@ -197,7 +247,7 @@ async def _read_frames(
                     buffer += chunk[start:newline]
                     line = bytes(buffer)
                     buffer.clear()
-                    await _deliver(line, send)
+                    await _deliver(line, send, reply)
                 start = newline + 1
             if not discarding:
                 buffer += chunk[start:]
@@ -205,7 +255,7 @@ async def _read_frames(
                     buffer.clear()
                     discarding = True
         if buffer and not discarding:
-            await _deliver(bytes(buffer), send)
+            await _deliver(bytes(buffer), send, reply)
 
 
 async def _write_frames(sink: _Sink, receive: MemoryObjectReceiveStream[SessionMessage]) -> None:
@@ -258,9 +308,11 @@ async def open_stdio(
             writing = anyio.CancelScope()
             written = anyio.Event()
 
+            replies = out_send.clone()
+
             async def read() -> None:
                 with reading:
-                    await _read_frames(source, in_send)
+                    await _read_frames(source, in_send, replies)
 
             async def write() -> None:
                 try:
@@ -275,6 +327,7 @@ async def open_stdio(
                 yield in_receive, out_send
             finally:
                 reading.cancel()
+                replies.close()
                 out_send.close()
                 with anyio.move_on_after(FLUSH_TIMEOUT_SECONDS, shield=True):
                     await written.wait()
