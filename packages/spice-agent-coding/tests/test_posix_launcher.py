@@ -425,6 +425,26 @@ async def test_a_directory_as_executable_is_a_launch_error(tmp_path: Path) -> No
         await PosixLauncher().start(spec(str(tmp_path)))
 
 
+async def test_a_workdir_with_a_symlink_component_is_a_launch_error(tmp_path: Path) -> None:
+    """The working directory is entered without following a symlink: none runs there."""
+    (tmp_path / "real" / "inner").mkdir(parents=True)
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    before = procutil.open_descriptors()
+    for workdir in (tmp_path / "link", tmp_path / "link" / "inner"):
+        with pytest.raises(LaunchError) as caught:
+            await PosixLauncher().start(spec("/bin/pwd", workdir=str(workdir)))
+        assert caught.value.process is None
+    assert before == procutil.open_descriptors()
+
+
+async def test_the_child_starts_in_the_directory_that_was_opened(tmp_path: Path) -> None:
+    """The child's working directory is exactly the spec's, reached without a symlink."""
+    work = await asyncio.to_thread((tmp_path / "work").resolve)
+    work.mkdir()
+    _, out, _ = await run(spec("/bin/pwd", "-P", workdir=str(work)))
+    assert os.fsencode(work) + b"\n" == bytes(out.data)
+
+
 async def test_a_missing_workdir_is_a_launch_error(tmp_path: Path) -> None:
     """The child's chdir fails: nothing runs and nothing is left."""
     before = procutil.open_descriptors()

@@ -295,6 +295,22 @@ async def test_a_nested_workdir_is_where_the_program_runs(shell: Shell, root: Pa
     assert (True, f"{root / 'a' / 'b'}\n") == (content["ok"], content["stdout"])
 
 
+async def test_a_root_reached_through_a_symlink_still_runs_in_its_real_directory(
+    root: Path,
+) -> None:
+    """A symlinked root (trusted configuration) works; the child starts in the real path."""
+    (root / "a").mkdir()
+    linked = root.parent / "linked-root"
+    linked.symlink_to(root)
+    made = make_shell(linked)
+    try:
+        content = await made.call({"argv": ["pwd", "-P"], "workdir": "a"})
+    finally:
+        async with asyncio.timeout(CLEANUP_BOUND):
+            await made.cleanup()
+    assert (True, f"{root / 'a'}\n") == (content["ok"], content["stdout"])
+
+
 async def test_a_symlinked_workdir_is_a_path_escape(shell: Shell, root: Path) -> None:
     """A workdir with a symlink component, even one inside the root, is refused."""
     (root / "real").mkdir()

@@ -7,13 +7,14 @@ the outside directory) with ``renameat2(RENAME_EXCHANGE)`` as fast as it can, wh
 interleaving: the outside sentinel is never read, never written, and nothing is created
 outside.
 
-The shell is the exception the seeds already name ("a concurrent actor able to rename
+The shell was the exception the seeds name ("a concurrent actor able to rename
 directories ... can race path-based process startup"): the tool checks the workdir twice
-through descriptors, but ``Spec.working_directory`` is a *path* and the launcher's child
-``chdir``s to it later. A swap in that window starts the child outside. The random race
-counts those starts (``shell_outside``) and prints them; the deterministic test below puts
-the swap exactly in the window and is a strict ``xfail`` until the platform closes it
-(see ``docs/notes/adversarial.md``, finding F1).
+through descriptors, but ``Spec.working_directory`` is a *path*. Finding F1 (see
+``docs/notes/adversarial.md``) closed it: the path has no symlink component (it is built on
+the root's resolved path), ``PosixLauncher`` opens it from ``/`` without following one, and
+the child enters the held descriptor through ``/proc/self/fd/N``. The random race counts
+child starts outside (``shell_outside``) and asserts there are none; the deterministic test
+below puts the swap exactly in the old window.
 
 ``make verify`` runs ``ROUNDS`` rounds; ``make soak`` (``SPICE_SOAK=1``, marker ``slow``)
 runs for ``SOAK_SECONDS`` and prints its counts.
@@ -178,6 +179,7 @@ async def test_a_rename_exchange_attacker_never_gets_a_tool_outside_the_root(
     tally = await race(tmp_path, absolute=absolute, rounds=ROUNDS, seconds=0)
     print(f"race: {tally.rounds} rounds, {tally.swaps} swaps, shell outside {tally.shell_outside}")
     assert [] == tally.violations
+    assert 0 == tally.shell_outside
     assert ROUNDS == tally.rounds
     assert tally.swaps > 0
 
@@ -192,6 +194,7 @@ async def test_a_long_rename_exchange_race_finds_no_escape(tmp_path: Path) -> No
         f"shell outside {tally.shell_outside}, {dict(tally.codes)}"
     )
     assert [] == tally.violations
+    assert 0 == tally.shell_outside
 
 
 @final
@@ -211,13 +214,6 @@ class SwappingLauncher:
         return await self.inner.start(spec)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "F1: Spec.working_directory is a path; PosixLauncher chdirs by name after the "
-        "shell's last descriptor check (_shell.py _prepare, _posix_launcher.py cwd=)"
-    ),
-)
 async def test_a_swap_after_the_last_workdir_check_does_not_move_the_child(
     tmp_path: Path,
 ) -> None:

@@ -14,6 +14,12 @@ in short:
   with it the process-group id, so a group signal can never reach a recycled group.
   Without ``os.waitid`` (macOS) the exit is seen by reaping, and the rest of the group
   is killed right then, while its id is still certainly ours.
+- The working directory is entered without following a symlink: it is opened one
+  component at a time from ``/`` with ``O_NOFOLLOW`` (a symlink component is a
+  ``LaunchError``), and on Linux the child enters the held descriptor through
+  ``/proc/self/fd/N`` (``chdir`` runs in the child before ``exec`` closes it), so a
+  directory swapped for a symlink after the shell's last check never hosts the child.
+  Elsewhere the checked path itself is used.
 - ``wait`` (the join) kills what is left of the group while the leader still pins it,
   reaps the leader, drains the pipes for at most ``DRAIN_BOUND_SECONDS`` and closes
   them. Nothing in it waits on a pipe held open by a descendant.
@@ -26,6 +32,7 @@ import contextlib
 import os
 import signal
 import subprocess
+import sys
 from collections.abc import Callable
 from typing import Final, final
 
@@ -83,6 +90,37 @@ def _outcome_of_wait_status(status: int) -> Outcome:
     if os.WIFSIGNALED(status):
         return Outcome.signaled()
     return Outcome.unknown()
+
+
+_O_PATH: Final = getattr(os, "O_PATH", 0)
+# O_PATH (Linux) needs only search permission, like the kernel's own path walk.
+_STEP_FLAGS: Final = os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC | (_O_PATH or os.O_RDONLY)
+_FD_DIRECTORY: Final = "/proc/self/fd"
+_ENTER_BY_DESCRIPTOR: Final = sys.platform.startswith("linux") and os.path.isdir(_FD_DIRECTORY)
+
+
+def _open_no_follow(path: str) -> int:
+    """Open the absolute directory ``path`` from ``/``, one component at a time, no symlink.
+
+    Raises ``OSError`` when a component is a symlink (``ELOOP``), not a directory or
+    missing; the caller turns that into a ``LaunchError`` with no OS text.
+    """
+    fd = os.open("/", _STEP_FLAGS)
+    try:
+        for name in path.split("/"):
+            if name:
+                step = os.open(name, _STEP_FLAGS, dir_fd=fd)
+                os.close(fd)
+                fd = step
+    except BaseException:
+        _close_quietly(fd)
+        raise
+    return fd
+
+
+def _entry(directory: int, path: str) -> str:
+    """The ``cwd`` the child enters: the held descriptor on Linux, else the checked path."""
+    return f"{_FD_DIRECTORY}/{directory}" if _ENTER_BY_DESCRIPTOR else path
 
 
 def _close_quietly(fd: int) -> None:
@@ -498,6 +536,8 @@ class PosixLauncher:
                 stdin, stdin_write = os.pipe()
                 child_ends.append(stdin)
                 parent_ends.append(stdin_write)
+            directory = _open_no_follow(spec.working_directory)
+            parent_ends.append(directory)
             # Inline on purpose (see the docstring): fork/exec is short and must not be cut.
             popen = subprocess.Popen(  # noqa: S603, ASYNC220 - argv list, no shell; see above
                 [spec.executable, *spec.arguments],
@@ -505,7 +545,7 @@ class PosixLauncher:
                 stdin=stdin,
                 stdout=stdout_write,
                 stderr=stderr_write,
-                cwd=spec.working_directory,
+                cwd=_entry(directory, spec.working_directory),
                 env=_environment(spec.environment),
                 close_fds=True,
                 start_new_session=True,
@@ -518,6 +558,7 @@ class PosixLauncher:
         finally:
             for fd in child_ends:
                 _close_quietly(fd)
+        _close_quietly(directory)
         process = PosixProcess(
             loop,
             popen,

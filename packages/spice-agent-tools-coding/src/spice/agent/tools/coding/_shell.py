@@ -193,12 +193,15 @@ def _absolute(root: str, cleaned: str) -> str:
     return root if cleaned == "." else os.path.normpath(os.path.join(root, cleaned))
 
 
-def _inspect_workdir(root: str, cleaned: str) -> tuple[int, int]:
-    """Open the workdir beneath the root with no symlink component; its (st_dev, st_ino).
+def _inspect_workdir(root: str, cleaned: str) -> tuple[tuple[int, int], str]:
+    """Open the workdir beneath the root with no symlink component; its identity and path.
 
     Runs in a worker thread; every descriptor it opens is closed before it returns, so
-    a cancelled caller leaks nothing. The absolute path the launcher will use must
-    name the same directory.
+    a cancelled caller leaks nothing. The absolute path the launcher will use is built
+    on the root's resolved path (the root is trusted configuration and may sit below a
+    symlink, such as macOS ``/tmp``), so it has no symlink component at all: a launcher
+    can enter it without following one (``PosixLauncher`` does). It must name the same
+    directory as the descriptor.
     """
     try:
         root_fd = open_root(root)
@@ -213,12 +216,13 @@ def _inspect_workdir(root: str, cleaned: str) -> tuple[int, int]:
     except OSError:
         raise PathError("workdir_unavailable", _PROBLEMS["workdir_unavailable"]) from None
     try:
-        named = os.stat(_absolute(root, cleaned))
+        path = _absolute(os.path.realpath(root), cleaned)
+        named = os.stat(path)
     except OSError:
         raise PathError("workdir_unavailable", _PROBLEMS["workdir_changed"]) from None
     if (held.st_dev, held.st_ino) != (named.st_dev, named.st_ino):
         raise PathError("workdir_unavailable", _PROBLEMS["workdir_changed"])
-    return held.st_dev, held.st_ino
+    return (held.st_dev, held.st_ino), path
 
 
 def _environment(allowlist: tuple[str, ...], environ: Mapping[str, str]) -> tuple[str, ...]:
@@ -336,10 +340,9 @@ class _Shell:
     async def _prepare(self, call: Call, arguments: _Arguments, capture: Capture) -> Spec | Result:
         root, cleaned = self._config.root, arguments.workdir
         try:
-            identity = await asyncio.to_thread(_inspect_workdir, root, cleaned)
+            identity, workdir = await asyncio.to_thread(_inspect_workdir, root, cleaned)
         except PathError as error:
             return _refuse(call, *_workdir_problem(error))
-        workdir = _absolute(root, cleaned)
         environment = _environment(self._config.environment_allowlist, os.environ)
         lookup = Lookup(arguments.argv[0], workdir, environment)
         try:
@@ -358,7 +361,7 @@ class _Shell:
             again = await asyncio.to_thread(_inspect_workdir, root, cleaned)
         except PathError as error:
             return _refuse(call, *_workdir_problem(error))
-        if again != identity:
+        if again != (identity, workdir):
             return _refuse(call, "workdir_unavailable", _PROBLEMS["workdir_changed"])
         return Spec(
             executable,
