@@ -24,7 +24,7 @@ Layout (all relative to a fresh temporary *base* directory)::
 Setup entries: ``{"op": "dir"|"file"|"symlink"|"hardlink"|"fifo", "at": base-relative,
 "target": ...}``; a target may contain ``{base}`` (replaced by the absolute base path).
 Codes: ``"ok"`` is a success; ``also`` lists other codes the contract leaves open (each
-choice is written down in ``docs/notes/adversarial.md``).
+choice is written down in ``docs/decisions.md``).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ outside.
 The shell was the exception the seeds name ("a concurrent actor able to rename
 directories ... can race path-based process startup"): the tool checks the workdir twice
 through descriptors, but ``Spec.working_directory`` is a *path*. Finding F1 (see
-``docs/notes/adversarial.md``) closed it: the path has no symlink component (it is built on
+``docs/security-review.md``) closed it: the path has no symlink component (it is built on
 the root's resolved path), ``PosixLauncher`` opens it from ``/`` without following one, and
 the child enters the held descriptor through ``/proc/self/fd/N``. The random race counts
 child starts outside (``shell_outside``) and asserts there are none; the deterministic test

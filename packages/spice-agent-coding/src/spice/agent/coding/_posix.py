@@ -1,7 +1,7 @@
 """The POSIX process platform: ``PosixResolver`` and ``PosixLauncher``.
 
 The implementation lives in ``_posix_resolver`` and ``_posix_launcher``; only the
-``_posix*`` modules of the application start processes (see ``docs/notes/platform.md``).
+``_posix*`` modules of the application start processes (see ``docs/platform.md``).
 """
 
 from __future__ import annotations

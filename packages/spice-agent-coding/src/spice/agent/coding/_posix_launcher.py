@@ -1,7 +1,7 @@
 """``PosixLauncher`` and its process: one session and process group per child.
 
 This module (with its ``_posix*`` siblings) is the only place in the application that
-starts processes. Design, bounds and what escapes are in ``docs/notes/platform.md``;
+starts processes. Design, bounds and what escapes are in ``docs/platform.md``;
 in short:
 
 - The child starts with ``subprocess.Popen`` (``start_new_session=True``,

@@ -1,6 +1,6 @@
 """``PosixResolver``: POSIX executable lookup with the lookup's own PATH and workdir only.
 
-Rules (see ``docs/notes/platform.md``):
+Rules (see ``docs/platform.md``):
 
 - A name containing ``/`` is never searched for: an absolute name stays as it is, a
   relative one is taken relative to the lookup's working directory.
