@@ -125,27 +125,23 @@ def check_metadata(dist: Path) -> None:
 
 def check_install(dist: Path, work: Path) -> None:
     """Install the wheels with no index and run the smoke test in the fresh environment."""
-    wheelhouse = work / "wheelhouse"
-    wheelhouse.mkdir()
-    requirements = work / "requirements.txt"
+    venv = work / "venv"
+    python = str(venv / "bin" / "python")
+    # Third-party dependencies exactly as locked, from uv's cache (filled by `make bootstrap`),
+    # without the workspace members; then our own wheels from dist/ with no index at all.
     run(
         UV,
-        "export",
-        "--frozen",
+        "sync",
+        "--locked",
         "--offline",
         "--no-dev",
-        "--no-emit-workspace",
-        "--no-hashes",
+        "--no-install-workspace",
         "--package",
         "spice-agent-coding",
-        "-o",
-        str(requirements),
+        "--python",
+        sys.executable,
+        env={**os.environ, "UV_PROJECT_ENVIRONMENT": str(venv)},
     )
-    venv = work / "venv"
-    run(UV, "venv", "--offline", "--python", sys.executable, str(venv))
-    python = str(venv / "bin" / "python")
-    # Third-party wheels come from uv's cache (filled by `make bootstrap`), ours from dist/.
-    run(UV, "pip", "install", "--offline", "--python", python, "-r", str(requirements))
     run(
         UV,
         "pip",
