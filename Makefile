@@ -94,7 +94,7 @@ verify-release: verify verify-offline
 	$(UV_RUN) python scripts/release_check.py
 
 soak:
-	SPICE_SOAK=1 $(UV_RUN) pytest -q -m slow -p no:cacheprovider
+	SPICE_SOAK=1 $(UV_RUN) pytest -q -s -m slow -p no:cacheprovider
 
 # Benchmarks (a few minutes on 2 cores): each figure beside its floor and its peer. The
 # reference MCP filesystem server is installed from the npm registry, pinned by the lock file.
