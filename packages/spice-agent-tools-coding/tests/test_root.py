@@ -484,6 +484,14 @@ def test_clean_path_either_refuses_or_returns_a_canonical_relative_path(raw: str
     assert cleaned == "." or not {"", ".", ".."} & set(parts)
 
 
+@pytest.mark.parametrize("raw", ["0 /", "a /.", "b/../ c", "c/../ d/e"])
+def test_a_path_that_would_clean_to_surrounding_whitespace_is_refused(raw: str) -> None:
+    """Cleaning never produces a path that cleaning itself would refuse (found by Hypothesis)."""
+    with pytest.raises(PathError) as caught:
+        clean_path(raw)
+    assert "invalid_arguments" == caught.value.code
+
+
 def test_split_parent_gives_the_parent_and_the_leaf() -> None:
     """Top-level names have the parent ``.``; the root itself has no leaf."""
     assert ("a/b", "c") == split_parent("a/b/c")
@@ -602,3 +610,58 @@ def test_an_execute_only_directory_is_crossed_as_an_unprivileged_user() -> None:
     finally:
         (base / "xonly").chmod(0o755)
         shutil.rmtree(base)
+
+
+def _changing(
+    monkeypatch: pytest.MonkeyPatch, changes: int
+) -> list[int]:  # the number of resolutions made
+    """Make the first ``changes`` resolutions fail as if the file changed under them."""
+    made: list[int] = []
+    real_walk = _root._walk
+
+    def walk(*args: object, **kwargs: object) -> int:
+        made.append(1)
+        if len(made) <= changes:
+            raise PathError("path_unavailable", _root._CHANGED)
+        return real_walk(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_root, "_fast_path_enabled", lambda _fd: False)
+    monkeypatch.setattr(_root, "_walk", walk)
+    return made
+
+
+def _open_for(root_fd: int, opener: str) -> int:
+    if opener == "file":
+        return open_beneath(root_fd, "file.txt", os.O_RDONLY, follow_final=True, regular=True)
+    return open_directory(root_fd, "sub", follow_symlinks=False)
+
+
+@pytest.mark.parametrize("opener", ["file", "directory"])
+def test_a_resolution_that_sees_a_change_is_retried_up_to_the_bound(
+    tree: Tree, root_fd: int, monkeypatch: pytest.MonkeyPatch, opener: str
+) -> None:
+    """``CHANGE_ATTEMPTS - 1`` changes (a file atomically replaced meanwhile) still open."""
+    made = _changing(monkeypatch, _root.CHANGE_ATTEMPTS - 1)
+    os.close(_open_for(root_fd, opener))
+    assert _root.CHANGE_ATTEMPTS == len(made)
+
+
+@pytest.mark.parametrize("opener", ["file", "directory"])
+def test_one_change_past_the_bound_is_path_unavailable(
+    tree: Tree, root_fd: int, monkeypatch: pytest.MonkeyPatch, opener: str
+) -> None:
+    """``CHANGE_ATTEMPTS`` changes in a row fail closed: ``path_unavailable``, no retry more."""
+    made = _changing(monkeypatch, _root.CHANGE_ATTEMPTS)
+    with pytest.raises(PathError) as caught:
+        _open_for(root_fd, opener)
+    assert ("path_unavailable", _root.CHANGE_ATTEMPTS) == (caught.value.code, len(made))
+
+
+def test_other_failures_are_never_retried(
+    tree: Tree, root_fd: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A missing file is answered after one resolution: only changes are retried."""
+    made = _changing(monkeypatch, 0)
+    with pytest.raises(PathError) as caught:
+        open_beneath(root_fd, "missing.txt", os.O_RDONLY, follow_final=True, regular=True)
+    assert ("not_found", 1) == (caught.value.code, len(made))

@@ -117,6 +117,10 @@ MAXIMUM_WALK_STEPS: Final = 65_536
 OPENAT2_ATTEMPTS: Final = 8
 """Tries of one ``openat2`` answering ``EAGAIN``/``EINTR`` before the call fails closed."""
 
+CHANGE_ATTEMPTS: Final = 4
+"""Resolutions one open may make when the object changed under it (a concurrent atomic
+replace of the file, a directory swapped mid-walk); then ``path_unavailable``."""
+
 CREATE_ATTEMPTS: Final = 4
 """Tries to create-then-open one missing directory that keeps vanishing (a race)."""
 
@@ -220,7 +224,12 @@ def clean_path(raw: str) -> str:
         if len(part.encode("utf-8")) > MAXIMUM_NAME_BYTES:
             raise _invalid(_NAME_TOO_LONG)
         kept.append(part)
-    return "/".join(kept) if kept else "."
+    cleaned = "/".join(kept) if kept else "."
+    if cleaned != cleaned.strip():
+        # "a /" or "x/.. b" would clean to a path with surrounding whitespace: refuse it
+        # as the raw form would be, so cleaning stays idempotent.
+        raise _invalid(_WHITESPACE)
+    return cleaned
 
 
 def split_parent(cleaned: str) -> tuple[str, str]:
@@ -270,12 +279,31 @@ def open_beneath(
     """
     _require_clean(cleaned)
     flags |= os.O_CLOEXEC | os.O_NONBLOCK
-    if _fast_path_enabled(root_fd):
-        fd = _fast_open_beneath(root_fd, cleaned, flags, follow_final, regular, mode)
-        if fd is not None:
-            return fd
-    final = _FinalFile(flags, follow_final=follow_final, regular=regular, mode=mode)
-    return _walk(root_fd, cleaned, final, follow_links=True, create=False)
+
+    def attempt() -> int:
+        if _fast_path_enabled(root_fd):
+            fd = _fast_open_beneath(root_fd, cleaned, flags, follow_final, regular, mode)
+            if fd is not None:
+                return fd
+        final = _FinalFile(flags, follow_final=follow_final, regular=regular, mode=mode)
+        return _walk(root_fd, cleaned, final, follow_links=True, create=False)
+
+    return _retry_changes(attempt)
+
+
+def _retry_changes(attempt: Callable[[], int]) -> int:
+    """Run a whole resolution again when the object changed under it, at most
+    ``CHANGE_ATTEMPTS`` times. A file atomically replaced by another writer between the
+    inspection and the open is the common case: the next resolution finds the new file.
+    Every attempt is a complete resolution with every check; nothing is reused.
+    """
+    for _ in range(CHANGE_ATTEMPTS - 1):
+        try:
+            return attempt()
+        except PathError as error:
+            if error.message != _CHANGED:
+                raise
+    return attempt()
 
 
 def open_directory(
@@ -292,13 +320,17 @@ def open_directory(
     as ``dir_fd``) belongs to the caller.
     """
     _require_clean(cleaned)
-    if _fast_path_enabled(root_fd):
-        fd = _fast_open_directory(root_fd, cleaned, follow_symlinks)
-        if fd is not None:
-            return fd
-    return _walk(
-        root_fd, cleaned, _FinalDirectory(), follow_links=follow_symlinks, create=create_missing
-    )
+
+    def attempt() -> int:
+        if _fast_path_enabled(root_fd):
+            fd = _fast_open_directory(root_fd, cleaned, follow_symlinks)
+            if fd is not None:
+                return fd
+        return _walk(
+            root_fd, cleaned, _FinalDirectory(), follow_links=follow_symlinks, create=create_missing
+        )
+
+    return _retry_changes(attempt)
 
 
 def _require_clean(cleaned: str) -> None:
