@@ -169,9 +169,14 @@ def test_a_hundred_concurrent_calls_of_all_three_tools_settle_cleanly(tmp_path: 
     assert report["growth"] < PEAK_GROWTH_BOUND
 
 
-async def _route_mix(route: Route, marker: str) -> list[str]:
-    answers = await asyncio.gather(*(route(name, args) for name, args in _mix(marker)))
-    return [answer.code for answer in answers]
+async def _route_mix(route: Route, marker: str) -> None:
+    # return_exceptions=True: a cancelled gather completes only once every call has
+    # settled. Without it, gather completes at the first cancelled child while the others
+    # are still cleaning up (a replace removing its temporary file), and the check below
+    # would race them.
+    await asyncio.gather(
+        *(route(name, args) for name, args in _mix(marker)), return_exceptions=True
+    )
 
 
 async def test_cancelling_a_hundred_way_mix_leaves_no_process_and_no_temporary(
