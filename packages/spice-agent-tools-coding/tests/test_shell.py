@@ -31,6 +31,7 @@ from spice.agent.tool import (
     Effect,
     ExecutionError,
     ExecutionState,
+    Interruption,
     ReplaySafety,
     Result,
     RetryDisposition,
@@ -648,14 +649,12 @@ async def test_cancellation_before_start_is_definitive(tmp_path: Path) -> None:
     assert ([], 0) == (launcher.specs, owner.reserved)
 
 
-async def test_cancellation_during_a_start_that_succeeds_settles_the_process(
-    tmp_path: Path,
-) -> None:
-    """Cancelled while the launcher starts: the process it returns is stopped and joined."""
-    gate = asyncio.Event()
-    launcher = FakeLauncher(lingering, gate=gate)
+async def _cancel_during_start(
+    tmp_path: Path, launcher: FakeLauncher, gate: asyncio.Event, argv: list[str]
+) -> tuple[Interruption, Owner]:
+    """Cancel a call while ``launcher`` waits on ``gate``; its interruption and owner."""
     tool, owner = make(tmp_path, launcher=launcher)
-    running = asyncio.create_task(tool.execute(shell_call({"argv": ["sleep"]})))
+    running = asyncio.create_task(tool.execute(shell_call({"argv": argv})))
     await wait_for_flag(launcher.entered)
     running.cancel()
     gate.set()
@@ -664,6 +663,16 @@ async def test_cancellation_during_a_start_that_succeeds_settles_the_process(
             await running
     interruption = interruption_of(caught.value)
     assert interruption is not None
+    return interruption, owner
+
+
+async def test_cancellation_during_a_start_that_succeeds_settles_the_process(
+    tmp_path: Path,
+) -> None:
+    """Cancelled while the launcher starts: the process it returns is stopped and joined."""
+    gate = asyncio.Event()
+    launcher = FakeLauncher(lingering, gate=gate)
+    interruption, owner = await _cancel_during_start(tmp_path, launcher, gate, ["sleep"])
     assert ExecutionState.UNCERTAIN == interruption.state
     [process] = launcher.started
     assert (1, 1, 0) == (process.stop_calls, process.wait_calls, owner.owned)
@@ -673,16 +682,7 @@ async def test_cancellation_during_a_start_that_fails_is_definitive(tmp_path: Pa
     """Cancelled while the launcher starts, and the start creates nothing: definitive."""
     gate = asyncio.Event()
     launcher = FakeLauncher(failure=LaunchError(), gate=gate)
-    tool, owner = make(tmp_path, launcher=launcher)
-    running = asyncio.create_task(tool.execute(shell_call({"argv": ["true"]})))
-    await wait_for_flag(launcher.entered)
-    running.cancel()
-    gate.set()
-    with pytest.raises(asyncio.CancelledError) as caught:
-        async with asyncio.timeout(PATIENCE):
-            await running
-    interruption = interruption_of(caught.value)
-    assert interruption is not None
+    interruption, owner = await _cancel_during_start(tmp_path, launcher, gate, ["true"])
     assert ExecutionState.DEFINITIVE == interruption.state
     assert (0, 0) == (owner.owned, owner.reserved)
 
