@@ -9,7 +9,7 @@ UV_VERSION := 0.13.9
 UV ?= uv
 UV_RUN := $(UV) run --locked --no-sync
 PACKAGES := spice-agent-api spice-agent-tools-coding spice-agent-coding
-SRC_AND_TESTS := $(foreach p,$(PACKAGES),packages/$(p)/src packages/$(p)/tests)
+PACKAGE_SOURCES := packages/spice-agent-api/src:packages/spice-agent-tools-coding/src:packages/spice-agent-coding/src
 PYTEST_WORKERS ?= 2
 
 .PHONY: help bootstrap system-packages fast check format lint typecheck test verify verify-offline verify-release demo soak bench clean
@@ -56,7 +56,7 @@ typecheck:
 	done
 
 	@echo "mypy --strict scripts benchmarks"
-	@MYPYPATH=benchmarks:$(subst $(eval) ,:,$(foreach p,$(PACKAGES),packages/$(p)/src)) \
+	@MYPYPATH=benchmarks:$(PACKAGE_SOURCES) \
 	  $(UV_RUN) mypy --strict scripts benchmarks
 
 check: lint typecheck
