@@ -72,7 +72,7 @@ def test_nesting_at_the_bound_is_accepted_and_one_deeper_is_refused() -> None:
         decode_object('{"nested": ' + past + "}", ALLOWED)
 
 
-@pytest.mark.parametrize("value", ["true", "1.0", '"1"', "null", "[]"])
+@pytest.mark.parametrize("value", ["true", "1.0", '"1"', "[]", "{}"])
 def test_an_integer_must_be_a_real_json_integer(value: str) -> None:
     """``true``, ``1.0``, ``"1"`` and friends are not integers."""
     values = decode_object('{"offset": ' + value + "}", ALLOWED)
@@ -90,6 +90,19 @@ def test_absent_optional_values_are_none_and_required_strings_are_enforced() -> 
         take_boolean(values, "flag"),
     )
     with pytest.raises(ArgumentError):
+        take_string(values, "path", required=True)
+
+
+def test_null_means_absent_for_optional_values_and_missing_for_required_ones() -> None:
+    """``null`` is what a strict-schema client sends for an unused property (contract 9.3)."""
+    values = decode_object('{"path": null, "offset": null, "limit": null, "flag": null}', ALLOWED)
+    assert (None, None, None, None) == (
+        take_string(values, "path", required=False),
+        take_integer(values, "offset"),
+        take_number(values, "limit"),
+        take_boolean(values, "flag"),
+    )
+    with pytest.raises(ArgumentError, match="path must be a string"):
         take_string(values, "path", required=True)
 
 

@@ -153,7 +153,7 @@ async def test_windows_answers_unsupported_platform(
         ('{"path": "a", "offset": true}', "offset must be an integer"),
         ('{"path": "a", "offset": 1.0}', "offset must be an integer"),
         ('{"path": "a", "offset": "1"}', "offset must be an integer"),
-        ('{"path": "a", "limit": null}', "limit must be an integer"),
+        ('{"path": "a", "limit": "1"}', "limit must be an integer"),
         ('{"path": 1}', "path must be a string"),
         ("{}", "path must be a string"),
         ('{"path": "a", "other": 1}', "arguments have an unknown property"),

@@ -3,6 +3,10 @@
 The decoder checks structure only: an object, no unknown properties, the right JSON
 types (``true``, ``1.0`` and ``"1"`` are not integers), no trailing data, no lone
 surrogates, no duplicate keys. Range rules belong to each tool, with their own words.
+
+JSON ``null`` for a property means the same as leaving it out (contract 9.3: a client
+that makes schemas "strict" sends every property, ``null`` for the unused ones). A
+required property given as ``null`` is therefore missing, and is refused as such.
 """
 
 from __future__ import annotations
@@ -74,9 +78,9 @@ def decode_object(arguments: str, allowed: frozenset[str]) -> dict[str, object]:
 
 
 def take_string(values: Mapping[str, object], name: str, *, required: bool) -> str | None:
-    """The string property ``name``; ``None`` when absent and not required."""
+    """The string property ``name``; ``None`` when absent or null and not required."""
     value = values.get(name)
-    if value is None and name not in values and not required:
+    if value is None and not required:
         return None
     if not isinstance(value, str):
         raise ArgumentError(f"{name} must be a string")
@@ -84,30 +88,30 @@ def take_string(values: Mapping[str, object], name: str, *, required: bool) -> s
 
 
 def take_integer(values: Mapping[str, object], name: str) -> int | None:
-    """The integer property ``name`` (a real JSON integer); ``None`` when absent."""
-    if name not in values:
+    """The integer property ``name`` (a real JSON integer); ``None`` when absent or null."""
+    value = values.get(name)
+    if value is None:
         return None
-    value = values[name]
     if isinstance(value, bool) or not isinstance(value, int):
         raise ArgumentError(f"{name} must be an integer")
     return value
 
 
 def take_number(values: Mapping[str, object], name: str) -> float | None:
-    """The number property ``name`` (integer or float, never a bool); ``None`` when absent."""
-    if name not in values:
+    """The number property ``name`` (int or float, never a bool); ``None`` when absent or null."""
+    value = values.get(name)
+    if value is None:
         return None
-    value = values[name]
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ArgumentError(f"{name} must be a number")
     return float(value)
 
 
 def take_boolean(values: Mapping[str, object], name: str) -> bool | None:
-    """The boolean property ``name``; ``None`` when absent."""
-    if name not in values:
+    """The boolean property ``name``; ``None`` when absent or null."""
+    value = values.get(name)
+    if value is None:
         return None
-    value = values[name]
     if not isinstance(value, bool):
         raise ArgumentError(f"{name} must be a boolean")
     return value

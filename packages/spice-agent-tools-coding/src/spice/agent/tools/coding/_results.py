@@ -48,7 +48,11 @@ def failure(
     extra: Mapping[str, object] | None = None,
 ) -> Result:
     """A model-visible failure: ``{"ok": false, "code": code, "message": problem, ...extra}``."""
-    content: dict[str, object] = {**(extra or {}), "ok": False, "code": code, "message": problem}
+    # ``ok`` is the first key of every content object (contract 9.1); the rest follow.
+    content: dict[str, object] = {"ok": False, "code": code, "message": problem}
+    for key, value in (extra or {}).items():
+        if key not in content:
+            content[key] = value
     return _result(call, content, problem, state, retry)
 
 
