@@ -197,13 +197,14 @@ async def test_create_never_makes_a_directory_at_a_dangling_symlink(root: Path) 
     assert not (root / "not-there").exists()
 
 
-async def test_create_at_the_root_itself_is_already_exists(root: Path) -> None:
-    """The root directory cannot be created or replaced."""
+async def test_a_path_naming_the_root_itself_is_invalid_arguments(root: Path) -> None:
+    """The root directory is no file: refused as an argument in both modes (contract 9.1)."""
     tool = make_tool(root)
     _, created = await run(tool, create_arguments(".", NEW))
-    _, replaced = await run(tool, replace_arguments(".", NEW, OLD))
-    assert "already_exists" == created["code"]
-    assert "not_regular" == replaced["code"]
+    _, replaced = await run(tool, replace_arguments("dir/..", NEW, OLD))
+    _, absolute = await run(tool, create_arguments(str(root) + "/", NEW))
+    assert ["invalid_arguments"] * 3 == [created["code"], replaced["code"], absolute["code"]]
+    assert ["f.txt"] == os.listdir(root)
 
 
 # -- replace --------------------------------------------------------------------------
