@@ -48,7 +48,6 @@ from ._arguments import ArgumentError, decode_object, take_boolean, take_string
 from ._commit import (
     ABORTED,
     DURABILITY_UNCONFIRMED,
-    NOT_REGULAR,
     POSIX,
     CommitGate,
     Outcome,
@@ -80,7 +79,6 @@ BAD_DIGEST: Final = "expected_sha256 must be 64 lowercase hexadecimal digits"
 BAD_ENCODING: Final = "encoding must be utf-8 or base64"
 BAD_BASE64: Final = "content is not valid base64"
 CONTENT_TOO_LARGE: Final = "the content is larger than max_write_bytes (counted in encoded bytes)"
-ROOT_EXISTS: Final = "the root directory already exists; create never overwrites"
 
 
 def _description(limit: int) -> str:
@@ -153,7 +151,8 @@ class _Arguments:
     expected: str | None
 
 
-def _decode(arguments: str, limit: int) -> _Arguments:
+def _decode(arguments: str, config: Config) -> _Arguments:
+    limit = config.max_write_bytes
     try:
         values = decode_object(arguments, _PROPERTIES)
         raw_path = take_string(values, "path", required=True)
@@ -174,7 +173,7 @@ def _decode(arguments: str, limit: int) -> _Arguments:
     if encoding is not None and encoding not in ENCODINGS:
         raise _Invalid("invalid_arguments", BAD_ENCODING)
     try:
-        path = clean_path(raw_path)
+        path = clean_path(raw_path, root=config.root, names_root=False)
     except PathError as error:
         raise _Invalid(error.code, error.message) from None
     if len(content.encode("utf-8")) > limit:
@@ -223,7 +222,7 @@ class ReplaceTool:
         if call.name != NAME:
             return failure(call, "invalid_arguments", WRONG_TOOL, _DEFINITIVE, _ALLOWED)
         try:
-            arguments = _decode(call.arguments, self._config.max_write_bytes)
+            arguments = _decode(call.arguments, self._config)
         except _Invalid as invalid:
             return failure(call, invalid.code, invalid.message, _DEFINITIVE, _ALLOWED)
         try:
@@ -285,10 +284,6 @@ class ReplaceTool:
         if gate.cancelled:
             return ABORTED
         creating = arguments.expected is None
-        if arguments.path == ".":
-            if creating:
-                return Outcome("already_exists", ROOT_EXISTS)
-            return Outcome("not_regular", NOT_REGULAR)
         try:
             root_fd = open_root(self._config.root)
         except PathError as error:
@@ -372,6 +367,7 @@ def _answer(call: Call, arguments: _Arguments, outcome: Outcome) -> Result:
             "durable": outcome.durable,
             "temporary_cleaned": outcome.temporary_cleaned,
             "hard_links_split": outcome.hard_links_split,
+            "owner_changed": outcome.owner_changed,
         }
         if outcome.code is None:
             return success(call, content, _DEFINITIVE, _ALLOWED)
