@@ -886,11 +886,11 @@ def _roots(b: _Builder) -> None:
     for between in ("rename_root", "delete_root"):
         for path in ("file.txt", "new.txt", "."):
             # read and replace refuse "." from the arguments alone, before the root.
-            tools = _codes(INVALID, INVALID, INVALID, ROOT_GONE) if path == "." else None
+            tools = _codes(INVALID, INVALID, INVALID, ROOT_GONE) if path == "." else _all(ROOT_GONE)
             b.add(
                 "root-gone",
                 path,
-                tools or _all(ROOT_GONE),
+                tools,
                 between=between,
                 also={"shell-workdir": [WORKDIR]},
                 note="the root disappears between two calls on one instance",

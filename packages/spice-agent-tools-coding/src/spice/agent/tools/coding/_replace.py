@@ -367,6 +367,7 @@ def _answer(call: Call, arguments: _Arguments, outcome: Outcome) -> Result:
             "durable": outcome.durable,
             "temporary_cleaned": outcome.temporary_cleaned,
             "hard_links_split": outcome.hard_links_split,
+            "owner_changed": outcome.owner_changed,
         }
         if outcome.code is None:
             return success(call, content, _DEFINITIVE, _ALLOWED)

@@ -173,17 +173,26 @@ class PathError(Exception):
 
     ``code`` is one of ``invalid_arguments``, ``root_unavailable``, ``not_found``,
     ``path_unavailable``, ``path_escape``, ``not_regular``; ``str(error)`` is a fixed,
-    model-safe text with no path of the machine and no OS error text.
+    model-safe text with no path of the machine and no OS error text. ``changed`` marks
+    a race (the object changed while it was being opened), which ``open_beneath`` and
+    ``open_directory`` retry with a fresh resolution; the decision never reads the text.
     """
 
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(self, code: str, message: str, *, changed: bool = False) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
+        self.changed = changed
+        """The object changed under the resolution (a race): a fresh resolution may succeed."""
 
 
 def _invalid(message: str) -> PathError:
     return PathError("invalid_arguments", message)
+
+
+def _changed() -> PathError:
+    """The path changed while it was being opened: ``path_unavailable``, flagged for a retry."""
+    return PathError("path_unavailable", _CHANGED, changed=True)
 
 
 def clean_path(raw: str, *, root: str | None = None, names_root: bool = True) -> str:
@@ -350,7 +359,7 @@ def _retry_changes(attempt: Callable[[], int]) -> int:
         try:
             return attempt()
         except PathError as error:
-            if error.message != _CHANGED:
+            if not error.changed:
                 raise
     return attempt()
 
@@ -438,7 +447,7 @@ class _FinalFile:
     def _link(self, dir_fd: int, name: str) -> _Link:
         target = _read_link(dir_fd, name)
         if target is None:
-            raise PathError("path_unavailable", _CHANGED)
+            raise _changed()
         if not self.follow_final:
             raise PathError("not_regular", _FINAL_LINK)
         return _Link(target)
@@ -471,7 +480,7 @@ class _FinalFile:
             fd = os.open(name, self.flags, self.mode, dir_fd=dir_fd)
         except OSError as error:
             if error.errno in _LINK_OR_FILE:
-                raise PathError("path_unavailable", _CHANGED) from None
+                raise _changed() from None
             raise _mapped(error.errno) from None
         return _same_regular_file(fd, seen)
 
@@ -484,7 +493,7 @@ def _same_regular_file(fd: int, seen: os.stat_result) -> int:
             seen.st_dev,
             seen.st_ino,
         ):
-            raise PathError("path_unavailable", _CHANGED)  # noqa: TRY301 - closed below
+            raise _changed()  # noqa: TRY301 - closed below
     except BaseException:
         os.close(fd)
         raise
@@ -564,7 +573,7 @@ class _Walker:
                 return target
             self._enter(fd, name)
             return None
-        raise PathError("path_unavailable", _CHANGED)
+        raise _changed()
 
     def make(self, name: str) -> None:
         """Create the missing directory ``name`` in the held directory (races tolerated)."""
@@ -589,7 +598,7 @@ class _Walker:
             try:
                 fd = os.open(name, _SEARCH, dir_fd=self.fd)
             except OSError:
-                raise PathError("path_unavailable", _CHANGED) from None
+                raise _changed() from None
             self._enter(fd, name)
 
     def splice(self, target: str, pending: deque[str]) -> None:
@@ -647,7 +656,7 @@ def _final_step(walker: _Walker, final: _Final, name: str) -> int | str:
                 continue
             raise
         return opened.target if isinstance(opened, _Link) else opened
-    raise PathError("path_unavailable", _CHANGED)
+    raise _changed()
 
 
 # --------------------------------------------------------------------------------------
@@ -788,7 +797,7 @@ def _fast_open(root_fd: int, path: str, flags: int, mode: int, resolve: int) -> 
         if number == errno.ENOENT:
             raise PathError("not_found", _MISSING)
         return None
-    raise PathError("path_unavailable", _CHANGED)
+    raise _changed()
 
 
 def _fast_open_beneath(
