@@ -274,6 +274,7 @@ class Outcome:
     owner_changed: bool = False
     current_sha256: str | None = None
     aborted: bool = False
+    directories_cleaned: bool = True
 
 
 ABORTED: Final = Outcome(aborted=True)
@@ -292,6 +293,9 @@ STALE_SAME: Final = (
 )
 EXISTS: Final = "something already exists at the path; create never overwrites"
 EXISTS_SAME: Final = "the file already exists and already holds exactly the requested content"
+NOTHING_CHANGED: Final = "; nothing was changed"
+"""How every pre-commit failure text ends (``_replace`` withdraws it when that is untrue)."""
+DIRECTORIES_LEFT: Final = "; parent directories this call made could not all be removed"
 TEMPORARY_FAILED: Final = "the temporary file could not be created or prepared; nothing was changed"
 WRITE_FAILED: Final = "the temporary file could not be written; nothing was changed"
 SYNC_FAILED: Final = "the temporary file could not be synced to storage; nothing was changed"

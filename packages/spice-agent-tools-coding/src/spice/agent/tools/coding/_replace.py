@@ -47,7 +47,9 @@ from spice.agent.tool import (
 from ._arguments import ArgumentError, decode_object, take_boolean, take_string
 from ._commit import (
     ABORTED,
+    DIRECTORIES_LEFT,
     DURABILITY_UNCONFIRMED,
+    NOTHING_CHANGED,
     POSIX,
     CommitGate,
     Outcome,
@@ -57,7 +59,15 @@ from ._commit import (
 )
 from ._config import Config
 from ._results import attach, failure, report_progress, success
-from ._root import PathError, clean_path, open_directory, open_root, split_parent
+from ._root import (
+    MadeDirectory,
+    PathError,
+    clean_path,
+    open_directory,
+    open_root,
+    remove_made,
+    split_parent,
+)
 
 NAME: Final = "replace"
 SETTLE_SECONDS: Final = 30.0
@@ -283,37 +293,47 @@ class ReplaceTool:
         """The blocking part, in a worker thread."""
         if gate.cancelled:
             return ABORTED
-        creating = arguments.expected is None
         try:
             root_fd = open_root(self._config.root)
         except PathError as error:
             return Outcome(error.code, error.message)
+        made: list[MadeDirectory] = []
         try:
-            parent, leaf = split_parent(arguments.path)
-            try:
-                dir_fd = open_directory(
-                    root_fd, parent, follow_symlinks=True, create_missing=creating
-                )
-            except PathError as error:
-                return Outcome(error.code, error.message)
-            try:
-                request = Request(
-                    leaf,
-                    arguments.data,
-                    arguments.sha256,
-                    arguments.expected,
-                    self._config.max_write_bytes,
-                )
-                outcome = write_file(self._syscalls, dir_fd, request, gate)
-                if outcome.created and outcome.durable and parent != ".":
-                    outcome = self._sync_ancestors(root_fd, parent, outcome)
-                return outcome
-            finally:
-                with contextlib.suppress(OSError):
-                    os.close(dir_fd)
+            outcome = self._write_beneath(root_fd, arguments, gate, made)
+            if made and not outcome.committed:
+                outcome = _withdraw(root_fd, made, outcome)
+            return outcome
         finally:
             with contextlib.suppress(OSError):
                 os.close(root_fd)
+
+    def _write_beneath(
+        self, root_fd: int, arguments: _Arguments, gate: CommitGate, made: list[MadeDirectory]
+    ) -> Outcome:
+        """Open (a create: make) the parent directory, run the engine, sync new ancestors."""
+        creating = arguments.expected is None
+        parent, leaf = split_parent(arguments.path)
+        try:
+            dir_fd = open_directory(
+                root_fd, parent, follow_symlinks=True, create_missing=creating, made=made
+            )
+        except PathError as error:
+            return Outcome(error.code, error.message)
+        try:
+            request = Request(
+                leaf,
+                arguments.data,
+                arguments.sha256,
+                arguments.expected,
+                self._config.max_write_bytes,
+            )
+            outcome = write_file(self._syscalls, dir_fd, request, gate)
+            if outcome.created and outcome.durable and parent != ".":
+                outcome = self._sync_ancestors(root_fd, parent, outcome)
+            return outcome
+        finally:
+            with contextlib.suppress(OSError):
+                os.close(dir_fd)
 
     def _sync_ancestors(self, root_fd: int, parent: str, outcome: Outcome) -> Outcome:
         """Persist the entries of directories a create may have made, or withdraw ``durable``.
@@ -348,6 +368,18 @@ class ReplaceTool:
         return outcome
 
 
+def _withdraw(root_fd: int, made: list[MadeDirectory], outcome: Outcome) -> Outcome:
+    """Remove the directories a create made before it failed or stopped (contract 9.1).
+
+    When some cannot be removed (no longer empty, no longer the one made), the answer
+    never says that nothing was changed, and says ``directories_cleaned: false``.
+    """
+    if remove_made(root_fd, made):
+        return outcome
+    message = outcome.message.removesuffix(NOTHING_CHANGED) + DIRECTORIES_LEFT
+    return dataclasses.replace(outcome, message=message, directories_cleaned=False)
+
+
 def _unknown(gate: CommitGate) -> tuple[ExecutionState, RetryDisposition]:
     if gate.entered:
         return ExecutionState.UNCERTAIN, RetryDisposition.NEVER
@@ -378,6 +410,8 @@ def _answer(call: Call, arguments: _Arguments, outcome: Outcome) -> Result:
         extra["current_sha256"] = outcome.current_sha256
     if not outcome.temporary_cleaned:
         extra["temporary_cleaned"] = False
+    if not outcome.directories_cleaned:
+        extra["directories_cleaned"] = False
     code = outcome.code or "replace_failed"
     return failure(call, code, outcome.message, _DEFINITIVE, _ALLOWED, extra)
 
