@@ -24,12 +24,17 @@ help:
 	@echo "make bench    benchmarks beside their floors and peers"
 
 # Installs a pinned uv from PyPI when it is missing, the system tools the tests use,
-# then the locked environment. Idempotent; fast when already done.
+# then the locked environment, with bytecode compiled: site-packages by uv, our editable
+# sources by compileall, so the first start of a fresh clone is as fast as the hundredth
+# (even where PYTHONDONTWRITEBYTECODE keeps Python from caching it). Idempotent; fast when
+# already done.
+WORKSPACE_SOURCES := $(foreach p,$(PACKAGES),packages/$(p)/src)
 bootstrap: system-packages
 	@command -v $(UV) >/dev/null 2>&1 && [ "$$($(UV) --version | cut -d' ' -f2)" = "$(UV_VERSION)" ] \
 	  || $(PYTHON) -m pip install --quiet "uv==$(UV_VERSION)"
-	$(UV) sync --locked --all-packages --all-extras \
+	$(UV) sync --locked --all-packages --all-extras --compile-bytecode \
 	  || { echo "uv sync failed: run 'make bootstrap' once with access to PyPI to fill the cache" >&2; exit 1; }
+	$(UV_RUN) python -m compileall -q $(WORKSPACE_SOURCES)
 
 # strace drives the crash-consistency tests of replace; installed from Debian when missing.
 system-packages:

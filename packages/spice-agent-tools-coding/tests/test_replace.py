@@ -43,6 +43,7 @@ SUCCESS_KEYS = {
     "durable",
     "temporary_cleaned",
     "hard_links_split",
+    "owner_changed",
 }
 
 
@@ -131,6 +132,7 @@ async def test_create_writes_a_new_file_with_the_umask_mode(root: Path) -> None:
         "durable": True,
         "temporary_cleaned": True,
         "hard_links_split": False,
+        "owner_changed": False,
     }
     assert expected == content
     assert result.problem is None
@@ -212,13 +214,14 @@ async def test_create_never_makes_a_directory_at_a_dangling_symlink(root: Path) 
     assert not (root / "not-there").exists()
 
 
-async def test_create_at_the_root_itself_is_already_exists(root: Path) -> None:
-    """The root directory cannot be created or replaced."""
+async def test_a_path_naming_the_root_itself_is_invalid_arguments(root: Path) -> None:
+    """The root directory is no file: refused as an argument in both modes (contract 9.1)."""
     tool = make_tool(root)
     _, created = await run(tool, create_arguments(".", NEW))
-    _, replaced = await run(tool, replace_arguments(".", NEW, OLD))
-    assert "already_exists" == created["code"]
-    assert "not_regular" == replaced["code"]
+    _, replaced = await run(tool, replace_arguments("dir/..", NEW, OLD))
+    _, absolute = await run(tool, create_arguments(str(root) + "/", NEW))
+    assert ["invalid_arguments"] * 3 == [created["code"], replaced["code"], absolute["code"]]
+    assert ["f.txt"] == os.listdir(root)
 
 
 # -- replace --------------------------------------------------------------------------
@@ -243,8 +246,10 @@ async def test_replace_commits_new_bytes_keeps_the_mode_and_changes_the_inode(
         "durable": True,
         "temporary_cleaned": True,
         "hard_links_split": False,
+        "owner_changed": False,
     }
     assert expected == content
+    assert "ok" == next(iter(content))
     assert result.problem is None
     assert NEW_BYTES == target.read_bytes()
     assert 0o640 == stat.S_IMODE(target.stat().st_mode)
@@ -299,7 +304,8 @@ async def test_same_digest_is_a_no_op_twice_without_temporary_file_or_rename(
         assert content["ok"] is True
         assert content["changed"] is False
         assert content["committed"] is False
-        assert content["durable"] is False
+        assert content["durable"] is True  # nothing needed syncing (contract 9.1)
+        assert content["owner_changed"] is False
         assert content["temporary_cleaned"] is True
     assert 0 == syscalls.calls["rename"]
     assert 0 == syscalls.calls["open_temporary"]
@@ -590,6 +596,7 @@ async def test_a_failed_post_commit_fsync_is_durability_unconfirmed_and_never_re
     assert content["durable"] is False
     assert content["temporary_cleaned"] is True
     assert SUCCESS_KEYS | {"code", "message"} == set(content)
+    assert ["ok", "code", "message"] == list(content)[:3]
     assert result.problem == content["message"]
     assert 3 == syscalls.calls["fsync"]
     assert NEW_BYTES == (root / "f.txt").read_bytes()

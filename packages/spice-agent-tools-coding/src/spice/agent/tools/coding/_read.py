@@ -152,7 +152,7 @@ class _Read:
                 _RETRY,
             )
         try:
-            request = _decode(call.arguments, self._config.max_read_bytes)
+            request = _decode(call.arguments, self._config)
         except (ArgumentError, PathError) as error:
             return failure(call, "invalid_arguments", str(error), _STATE, _RETRY)
         worker = asyncio.ensure_future(asyncio.to_thread(_read_page, self._config.root, request))
@@ -195,7 +195,8 @@ def _consume(worker: asyncio.Future[Mapping[str, object] | _Failure]) -> None:
         worker.exception()
 
 
-def _decode(arguments: str, max_read_bytes: int) -> _Request:
+def _decode(arguments: str, config: Config) -> _Request:
+    max_read_bytes = config.max_read_bytes
     values = decode_object(arguments, _PROPERTIES)
     raw = take_string(values, "path", required=True)
     offset = take_integer(values, "offset")
@@ -211,7 +212,7 @@ def _decode(arguments: str, max_read_bytes: int) -> _Request:
     elif limit > max_read_bytes:
         raise ArgumentError(f"limit must be at most {max_read_bytes} (max_read_bytes)")
     assert raw is not None  # noqa: S101 - take_string(required=True) never answers None
-    return _Request(clean_path(raw), offset, limit)
+    return _Request(clean_path(raw, root=config.root, names_root=False), offset, limit)
 
 
 def _read_page(root: str, request: _Request) -> Mapping[str, object] | _Failure:

@@ -51,9 +51,10 @@ from spice.agent.tool import (
 
 from ._commit import (
     ABORTED,
+    DIRECTORIES_LEFT,
     DURABILITY_UNCONFIRMED,
     NOT_FOUND,
-    NOT_REGULAR,
+    NOTHING_CHANGED,
     POSIX,
     STALE,
     Absent,
@@ -70,7 +71,7 @@ from ._config import Config
 from ._edits import EditFailure, apply_edits, unified_diff
 from ._replace_arguments import Arguments, Edits, Invalid, Whole, decode, description, schema
 from ._results import attach, failure, report_progress, success
-from ._root import PathError, open_directory, open_root, split_parent
+from ._root import MadeDirectory, PathError, open_directory, open_root, remove_made, split_parent
 
 NAME: Final = "replace"
 SETTLE_SECONDS: Final = 30.0
@@ -82,7 +83,6 @@ PROGRESS: Final = "replace: writing a file under the root"
 WRONG_TOOL: Final = "the call names another tool"
 UNSUPPORTED: Final = "replace is not supported on this platform yet (only POSIX systems are)"
 UNEXPECTED: Final = "replace failed unexpectedly"
-ROOT_EXISTS: Final = "the root directory already exists; create never overwrites"
 NOT_TEXT: Final = "the file is not valid UTF-8 text; edits need text (replace it with content)"
 
 
@@ -141,7 +141,7 @@ class ReplaceTool:
         if call.name != NAME:
             return failure(call, "invalid_arguments", WRONG_TOOL, _DEFINITIVE, _ALLOWED)
         try:
-            arguments = decode(call.arguments, self._config.max_write_bytes)
+            arguments = decode(call.arguments, self._config)
         except Invalid as invalid:
             return failure(call, invalid.code, invalid.message, _DEFINITIVE, _ALLOWED)
         try:
@@ -207,41 +207,56 @@ def _work(config: Config, syscalls: Syscalls, arguments: Arguments, gate: Commit
     change = _Change(body.data, body.sha256) if isinstance(body, Whole) else None
     if gate.cancelled:
         return _Done(ABORTED, change)
-    creating = arguments.expected is None
-    if arguments.path == ".":
-        if creating:
-            return _Done(Outcome("already_exists", ROOT_EXISTS), change)
-        return _Done(Outcome("not_regular", NOT_REGULAR), change)
     try:
         root_fd = open_root(config.root)
     except PathError as error:
         return _Done(Outcome(error.code, error.message), change)
+    made: list[MadeDirectory] = []
     try:
-        parent, leaf = split_parent(arguments.path)
-        try:
-            dir_fd = open_directory(root_fd, parent, follow_symlinks=True, create_missing=creating)
-        except PathError as error:
-            return _Done(Outcome(error.code, error.message), change)
-        try:
-            limit = config.max_write_bytes
-            if isinstance(body, Edits):
-                edited = _edit(syscalls, dir_fd, leaf, arguments, body, limit)
-                if isinstance(edited, Outcome):
-                    return _Done(edited, None)
-                change = edited
-                syscalls.checkpoint(Checkpoint.EDITS_APPLIED)
-            assert change is not None  # noqa: S101 - the content form set it above
-            request = Request(leaf, change.data, change.sha256, arguments.expected, limit)
-            outcome = write_file(syscalls, dir_fd, request, gate)
-            if outcome.created and outcome.durable and parent != ".":
-                outcome = _sync_ancestors(syscalls, root_fd, parent, outcome)
-            return _Done(outcome, change)
-        finally:
-            with contextlib.suppress(OSError):
-                os.close(dir_fd)
+        done = _write_beneath(config, syscalls, root_fd, arguments, gate, made, change)
+        if made and not done.outcome.committed:
+            return _Done(_withdraw(root_fd, made, done.outcome), done.change)
+        return done
     finally:
         with contextlib.suppress(OSError):
             os.close(root_fd)
+
+
+def _write_beneath(
+    config: Config,
+    syscalls: Syscalls,
+    root_fd: int,
+    arguments: Arguments,
+    gate: CommitGate,
+    made: list[MadeDirectory],
+    change: _Change | None,
+) -> _Done:
+    """Open (a create: make) the parent, edit (edit form), run the engine, sync ancestors."""
+    creating = arguments.expected is None
+    parent, leaf = split_parent(arguments.path)
+    try:
+        dir_fd = open_directory(
+            root_fd, parent, follow_symlinks=True, create_missing=creating, made=made
+        )
+    except PathError as error:
+        return _Done(Outcome(error.code, error.message), change)
+    try:
+        limit = config.max_write_bytes
+        if isinstance(arguments.body, Edits):
+            edited = _edit(syscalls, dir_fd, leaf, arguments, arguments.body, limit)
+            if isinstance(edited, Outcome):
+                return _Done(edited, None)
+            change = edited
+            syscalls.checkpoint(Checkpoint.EDITS_APPLIED)
+        assert change is not None  # noqa: S101 - the content form set it in _work
+        request = Request(leaf, change.data, change.sha256, arguments.expected, limit)
+        outcome = write_file(syscalls, dir_fd, request, gate)
+        if outcome.created and outcome.durable and parent != ".":
+            outcome = _sync_ancestors(syscalls, root_fd, parent, outcome)
+        return _Done(outcome, change)
+    finally:
+        with contextlib.suppress(OSError):
+            os.close(dir_fd)
 
 
 def _edit(
@@ -301,6 +316,18 @@ def _sync_ancestors(syscalls: Syscalls, root_fd: int, parent: str, outcome: Outc
     return outcome
 
 
+def _withdraw(root_fd: int, made: list[MadeDirectory], outcome: Outcome) -> Outcome:
+    """Remove the directories a create made before it failed or stopped (contract 9.1).
+
+    When some cannot be removed (no longer empty, no longer the one made), the answer
+    never says that nothing was changed, and says ``directories_cleaned: false``.
+    """
+    if remove_made(root_fd, made):
+        return outcome
+    message = outcome.message.removesuffix(NOTHING_CHANGED) + DIRECTORIES_LEFT
+    return dataclasses.replace(outcome, message=message, directories_cleaned=False)
+
+
 def _unknown(gate: CommitGate) -> tuple[ExecutionState, RetryDisposition]:
     if gate.entered:
         return ExecutionState.UNCERTAIN, RetryDisposition.NEVER
@@ -321,6 +348,7 @@ def _answer(call: Call, arguments: Arguments, done: _Done) -> Result:
             "durable": outcome.durable,
             "temporary_cleaned": outcome.temporary_cleaned,
             "hard_links_split": outcome.hard_links_split,
+            "owner_changed": outcome.owner_changed,
         }
         if change.edits_applied is not None:
             content["edits_applied"] = change.edits_applied
@@ -336,6 +364,8 @@ def _answer(call: Call, arguments: Arguments, done: _Done) -> Result:
         extra["current_sha256"] = outcome.current_sha256
     if not outcome.temporary_cleaned:
         extra["temporary_cleaned"] = False
+    if not outcome.directories_cleaned:
+        extra["directories_cleaned"] = False
     code = outcome.code or "replace_failed"
     return failure(call, code, outcome.message, _DEFINITIVE, _ALLOWED, extra)
 

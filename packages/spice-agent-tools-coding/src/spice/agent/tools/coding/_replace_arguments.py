@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Final, TypeAlias, final
 
 from ._arguments import ArgumentError, decode_object, take_boolean, take_string
+from ._config import Config
 from ._edits import MAXIMUM_DIFF_BYTES, MAXIMUM_EDITS, Edit
 from ._root import PathError, clean_path
 
@@ -177,7 +178,7 @@ class Arguments:
     body: Body
 
 
-def decode(arguments: str, limit: int) -> Arguments:
+def decode(arguments: str, config: Config) -> Arguments:
     """Decode and check a call's arguments; :class:`Invalid` says what is wrong."""
     try:
         values = decode_object(arguments, PROPERTIES)
@@ -203,13 +204,13 @@ def decode(arguments: str, limit: int) -> Arguments:
     if encoding is not None and encoding not in ENCODINGS:
         raise Invalid("invalid_arguments", BAD_ENCODING)
     try:
-        path = clean_path(raw_path)
+        path = clean_path(raw_path, root=config.root, names_root=False)
     except PathError as error:
         raise Invalid(error.code, error.message) from None
     if edits is not None:
         return Arguments(path, expected, Edits(edits))
     assert content is not None  # noqa: S101 - checked above
-    return Arguments(path, expected, _whole(content, encoding, limit))
+    return Arguments(path, expected, _whole(content, encoding, config.max_write_bytes))
 
 
 def _whole(content: str, encoding: str | None, limit: int) -> Whole:

@@ -183,9 +183,12 @@ def _parse(arguments: str, config: Config) -> _Arguments:
     elif not (math.isfinite(timeout) and timeout <= config.command_timeout):
         raise ArgumentError("timeout_seconds must be at most the configured command timeout")
     try:
-        cleaned = "." if workdir is None else clean_path(workdir)
+        cleaned = "." if workdir is None else clean_path(workdir, root=config.root)
     except PathError:
-        raise ArgumentError("workdir must be a relative path that stays in the root") from None
+        raise ArgumentError(
+            "workdir must be a relative path, or an absolute one beneath the worktree "
+            "root, that stays in the root"
+        ) from None
     return _Arguments(tuple(argv), cleaned, timeout)
 
 
