@@ -15,12 +15,10 @@ import base64
 import hashlib
 import os
 import stat
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final, final
 
 from spice.agent.tool import (
-    MAXIMUM_PAYLOAD_BYTES,
     Call,
     Capability,
     Definition,
@@ -37,7 +35,7 @@ from spice.agent.tool import (
 
 from ._arguments import ArgumentError, decode_object, take_integer, take_string
 from ._config import Config
-from ._results import attach, encoded_size, failure, report_progress, success
+from ._results import attach, failure, report_progress
 from ._root import PathError, clean_path, open_beneath, open_root
 
 NAME: Final = "read"
@@ -155,7 +153,9 @@ class _Read:
             request = _decode(call.arguments, self._config)
         except (ArgumentError, PathError) as error:
             return failure(call, "invalid_arguments", str(error), _STATE, _RETRY)
-        worker = asyncio.ensure_future(asyncio.to_thread(_read_page, self._config.root, request))
+        worker = asyncio.ensure_future(
+            asyncio.to_thread(_read_page, self._config.root, request, call.id)
+        )
         try:
             outcome = await asyncio.shield(worker)
         except asyncio.CancelledError as cancelled:
@@ -171,10 +171,10 @@ class _Read:
             raise ExecutionError(call.id, _STATE, _RETRY, UNEXPECTED) from None
         if isinstance(outcome, _Failure):
             return failure(call, outcome.code, outcome.message, _STATE, _RETRY)
-        return success(call, outcome, _STATE, _RETRY)
+        return outcome
 
 
-async def _settle(worker: asyncio.Future[Mapping[str, object] | _Failure]) -> None:
+async def _settle(worker: asyncio.Future[Result | _Failure]) -> None:
     """Wait (shielded, bounded) for a cancelled call's worker to finish closing its files."""
     if not worker.done():
         worker.add_done_callback(_consume)
@@ -189,7 +189,7 @@ async def _settle(worker: asyncio.Future[Mapping[str, object] | _Failure]) -> No
         _consume(worker)
 
 
-def _consume(worker: asyncio.Future[Mapping[str, object] | _Failure]) -> None:
+def _consume(worker: asyncio.Future[Result | _Failure]) -> None:
     """Retrieve a finished worker's exception so nothing logs it as unretrieved."""
     if not worker.cancelled():
         worker.exception()
@@ -215,8 +215,11 @@ def _decode(arguments: str, config: Config) -> _Request:
     return _Request(clean_path(raw, root=config.root, names_root=False), offset, limit)
 
 
-def _read_page(root: str, request: _Request) -> Mapping[str, object] | _Failure:
-    """The blocking part of a call, run in a worker thread; closes every descriptor it opens."""
+def _read_page(root: str, request: _Request, call_id: str) -> Result | _Failure:
+    """The blocking part of a call, run in a worker thread; closes every descriptor it opens.
+
+    A page's answer is built here, encoded once (see ``_shape``).
+    """
     try:
         root_fd = open_root(root)
         try:
@@ -226,14 +229,14 @@ def _read_page(root: str, request: _Request) -> Mapping[str, object] | _Failure:
     except PathError as error:
         return _Failure(error.code, error.message)
     try:
-        return _page(fd, request)
+        return _page(fd, request, call_id)
     except OSError:
         return _Failure("read_failed", READ_FAILED)
     finally:
         os.close(fd)
 
 
-def _page(fd: int, request: _Request) -> Mapping[str, object] | _Failure:
+def _page(fd: int, request: _Request, call_id: str) -> Result | _Failure:
     info = os.fstat(fd)
     if not stat.S_ISREG(info.st_mode):  # open_beneath(regular=True) already made sure
         return _Failure("not_regular", "the path is not a regular file")
@@ -245,7 +248,7 @@ def _page(fd: int, request: _Request) -> Mapping[str, object] | _Failure:
     extra = min(LOOKAHEAD_BYTES, size - offset - want)
     data = _pread(fd, want + extra, offset)
     page, lookahead = data[:want], data[want:]
-    return _shape(request.path, offset, size, page, lookahead)
+    return _shape(call_id, request.path, offset, size, page, lookahead)
 
 
 def _pread(fd: int, count: int, offset: int) -> bytes:
@@ -295,14 +298,23 @@ def _completes_a_character(data: bytes) -> bool:
 
 
 def _shape(
-    path: str, offset: int, size: int, page: bytes, lookahead: bytes
-) -> Mapping[str, object]:
+    call_id: str, path: str, offset: int, size: int, page: bytes, lookahead: bytes
+) -> Result:
+    """The page's answer: UTF-8 text if its JSON fits the payload bound, else base64.
+
+    The text answer's one encoding is both the bound check and the answer (``from_content``
+    neither encodes again nor parses it back).
+    """
     text = _text_prefix(page, lookahead)
     if text is not None:
         content = _content(path, offset, size, text, "utf-8", text.decode("utf-8"))
-        if encoded_size(content) <= MAXIMUM_PAYLOAD_BYTES:
-            return content
-    return _content(path, offset, size, page, "base64", base64.b64encode(page).decode("ascii"))
+        try:
+            return Result.from_content(call_id, content)
+        except ValueError:
+            pass  # decoded UTF-8 fails only the payload bound (escaping): base64 fits
+    # At most MAXIMUM_BYTES (512 KiB) of page in base64 is well under the payload bound.
+    body = base64.b64encode(page).decode("ascii")
+    return Result.from_content(call_id, _content(path, offset, size, page, "base64", body))
 
 
 def _content(
