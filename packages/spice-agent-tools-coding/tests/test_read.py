@@ -202,6 +202,7 @@ async def test_a_complete_page_has_the_whole_file_and_its_sha256(root: Path) -> 
         "encoding": "utf-8",
         "content": data.decode(),
         "sha256": hashlib.sha256(data).hexdigest(),
+        "file_sha256": hashlib.sha256(data).hexdigest(),
     } == content
     assert data == str(content["content"]).encode()  # CRLF and the BOM byte-exact
 

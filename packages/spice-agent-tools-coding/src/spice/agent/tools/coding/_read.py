@@ -56,8 +56,11 @@ def read_description(config: Config) -> str:
         "byte `offset` (default 0): UTF-8 text, or base64 when the bytes are not valid "
         "UTF-8 or too large to escape. When `truncated` is true, call again with "
         "`offset` = `next_offset`. A complete page (the whole file from offset 0) includes "
-        "its `sha256`, which `replace` takes as `expected_sha256`. Optional arguments may "
-        "be null, which means the default."
+        f"its `sha256`. Every page of a file of at most {config.max_write_bytes} bytes (the "
+        "replace tool's write bound) includes `file_sha256`, the digest of the whole file "
+        "(equal to `sha256` for a complete page): pass either to `replace` as "
+        "`expected_sha256`, so a file read in several pages can be edited too. Larger files "
+        "have no digest. Optional arguments may be null, which means the default."
     )
 
 
@@ -112,6 +115,8 @@ class _Request:
     path: str
     offset: int
     limit: int
+    hash_limit: int
+    """Files of at most this many bytes (``max_write_bytes``) get ``file_sha256``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,7 +236,8 @@ def _decode(arguments: str, config: Config) -> _Request:
     elif limit > max_read_bytes:
         raise ArgumentError(f"limit must be at most {max_read_bytes} (max_read_bytes)")
     assert raw is not None  # noqa: S101 - take_string(required=True) never answers None
-    return _Request(clean_path(raw, root=config.root, names_root=False), offset, limit)
+    path = clean_path(raw, root=config.root, names_root=False)
+    return _Request(path, offset, limit, config.max_write_bytes)
 
 
 def _read_page(root: str, request: _Request, call_id: str) -> Result | _Failure:
@@ -260,14 +266,32 @@ def _page(fd: int, request: _Request, call_id: str) -> Result | _Failure:
     if not stat.S_ISREG(info.st_mode):  # open_beneath(regular=True) already made sure
         return _Failure("not_regular", "the path is not a regular file")
     size = info.st_size
+    whole = _whole_file(fd, size, request.hash_limit)
+    if whole is not None:
+        size = len(whole)  # the page comes from the same bytes the digest covers
     offset = request.offset
     if offset > size:
         return _Failure("invalid_arguments", "offset is past the end of the file")
     want = min(request.limit, size - offset)
     extra = min(LOOKAHEAD_BYTES, size - offset - want)
-    data = _pread(fd, want + extra, offset)
+    if whole is None:
+        data, digest = _pread(fd, want + extra, offset), None
+    else:
+        data, digest = whole[offset : offset + want + extra], hashlib.sha256(whole).hexdigest()
     page, lookahead = data[:want], data[want:]
-    return _shape(call_id, request.path, offset, size, page, lookahead)
+    return _shape(call_id, request.path, offset, size, page, lookahead, digest)
+
+
+def _whole_file(fd: int, size: int, limit: int) -> bytes | None:
+    """All of a file of at most ``limit`` bytes (through ``fd``), else ``None``.
+
+    At most ``limit + 1`` bytes are read, so a file that grew past the bound meanwhile
+    costs no more than the bound and gets no ``file_sha256``.
+    """
+    if size > limit:
+        return None
+    data = _pread(fd, limit + 1, 0)
+    return data if len(data) <= limit else None
 
 
 def _pread(fd: int, count: int, offset: int) -> bytes:
@@ -317,7 +341,13 @@ def _completes_a_character(data: bytes) -> bool:
 
 
 def _shape(
-    call_id: str, path: str, offset: int, size: int, page: bytes, lookahead: bytes
+    call_id: str,
+    path: str,
+    offset: int,
+    size: int,
+    page: bytes,
+    lookahead: bytes,
+    file_sha256: str | None,
 ) -> Result:
     """The page's answer: UTF-8 text if its JSON fits the payload bound, else base64.
 
@@ -326,18 +356,25 @@ def _shape(
     """
     text = _text_prefix(page, lookahead)
     if text is not None:
-        content = _content(path, offset, size, text, "utf-8", text.decode("utf-8"))
+        content = _content(path, offset, size, text, "utf-8", text.decode("utf-8"), file_sha256)
         try:
             return Result.from_content(call_id, content)
         except ValueError:
             pass  # decoded UTF-8 fails only the payload bound (escaping): base64 fits
     # At most MAXIMUM_BYTES (512 KiB) of page in base64 is well under the payload bound.
     body = base64.b64encode(page).decode("ascii")
-    return Result.from_content(call_id, _content(path, offset, size, page, "base64", body))
+    content = _content(path, offset, size, page, "base64", body, file_sha256)
+    return Result.from_content(call_id, content)
 
 
 def _content(
-    path: str, offset: int, size: int, data: bytes, encoding: str, body: str
+    path: str,
+    offset: int,
+    size: int,
+    data: bytes,
+    encoding: str,
+    body: str,
+    file_sha256: str | None,
 ) -> dict[str, object]:
     end = offset + len(data)
     truncated = end < size
@@ -354,5 +391,7 @@ def _content(
     content["encoding"] = encoding
     content["content"] = body
     if offset == 0 and not truncated:
-        content["sha256"] = hashlib.sha256(data).hexdigest()
+        content["sha256"] = file_sha256 or hashlib.sha256(data).hexdigest()
+    if file_sha256 is not None:
+        content["file_sha256"] = file_sha256
     return content
