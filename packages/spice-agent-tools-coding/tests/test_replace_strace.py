@@ -10,6 +10,7 @@ points; ``SPICE_SOAK=1`` (``make soak``) sweeps every one.
 from __future__ import annotations
 
 import os
+import stat
 from collections import Counter
 from pathlib import Path
 from typing import Final
@@ -30,20 +31,28 @@ TARGET: Final = "d/e/f.txt"
 DEFAULT_POINTS: Final = 40
 """Kill points swept by default per scenario; every one under ``SPICE_SOAK=1``."""
 MUTATING: Final = frozenset(
-    {"write", "fsync", "fchmod", "mkdirat", "rename", "renameat", "renameat2"}
+    {"write", "fsync", "fchmod", "fchown", "mkdirat", "rename", "renameat", "renameat2"}
     | {"link", "linkat", "unlink", "unlinkat"}
 )
 SOAK: Final = os.environ.get("SPICE_SOAK") == "1"
 COMMITS: Final = frozenset({"rename", "renameat", "renameat2", "link", "linkat"})
+NOBODY: Final = 65534
+"""Owner and group of the foreign target (the suite runs as root)."""
+SETUID_MODE: Final = 0o6755
+SCENARIOS: Final = ("replace", "create", "foreign")
+"""``foreign``: root replaces a 06755 file of ``NOBODY`` (the worker calls ``fchown``)."""
 
 
-def _prepare(directory: Path, *, creating: bool) -> Path:
+def _prepare(directory: Path, *, creating: bool, foreign: bool = False) -> Path:
     root = directory / "root"
     if creating:
         root.mkdir(parents=True)
     else:
         (root / "d" / "e").mkdir(parents=True)
         (root / TARGET).write_bytes(OLD)
+        if foreign:
+            os.chown(root / TARGET, NOBODY, NOBODY)
+            (root / TARGET).chmod(SETUID_MODE)
     return root
 
 
@@ -76,34 +85,45 @@ def _state(root: Path) -> str:
     return {OLD: "old", NEW_BYTES: "new"}.get(target.read_bytes(), "torn")
 
 
-def _check_disk(root: Path, *, creating: bool) -> list[str]:
+def _check_disk(root: Path, *, creating: bool, foreign: bool = False) -> list[str]:
     """Problems with what a crash left (empty when consistent)."""
     problems: list[str] = []
     state = _state(root)
     if state not in ({"absent", "new"} if creating else {"old", "new"}):
         problems.append(f"target is {state}")
+    if foreign and state != "absent":
+        seen = (root / TARGET).stat()
+        if (seen.st_uid, seen.st_gid, stat.S_IMODE(seen.st_mode)) != (
+            NOBODY,
+            NOBODY,
+            SETUID_MODE,
+        ):
+            problems.append(f"{state} target lost its owner or mode")
     directory = (root / TARGET).parent
     if directory.exists():
         problems.extend(f"stray file {name}" for name in strays(directory, ["f.txt"]))
     return problems
 
 
-def _sweep(tmp_path: Path, *, creating: bool, everything: bool) -> int:
-    dry_root = _prepare(tmp_path / "dry", creating=creating)
+def _sweep(tmp_path: Path, scenario: str, *, everything: bool) -> int:
+    creating, foreign = scenario == "create", scenario == "foreign"
+    dry_root = _prepare(tmp_path / "dry", creating=creating, foreign=foreign)
     dry = traced_call(tmp_path, dry_root, _arguments(creating=creating), ["-e", "trace=all"])
     assert dry.content is not None
     assert dry.content["committed"] is True
     points = _points(dry, everything=everything)
     assert points
+    assert foreign == any(name == "fchown" for name, _ in points)
     failures: list[str] = []
     states: set[str] = set()
     for index, (name, number) in enumerate(points):
-        root = _prepare(tmp_path / f"run-{index}", creating=creating)
+        root = _prepare(tmp_path / f"run-{index}", creating=creating, foreign=foreign)
         options = ["-e", f"trace={name}", "-e", f"inject={name}:signal=KILL:when={number}"]
         run = traced_call(tmp_path, root, _arguments(creating=creating), options)
         if run.returncode != -9:
             failures.append(f"{name}#{number}: the kill did not happen ({run.returncode})")
-        failures.extend(f"{name}#{number}: {p}" for p in _check_disk(root, creating=creating))
+        problems = _check_disk(root, creating=creating, foreign=foreign)
+        failures.extend(f"{name}#{number}: {p}" for p in problems)
         states.add(_state(root))
     assert [] == failures
     # The sweep crossed the commit point: some kills came before it, some after.
@@ -111,21 +131,25 @@ def _sweep(tmp_path: Path, *, creating: bool, everything: bool) -> int:
     return len(points)
 
 
-@pytest.mark.parametrize("creating", [False, True], ids=["replace", "create"])
+@pytest.mark.parametrize("scenario", SCENARIOS)
 def test_a_kill_at_any_sampled_syscall_leaves_old_or_new_bytes(
-    tmp_path: Path, creating: bool
+    tmp_path: Path, scenario: str
 ) -> None:
     """SIGKILL at sampled worker syscalls: never a torn target, only temporary leftovers."""
-    swept = _sweep(tmp_path, creating=creating, everything=False)
+    if scenario == "foreign" and os.geteuid() != 0:
+        pytest.skip("needs root to own a file of another user")
+    swept = _sweep(tmp_path, scenario, everything=False)
     assert swept >= min(DEFAULT_POINTS, 10)
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(not SOAK, reason="the full crash sweep runs under SPICE_SOAK=1")
-@pytest.mark.parametrize("creating", [False, True], ids=["replace", "create"])
-def test_a_kill_at_every_syscall_leaves_old_or_new_bytes(tmp_path: Path, creating: bool) -> None:
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_a_kill_at_every_syscall_leaves_old_or_new_bytes(tmp_path: Path, scenario: str) -> None:
     """SIGKILL at every worker file syscall (soak): never a torn target."""
-    _sweep(tmp_path, creating=creating, everything=True)
+    if scenario == "foreign" and os.geteuid() != 0:
+        pytest.skip("needs root to own a file of another user")
+    _sweep(tmp_path, scenario, everything=True)
 
 
 @pytest.mark.parametrize("creating", [False, True], ids=["replace", "create"])
@@ -201,4 +225,37 @@ def test_eio_on_an_ancestor_fsync_of_a_create_is_committed_but_not_durable(
         traced.content["committed"],
         traced.content["durable"],
     )
+    assert NEW_BYTES == (root / TARGET).read_bytes()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to own a file of another user")
+def test_the_owner_is_given_before_the_mode_and_both_before_the_commit(tmp_path: Path) -> None:
+    """fchown, then fchmod (chown clears setuid/setgid), both before the rename."""
+    root = _prepare(tmp_path / "order", creating=False, foreign=True)
+    traced = traced_call(tmp_path, root, _arguments(creating=False), ["-e", "trace=all"])
+    names = [name for name, _ in traced.worker_calls()]
+    assert traced.content is not None
+    assert (True, False) == (traced.content["committed"], traced.content["owner_changed"])
+    chown, chmod = names.index("fchown"), names.index("fchmod")
+    commit = next(i for i, n in enumerate(names) if n in COMMITS)
+    assert chown < chmod < commit
+    assert 1 == names.count("fchown")
+    seen = (root / TARGET).stat()
+    assert (NOBODY, NOBODY, SETUID_MODE) == (seen.st_uid, seen.st_gid, stat.S_IMODE(seen.st_mode))
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to own a file of another user")
+def test_a_real_eperm_from_fchown_drops_setuid_and_setgid(tmp_path: Path) -> None:
+    """The kernel refuses the fchown (EPERM injected by strace): no setuid root file."""
+    root = _prepare(tmp_path / "eperm", creating=False, foreign=True)
+    options = ["-e", "trace=fchown", "-e", "inject=fchown:error=EPERM:when=1"]
+    traced = traced_call(tmp_path, root, _arguments(creating=False), options)
+    assert traced.content is not None
+    assert (True, True, True) == (
+        traced.content["ok"],
+        traced.content["committed"],
+        traced.content["owner_changed"],
+    )
+    seen = (root / TARGET).stat()
+    assert (0, 0, 0o755) == (seen.st_uid, seen.st_gid, stat.S_IMODE(seen.st_mode))
     assert NEW_BYTES == (root / TARGET).read_bytes()
