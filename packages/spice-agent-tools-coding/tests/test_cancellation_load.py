@@ -28,7 +28,7 @@ from replace_helpers import (
 )
 
 from spice.agent.tool import Call, ExecutionState, Progress, Reporter, Result, interruption_of
-from spice.agent.tools.coding import _read
+from spice.agent.tools.coding import _read, _replace
 from spice.agent.tools.coding._config import Config
 from spice.agent.tools.coding._read import new_read
 from spice.agent.tools.coding._replace import ReplaceTool
@@ -191,13 +191,13 @@ async def test_a_replace_cancelled_before_it_starts_its_worker_starts_none(
 ) -> None:
     """No worker thread is started after an observed cancellation; the lease is free."""
     started: list[str] = []
-    real_work = ReplaceTool._work
+    real_work = _replace._work
 
-    def work(tool: ReplaceTool, *args: object) -> object:
+    def work(*args: object) -> object:
         started.append("worker")
-        return real_work(tool, *args)  # type: ignore[arg-type]
+        return real_work(*args)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(ReplaceTool, "_work", work)
+    monkeypatch.setattr(_replace, "_work", work)
     tool = make_tool(root)
     await _cancelled_call(STARTERS[starter], tool, create_arguments("n.txt", NEW))
     await asyncio.sleep(0)  # a started worker task would have submitted its thread by now

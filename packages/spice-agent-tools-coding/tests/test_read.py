@@ -201,6 +201,7 @@ async def test_a_complete_page_has_the_whole_file_and_its_sha256(root: Path) -> 
         "encoding": "utf-8",
         "content": data.decode(),
         "sha256": hashlib.sha256(data).hexdigest(),
+        "file_sha256": hashlib.sha256(data).hexdigest(),
     } == content
     assert data == str(content["content"]).encode()  # CRLF and the BOM byte-exact
 
@@ -295,6 +296,33 @@ async def test_nul_bytes_too_large_to_escape_are_base64_within_the_payload_bound
     assert ("base64", hashlib.sha256(data).hexdigest()) == (content["encoding"], content["sha256"])
     assert data == base64.b64decode(str(content["content"]))
     assert MAXIMUM_PAYLOAD_BYTES > len(result.content.encode())
+
+
+async def test_a_text_page_whose_json_is_exactly_the_payload_bound_stays_text(root: Path) -> None:
+    """Escaped JSON of exactly 1 MiB is answered as text; one escaped byte more is base64.
+
+    Every NUL escapes to six bytes and every quote to two; the file's length stays the same,
+    so only the escaping moves the answer's size.
+    """
+    length = 300 * 1024
+    tool = new_read(Config(root, max_read_bytes=MAXIMUM_BYTES))
+
+    async def answer(nuls: int, quotes: int) -> Result:
+        data = b"\0" * nuls + b'"' * quotes + b"a" * (length - nuls - quotes)
+        (root / "page.txt").write_bytes(data)
+        return await tool.execute(Call("c", "read", '{"path": "page.txt"}'))
+
+    plain = len((await answer(0, 0)).content.encode())
+    nuls, quotes = divmod(MAXIMUM_PAYLOAD_BYTES - plain, 5)
+    at_bound = await answer(nuls, quotes)
+    assert ("utf-8", MAXIMUM_PAYLOAD_BYTES) == (
+        content_of(at_bound)["encoding"],
+        len(at_bound.content.encode()),
+    )
+    assert content_of(at_bound) == dict(at_bound.content_object)
+    past = await answer(nuls, quotes + 1)
+    assert "base64" == content_of(past)["encoding"]
+    assert content_of(past) == dict(past.content_object)
 
 
 async def test_a_deep_offset_in_a_huge_sparse_file_answers_at_once(root: Path) -> None:

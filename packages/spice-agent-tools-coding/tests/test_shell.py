@@ -69,6 +69,7 @@ SUCCESS_KEYS = {
     "stderr_omitted_bytes",
     "stdout_omitted_at",
     "stderr_omitted_at",
+    "contained",
 }
 
 
@@ -231,6 +232,7 @@ async def test_exit_zero_is_success_with_exact_content(tmp_path: Path) -> None:
         "stderr_omitted_bytes": 0,
         "stdout_omitted_at": None,
         "stderr_omitted_at": None,
+        "contained": False,
     }
     assert expected == content_of(result)
     assert result.problem is None

@@ -262,6 +262,48 @@ class _Finished:
 
 
 @final
+class _NotAProcess(Exception):
+    """The launcher answered a start with something that is not a ``Process``."""
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class _Frame:
+    """What every answer of one call shares: its cleaned workdir and ``contained``.
+
+    ``workdir`` is ``None`` only when the arguments were not decoded (wrong tool name,
+    unsupported platform, invalid arguments).
+    """
+
+    workdir: str | None
+    contained: bool
+
+    def content(
+        self,
+        capture: Capture | None,
+        *,
+        exit_code: int = -1,
+        timed_out: bool = False,
+        managed_cleanup_completed: bool = False,
+        problem: tuple[str, str] | None = None,
+    ) -> dict[str, object]:
+        """Every shell field (``ok``, ``code`` and ``message`` are added by the caller).
+
+        The defaults are those of a command that did not run: no exit code (-1), no
+        output, no timeout, no completed managed cleanup.
+        """
+        content: dict[str, object] = {
+            "workdir": self.workdir,
+            "exit_code": exit_code,
+            "timed_out": timed_out,
+            "managed_cleanup_completed": managed_cleanup_completed,
+            "contained": self.contained,
+        }
+        content.update(_output_fields(capture or Capture(1), problem, content))
+        return content
+
+
+@final
 class _Shell:
     """The ``shell`` tool of one ``new_shell`` call."""
 
@@ -300,26 +342,33 @@ class _Shell:
     async def execute(self, call: Call, reporter: Reporter | None = None) -> Result:
         """Run one command; see the module docstring for the steps."""
         await report_progress(call, reporter, PROGRESS, _RETRY)
+        # Read once per call, before anything can fail, so every answer carries it.
+        unparsed = _Frame(None, launcher_contained(self._launcher))
         if call.name != NAME:
-            return _refuse(call, "invalid_arguments", _PROBLEMS["wrong_tool"])
+            return _refuse(call, "invalid_arguments", _PROBLEMS["wrong_tool"], unparsed)
         if not self._posix:
-            return _refuse(call, "unsupported_platform", _PROBLEMS["unsupported_platform"])
+            return _refuse(
+                call, "unsupported_platform", _PROBLEMS["unsupported_platform"], unparsed
+            )
         try:
             arguments = _parse(call.arguments, self._config)
         except ArgumentError as error:
-            return _refuse(call, "invalid_arguments", str(error))
+            return _refuse(call, "invalid_arguments", str(error), unparsed)
+        frame = _Frame(arguments.workdir, unparsed.contained)
         ticket = self._owner.admit()
         if isinstance(ticket, str):
-            return _refuse(call, ticket, _PROBLEMS[ticket])
+            return _refuse(call, ticket, _PROBLEMS[ticket], frame)
         try:
-            return await self._run(call, arguments, ticket)
+            return await self._run(call, arguments, ticket, frame)
         finally:
             ticket.leave()
 
-    async def _run(self, call: Call, arguments: _Arguments, ticket: Ticket) -> Result:
+    async def _run(
+        self, call: Call, arguments: _Arguments, ticket: Ticket, frame: _Frame
+    ) -> Result:
         capture = Capture(self._config.max_output_bytes)
         try:
-            prepared = await self._prepare(call, arguments, capture)
+            prepared = await self._prepare(call, arguments, capture, frame)
             if not isinstance(prepared, Result):
                 await deliver_cancellation()  # no launch after an observed cancellation
         except asyncio.CancelledError as cancelled:
@@ -339,26 +388,31 @@ class _Shell:
         except Exception:  # noqa: BLE001 - a launcher breaking its contract is a host failure
             raise ExecutionError(call.id, _UNCERTAIN, _RETRY, _LAUNCHER_FAILED) from None
         if started.entry is None:
-            return _refuse(call, "launch_failed", _PROBLEMS["launch_failed"])
+            return _refuse(call, "launch_failed", _PROBLEMS["launch_failed"], frame, capture)
         if started.partial:
             finished = await self._finish_shielded(call, started.entry, stop=True)
             if not finished.joined:
                 raise ExecutionError(call.id, _UNCERTAIN, _RETRY, _JOIN_FAILED) from None
-            return failure(call, "launch_failed", _PROBLEMS["launch_failed"], _UNCERTAIN, _RETRY)
-        return await self._supervise(call, arguments, started.entry, capture)
+            content = frame.content(capture)
+            return failure(
+                call, "launch_failed", _PROBLEMS["launch_failed"], _UNCERTAIN, _RETRY, content
+            )
+        return await self._supervise(call, arguments, started.entry, capture, frame)
 
-    async def _prepare(self, call: Call, arguments: _Arguments, capture: Capture) -> Spec | Result:
+    async def _prepare(
+        self, call: Call, arguments: _Arguments, capture: Capture, frame: _Frame
+    ) -> Spec | Result:
         root, cleaned = self._config.root, arguments.workdir
         try:
             identity, workdir = await asyncio.to_thread(_inspect_workdir, root, cleaned)
         except PathError as error:
-            return _refuse(call, *_workdir_problem(error))
+            return _refuse(call, *_workdir_problem(error), frame)
         environment = _environment(self._config.environment_allowlist, os.environ)
         lookup = Lookup(arguments.argv[0], workdir, environment)
         try:
             executable = await self._resolver.resolve(lookup)
         except ExecutableNotFound:
-            return _refuse(call, "command_not_found", _PROBLEMS["command_not_found"])
+            return _refuse(call, "command_not_found", _PROBLEMS["command_not_found"], frame)
         except asyncio.CancelledError:
             if _being_cancelled():
                 raise
@@ -370,9 +424,9 @@ class _Shell:
         try:
             again = await asyncio.to_thread(_inspect_workdir, root, cleaned)
         except PathError as error:
-            return _refuse(call, *_workdir_problem(error))
+            return _refuse(call, *_workdir_problem(error), frame)
         if again != (identity, workdir):
-            return _refuse(call, "workdir_unavailable", _PROBLEMS["workdir_changed"])
+            return _refuse(call, "workdir_unavailable", _PROBLEMS["workdir_changed"], frame)
         return Spec(
             executable,
             arguments.argv[1:],
@@ -389,15 +443,27 @@ class _Shell:
         try:
             process = await self._launcher.start(spec)
         except LaunchError as error:
-            partial = error.process
+            partial: object = error.process
             if partial is None:
                 ticket.release_slot()
                 return _Started(None, partial=False)
-            return _Started(self._owner.own(ticket, partial), partial=True)
+            return _Started(self._own(ticket, partial), partial=True)
         except BaseException:
             ticket.release_slot()
             raise
-        return _Started(self._owner.own(ticket, process), partial=False)
+        return _Started(self._own(ticket, process), partial=False)
+
+    def _own(self, ticket: Ticket, process: object) -> Entry:
+        """Own what the launcher gave; something that is no ``Process`` cannot be owned.
+
+        A start that answered with something else (``None``, a pid, ...) may still have
+        started a process nobody can stop or join: the call fails uncertain, and the
+        slot goes back, since there is nothing ``Cleanup`` could ever join.
+        """
+        if not isinstance(process, Process):
+            ticket.release_slot()
+            raise _NotAProcess
+        return self._owner.own(ticket, process)
 
     async def _settle_cancelled_start(
         self, call: Call, starting: asyncio.Task[_Started], cancelled: asyncio.CancelledError
@@ -425,7 +491,7 @@ class _Shell:
         return True
 
     async def _supervise(
-        self, call: Call, arguments: _Arguments, entry: Entry, capture: Capture
+        self, call: Call, arguments: _Arguments, entry: Entry, capture: Capture, frame: _Frame
     ) -> Result:
         process = entry.process
         stop = False
@@ -447,19 +513,19 @@ class _Shell:
         if not finished.joined:
             raise ExecutionError(call.id, _UNCERTAIN, _RETRY, _JOIN_FAILED) from None
         outcome = _outcome(process)
-        content: dict[str, object] = {
-            "workdir": arguments.workdir,
-            "exit_code": -1 if outcome.exit_code is None else outcome.exit_code,
-            "timed_out": timed_out,
-            "managed_cleanup_completed": finished.clean,
-        }
         if timed_out:
             code, problem = "timed_out", _PROBLEMS["timed_out"]
         elif outcome.successful:
             code, problem = None, None
         else:
             code, problem = "command_failed", _PROBLEMS[outcome.kind.value]
-        content.update(_output_fields(capture, code, problem, content))
+        content = frame.content(
+            capture,
+            exit_code=-1 if outcome.exit_code is None else outcome.exit_code,
+            timed_out=timed_out,
+            managed_cleanup_completed=finished.clean,
+            problem=(code, problem) if code is not None and problem is not None else None,
+        )
         if code is None or problem is None:
             return success(call, content, _UNCERTAIN, _RETRY)
         return failure(call, code, problem, _UNCERTAIN, _RETRY, content)
@@ -553,15 +619,15 @@ def _outcome(process: Process) -> Outcome:
 
 
 def _output_fields(
-    capture: Capture, code: str | None, problem: str | None, content: Mapping[str, object]
+    capture: Capture, problem: tuple[str, str] | None, content: Mapping[str, object]
 ) -> dict[str, object]:
     """Text when the streams are UTF-8 and the escaped answer fits; otherwise base64."""
     captured = capture.finish()
     fields = captured.fields(text=True)
     if fields["encoding"] == "utf-8":
-        whole: dict[str, object] = {"ok": code is None, **content, **fields}
-        if code is not None:
-            whole.update(code=code, message=problem)
+        whole: dict[str, object] = {"ok": problem is None, **content, **fields}
+        if problem is not None:
+            whole.update(code=problem[0], message=problem[1])
         if encoded_size(whole) > MAXIMUM_PAYLOAD_BYTES:
             fields = captured.fields(text=False)
     return fields
@@ -573,12 +639,38 @@ def _workdir_problem(error: PathError) -> tuple[str, str]:
     return "workdir_unavailable", _PROBLEMS["workdir_unavailable"]
 
 
-def _refuse(call: Call, code: str, problem: str) -> Result:
-    return failure(call, code, problem, _DEFINITIVE, _RETRY)
+def _refuse(
+    call: Call, code: str, problem: str, frame: _Frame, capture: Capture | None = None
+) -> Result:
+    """A failure before anything ran (or a start that created nothing): every shell field."""
+    content = frame.content(capture, problem=(code, problem))
+    return failure(call, code, problem, _DEFINITIVE, _RETRY, content)
+
+
+def launcher_contained(launcher: object) -> bool:
+    """The launcher's optional ``contained`` attribute: ``True`` only when it is ``True``.
+
+    The product does not know how a launcher contains its children; it only reports what
+    the launcher says. An attribute that is absent, not a ``bool``, or fails to be read
+    counts as ``False`` (not contained).
+    """
+    try:
+        value = getattr(launcher, "contained", False)
+    except Exception:  # noqa: BLE001 - a failing property is a launcher saying nothing
+        return False
+    return value is True
 
 
 def _posix_platform() -> bool:
     return os.name != "nt"
+
+
+def _require(value: object, protocol: type, method: str, role: str) -> None:
+    """Refuse, at construction, a collaborator that cannot do its part (``TypeError``)."""
+    if value is None:
+        raise TypeError(f"new_shell needs a {role}; got None")
+    if not isinstance(value, protocol) or not callable(getattr(value, method, None)):
+        raise TypeError(f"the {role} must implement {protocol.__name__} (a {method} method)")
 
 
 def build_shell(
@@ -591,6 +683,8 @@ def build_shell(
     posix: bool | None = None,
 ) -> tuple[_Shell, Owner]:
     """``new_shell`` with its bounds exposed (tests shorten the grace period and backoff)."""
+    _require(resolver, ExecutableResolver, "resolve", "resolver")
+    _require(launcher, Launcher, "start", "launcher")
     owner = Owner(timing or Timing())
     shell = _Shell(
         config,
@@ -607,6 +701,11 @@ def new_shell(
     config: Config, resolver: ExecutableResolver, launcher: Launcher
 ) -> tuple[Tool, Cleanup]:
     """Build the ``shell`` tool and its ``Cleanup``; performs no process action.
+
+    ``resolver`` and ``launcher`` are required: ``None``, or an object without a callable
+    ``resolve`` / ``start``, is a ``TypeError`` here rather than a failure of every call.
+    A launcher may have the optional read-only attribute ``contained: bool``; every shell
+    result reports it (absent or not a ``bool`` counts as ``False``).
 
     >>> tool, cleanup = new_shell(Config("/work/tree"), resolver, launcher)  # doctest: +SKIP
     >>> result = await Dispatcher([tool]).dispatch(Call("1", "shell", '{"argv":["ls"]}'))
