@@ -37,6 +37,7 @@ from ._arguments import ArgumentError, decode_object, take_integer, take_string
 from ._config import Config
 from ._results import attach, failure, report_progress
 from ._root import PathError, clean_path, open_beneath, open_root
+from ._settling import deliver_cancellation, settle
 
 NAME: Final = "read"
 PATH_DESCRIPTION: Final = (
@@ -177,19 +178,19 @@ class _Read:
             request = _decode(call.arguments, self._config)
         except (ArgumentError, PathError) as error:
             return failure(call, "invalid_arguments", str(error), _STATE, _RETRY)
+        try:
+            await deliver_cancellation()  # no worker after an observed cancellation
+        except asyncio.CancelledError as cancelled:
+            attach(cancelled, Interruption(call.id, _STATE, _RETRY))
+            raise
         worker = asyncio.ensure_future(
             asyncio.to_thread(_read_page, self._config.root, request, call.id)
         )
         try:
             outcome = await asyncio.shield(worker)
         except asyncio.CancelledError as cancelled:
-            interruption = Interruption(call.id, _STATE, _RETRY)
-            attach(cancelled, interruption)
-            try:
-                await _settle(worker)
-            except asyncio.CancelledError as again:
-                attach(again, interruption)
-                raise
+            attach(cancelled, Interruption(call.id, _STATE, _RETRY))
+            await _settle(worker)
             raise
         except Exception:  # noqa: BLE001 - a bug or host fault in the worker is a host failure
             raise ExecutionError(call.id, _STATE, _RETRY, UNEXPECTED) from None
@@ -200,17 +201,9 @@ class _Read:
 
 async def _settle(worker: asyncio.Future[Result | _Failure]) -> None:
     """Wait (shielded, bounded) for a cancelled call's worker to finish closing its files."""
-    if not worker.done():
-        worker.add_done_callback(_consume)
-        try:
-            async with asyncio.timeout(SETTLE_SECONDS):
-                await asyncio.shield(worker)
-        except TimeoutError:
-            return
-        except Exception:  # noqa: BLE001 - its outcome no longer matters, only its end
-            return
-    else:
-        _consume(worker)
+    # Repeated cancellations are held back (``_settling``); the caller re-raises the first.
+    worker.add_done_callback(_consume)
+    await settle(worker, SETTLE_SECONDS)
 
 
 def _consume(worker: asyncio.Future[Result | _Failure]) -> None:

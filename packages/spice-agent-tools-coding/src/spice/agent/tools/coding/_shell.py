@@ -57,6 +57,7 @@ from ._config import Config
 from ._ownership import Entry, Owner, Ticket, Timing
 from ._results import attach, encoded_size, failure, report_progress, success
 from ._root import PathError, clean_path, open_directory, open_root
+from ._settling import deliver_cancellation, settle
 
 NAME: Final = "shell"
 MAXIMUM_ARGV_ITEMS: Final = 128
@@ -76,6 +77,10 @@ FORCE_WAIT_SECONDS: Final = 5.0
 
 START_SETTLE_SECONDS: Final = 10.0
 """How long a cancelled call waits for a launcher start already under way to settle."""
+
+FINISH_SETTLE_SECONDS: Final = 60.0
+"""How long a cancelled call waits for its process to be stopped and joined; longer than
+the stop's own bounds with the default timing (5 + 2 + 5 + 5 + 30 = 47 seconds)."""
 
 MAXIMUM_CONTAINMENT_BYTES: Final = 512
 """Longest text a launcher's optional ``containment`` attribute may give the description."""
@@ -453,6 +458,8 @@ class _Shell:
         capture = Capture(self._config.max_output_bytes)
         try:
             prepared = await self._prepare(call, arguments, capture, frame)
+            if not isinstance(prepared, Result):
+                await deliver_cancellation()  # no launch after an observed cancellation
         except asyncio.CancelledError as cancelled:
             attach(cancelled, Interruption(call.id, _DEFINITIVE, _RETRY))
             raise
@@ -552,17 +559,13 @@ class _Shell:
     ) -> None:
         """The caller was cancelled while the launcher was starting: settle, bounded."""
         settling = self._owner.spawn(self._abandon(starting))
+        # Repeated cancellations are held back until the start settled or the bound
+        # passed (``_settling``); past the bound the settling goes on as a tracked task
+        # that Cleanup waits for. The caller re-raises its first cancellation.
+        settled = await settle(settling, START_SETTLE_SECONDS)
         state = _UNCERTAIN
-        try:
-            async with asyncio.timeout(START_SETTLE_SECONDS):
-                if not await asyncio.shield(settling):
-                    state = _DEFINITIVE
-        except (TimeoutError, asyncio.CancelledError):
-            # A second cancellation or the bound: the settling goes on as a tracked
-            # task that Cleanup waits for; the original cancellation propagates.
-            pass
-        except Exception:  # noqa: BLE001, S110 - the launcher failed: the state stays uncertain
-            pass
+        if settled.done and settling.exception() is None and not settling.result():
+            state = _DEFINITIVE  # the start created nothing
         attach(cancelled, Interruption(call.id, state, _RETRY))
 
     async def _abandon(self, starting: asyncio.Task[_Started]) -> bool:
@@ -650,16 +653,12 @@ class _Shell:
 async def _outlast(task: asyncio.Task[_Finished] | asyncio.Task[bool]) -> None:
     """Wait for a tracked, internally bounded task while the caller is being cancelled.
 
-    A further cancellation ends only this wait (the task goes on, tracked by the
-    owner, and ``Cleanup`` waits for it); the caller re-raises its original
-    ``CancelledError``, so no cancellation is lost.
+    Further cancellations are held back (``_settling``) until the task is done or
+    ``FINISH_SETTLE_SECONDS`` passed (then the task goes on, tracked by the owner, and
+    ``Cleanup`` waits for it); the caller re-raises its first ``CancelledError``, so no
+    cancellation is lost. The task reports through ownership, not here.
     """
-    try:
-        await asyncio.shield(task)
-    except asyncio.CancelledError:
-        pass
-    except Exception:  # noqa: BLE001, S110 - the task reports through ownership, not here
-        pass
+    await settle(task, FINISH_SETTLE_SECONDS)
 
 
 def _being_cancelled() -> bool:
