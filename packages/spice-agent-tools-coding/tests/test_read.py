@@ -113,9 +113,10 @@ def test_the_definition_is_read_only_safe_and_declares_filesystem_read(tmp_path:
     schema = json.loads(definition.input_schema)
     assert ["path"] == schema["required"]
     assert schema["additionalProperties"] is False
-    assert {"type": "string", "minLength": 1}.items() <= schema["properties"]["path"].items()
-    assert {"type": "integer", "minimum": 0}.items() <= schema["properties"]["offset"].items()
-    limit = {"type": "integer", "minimum": 1, "maximum": 1000}
+    assert {"type": "string"}.items() <= schema["properties"]["path"].items()
+    offset = {"type": ["integer", "null"], "minimum": 0}
+    assert offset.items() <= schema["properties"]["offset"].items()
+    limit = {"type": ["integer", "null"], "minimum": 1, "maximum": 1000}
     assert limit.items() <= schema["properties"]["limit"].items()
     assert not (tmp_path / "missing-root").exists()
 
@@ -201,6 +202,7 @@ async def test_a_complete_page_has_the_whole_file_and_its_sha256(root: Path) -> 
         "encoding": "utf-8",
         "content": data.decode(),
         "sha256": hashlib.sha256(data).hexdigest(),
+        "file_sha256": hashlib.sha256(data).hexdigest(),
     } == content
     assert data == str(content["content"]).encode()  # CRLF and the BOM byte-exact
 

@@ -69,15 +69,32 @@ def test_definition_is_mutating_idempotent_and_reads_and_writes(root: Path) -> N
 
 
 def test_schema_names_each_property_and_allows_no_other(root: Path) -> None:
-    """The schema lists path, content, create (const true), the digest pattern, encodings."""
+    """The schema lists both forms' properties, the digest pattern and the encodings."""
     schema = json.loads(new_replace(Config(str(root))).definition.input_schema)
     properties = schema["properties"]
-    assert {"path", "content", "create", "expected_sha256", "encoding"} == set(properties)
+    assert {"path", "content", "create", "expected_sha256", "encoding", "edits"} == set(properties)
     assert schema["additionalProperties"] is False
-    assert ["content", "path"] == sorted(schema["required"])
-    assert properties["create"]["const"] is True
+    assert ["path"] == schema["required"]
     assert "^[0-9a-f]{64}$" == properties["expected_sha256"]["pattern"]
-    assert ["utf-8", "base64"] == properties["encoding"]["enum"]
+    assert ["utf-8", "base64", None] == properties["encoding"]["enum"]
+
+
+def test_every_optional_property_is_nullable_and_no_strict_mode_trick_is_used(
+    root: Path,
+) -> None:
+    """Optional properties admit null (contract 9.3); no oneOf/anyOf/const/default keywords."""
+    schema = json.loads(new_replace(Config(str(root))).definition.input_schema)
+    properties = schema["properties"]
+    item = properties["edits"]["items"]
+    optional = [v for k, v in properties.items() if k != "path"]
+    for declared in [*optional, item["properties"]["replace_all"]]:
+        assert "null" in declared["type"]
+    text = json.dumps(schema)
+    for keyword in ("oneOf", "anyOf", "allOf", "const", "default", "$ref"):
+        assert f'"{keyword}"' not in text, keyword
+    assert (1, 64) == (properties["edits"]["minItems"], properties["edits"]["maxItems"])
+    assert ["new_text", "old_text"] == sorted(item["required"])
+    assert item["additionalProperties"] is False
 
 
 def test_description_tells_the_model_to_read_first_and_pass_the_digest(root: Path) -> None:
@@ -376,14 +393,26 @@ async def test_a_target_at_the_bound_is_replaced_and_one_past_is_too_large(
 async def test_multibyte_content_at_the_bound_is_accepted_and_one_byte_past_is_not(
     root: Path,
 ) -> None:
-    """The bound counts UTF-8 bytes: 5 x 'é' is 10 bytes; one more ASCII byte is over."""
+    """The bound counts UTF-8 bytes: 5 x 'é' is 10 bytes; one more is invalid_arguments."""
     tool = make_tool(root, max_write_bytes=10)
     _, at = await run(tool, create_arguments("at.txt", "\u00e9" * 5))
     _, past = await run(tool, create_arguments("past.txt", "\u00e9" * 5 + "a"))
     assert at["ok"] is True
     assert 10 == at["bytes"]
-    assert "file_too_large" == past["code"]
+    assert "invalid_arguments" == past["code"]
     assert not (root / "past.txt").exists()
+
+
+async def test_content_over_the_bound_is_refused_before_the_target_is_looked_at(
+    root: Path,
+) -> None:
+    """Contract 9.1: too much content is invalid_arguments, not found or not, no syscall."""
+    syscalls = Recording()
+    tool = make_tool(root, syscalls, max_write_bytes=4)
+    _, missing = await run(tool, replace_arguments("missing/x.txt", "12345", OLD))
+    _, existing = await run(tool, replace_arguments("f.txt", "12345", OLD))
+    assert ("invalid_arguments", "invalid_arguments") == (missing["code"], existing["code"])
+    assert 0 == sum(syscalls.calls.values())
 
 
 async def test_base64_content_is_written_as_bytes_and_bounded_as_text(root: Path) -> None:
@@ -398,7 +427,7 @@ async def test_base64_content_is_written_as_bytes_and_bounded_as_text(root: Path
     assert len(data) == content["bytes"]
     assert digest(data) == content["sha256"]
     assert data == (root / "b.bin").read_bytes()
-    assert "file_too_large" == over["code"]
+    assert "invalid_arguments" == over["code"]
 
 
 async def test_explicit_utf8_encoding_writes_the_text(root: Path) -> None:

@@ -3,7 +3,8 @@
 Each crash run kills the child (SIGKILL, injected by strace) at the N-th call of one
 syscall in the worker thread; afterwards the target holds exactly the old or the new
 bytes (for create: nothing or the new bytes) and any other file left behind is a
-``.spice-replace-<32 hex>.tmp``. The default run sweeps a bounded sample of the kill
+``.spice-replace-<32 hex>.tmp``. The edit form (contract 9.2) runs the same sweeps and
+checks: it ends in the same commit path. The default run sweeps a bounded sample of the kill
 points; ``SPICE_SOAK=1`` (``make soak``) sweeps every one.
 """
 
@@ -39,8 +40,9 @@ COMMITS: Final = frozenset({"rename", "renameat", "renameat2", "link", "linkat"}
 NOBODY: Final = 65534
 """Owner and group of the foreign target (the suite runs as root)."""
 SETUID_MODE: Final = 0o6755
-SCENARIOS: Final = ("replace", "create", "foreign")
-"""``foreign``: root replaces a 06755 file of ``NOBODY`` (the worker calls ``fchown``)."""
+SCENARIOS: Final = ("replace", "create", "foreign", "edits")
+"""``foreign``: root replaces a 06755 file of ``NOBODY`` (the worker calls ``fchown``);
+``edits``: the same replacement by one edit of the whole text (contract 9.2)."""
 
 
 def _prepare(directory: Path, *, creating: bool, foreign: bool = False) -> Path:
@@ -56,9 +58,12 @@ def _prepare(directory: Path, *, creating: bool, foreign: bool = False) -> Path:
     return root
 
 
-def _arguments(*, creating: bool) -> dict[str, object]:
+def _arguments(*, creating: bool, edits: bool = False) -> dict[str, object]:
     if creating:
         return create_arguments(TARGET, NEW)
+    if edits:
+        edit = {"old_text": OLD.decode(), "new_text": NEW}
+        return {"path": TARGET, "expected_sha256": digest(OLD), "edits": [edit]}
     return replace_arguments(TARGET, NEW, OLD)
 
 
@@ -107,8 +112,9 @@ def _check_disk(root: Path, *, creating: bool, foreign: bool = False) -> list[st
 
 def _sweep(tmp_path: Path, scenario: str, *, everything: bool) -> int:
     creating, foreign = scenario == "create", scenario == "foreign"
+    arguments = _arguments(creating=creating, edits=scenario == "edits")
     dry_root = _prepare(tmp_path / "dry", creating=creating, foreign=foreign)
-    dry = traced_call(tmp_path, dry_root, _arguments(creating=creating), ["-e", "trace=all"])
+    dry = traced_call(tmp_path, dry_root, arguments, ["-e", "trace=all"])
     assert dry.content is not None
     assert dry.content["committed"] is True
     points = _points(dry, everything=everything)
@@ -119,7 +125,7 @@ def _sweep(tmp_path: Path, scenario: str, *, everything: bool) -> int:
     for index, (name, number) in enumerate(points):
         root = _prepare(tmp_path / f"run-{index}", creating=creating, foreign=foreign)
         options = ["-e", f"trace={name}", "-e", f"inject={name}:signal=KILL:when={number}"]
-        run = traced_call(tmp_path, root, _arguments(creating=creating), options)
+        run = traced_call(tmp_path, root, arguments, options)
         if run.returncode != -9:
             failures.append(f"{name}#{number}: the kill did not happen ({run.returncode})")
         problems = _check_disk(root, creating=creating, foreign=foreign)
@@ -152,13 +158,15 @@ def test_a_kill_at_every_syscall_leaves_old_or_new_bytes(tmp_path: Path, scenari
     _sweep(tmp_path, scenario, everything=True)
 
 
-@pytest.mark.parametrize("creating", [False, True], ids=["replace", "create"])
+@pytest.mark.parametrize("form", ["replace", "create", "edits"])
 def test_syscalls_sync_the_temporary_then_commit_then_sync_the_directory(
-    tmp_path: Path, creating: bool
+    tmp_path: Path, form: str
 ) -> None:
     """fsync(temporary) comes before rename/link, which comes before fsync(directory)."""
+    creating = form == "create"
     root = _prepare(tmp_path / "order", creating=creating)
-    traced = traced_call(tmp_path, root, _arguments(creating=creating), ["-y", "-e", "trace=all"])
+    arguments = _arguments(creating=creating, edits=form == "edits")
+    traced = traced_call(tmp_path, root, arguments, ["-y", "-e", "trace=all"])
     calls = traced.worker_calls()
     names = [name for name, _ in calls]
     commit = next(i for i, n in enumerate(names) if n in COMMITS)
@@ -177,13 +185,14 @@ def test_syscalls_sync_the_temporary_then_commit_then_sync_the_directory(
     assert NEW_BYTES == (root / TARGET).read_bytes()
 
 
+@pytest.mark.parametrize("edits", [False, True], ids=["content", "edits"])
 def test_eio_on_the_temporary_fsync_keeps_the_old_file_and_claims_nothing(
-    tmp_path: Path,
+    tmp_path: Path, edits: bool
 ) -> None:
     """fsync(temporary) fails with EIO: sync_failed, old bytes, no durable claim."""
     root = _prepare(tmp_path / "eio", creating=False)
     options = ["-e", "trace=fsync", "-e", "inject=fsync:error=EIO:when=1"]
-    traced = traced_call(tmp_path, root, _arguments(creating=False), options)
+    traced = traced_call(tmp_path, root, _arguments(creating=False, edits=edits), options)
     assert traced.content is not None
     assert "sync_failed" == traced.content["code"]
     assert traced.content["committed"] is False
@@ -194,14 +203,16 @@ def test_eio_on_the_temporary_fsync_keeps_the_old_file_and_claims_nothing(
 
 
 @pytest.mark.parametrize("number", [2, 3], ids=["file", "directory"])
-@pytest.mark.parametrize("creating", [False, True], ids=["replace", "create"])
+@pytest.mark.parametrize("form", ["replace", "create", "edits"])
 def test_eio_on_a_post_commit_fsync_is_committed_but_not_durable(
-    tmp_path: Path, number: int, creating: bool
+    tmp_path: Path, number: int, form: str
 ) -> None:
     """A post-commit fsync fails with EIO: committed true, durable false, new bytes."""
+    creating = form == "create"
     root = _prepare(tmp_path / "eio", creating=creating)
     options = ["-e", "trace=fsync", "-e", f"inject=fsync:error=EIO:when={number}"]
-    traced = traced_call(tmp_path, root, _arguments(creating=creating), options)
+    arguments = _arguments(creating=creating, edits=form == "edits")
+    traced = traced_call(tmp_path, root, arguments, options)
     assert traced.content is not None
     assert "durability_unconfirmed" == traced.content["code"]
     assert traced.content["committed"] is True

@@ -48,7 +48,7 @@ SERVER_NAME: Final = "spice-coding"
 INSTRUCTIONS: Final = (
     "Coding tools for one worktree: read a file page, replace a file atomically "
     "(pass the sha256 from a complete read, or create=true), and run one discrete "
-    "argv without a shell. Paths are relative to the worktree root."
+    "argv without a shell. Paths are relative to the worktree root, or absolute beneath it."
 )
 META_PREFIX: Final = "spice.agent/"
 """Prefix of the ``_meta`` keys that carry a definition's fingerprint and declarations."""

@@ -76,6 +76,8 @@ of the same process unable to both pass the re-check of one file and both commit
 class Checkpoint(enum.StrEnum):
     """Points where the engine calls :meth:`Syscalls.checkpoint` (a test seam)."""
 
+    EDITS_APPLIED = "edits_applied"
+    """The edit form of ``replace`` read the file and applied its edits (``_replace``)."""
     PREFLIGHT_DONE = "preflight_done"
     TEMPORARY_SYNCED = "temporary_synced"
     COMMITTED = "committed"
@@ -320,6 +322,8 @@ class Current:
     uid: int
     gid: int
     sha256: str
+    data: bytes = dataclasses.field(default=b"", repr=False)
+    """The bytes read (the edit form of ``replace`` edits them)."""
 
 
 @final
@@ -398,6 +402,7 @@ def inspect(syscalls: Syscalls, dir_fd: int, leaf: str, limit: int) -> Found:
         uid=opened.st_uid,
         gid=opened.st_gid,
         sha256=hashlib.sha256(data).hexdigest(),
+        data=data,
     )
 
 
