@@ -113,9 +113,10 @@ def test_the_definition_is_read_only_safe_and_declares_filesystem_read(tmp_path:
     schema = json.loads(definition.input_schema)
     assert ["path"] == schema["required"]
     assert schema["additionalProperties"] is False
-    assert {"type": "string", "minLength": 1}.items() <= schema["properties"]["path"].items()
-    assert {"type": "integer", "minimum": 0}.items() <= schema["properties"]["offset"].items()
-    limit = {"type": "integer", "minimum": 1, "maximum": 1000}
+    assert {"type": "string"}.items() <= schema["properties"]["path"].items()
+    offset = {"type": ["integer", "null"], "minimum": 0}
+    assert offset.items() <= schema["properties"]["offset"].items()
+    limit = {"type": ["integer", "null"], "minimum": 1, "maximum": 1000}
     assert limit.items() <= schema["properties"]["limit"].items()
     assert not (tmp_path / "missing-root").exists()
 

@@ -139,8 +139,11 @@ async def settle(cleanups: Sequence[Cleanup]) -> bool:
     """Run ``cleanups`` to the end even if the caller is cancelled meanwhile.
 
     The work runs in its own task (each cleanup bounded by
-    ``CLEANUP_TIMEOUT_SECONDS``); a cancellation of the caller is held until
-    the work is done, then re-raised. Returns whether every cleanup completed.
+    ``CLEANUP_TIMEOUT_SECONDS``, so the wait is bounded too); cancellations of the
+    caller are held back until the work is done, then the first is re-raised. This
+    is the policy of the product's ``_settling.settle`` (one wake-up per
+    cancellation, no polling), kept here as a copy because that module is private
+    to the tools package.
     """
     if not cleanups:
         return True
@@ -152,7 +155,8 @@ async def settle(cleanups: Sequence[Cleanup]) -> bool:
         except asyncio.CancelledError as exc:
             if work.cancelled():
                 raise
-            cancelled = exc
+            if cancelled is None:
+                cancelled = exc  # the first one is re-raised; later ones are held back
     if cancelled is not None:
         raise cancelled
     return work.result()

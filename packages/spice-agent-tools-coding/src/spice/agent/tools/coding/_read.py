@@ -37,19 +37,34 @@ from ._arguments import ArgumentError, decode_object, take_integer, take_string
 from ._config import Config
 from ._results import attach, failure, report_progress
 from ._root import PathError, clean_path, open_beneath, open_root
+from ._settling import deliver_cancellation, settle
 
 NAME: Final = "read"
-DESCRIPTION: Final = (
-    "Read one page of a file inside the worktree. `path` is relative to the worktree "
-    "root; symbolic links are followed only while they stay inside it. Returns up to "
-    "`limit` bytes starting at byte `offset`: UTF-8 text, or base64 when the bytes are "
-    "not valid UTF-8 or too large to escape. When `truncated` is true, call again with "
-    "`offset` = `next_offset`. A complete page (the whole file from offset 0) includes "
-    "its `sha256`. Every page of a file no larger than the write bound (the replace "
-    "tool's max_write_bytes) includes `file_sha256`, the digest of the whole file (equal "
-    "to `sha256` for a complete page): pass either to `replace` as `expected_sha256`, "
-    "so a file read in several pages can be edited too. Larger files have no digest."
+PATH_DESCRIPTION: Final = (
+    "The file: a path relative to the worktree root ('/'-separated), or an absolute path "
+    "beneath the root; not the root itself. Symbolic links are followed only while they "
+    "stay inside the root."
 )
+
+
+def read_description(config: Config) -> str:
+    """The tool's description, with the configured page size in numbers."""
+    page = config.max_read_bytes
+    return (
+        "Read one page of a file inside the worktree. `path` is relative to the worktree "
+        "root or absolute beneath it; symbolic links are followed only while they stay "
+        f"inside it. Returns up to `limit` bytes (default and maximum {page}) starting at "
+        "byte `offset` (default 0): UTF-8 text, or base64 when the bytes are not valid "
+        "UTF-8 or too large to escape. When `truncated` is true, call again with "
+        "`offset` = `next_offset`. A complete page (the whole file from offset 0) includes "
+        f"its `sha256`. Every page of a file of at most {config.max_write_bytes} bytes (the "
+        "replace tool's write bound) includes `file_sha256`, the digest of the whole file "
+        "(equal to `sha256` for a complete page): pass either to `replace` as "
+        "`expected_sha256`, so a file read in several pages can be edited too. Larger files "
+        "have no digest. Optional arguments may be null, which means the default."
+    )
+
+
 PROGRESS: Final = "reading a file"
 LOOKAHEAD_BYTES: Final = 3
 """Bytes read past the page to tell a cut character from invalid UTF-8 (a UTF-8 character
@@ -64,26 +79,31 @@ _PROPERTIES: Final = frozenset({"path", "offset", "limit"})
 
 
 def _schema(max_read_bytes: int) -> dict[str, object]:
+    """The input schema: optional properties are nullable (null means absent).
+
+    Defaults and bounds are stated in the descriptions, not as ``default`` or
+    ``minLength`` keywords, which clients that make schemas strict refuse; the decoder
+    enforces every rule itself.
+    """
     return {
         "type": "object",
         "properties": {
-            "path": {
-                "type": "string",
-                "minLength": 1,
-                "description": "File path relative to the worktree root, '/'-separated.",
-            },
+            "path": {"type": "string", "description": PATH_DESCRIPTION},
             "offset": {
-                "type": "integer",
+                "type": ["integer", "null"],
                 "minimum": 0,
-                "default": 0,
-                "description": "Byte offset of the page; the file's size gives an empty page.",
+                "description": (
+                    "Byte offset of the page, at least 0; default 0. The file's size gives "
+                    "an empty page; beyond it is invalid."
+                ),
             },
             "limit": {
-                "type": "integer",
+                "type": ["integer", "null"],
                 "minimum": 1,
                 "maximum": max_read_bytes,
-                "default": max_read_bytes,
-                "description": "Most bytes to return.",
+                "description": (
+                    f"Most bytes to return, 1 to {max_read_bytes}; default {max_read_bytes}."
+                ),
             },
         },
         "required": ["path"],
@@ -126,7 +146,7 @@ class _Read:
         self._config = config
         self._definition = Definition(
             NAME,
-            DESCRIPTION,
+            read_description(config),
             _schema(config.max_read_bytes),
             Effect.READ_ONLY,
             ReplaySafety.SAFE,
@@ -158,19 +178,19 @@ class _Read:
             request = _decode(call.arguments, self._config)
         except (ArgumentError, PathError) as error:
             return failure(call, "invalid_arguments", str(error), _STATE, _RETRY)
+        try:
+            await deliver_cancellation()  # no worker after an observed cancellation
+        except asyncio.CancelledError as cancelled:
+            attach(cancelled, Interruption(call.id, _STATE, _RETRY))
+            raise
         worker = asyncio.ensure_future(
             asyncio.to_thread(_read_page, self._config.root, request, call.id)
         )
         try:
             outcome = await asyncio.shield(worker)
         except asyncio.CancelledError as cancelled:
-            interruption = Interruption(call.id, _STATE, _RETRY)
-            attach(cancelled, interruption)
-            try:
-                await _settle(worker)
-            except asyncio.CancelledError as again:
-                attach(again, interruption)
-                raise
+            attach(cancelled, Interruption(call.id, _STATE, _RETRY))
+            await _settle(worker)
             raise
         except Exception:  # noqa: BLE001 - a bug or host fault in the worker is a host failure
             raise ExecutionError(call.id, _STATE, _RETRY, UNEXPECTED) from None
@@ -181,17 +201,9 @@ class _Read:
 
 async def _settle(worker: asyncio.Future[Result | _Failure]) -> None:
     """Wait (shielded, bounded) for a cancelled call's worker to finish closing its files."""
-    if not worker.done():
-        worker.add_done_callback(_consume)
-        try:
-            async with asyncio.timeout(SETTLE_SECONDS):
-                await asyncio.shield(worker)
-        except TimeoutError:
-            return
-        except Exception:  # noqa: BLE001 - its outcome no longer matters, only its end
-            return
-    else:
-        _consume(worker)
+    # Repeated cancellations are held back (``_settling``); the caller re-raises the first.
+    worker.add_done_callback(_consume)
+    await settle(worker, SETTLE_SECONDS)
 
 
 def _consume(worker: asyncio.Future[Result | _Failure]) -> None:

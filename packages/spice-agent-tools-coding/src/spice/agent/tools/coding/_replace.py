@@ -13,9 +13,11 @@ failure, and the new bytes go to ``write_file`` like any content (which inspects
 file again, so a change in between is ``stale`` there).
 
 Cancellation: the worker checks a :class:`~._commit.CommitGate` before its commit point.
-A cancelled call sets the flag, waits (shielded, bounded by ``SETTLE_SECONDS``) for the
+No worker is started after an observed cancellation (``_settling.deliver_cancellation``).
+A cancelled call sets the flag, waits (``_settling.settle``: bounded by
+``SETTLE_SECONDS``, repeated cancellations held back, no wake-up of its own) for the
 worker to stop or to finish its commit, attaches an ``Interruption`` that matches the
-disk, and re-raises the same ``CancelledError``:
+disk, and re-raises the first ``CancelledError``:
 
 - stopped before the commit: ``definitive``/``allowed``, no result, nothing changed;
 - committed: ``definitive``/``allowed`` with the committed ``Result``;
@@ -72,6 +74,7 @@ from ._edits import EditFailure, apply_edits, unified_diff
 from ._replace_arguments import Arguments, Edits, Invalid, Whole, decode, description, schema
 from ._results import attach, failure, report_progress, success
 from ._root import MadeDirectory, PathError, open_directory, open_root, remove_made, split_parent
+from ._settling import deliver_cancellation, settle
 
 NAME: Final = "replace"
 SETTLE_SECONDS: Final = 30.0
@@ -151,9 +154,17 @@ class ReplaceTool:
             raise
         gate = CommitGate()
         try:
+            # No worker after an observed cancellation: one requested while the call
+            # reported progress (or before it started) is delivered here, not at the
+            # first await after the thread was started.
+            await deliver_cancellation()
             worker = asyncio.ensure_future(
                 asyncio.to_thread(_work, self._config, self._syscalls, arguments, gate)
             )
+        except asyncio.CancelledError as cancelled:
+            self._lease.release()
+            attach(cancelled, Interruption(call.id, _DEFINITIVE, _ALLOWED))
+            raise
         except BaseException:
             self._lease.release()
             raise
@@ -181,18 +192,9 @@ class ReplaceTool:
     ) -> Interruption:
         """Stop the worker before its commit point or let it finish; say what happened."""
         gate.cancel()
-        deadline = asyncio.get_running_loop().time() + SETTLE_SECONDS
-        while not worker.done():
-            try:
-                async with asyncio.timeout_at(deadline):
-                    await asyncio.shield(worker)
-            except TimeoutError:
-                break
-            except asyncio.CancelledError:
-                continue  # a repeated request; the caller re-raises the first one
-            except Exception:  # noqa: BLE001, S112 - read below through worker.exception()
-                continue
-        if not worker.done() or worker.exception() is not None:
+        # Repeated cancellations are held back (``_settling``); the caller re-raises the first.
+        settled = await settle(worker, SETTLE_SECONDS)
+        if not settled.done or worker.exception() is not None:
             state, retry = _unknown(gate)
             return Interruption(call.id, state, retry)
         done = worker.result()

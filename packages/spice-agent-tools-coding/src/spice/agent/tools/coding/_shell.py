@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import math
 import os
+import unicodedata
 from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
 from typing import Final, final
@@ -34,6 +35,7 @@ from spice.agent.process import (
     Spec,
 )
 from spice.agent.tool import (
+    MAXIMUM_MESSAGE_BYTES,
     MAXIMUM_PAYLOAD_BYTES,
     Call,
     Capability,
@@ -55,6 +57,7 @@ from ._config import Config
 from ._ownership import Entry, Owner, Ticket, Timing
 from ._results import attach, encoded_size, failure, report_progress, success
 from ._root import PathError, clean_path, open_directory, open_root
+from ._settling import deliver_cancellation, settle
 
 NAME: Final = "shell"
 MAXIMUM_ARGV_ITEMS: Final = 128
@@ -75,16 +78,90 @@ FORCE_WAIT_SECONDS: Final = 5.0
 START_SETTLE_SECONDS: Final = 10.0
 """How long a cancelled call waits for a launcher start already under way to settle."""
 
-DESCRIPTION: Final = (
-    "Run one program with discrete arguments (argv; never through a command shell, so "
-    "no globbing, pipes, redirection or variable expansion) in a directory of the "
-    "worktree, and return its exit code and its output. argv[0] is looked up in the "
-    "allow-listed PATH and the workdir. Only allow-listed environment variables reach "
-    "the program; stdin is empty. Output is bounded: when it is too long, the start and "
-    "the end of each stream are kept and the result says how many bytes were left out "
-    "and where. The program runs with the user's full privileges and is not confined to "
-    "the worktree; a call can have effects even when it fails, times out or is cancelled."
+FINISH_SETTLE_SECONDS: Final = 60.0
+"""How long a cancelled call waits for its process to be stopped and joined; longer than
+the stop's own bounds with the default timing (5 + 2 + 5 + 5 + 30 = 47 seconds)."""
+
+MAXIMUM_CONTAINMENT_BYTES: Final = 512
+"""Longest text a launcher's optional ``containment`` attribute may give the description."""
+
+UNCONFINED: Final = (
+    "The program runs with the user's full privileges and is not confined to the worktree "
+    "(contained: false)."
 )
+"""What the description says when the launcher gives no ``containment`` text."""
+
+
+def _number(value: float) -> str:
+    """``120.0`` as ``120``, ``0.5`` as ``0.5``."""
+    return f"{value:g}"
+
+
+def _environment_sentence(allowlist: tuple[str, ...], budget: int) -> str:
+    """Which host variables reach the program, by name, within ``budget`` UTF-8 bytes."""
+    if not allowlist:
+        return (
+            "Environment: no host variable reaches the program (no PATH either, so "
+            "argv[0] needs a '/'). "
+        )
+    lead = "Environment: only these host variables reach the program, when set: "
+    no_path = "" if "PATH" in allowlist else " PATH is not among them, so argv[0] needs a '/'."
+    end = "." + no_path + " "
+    shown: list[str] = []
+    used = len((lead + end).encode("utf-8"))
+    for index, name in enumerate(allowlist):
+        cost = len(name.encode("utf-8")) + (2 if shown else 0)  # ", " between names
+        after = len(allowlist) - index - 1
+        reserve = len(f" and {after} more") if after else 0
+        if used + cost + reserve > budget:
+            break
+        shown.append(name)
+        used += cost
+    left = len(allowlist) - len(shown)
+    if not shown:
+        listing = f"{left} names, too long to list"
+    else:
+        listing = ", ".join(shown) + (f" and {left} more" if left else "")
+    return lead + listing + end
+
+
+def shell_description(config: Config, containment: str | None = None) -> str:
+    """The tool's description, with the configured bounds and allowlist in numbers and names.
+
+    ``containment`` is the launcher's own text about what it confines (see
+    ``launcher_containment``); without one the description says the program is not
+    confined. The whole text stays within ``MAXIMUM_MESSAGE_BYTES``: the list of
+    variable names is shortened ("and N more") when it would not fit.
+    """
+    timeout = _number(config.command_timeout)
+    head = (
+        "Run one program with discrete arguments in a directory of the worktree and return "
+        "its exit code and output. argv: the program and its arguments, 1 to "
+        f"{MAXIMUM_ARGV_ITEMS} non-empty strings of at most {MAXIMUM_ARGV_BYTES} bytes "
+        "together, passed literally: never through a command shell, so no globbing, pipes, "
+        "redirection or variable expansion. argv[0] without a '/' is looked up in PATH only "
+        "(its absolute entries), never in the workdir: run a program of the worktree as "
+        "./name (relative to the workdir) or by its path. workdir: a directory relative to "
+        "the worktree root, or absolute beneath it; default the root. timeout_seconds: "
+        f"default {timeout}, at most {timeout}; a program still running then is stopped "
+        "and the answer is timed_out. stdin is empty. Output: at most "
+        f"{config.max_output_bytes} bytes of stdout and stderr together are returned; "
+        "beyond that the start and the end of each stream are kept and the result says "
+        "how many bytes were left out and where. "
+    )
+    confinement = (
+        f"{containment} The result's contained field says whether the command ran confined."
+        if containment
+        else UNCONFINED
+    )
+    tail = (
+        "A non-zero exit is answered with ok false, code command_failed, its exit_code and "
+        f"the output: read it. {confinement} A call can have effects even when it fails, "
+        "times out or is cancelled. Optional arguments may be null, which means the default."
+    )
+    budget = MAXIMUM_MESSAGE_BYTES - len((head + tail).encode("utf-8"))
+    return head + _environment_sentence(config.environment_allowlist, budget) + tail
+
 
 PROGRESS: Final = "starting a command"
 _RETRY: Final = RetryDisposition.NEVER
@@ -100,7 +177,10 @@ _PROBLEMS: Final = {
     "unsupported_platform": "the shell tool is not supported on this platform yet",
     "shell_closing": "the shell tool is shutting down and accepts no new commands",
     "process_limit": "too many commands are running; wait for one to finish",
-    "command_not_found": "no executable matches argv[0] in the allowed PATH or the workdir",
+    "command_not_found": (
+        "no executable matches argv[0]: a name without '/' is looked up in PATH only; "
+        "use ./name for a program in the workdir"
+    ),
     "launch_failed": "the command could not be started",
     "workdir_unavailable": "the workdir is not an existing directory",
     "workdir_changed": "the workdir changed before the command could start",
@@ -121,29 +201,43 @@ def _capabilities() -> tuple[Capability, ...]:
 
 
 def _schema(config: Config) -> dict[str, object]:
+    """The input schema: optional properties are nullable (null means absent).
+
+    Defaults and bounds are stated in the descriptions, not as ``default`` or
+    ``minLength`` keywords, which clients that make schemas strict refuse; the decoder
+    enforces every rule itself.
+    """
+    timeout = _number(config.command_timeout)
     return {
         "type": "object",
         "properties": {
             "argv": {
                 "type": "array",
-                "items": {"type": "string", "minLength": 1},
+                "items": {"type": "string"},
                 "minItems": 1,
                 "maxItems": MAXIMUM_ARGV_ITEMS,
                 "description": (
-                    "The program and its arguments, passed literally (no shell). "
-                    f"At most {MAXIMUM_ARGV_BYTES} bytes together."
+                    f"The program and its arguments: 1 to {MAXIMUM_ARGV_ITEMS} non-empty "
+                    f"strings, at most {MAXIMUM_ARGV_BYTES} bytes together, passed literally "
+                    "(no shell). argv[0] without '/' is looked up in PATH only; use ./name "
+                    "for a program in the workdir."
                 ),
             },
             "workdir": {
-                "type": "string",
-                "minLength": 1,
-                "description": "A directory relative to the worktree root; default the root.",
+                "type": ["string", "null"],
+                "description": (
+                    "The directory to run in: relative to the worktree root, or absolute "
+                    "beneath it; default the root."
+                ),
             },
             "timeout_seconds": {
-                "type": "number",
+                "type": ["number", "null"],
                 "exclusiveMinimum": 0,
                 "maximum": config.command_timeout,
-                "description": "Stop the program after this many seconds.",
+                "description": (
+                    f"Seconds before the program is stopped: more than 0, at most {timeout}; "
+                    f"default {timeout}."
+                ),
             },
         },
         "required": ["argv"],
@@ -322,7 +416,7 @@ class _Shell:
         self._posix = posix
         self._definition = Definition(
             NAME,
-            DESCRIPTION,
+            shell_description(config, launcher_containment(launcher)),
             _schema(config),
             Effect.MUTATING,
             ReplaySafety.UNSAFE,
@@ -364,6 +458,8 @@ class _Shell:
         capture = Capture(self._config.max_output_bytes)
         try:
             prepared = await self._prepare(call, arguments, capture, frame)
+            if not isinstance(prepared, Result):
+                await deliver_cancellation()  # no launch after an observed cancellation
         except asyncio.CancelledError as cancelled:
             attach(cancelled, Interruption(call.id, _DEFINITIVE, _RETRY))
             raise
@@ -463,17 +559,13 @@ class _Shell:
     ) -> None:
         """The caller was cancelled while the launcher was starting: settle, bounded."""
         settling = self._owner.spawn(self._abandon(starting))
+        # Repeated cancellations are held back until the start settled or the bound
+        # passed (``_settling``); past the bound the settling goes on as a tracked task
+        # that Cleanup waits for. The caller re-raises its first cancellation.
+        settled = await settle(settling, START_SETTLE_SECONDS)
         state = _UNCERTAIN
-        try:
-            async with asyncio.timeout(START_SETTLE_SECONDS):
-                if not await asyncio.shield(settling):
-                    state = _DEFINITIVE
-        except (TimeoutError, asyncio.CancelledError):
-            # A second cancellation or the bound: the settling goes on as a tracked
-            # task that Cleanup waits for; the original cancellation propagates.
-            pass
-        except Exception:  # noqa: BLE001, S110 - the launcher failed: the state stays uncertain
-            pass
+        if settled.done and settling.exception() is None and not settling.result():
+            state = _DEFINITIVE  # the start created nothing
         attach(cancelled, Interruption(call.id, state, _RETRY))
 
     async def _abandon(self, starting: asyncio.Task[_Started]) -> bool:
@@ -561,16 +653,12 @@ class _Shell:
 async def _outlast(task: asyncio.Task[_Finished] | asyncio.Task[bool]) -> None:
     """Wait for a tracked, internally bounded task while the caller is being cancelled.
 
-    A further cancellation ends only this wait (the task goes on, tracked by the
-    owner, and ``Cleanup`` waits for it); the caller re-raises its original
-    ``CancelledError``, so no cancellation is lost.
+    Further cancellations are held back (``_settling``) until the task is done or
+    ``FINISH_SETTLE_SECONDS`` passed (then the task goes on, tracked by the owner, and
+    ``Cleanup`` waits for it); the caller re-raises its first ``CancelledError``, so no
+    cancellation is lost. The task reports through ownership, not here.
     """
-    try:
-        await asyncio.shield(task)
-    except asyncio.CancelledError:
-        pass
-    except Exception:  # noqa: BLE001, S110 - the task reports through ownership, not here
-        pass
+    await settle(task, FINISH_SETTLE_SECONDS)
 
 
 def _being_cancelled() -> bool:
@@ -646,6 +734,32 @@ def _refuse(
     """A failure before anything ran (or a start that created nothing): every shell field."""
     content = frame.content(capture, problem=(code, problem))
     return failure(call, code, problem, _DEFINITIVE, _RETRY, content)
+
+
+def launcher_containment(launcher: object) -> str | None:
+    """The launcher's optional ``containment`` text for the description, when usable.
+
+    A launcher that confines its processes may say what it confines in one short text
+    (read once, at construction). It is used only when it is a ``str`` of 1 to
+    ``MAXIMUM_CONTAINMENT_BYTES`` UTF-8 bytes without control characters; anything else
+    (absent, ``None``, another type, a property that raises) is ignored.
+    """
+    try:
+        value = getattr(launcher, "containment", None)
+    except Exception:  # noqa: BLE001 - a failing property is a launcher saying nothing
+        return None
+    if not isinstance(value, str):
+        return None
+    text = value.strip()
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        return None
+    if not 0 < size <= MAXIMUM_CONTAINMENT_BYTES:
+        return None
+    if any(unicodedata.category(char) == "Cc" for char in text):
+        return None
+    return text
 
 
 def launcher_contained(launcher: object) -> bool:
