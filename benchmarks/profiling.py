@@ -4,7 +4,7 @@ Usage: ``python benchmarks/profiling.py FIGURE [--calls N] [--sort cumulative|to
 [--serve]`` where FIGURE is one of ``read-4k``, ``read-256k``, ``replace-4k``,
 ``replace-256k``, ``shell-true``, ``shell-1m``. It warms up, then profiles N
 dispatched calls and prints the functions that cost most. With ``--serve`` the
-calls go over MCP stdio (the ``mcp`` client) to ``spice-coding serve`` running
+calls go over MCP stdio (the raw JSON-RPC client of ``_clients``) to ``spice-coding serve`` running
 under ``python -m cProfile``, and the server's profile is printed (``read`` and
 ``replace`` figures only).
 """
@@ -16,13 +16,12 @@ import asyncio
 import cProfile
 import hashlib
 import io
-import os
 import pstats
 import shutil
 import sys
 import tempfile
 from pathlib import Path
-from typing import Final, TextIO
+from typing import Final
 
 from _harness import KIB, MIB, Probe, Unavailable, write_text
 from bench_inprocess import Chain, Workbench, content_of
@@ -95,11 +94,13 @@ async def _profile(bench: Workbench, figure: str, calls: int) -> cProfile.Profil
     return profiler
 
 
-async def _drive_server(root: Path, figure: str, calls: int, output: Path, errlog: TextIO) -> None:
-    """Run ``spice-coding serve`` under cProfile and send it ``calls`` calls of ``figure``."""
-    from bench_mcp import ours  # noqa: PLC0415
-    from mcp.client.session import ClientSession  # noqa: PLC0415
-    from mcp.client.stdio import stdio_client  # noqa: PLC0415
+async def _drive_server(root: Path, figure: str, calls: int, output: Path) -> None:
+    """Run ``spice-coding serve`` under cProfile and send it ``calls`` calls of ``figure``.
+
+    The calls go through the raw JSON-RPC client (``_clients``), so the client costs
+    the server nothing but the bytes it writes.
+    """
+    from _clients import open_client, ours  # noqa: PLC0415
 
     side = ours(root)
     side.arguments = ["-m", "cProfile", "-o", str(output), side.command, *side.arguments]
@@ -108,28 +109,22 @@ async def _drive_server(root: Path, figure: str, calls: int, output: Path, errlo
     first = write_text(root / "target.txt", size)
     texts = (first.upper().decode("ascii"), first.decode("ascii"))
     chain = Chain(hashlib.sha256(first).hexdigest())
-    async with (
-        stdio_client(side.parameters(), errlog=errlog) as (read, write),
-        ClientSession(read, write) as session,
-    ):
-        await session.initialize()
-        await session.list_tools()
+    async with open_client(side, "raw") as client:
+        await client.list_tools()
         for _ in range(WARMUP + calls):
             if figure.startswith("read"):
-                result = await session.call_tool("read", {"path": "target.txt"})
-            else:
-                arguments: dict[str, object] = {
-                    "path": "target.txt",
-                    "content": texts[chain.turn % 2],
-                    "expected_sha256": chain.digest,
-                }
-                chain.turn += 1
-                result = await session.call_tool("replace", arguments)
-                structured = result.structured_content
-                if isinstance(structured, dict) and isinstance(structured.get("sha256"), str):
-                    chain.digest = structured["sha256"]
-            if result.is_error:
-                raise Unavailable("failed: the server answered an error")
+                await client.call_tool("read", {"path": "target.txt"})
+                continue
+            arguments: dict[str, object] = {
+                "path": "target.txt",
+                "content": texts[chain.turn % 2],
+                "expected_sha256": chain.digest,
+            }
+            chain.turn += 1
+            structured = await client.call_tool("replace", arguments)
+            if not isinstance(structured, dict) or not isinstance(structured.get("sha256"), str):
+                raise Unavailable("failed: replace answered no sha256")
+            chain.digest = structured["sha256"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -147,8 +142,7 @@ def main(argv: list[str] | None = None) -> int:
             if options.figure.startswith("shell"):
                 parser.error("--serve profiles read and replace figures only")
             output = root.parent / f"{root.name}.prof"
-            with open(os.devnull, "w", encoding="utf-8") as errlog:
-                asyncio.run(_drive_server(root, options.figure, options.calls, output, errlog))
+            asyncio.run(_drive_server(root, options.figure, options.calls, output))
             stats = pstats.Stats(str(output), stream=out)
             output.unlink()
         else:

@@ -73,11 +73,12 @@ class Recording:
     """A :class:`~spice.agent.tools.coding._commit.Syscalls` that counts and injects faults.
 
     ``failures`` maps an operation to the invocation numbers (1-based) that fail with
-    ``EIO``. Operations: ``open``, ``open_temporary`` (an ``open`` with ``O_CREAT``),
-    ``read``, ``write``, ``fsync``, ``fchmod``, ``close``, ``close_temporary`` (closing
-    the descriptor ``open_temporary`` returned), ``lstat``, ``fstat``, ``rename``,
-    ``link``, ``unlink``. ``write_limit`` caps what one ``write`` writes (``0`` makes it
-    write nothing). ``hooks`` run in the worker thread at a checkpoint.
+    ``EIO`` (``EPERM`` for ``fchown``). Operations: ``open``, ``open_temporary`` (an
+    ``open`` with ``O_CREAT``), ``read``, ``write``, ``fsync``, ``fchmod``, ``fchown``,
+    ``close``, ``close_temporary`` (closing the descriptor ``open_temporary`` returned),
+    ``lstat``, ``fstat``, ``rename``, ``link``, ``unlink``. ``write_limit`` caps what one
+    ``write`` writes (``0`` makes it write nothing). ``hooks`` run in the worker thread
+    at a checkpoint.
     """
 
     def __init__(
@@ -100,7 +101,7 @@ class Recording:
             self.calls[operation] += 1
             number = self.calls[operation]
         if number in self._failures.get(operation, frozenset()):
-            raise OSError(errno.EIO, INJECTED)
+            raise OSError(errno.EPERM if operation == "fchown" else errno.EIO, INJECTED)
 
     def open(self, name: str, flags: int, mode: int, dir_fd: int) -> int:
         """Count, maybe fail, then open for real."""
@@ -134,6 +135,11 @@ class Recording:
         """Count, maybe fail, then chmod for real."""
         self._count("fchmod")
         POSIX.fchmod(fd, mode)
+
+    def fchown(self, fd: int, uid: int, gid: int) -> None:
+        """Count, maybe fail (``EPERM`` for ``fchown``: not allowed), then chown for real."""
+        self._count("fchown")
+        POSIX.fchown(fd, uid, gid)
 
     def close(self, fd: int) -> None:
         """Count, close for real, then maybe report a failure (the fd is gone either way)."""

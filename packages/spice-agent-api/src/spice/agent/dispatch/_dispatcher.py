@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Final, Protocol, final
 
@@ -40,11 +39,8 @@ _INTERCEPTOR_CHANGED_CALL: Final = "an interceptor changed the call's id or tool
 
 
 def _unknown_tool(call: Call) -> Result:
-    content = json.dumps(
-        {"ok": False, "code": "unknown_tool", "message": _UNKNOWN_TOOL_PROBLEM},
-        separators=(",", ":"),
-    )
-    return Result(call.id, content, _UNKNOWN_TOOL_PROBLEM)
+    content = {"ok": False, "code": "unknown_tool", "message": _UNKNOWN_TOOL_PROBLEM}
+    return Result.from_content(call.id, content, _UNKNOWN_TOOL_PROBLEM)
 
 
 def _failure(call: Call, definition: Definition, message: str) -> ExecutionError:

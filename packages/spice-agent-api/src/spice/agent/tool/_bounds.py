@@ -69,6 +69,32 @@ def canonical_json(value: object, field: str) -> str:
         raise ValueError(f"{field} must be JSON-serializable") from None
 
 
+def compact_json(value: Mapping[str, object], field: str) -> str:
+    """Serialize a mapping as compact JSON in its own key order, real Unicode, no NaN.
+
+    Keys must be strings at every level (``json.dumps`` would silently turn a number
+    key into text, and the text would no longer describe the object it came from).
+    """
+    try:
+        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        _require_string_keys(value)
+    except (TypeError, ValueError, RecursionError):
+        raise ValueError(f"{field} must be JSON-serializable") from None
+    return text
+
+
+def _require_string_keys(value: object) -> None:
+    # Only containers are walked (never the characters of a string): cheap even for a page.
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise TypeError
+            _require_string_keys(item)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            _require_string_keys(item)
+
+
 def json_object_text(value: object, field: str) -> tuple[str, dict[str, object]]:
     """Accept a mapping or the JSON text of an object; return (text, parsed object)."""
     if isinstance(value, str):

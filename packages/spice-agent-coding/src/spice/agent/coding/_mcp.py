@@ -46,7 +46,7 @@ SERVER_NAME: Final = "spice-coding"
 INSTRUCTIONS: Final = (
     "Coding tools for one worktree: read a file page, replace a file atomically "
     "(pass the sha256 from a complete read, or create=true), and run one discrete "
-    "argv without a shell. Paths are relative to the worktree root."
+    "argv without a shell. Paths are relative to the worktree root, or absolute beneath it."
 )
 META_PREFIX: Final = "spice.agent/"
 """Prefix of the ``_meta`` keys that carry a definition's fingerprint and declarations."""
@@ -89,10 +89,14 @@ def tool_of(definition: Definition) -> McpTool:
 
 
 def result_of(result: Result) -> CallToolResult:
-    """A dispatched ``Result`` as an MCP result: structured, as text, and ``isError``."""
+    """A dispatched ``Result`` as an MCP result: structured, as text, and ``isError``.
+
+    The text is the result's own encoding and the structured content its decoded object
+    (``Result.content_object``): nothing is encoded or parsed again here.
+    """
     return CallToolResult(
         content=[TextContent(type="text", text=result.content)],
-        structured_content=json.loads(result.content),
+        structured_content=dict(result.content_object),
         is_error=result.is_error,
     )
 
