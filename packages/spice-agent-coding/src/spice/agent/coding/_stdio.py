@@ -39,6 +39,7 @@ from mcp.types.jsonrpc import (
 from spice.agent.dispatch import Dispatcher
 from spice.agent.tool import MAXIMUM_PAYLOAD_BYTES
 
+from ._json import frame
 from ._mcp import mcp_server
 
 MAXIMUM_FRAME_BYTES: Final = 8 * MAXIMUM_PAYLOAD_BYTES
@@ -401,10 +402,10 @@ async def _write_frames(
                 and message.metadata is not _OWN_ANSWER
             ):
                 in_flight.settle(answer.id)
-            frame = answer.model_dump_json(by_alias=True, exclude_unset=True)
+            data = frame(answer)
             del message, answer
             try:
-                await sink.write(frame.encode("utf-8") + b"\n")
+                await sink.write(data)
             except OSError:
                 return
 
