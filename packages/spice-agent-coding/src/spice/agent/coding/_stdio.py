@@ -34,6 +34,7 @@ from mcp.types.jsonrpc import (
 from spice.agent.dispatch import Dispatcher
 from spice.agent.tool import MAXIMUM_PAYLOAD_BYTES
 
+from ._json import frame
 from ._mcp import mcp_server
 
 MAXIMUM_FRAME_BYTES: Final = 8 * MAXIMUM_PAYLOAD_BYTES
@@ -262,9 +263,8 @@ async def _write_frames(sink: _Sink, receive: MemoryObjectReceiveStream[SessionM
     """Write each outgoing message as one line; stop quietly when the client is gone."""
     async with receive:
         async for message in receive:
-            frame = message.message.model_dump_json(by_alias=True, exclude_unset=True)
             try:
-                await sink.write(frame.encode("utf-8") + b"\n")
+                await sink.write(frame(message.message))
             except OSError:
                 return
 
