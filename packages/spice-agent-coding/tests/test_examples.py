@@ -353,7 +353,6 @@ class ScriptedModel(Model):
         raise NotImplementedError("the examples never stream")
 
 
-@pytest.mark.xfail(strict=True, reason="waits for the nullable optional properties (9.3)")
 async def test_openai_agents_with_strict_schemas_fixes_the_sample(sample: Path) -> None:
     """With convert_schemas_to_strict, read/replace(null for unused)/shell all work end to end."""
     set_tracing_disabled(disabled=True)

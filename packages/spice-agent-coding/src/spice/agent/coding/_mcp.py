@@ -42,6 +42,8 @@ from spice.agent.tool import (
     Result,
 )
 
+from ._json import arguments_text
+
 SERVER_NAME: Final = "spice-coding"
 INSTRUCTIONS: Final = (
     "Coding tools for one worktree: read a file page, replace a file atomically "
@@ -102,10 +104,10 @@ def result_of(result: Result) -> CallToolResult:
 
 
 def _refusal(code: str, problem: str) -> CallToolResult:
-    text = json.dumps({"ok": False, "code": code, "message": problem}, separators=(",", ":"))
+    content: dict[str, object] = {"ok": False, "code": code, "message": problem}
     return CallToolResult(
-        content=[TextContent(type="text", text=text)],
-        structured_content=json.loads(text),
+        content=[TextContent(type="text", text=json.dumps(content, separators=(",", ":")))],
+        structured_content=content,
         is_error=True,
     )
 
@@ -134,15 +136,6 @@ class _SessionReporter:
         await self._session.report_progress(float(self._count), None, progress.message)
 
 
-def _arguments_text(arguments: dict[str, Any] | None) -> str:
-    return json.dumps(
-        {} if arguments is None else arguments,
-        ensure_ascii=False,
-        allow_nan=False,
-        separators=(",", ":"),
-    )
-
-
 def mcp_server(dispatcher: Dispatcher, *, name: str = SERVER_NAME) -> Server[Any]:
     """A low-level MCP ``Server`` that lists and calls the dispatcher's tools.
 
@@ -165,7 +158,7 @@ def mcp_server(dispatcher: Dispatcher, *, name: str = SERVER_NAME) -> Server[Any
     ) -> CallToolResult:
         call_id = f"mcp-{next(counter)}"
         try:
-            call = Call(call_id, params.name, _arguments_text(params.arguments))
+            call = Call(call_id, params.name, arguments_text(params.arguments))
         except ValueError:
             if params.name not in {d.name for d in dispatcher.definitions}:
                 return _refusal("unknown_tool", _UNKNOWN_PROBLEM)
