@@ -45,6 +45,7 @@ MODULES: Final = (
     "bench_startup",
     "bench_memory",
     "bench_scaling",
+    "bench_edits",
 )
 """The bench modules, in run order. Each has ``SECTION: str`` and ``run(Settings) ->
 list[Figure]``; ``--only SECTION`` picks modules by their section. To add one, add its

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 from collections.abc import Awaitable, Callable
 
@@ -443,3 +444,24 @@ async def test_a_timeout_around_dispatch_still_works() -> None:
     with pytest.raises(TimeoutError):
         async with asyncio.timeout(0):
             await dispatcher.dispatch(Call("1", "t"))
+
+
+@pytest.mark.parametrize("interceptors", [0, 2])
+async def test_a_finished_dispatch_leaves_no_reference_cycle_holding_the_call(
+    interceptors: int,
+) -> None:
+    """With and without interceptors, a call leaves no cyclic garbage: it is freed as it ends."""
+    log: list[str] = []
+    dispatcher = Dispatcher(
+        [FakeTool(read_only_definition("t"), answering(lambda call: Result(call.id, {})))],
+        [recorder(str(n), log) for n in range(interceptors)],
+    )
+    gc.collect()
+    gc.disable()
+    try:
+        await dispatcher.dispatch(Call("1", "t", '{"big":"' + "x" * 1024 + '"}'))
+        unreachable = gc.collect()
+    finally:
+        gc.enable()
+    assert 0 == unreachable
+    assert 2 * interceptors == len(log)

@@ -204,3 +204,44 @@ class FakeRecord:
                 AutoBean("shell", self.shell),
             ),
         )
+
+
+@final
+class GatedTool:
+    """Each call waits for one ``release()``; records how many run at once (and the peak)."""
+
+    def __init__(self, name: str = "gated") -> None:
+        self._definition = Definition(
+            name, "Waits to be released.", TEXT_SCHEMA, Effect.READ_ONLY, ReplaySafety.SAFE, ()
+        )
+        self.running = 0
+        self.peak = 0
+        self.started = 0
+        self.changed = asyncio.Event()
+        self._gate = asyncio.Semaphore(0)
+
+    @property
+    def definition(self) -> Definition:
+        return self._definition
+
+    def release(self) -> None:
+        """Let one waiting (or the next) call finish."""
+        self._gate.release()
+
+    async def until(self, running: int) -> None:
+        """Wait until exactly ``running`` calls are running."""
+        while self.running != running:
+            self.changed.clear()
+            await self.changed.wait()
+
+    async def execute(self, call: Call, reporter: Reporter | None = None) -> Result:
+        self.started += 1
+        self.running += 1
+        self.peak = max(self.peak, self.running)
+        self.changed.set()
+        try:
+            await self._gate.acquire()
+        finally:
+            self.running -= 1
+            self.changed.set()
+        return Result(call.id, _compact({"ok": True}))

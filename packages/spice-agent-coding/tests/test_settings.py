@@ -640,3 +640,45 @@ def test_any_timeout_in_bounds_reaches_the_shell_schema(
     argv = ["tools", *option] if after else [*option, "tools"]
     code, out, _ = run_main(capsys, "--root", str(worktree), *argv)
     assert (0, float(timeout)) == (code, maximum_of(out, "shell", "timeout_seconds"))
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    flag=st.sampled_from([flag for flag, _, _ in BYTES_FLAGS]),
+    value=st.integers(-10, 10**7) | st.integers(524_280, 524_300),
+    by_variable=st.booleans(),
+)
+def test_a_byte_bound_is_accepted_exactly_within_1_to_524288(
+    flag: str, value: int, by_variable: bool
+) -> None:
+    """Any whole number, by flag or by variable: accepted iff 1 <= N <= 524288."""
+    variable, field = {f: (v, n) for f, v, n in BYTES_FLAGS}[flag]
+    text = str(value)
+    argv = ["--root", "/r", "serve"] + ([] if by_variable else [flag, text])
+    environ = {variable: text} if by_variable else {}
+    if 1 <= value <= 524_288:
+        assert value == getattr(parsed(argv, environ).config, field)
+    else:
+        with pytest.raises(SettingsError, match=variable if by_variable else flag):
+            parsed(argv, environ)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    whole=st.integers(0, 4000) | st.integers(1799, 1801),
+    fraction=st.sampled_from(["", ".0", ".5", ".001", ".999"]),
+    after=st.booleans(),
+)
+def test_a_timeout_is_accepted_exactly_within_0_to_1800(
+    whole: int, fraction: str, after: bool
+) -> None:
+    """Any decimal text: accepted iff 0 < seconds <= 1800, before or after the command word."""
+    text = f"{whole}{fraction}"
+    option = ["--command-timeout", text]
+    argv = ["--root", "/r", *(["call", *option] if after else [*option, "call"]), "read", "{}"]
+    seconds = float(text)
+    if 0 < seconds <= 1800:
+        assert seconds == parsed(argv).config.command_timeout
+    else:
+        with pytest.raises(SettingsError, match="--command-timeout"):
+            parsed(argv)
