@@ -19,6 +19,8 @@ MAXIMUM_IDENTITY_BYTES: Final = 128
 
 def utf8_size(text: str, field: str = "text") -> int:
     """Return the UTF-8 size of ``text``; raise ``ValueError`` on lone surrogates."""
+    if text.isascii():  # constant time; one byte per character, no surrogate possible
+        return len(text)
     try:
         return len(text.encode("utf-8"))
     except UnicodeEncodeError:
