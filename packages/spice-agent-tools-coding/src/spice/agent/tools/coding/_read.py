@@ -183,8 +183,9 @@ class _Read:
         except asyncio.CancelledError as cancelled:
             attach(cancelled, Interruption(call.id, _STATE, _RETRY))
             raise
-        worker = asyncio.ensure_future(
-            asyncio.to_thread(_read_page, self._config.root, request, call.id)
+        # The executor's own future (not a task around ``to_thread``): one hop, no extra task.
+        worker = asyncio.get_running_loop().run_in_executor(
+            None, _read_page, self._config.root, request, call.id
         )
         try:
             outcome = await asyncio.shield(worker)
