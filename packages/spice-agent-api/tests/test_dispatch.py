@@ -325,6 +325,16 @@ async def test_an_answer_exactly_at_the_payload_bound_is_passed_on() -> None:
     assert content == (await dispatcher.dispatch(Call("1", "t"))).content
 
 
+async def test_an_ascii_answer_exactly_at_the_payload_bound_is_passed_on() -> None:
+    """A result of exactly 1 MiB of ASCII passes; its size is its length (no encoding)."""
+    content = '{"k":"' + "a" * (MAXIMUM_PAYLOAD_BYTES - 8) + '"}'
+    assert MAXIMUM_PAYLOAD_BYTES == len(content.encode())
+    dispatcher = Dispatcher(
+        [FakeTool(read_only_definition("t"), answering(lambda c: Result(c.id, content)))]
+    )
+    assert content == (await dispatcher.dispatch(Call("1", "t"))).content
+
+
 async def test_a_model_visible_failure_is_passed_on_unchanged() -> None:
     """A tool's failure result is the caller's answer, not an exception."""
     failure = Result("1", {"ok": False, "code": "not_found"}, "no such file")

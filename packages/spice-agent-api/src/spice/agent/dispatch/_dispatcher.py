@@ -160,6 +160,8 @@ def _within_payload(content: object) -> bool:
         return False
     if len(content) * 4 <= MAXIMUM_PAYLOAD_BYTES:
         return True
+    if content.isascii():  # constant time: one byte per character
+        return len(content) <= MAXIMUM_PAYLOAD_BYTES
     try:
         return len(content.encode("utf-8")) <= MAXIMUM_PAYLOAD_BYTES
     except UnicodeEncodeError:
