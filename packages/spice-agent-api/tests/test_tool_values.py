@@ -8,6 +8,7 @@ import hashlib
 import json
 import pickle
 import struct
+import types
 from collections.abc import Callable
 
 import pytest
@@ -104,7 +105,9 @@ def test_enums_have_the_contract_spellings() -> None:
 # --- identities -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("identity", ["a" * 128, "é" * 64, "€" * 42 + "ab", "x", "a b"])
+@pytest.mark.parametrize(
+    "identity", ["a" * 128, "é" * 64, "€" * 42 + "ab", "x", "a b", "mcp-1", "a\u00a0b", "日本"]
+)
 def test_an_identity_at_the_bound_is_accepted(identity: str) -> None:
     """Names and ids up to 128 UTF-8 bytes (multi-byte included) are accepted."""
     assert identity == Call(identity, identity).id
@@ -128,6 +131,8 @@ def test_an_identity_one_byte_past_the_bound_is_rejected(identity: str) -> None:
         ("a\0b", "control characters"),
         ("a\x1bb", "control characters"),
         ("a\x7fb", "control characters"),
+        ("é\x85b", "control characters"),
+        ("a\x9fb", "control characters"),
         ("a\ud800", "lone surrogate"),
     ],
 )
@@ -519,6 +524,14 @@ def test_a_result_from_content_equals_the_validated_result_of_its_text() -> None
     assert "the file changed" == built.problem
 
 
+def test_a_result_from_content_takes_any_mapping() -> None:
+    """A read-only mapping (not a ``dict``) is encoded like a dict of the same items."""
+    proxy = types.MappingProxyType({"ok": True, "n": [1, {"a": (2,)}]})
+    result = Result.from_content("1", proxy)
+    assert '{"ok":true,"n":[1,{"a":[2]}]}' == result.content
+    assert {"ok": True, "n": [1, {"a": (2,)}]} == dict(result.content_object)
+
+
 def test_a_result_from_content_keeps_a_snapshot_of_the_top_level() -> None:
     """A key added to the mapping afterwards reaches neither the text nor the object."""
     content: dict[str, object] = {"ok": True}
@@ -584,6 +597,7 @@ def test_replacing_a_results_content_gives_the_new_content_object() -> None:
         {"ok": {2: "nested number key"}},
         {"ok": [{None: "key in a list"}]},
         {"ok": ({True: "key in a tuple"},)},
+        {"ok": [[[{"fine": 1}, {2.5: "deep key"}]]]},
         {"ok": float("nan")},
         {"ok": float("inf")},
         {"ok": object()},

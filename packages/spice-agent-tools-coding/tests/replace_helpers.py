@@ -78,7 +78,8 @@ class Recording:
     ``close``, ``close_temporary`` (closing the descriptor ``open_temporary`` returned),
     ``lstat``, ``fstat``, ``rename``, ``link``, ``unlink``. ``write_limit`` caps what one
     ``write`` writes (``0`` makes it write nothing). ``hooks`` run in the worker thread
-    at a checkpoint.
+    at a checkpoint; ``slow`` maps ``(operation, number)`` to a hook run in the worker
+    thread just before that invocation (a slow ``fsync``, for example).
     """
 
     def __init__(
@@ -87,12 +88,14 @@ class Recording:
         failures: Mapping[str, Iterable[int]] | None = None,
         write_limit: int | None = None,
         hooks: Mapping[Checkpoint, Callable[[], None]] | None = None,
+        slow: Mapping[tuple[str, int], Callable[[], None]] | None = None,
     ) -> None:
         self.calls: collections.Counter[str] = collections.Counter()
         self.checkpoints: list[Checkpoint] = []
         self._failures = {op: frozenset(numbers) for op, numbers in (failures or {}).items()}
         self._write_limit = write_limit
         self._hooks = dict(hooks or {})
+        self._slow = dict(slow or {})
         self._temporary_fds: set[int] = set()
         self._lock = threading.Lock()
 
@@ -100,6 +103,9 @@ class Recording:
         with self._lock:
             self.calls[operation] += 1
             number = self.calls[operation]
+        hook = self._slow.get((operation, number))
+        if hook is not None:
+            hook()
         if number in self._failures.get(operation, frozenset()):
             raise OSError(errno.EPERM if operation == "fchown" else errno.EIO, INJECTED)
 

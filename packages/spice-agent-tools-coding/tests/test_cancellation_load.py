@@ -5,12 +5,15 @@ the tool reports its progress, with burner threads contending for the interprete
 Before the fix the cancellation was delivered only at the first await after the worker
 thread had been started, and that thread could pass its commit gate before the event
 loop told it to stop: some calls committed. Now none may, and no worker is started.
-The default run is short; the ``slow`` variant runs many more iterations.
+The default run is short; the ``slow`` variant runs many more iterations. The worst
+schedule is also made deterministic: an executor that blocks the loop until the worker
+is done (``_RunsToTheEnd``) commits every such call without the fix.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import threading
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
@@ -24,6 +27,7 @@ from replace_helpers import (
     digest,
     make_call,
     make_tool,
+    replace_arguments,
     temporaries,
 )
 
@@ -183,6 +187,42 @@ async def test_many_calls_cancelled_before_they_could_commit_never_commit_under_
 ) -> None:
     """The long variant: ``SLOW_ITERATIONS`` cancelled calls per case, zero commits."""
     assert 0 == await _commits(root, STARTERS[starter], SLOW_ITERATIONS, creating=creating)
+
+
+class _RunsToTheEnd(concurrent.futures.ThreadPoolExecutor):
+    """An executor whose ``submit`` returns only when the job is done (bounded).
+
+    The event loop is blocked meanwhile, as a loop thread descheduled on a loaded machine
+    would be: a worker started before the caller's cancellation reached the tool runs
+    through its commit gate before the tool can close it.
+    """
+
+    def submit(  # type: ignore[override]
+        self, fn: Callable[..., object], /, *args: object, **kwargs: object
+    ) -> concurrent.futures.Future[object]:
+        future = super().submit(fn, *args, **kwargs)
+        future.exception(timeout=WAIT_SECONDS)
+        return future
+
+
+@pytest.mark.parametrize("creating", [True, False], ids=["create", "replace"])
+@pytest.mark.parametrize("starter", ["already-cancelled", "cancelled-while-reporting"], ids=str)
+async def test_a_cancelled_call_commits_nothing_even_if_a_worker_could_outrun_the_loop(
+    root: Path, starter: str, creating: bool
+) -> None:
+    """The worst schedule, made deterministic: still definitive, still nothing on disk."""
+    executor = _RunsToTheEnd(max_workers=1)
+    asyncio.get_running_loop().set_default_executor(executor)
+    try:
+        arguments = create_arguments("f.txt", NEW)
+        if not creating:
+            (root / "f.txt").write_bytes(OLD)
+            arguments = replace_arguments("f.txt", NEW, OLD)
+        await _cancelled_call(STARTERS[starter], make_tool(root), arguments)
+    finally:
+        executor.shutdown(wait=True)
+    assert 0 == _changed(root)
+    assert [] == temporaries(root)
 
 
 @pytest.mark.parametrize("starter", ["already-cancelled", "cancelled-while-reporting"], ids=str)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 from typing import Final
 
@@ -12,6 +13,7 @@ from replace_helpers import make_tool, run
 
 from spice.agent.tool import Call
 from spice.agent.tools.coding import Config, new_read
+from spice.agent.tools.coding._read import _whole_file
 
 PAGE: Final = 64
 BOUND: Final = 256
@@ -90,3 +92,21 @@ def test_the_description_tells_the_model_about_file_sha256(tmp_path: Path) -> No
     description = new_read(Config(str(tmp_path))).definition.description
     assert "file_sha256" in description
     assert "expected_sha256" in description
+
+
+@pytest.mark.parametrize(
+    ("seen", "actual", "expected"),
+    [(150, 150, 150), (10, 150, 150), (10, BOUND, BOUND), (10, BOUND + 1, None), (0, 0, 0)],
+)
+def test_the_whole_file_is_read_in_a_buffer_of_its_size_and_again_if_it_grew(
+    tmp_path: Path, seen: int, actual: int, expected: int | None
+) -> None:
+    """A file larger than fstat said (it grew) is read again up to the bound; past it, none."""
+    path = tmp_path / "f.bin"
+    path.write_bytes(b"x" * actual)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        whole = _whole_file(fd, seen, BOUND)
+    finally:
+        os.close(fd)
+    assert expected == (None if whole is None else len(whole))

@@ -29,7 +29,6 @@ from spice.agent.lifecycle import Cleanup
 from spice.agent.process import LaunchError
 from spice.agent.tool import ExecutionState, Interruption, Result, Tool, interruption_of
 from spice.agent.tools.coding import Config, _replace, _settling, _shell
-from spice.agent.tools.coding._commit import Checkpoint
 from spice.agent.tools.coding._ownership import Timing
 from spice.agent.tools.coding._settling import Settled, deliver_cancellation, settle
 
@@ -149,17 +148,17 @@ def _record_settles(monkeypatch: pytest.MonkeyPatch, module: object) -> list[Set
 
 
 @pytest.mark.parametrize(
-    ("point", "committed"),
-    [(Checkpoint.TEMPORARY_SYNCED, False), (Checkpoint.COMMITTED, True)],
-    ids=["slow-temporary-sync", "slow-final-sync"],
+    ("fsync", "committed"),
+    [(1, False), (3, True)],
+    ids=["slow-temporary-fsync", "slow-directory-fsync"],
 )
 async def test_a_replace_cancelled_again_and_again_waits_for_its_worker_without_spinning(
-    root: Path, point: Checkpoint, committed: bool, monkeypatch: pytest.MonkeyPatch
+    root: Path, fsync: int, committed: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Held fsync, 1 + K cancels: K + 1 wake-ups, the worker's end awaited, honest answer."""
+    """Slow fsync, 1 + K cancels: K + 1 wake-ups, the worker's end awaited, honest answer."""
     recorded = _record_settles(monkeypatch, _replace)
     pause = Pause()
-    tool = make_tool(root, Recording(hooks={point: pause}))
+    tool = make_tool(root, Recording(slow={("fsync", fsync): pause}))
     task = asyncio.ensure_future(tool.execute(make_call(replace_arguments("f.txt", MINE, OLD))))
     await pause.wait_reached()
     task.cancel()
@@ -188,7 +187,7 @@ async def test_a_replace_worker_past_the_bound_is_still_answered_honestly(
     monkeypatch.setattr(_replace, "SETTLE_SECONDS", 0.05)
     recorded = _record_settles(monkeypatch, _replace)
     pause = Pause()
-    tool = make_tool(root, Recording(hooks={Checkpoint.COMMITTED: pause}))
+    tool = make_tool(root, Recording(slow={("fsync", 2): pause}))
     task = asyncio.ensure_future(tool.execute(make_call(replace_arguments("f.txt", MINE, OLD))))
     await pause.wait_reached()
     task.cancel()

@@ -190,10 +190,10 @@ class Result(_Decoded):
         require_identity(call_id, "result call id")
         if not isinstance(content, Mapping):
             raise ValueError("result content must be a JSON object or its text")
-        text = compact_json(content, "result content")
+        text, snapshot = compact_json(content, "result content")
         require_text(text, "result content", maximum=MAXIMUM_PAYLOAD_BYTES)
         result = object.__new__(cls)
-        result._assign(call_id, text, dict(content), problem)
+        result._assign(call_id, text, snapshot, problem)
         return result
 
     def _assign(

@@ -183,8 +183,9 @@ class _Read:
         except asyncio.CancelledError as cancelled:
             attach(cancelled, Interruption(call.id, _STATE, _RETRY))
             raise
-        worker = asyncio.ensure_future(
-            asyncio.to_thread(_read_page, self._config.root, request, call.id)
+        # The executor's own future (not a task around ``to_thread``): one hop, no extra task.
+        worker = asyncio.get_running_loop().run_in_executor(
+            None, _read_page, self._config.root, request, call.id
         )
         try:
             outcome = await asyncio.shield(worker)
@@ -283,7 +284,12 @@ def _whole_file(fd: int, size: int, limit: int) -> bytes | None:
     """
     if size > limit:
         return None
-    data = _pread(fd, limit + 1, 0)
+    # What fstat saw plus one byte first: a small file costs a buffer of its own size, not
+    # one of the bound's (a 256 KiB buffer for a 4 KiB file costs more than the read).
+    # A file that grew meanwhile is read again, up to the bound.
+    data = _pread(fd, size + 1, 0)
+    if len(data) > size:
+        data = _pread(fd, limit + 1, 0)
     return data if len(data) <= limit else None
 
 

@@ -8,6 +8,9 @@ until a join proves it released (see ``_ownership``). One call::
       ─► lookup ─► resolve ─► workdir again ─► start ─► own ─► wait for exit
       (timeout ─► stop, grace, force) ─► join ─► outcome ─► bounded output (``_capture``)
 
+Every answer, success or failure, carries the same shell fields (``_Frame.content``),
+among them ``contained``: the launcher's optional attribute, read once per call.
+
 Cancellation before the start is definitive; from the start on, the same bounded
 stop/grace/force/join runs shielded and the ``CancelledError`` propagates with an
 uncertain, never-retry ``Interruption``.
@@ -482,10 +485,9 @@ class _Shell:
             finished = await self._finish_shielded(call, started.entry, stop=True)
             if not finished.joined:
                 raise ExecutionError(call.id, _UNCERTAIN, _RETRY, _JOIN_FAILED) from None
-            content = frame.content(capture)
-            return failure(
-                call, "launch_failed", _PROBLEMS["launch_failed"], _UNCERTAIN, _RETRY, content
-            )
+            problem = _PROBLEMS["launch_failed"]
+            content = frame.content(capture, problem=("launch_failed", problem))
+            return failure(call, "launch_failed", problem, _UNCERTAIN, _RETRY, content)
         return await self._supervise(call, arguments, started.entry, capture, frame)
 
     async def _prepare(
