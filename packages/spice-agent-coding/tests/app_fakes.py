@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import threading
+import time
 from collections.abc import Mapping
 from typing import Final, final
 
@@ -29,6 +32,7 @@ from spice.agent.tool import (
     RetryDisposition,
 )
 from spice.agent.tools.coding import Config
+from spice.agent.tools.coding._commit import POSIX, Checkpoint
 
 TEXT_SCHEMA: Final[Mapping[str, object]] = {
     "type": "object",
@@ -245,3 +249,57 @@ class GatedTool:
             self.running -= 1
             self.changed.set()
         return Result(call.id, _compact({"ok": True}))
+
+
+@final
+class SlowFsync:
+    """The real system calls of ``replace``, but its first fsync is slow (a busy disk).
+
+    The delay is the injected fault; it runs in the tool's worker thread.
+    """
+
+    def __init__(self, seconds: float) -> None:
+        self.reached = threading.Event()
+        self._seconds = seconds
+
+    def open(self, name: str, flags: int, mode: int, dir_fd: int) -> int:
+        return POSIX.open(name, flags, mode, dir_fd)
+
+    def read(self, fd: int, size: int) -> bytes:
+        return POSIX.read(fd, size)
+
+    def write(self, fd: int, data: memoryview) -> int:
+        return POSIX.write(fd, data)
+
+    def fsync(self, fd: int) -> None:
+        if not self.reached.is_set():
+            self.reached.set()
+            time.sleep(self._seconds)
+        POSIX.fsync(fd)
+
+    def fchmod(self, fd: int, mode: int) -> None:
+        POSIX.fchmod(fd, mode)
+
+    def fchown(self, fd: int, uid: int, gid: int) -> None:
+        POSIX.fchown(fd, uid, gid)
+
+    def close(self, fd: int) -> None:
+        POSIX.close(fd)
+
+    def lstat(self, name: str, dir_fd: int) -> os.stat_result:
+        return POSIX.lstat(name, dir_fd)
+
+    def fstat(self, fd: int) -> os.stat_result:
+        return POSIX.fstat(fd)
+
+    def rename(self, source: str, target: str, dir_fd: int) -> None:
+        POSIX.rename(source, target, dir_fd)
+
+    def link(self, source: str, target: str, dir_fd: int) -> None:
+        POSIX.link(source, target, dir_fd)
+
+    def unlink(self, name: str, dir_fd: int) -> None:
+        POSIX.unlink(name, dir_fd)
+
+    def checkpoint(self, point: Checkpoint) -> None:
+        POSIX.checkpoint(point)

@@ -40,7 +40,7 @@ from spice.agent.dispatch import Dispatcher
 from spice.agent.tool import MAXIMUM_PAYLOAD_BYTES
 
 from ._json import frame
-from ._mcp import mcp_server
+from ._mcp import serving
 
 MAXIMUM_FRAME_BYTES: Final = 8 * MAXIMUM_PAYLOAD_BYTES
 """Longest JSON-RPC line accepted: a maximal payload, escaped, inside its envelope.
@@ -493,10 +493,15 @@ async def open_stdio(
 async def serve_stdio(dispatcher: Dispatcher) -> None:
     """Serve the dispatcher's tools over MCP on this process's stdin and stdout.
 
-    Returns when the client closes stdin (calls in flight are cancelled first);
-    cancel the awaiting task to stop early. The caller owns the ``Cleanup``
-    (``compose`` runs it).
+    Returns when the client closes stdin: nothing new is admitted, calls already
+    received get ``EOF_GRACE_SECONDS`` to finish and be answered, the rest are
+    stopped as on cancellation. Cancel the awaiting task to stop early. Either way
+    it returns only once every call has ended (bounded by ``CANCELLED_CALL_SECONDS``).
+    The caller owns the ``Cleanup`` (``compose`` runs it).
     """
-    server = mcp_server(dispatcher)
-    async with open_stdio() as (read_stream, write_stream):
-        await server.run(read_stream, write_stream, server.create_initialization_options())
+    server, calls = serving(dispatcher)
+    try:
+        async with open_stdio() as (read_stream, write_stream):
+            await server.run(read_stream, write_stream, server.create_initialization_options())
+    finally:
+        await calls.settle()
