@@ -117,6 +117,16 @@ def test_every_marked_readme_block_is_its_example_file_verbatim() -> None:
         assert path.read_text(encoding="utf-8") == block["code"], block["path"]
 
 
+def test_a_readme_block_that_drifts_from_its_file_is_caught() -> None:
+    """The comparison is exact: one changed character in a shown block no longer matches."""
+    text = README.read_text(encoding="utf-8")
+    drifted = text.replace("read_timeout=1900", "read_timeout=1800", 1)
+    assert drifted != text
+    blocks = {m["path"]: m["code"] for m in _MARKER.finditer(drifted)}
+    shown = blocks["examples/pydantic_ai_agent.py"]
+    assert (EXAMPLES / "pydantic_ai_agent.py").read_text(encoding="utf-8") != shown
+
+
 def test_every_example_file_is_shown_in_the_readme_once() -> None:
     """Every example file (not the sample worktree) appears once in the README; none is stale."""
     shown = sorted(m["path"] for m in _MARKER.finditer(README.read_text(encoding="utf-8")))

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from spice.agent.process import Process, Spec
 from spice.agent.tool import MAXIMUM_MESSAGE_BYTES, Call, Definition, Tool
-from spice.agent.tools.coding import Config, new_read
+from spice.agent.tools.coding import Config, new_read, new_replace
 from spice.agent.tools.coding._shell import (
     MAXIMUM_ARGV_BYTES,
     MAXIMUM_ARGV_ITEMS,
@@ -57,7 +57,11 @@ STRICT_KEYWORDS: Final = frozenset(
 )
 """The JSON Schema keywords strict-schema clients (OpenAI structured outputs) accept."""
 
-OPTIONAL: Final = {"read": ("offset", "limit"), "shell": ("workdir", "timeout_seconds")}
+OPTIONAL: Final = {
+    "read": ("offset", "limit"),
+    "replace": ("content", "create", "edits", "encoding", "expected_sha256"),
+    "shell": ("workdir", "timeout_seconds"),
+}
 
 
 def shell_tool(root: Path, launcher: object | None = None, **config: object) -> Tool:
@@ -111,14 +115,18 @@ def keywords(schema: object) -> set[str]:
 
 
 def definitions(root: Path) -> dict[str, Definition]:
-    """The two definitions under test, for ``root``."""
-    return {"read": new_read(Config(root)).definition, "shell": shell_tool(root).definition}
+    """The three definitions, for ``root``."""
+    return {
+        "read": new_read(Config(root)).definition,
+        "replace": new_replace(Config(root)).definition,
+        "shell": shell_tool(root).definition,
+    }
 
 
 # -- schemas ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["read", "shell"])
+@pytest.mark.parametrize("name", ["read", "replace", "shell"])
 def test_every_optional_property_is_nullable(tmp_path: Path, name: str) -> None:
     """Optional properties admit ``null``; required ones do not."""
     schema = schema_of(definitions(tmp_path)[name])
@@ -132,7 +140,7 @@ def test_every_optional_property_is_nullable(tmp_path: Path, name: str) -> None:
         assert nullable == (property_name in OPTIONAL[name]), property_name
 
 
-@pytest.mark.parametrize("name", ["read", "shell"])
+@pytest.mark.parametrize("name", ["read", "replace", "shell"])
 def test_the_schemas_use_only_keywords_strict_clients_accept(tmp_path: Path, name: str) -> None:
     """No ``default``, ``minLength`` or other keyword a strict client refuses."""
     schema = strict(schema_of(definitions(tmp_path)[name]))

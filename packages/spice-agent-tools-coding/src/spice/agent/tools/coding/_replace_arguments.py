@@ -82,8 +82,10 @@ def schema(limit: int) -> dict[str, object]:
         "properties": {
             "path": {
                 "type": "string",
-                "minLength": 1,
-                "description": "File path relative to the worktree root, '/'-separated.",
+                "description": (
+                    "The file: a path relative to the worktree root ('/'-separated), or an "
+                    "absolute path beneath the root; not the root itself."
+                ),
             },
             "expected_sha256": {
                 "type": ["string", "null"],
@@ -106,8 +108,7 @@ def schema(limit: int) -> dict[str, object]:
                     "properties": {
                         "old_text": {
                             "type": "string",
-                            "minLength": 1,
-                            "description": "Text to find, exactly as in the file.",
+                            "description": "Text to find (not empty), exactly as in the file.",
                         },
                         "new_text": {"type": "string", "description": "Its replacement."},
                         "replace_all": {
