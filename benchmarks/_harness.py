@@ -192,6 +192,35 @@ class Figure:
         }
 
 
+@final
+@dataclass(frozen=True, slots=True)
+class Target:
+    """A bound on one figure's ratio (from an issue), checked and shown after every run.
+
+    A bench module lists its own as ``TARGETS``; ``run.py`` collects them.
+    """
+
+    section: str
+    figure: str
+    most: float | None = None
+    least: float | None = None
+    source: str = ""
+
+    def bound(self) -> str:
+        """``<= 1.30x`` or ``>= 0.80x``."""
+        if self.most is not None:
+            return f"<= {self.most:.2f}x"
+        return f">= {self.least:.2f}x" if self.least is not None else "-"
+
+    def met(self, ratio: float | None) -> bool | None:
+        """Whether ``ratio`` keeps the bound; ``None`` when there is no ratio."""
+        if ratio is None:
+            return None
+        if self.most is not None and ratio > self.most:
+            return False
+        return not (self.least is not None and ratio < self.least)
+
+
 def unavailable(
     section: str,
     name: str,
@@ -267,27 +296,79 @@ async def side_by_side(
     ``variant`` is a second floor (e.g. the floor run through ``asyncio.to_thread``)
     measured in the same rotation and reported in the notes.
     """
+    figures = await beside_floors(
+        section, name, build, floor, floor_name, warmup, repeats, unit, variant
+    )
+    return figures[0]
+
+
+async def beside_floors(
+    section: str,
+    name: str,
+    build: Callable[[], Probe],
+    floor: Probe,
+    floor_name: str,
+    warmup: int,
+    repeats: int,
+    unit: Callable[[Sequence[float]], Summary],
+    variant: tuple[str, Probe] | None = None,
+) -> list[Figure]:
+    """As ``side_by_side``, and with ``variant`` also its own figure (``NAME vs VARIANT``).
+
+    The variant's figure comes from the same rotation, so its ratio is as fair as the
+    first one's.
+    """
     extra = [variant[1]] if variant is not None else []
     try:
         subject = build()
         samples = await rotate([subject, floor, *extra], warmup, repeats)
-        notes: tuple[str, ...] = ()
-        if variant is not None:
-            other = unit(samples[2])
-            mine = unit(samples[0])
-            notes = (
-                (
-                    f"{variant[0]}: {number(other.median)} {other.unit}, "
-                    f"ours/that {mine.median / other.median:.2f}x"
-                ),
-            )
-        return Figure(
-            section, name, unit(samples[0]), "floor", floor_name, unit(samples[1]), notes=notes
+        mine = unit(samples[0])
+        if variant is None:
+            return [Figure(section, name, mine, "floor", floor_name, unit(samples[1]))]
+        other = unit(samples[2])
+        note = (
+            f"{variant[0]}: {number(other.median)} {other.unit}, "
+            f"ours/that {mine.median / other.median:.2f}x"
         )
+        return [
+            Figure(section, name, mine, "floor", floor_name, unit(samples[1]), notes=(note,)),
+            Figure(section, f"{name} vs {variant[0]}", mine, "floor", variant[0], other),
+        ]
     except Exception as error:  # noqa: BLE001 - a stub or failure is reported, not raised
         reason = pending_reason(error)
     _, theirs = await alternate(None, floor, warmup, repeats)
-    return unavailable(section, name, reason, "floor", floor_name, unit(theirs))
+    return [unavailable(section, name, reason, "floor", floor_name, unit(theirs))]
+
+
+def size_label(size: int) -> str:
+    """``4 KiB``, ``1 MiB``, ``1 GiB``, ``1 TiB``."""
+    for unit, name in ((TIB, "TiB"), (GIB, "GiB"), (MIB, "MiB"), (KIB, "KiB")):
+        if size >= unit and size % unit == 0:
+            return f"{size // unit} {name}"
+    return f"{size} B"
+
+
+def describe(figure: Figure) -> str:
+    """One line: name, both medians, the ratio (or why there is none)."""
+
+    def cell(summary: Summary | None) -> str:
+        return "-" if summary is None else f"{number(summary.median)} {summary.unit}"
+
+    ratio = figure.ratio
+    verdict = "" if ratio is None else f"  {ratio:.2f}x"
+    missing = f"  unavailable: {figure.unavailable}" if figure.unavailable else ""
+    return (
+        f"{figure.section} | {figure.name} | {cell(figure.subject)} | "
+        f"{cell(figure.reference)}{verdict}{missing}"
+    )
+
+
+def main_of(run: Callable[[Settings], list[Figure]], argv: Sequence[str] | None = None) -> int:
+    """Run one bench module alone: ``python benchmarks/bench_X.py [--quick]``; print its lines."""
+    arguments = sys.argv[1:] if argv is None else list(argv)
+    for figure in run(QUICK if "--quick" in arguments else FULL):
+        print(describe(figure), flush=True)
+    return 0
 
 
 def number(value: float) -> str:

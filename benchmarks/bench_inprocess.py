@@ -18,6 +18,7 @@ import asyncio
 import hashlib
 import json
 import shutil
+import sys
 import tempfile
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -31,11 +32,14 @@ from _harness import (
     Figure,
     Probe,
     Settings,
+    Target,
     Unavailable,
+    beside_floors,
     dumps,
     microseconds,
     milliseconds,
     side_by_side,
+    size_label,
     write_text,
 )
 
@@ -49,14 +53,7 @@ SHELL_OUTPUT_BYTES: Final = MIB
 READ_LIMIT: Final = 256 * KIB
 SHELL_FLOOR: Final = "create_subprocess_exec+drain+wait"
 THREADED: Final = "floor via asyncio.to_thread"
-
-
-def size_label(size: int) -> str:
-    """``4 KiB``, ``1 MiB``, ``1 GiB``, ``1 TiB``."""
-    for unit, name in ((1 << 40, "TiB"), (1 << 30, "GiB"), (MIB, "MiB"), (KIB, "KiB")):
-        if size >= unit and size % unit == 0:
-            return f"{size // unit} {name}"
-    return f"{size} B"
+TARGETS: Final = (Target(SECTION, f"read 4 KiB page vs {THREADED}", most=1.5, source="issue 15"),)
 
 
 @final
@@ -154,18 +151,16 @@ async def read_figures(bench: Workbench, settings: Settings) -> list[Figure]:
         async def threaded(rel: str = relative) -> None:
             await asyncio.to_thread(floor_read, bench.root, rel, 0, READ_LIMIT)
 
-        figures.append(
-            await side_by_side(
-                SECTION,
-                f"read {size_label(size)} page",
-                build,
-                floor,
-                "open+pread+sha256+json.dumps",
-                settings.warmup,
-                settings.repeats,
-                microseconds,
-                (THREADED, threaded),
-            )
+        figures += await beside_floors(
+            SECTION,
+            f"read {size_label(size)} page",
+            build,
+            floor,
+            "open+pread+sha256+json.dumps",
+            settings.warmup,
+            settings.repeats,
+            microseconds,
+            (THREADED, threaded),
         )
     return figures
 
@@ -303,3 +298,9 @@ def run(settings: Settings) -> list[Figure]:
         return asyncio.run(_all(Workbench(root), settings))
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    from _harness import main_of
+
+    sys.exit(main_of(run))

@@ -28,6 +28,7 @@ from _harness import (
     microseconds,
     milliseconds,
     side_by_side,
+    size_label,
     sparse_file,
     write_text,
 )
@@ -37,7 +38,6 @@ from bench_inprocess import (
     content_of,
     floor_probe,
     shell_probe,
-    size_label,
 )
 
 SECTION: Final = "scaling"

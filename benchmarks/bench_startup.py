@@ -1,11 +1,18 @@
-"""Section 3a: wall time of one-shot ``spice-coding`` commands beside ``python -c pass``.
+"""Section 3: start-up. One-shot ``spice-coding`` commands beside ``python -c pass``, and
+``serve`` from spawn to its first ``tools/list`` answer beside the reference server.
 
-The floor is the same interpreter starting and doing nothing; the difference is
-what importing and composing the application costs a one-shot caller.
+The CLI floor is the same interpreter starting and doing nothing; the difference is
+what importing and composing the application costs a one-shot caller. The server
+figure is measured through both clients of ``_clients`` (raw JSON-RPC and ``mcp``),
+each round spawning every (server, client) pair once in a rotating order. Every child
+runs with ``PYTHONDONTWRITEBYTECODE=1``: it starts with the bytecode the install
+compiled (``make bootstrap``) and leaves none behind; the notes say whether it was there.
 """
 
 from __future__ import annotations
 
+import asyncio
+import importlib.util
 import shutil
 import subprocess
 import sys
@@ -14,9 +21,20 @@ import time
 from pathlib import Path
 from typing import Final
 
+from _clients import (
+    CLIENT_KINDS,
+    CLIENT_LABELS,
+    PEER_NAME,
+    ClientKind,
+    Side,
+    open_client,
+    ours,
+    peer,
+)
 from _harness import (
     Figure,
     Settings,
+    Target,
     Unavailable,
     milliseconds,
     number,
@@ -30,6 +48,17 @@ COMMAND_TIMEOUT: Final = 60.0
 FLOOR_NAME: Final = "python -c pass (same interpreter)"
 STDLIB_IMPORTS: Final = "import argparse, asyncio, json"
 """What any asyncio command line pays before its own code: the second floor, in notes."""
+CALL_READ: Final = "spice-coding call read (4 KiB)"
+SERVE: Final = "serve: spawn to first tools/list answer ({client})"
+TARGETS: Final = (
+    Target(SECTION, CALL_READ, most=6.0, source="issue 15"),
+    *(
+        Target(SECTION, SERVE.format(client=CLIENT_LABELS[kind]), most=2.0, source="issue 15")
+        for kind in CLIENT_KINDS
+    ),
+)
+BYTECODE_WITNESSES: Final = ("mcp", "pydantic", "spice.agent.coding._cli")
+"""Modules whose cached bytecode says whether the install compiled it."""
 
 
 def wall(argv: list[str], cwd: Path) -> float:
@@ -49,14 +78,90 @@ def wall(argv: list[str], cwd: Path) -> float:
     return elapsed
 
 
+def bytecode_note() -> str:
+    """Whether the bytecode of a few modules the server imports is on disk (a fresh clone)."""
+    missing = []
+    for name in BYTECODE_WITNESSES:
+        spec = importlib.util.find_spec(name)
+        origin = spec.origin if spec is not None else None
+        if origin is None or not Path(importlib.util.cache_from_source(origin)).is_file():
+            missing.append(name)
+    if not missing:
+        return "bytecode: compiled at install (" + ", ".join(BYTECODE_WITNESSES) + ")"
+    return "bytecode: MISSING for " + ", ".join(missing) + " (run `make bootstrap`)"
+
+
+async def time_to_tools(side: Side, kind: ClientKind) -> float:
+    """Seconds from spawning ``side``'s server to its first ``tools/list`` answer."""
+    start = time.perf_counter_ns()
+    async with open_client(side, kind) as client:
+        await client.list_tools()
+        return (time.perf_counter_ns() - start) / 1e9
+
+
+async def _serve_startup(
+    sides: tuple[Side, Side], repeats: int
+) -> dict[tuple[int, ClientKind], list[float] | str]:
+    slots = [(index, kind) for kind in CLIENT_KINDS for index in range(len(sides))]
+    samples: dict[tuple[int, ClientKind], list[float] | str] = {
+        slot: sides[slot[0]].error or [] for slot in slots
+    }
+    for index in range(repeats + 1):
+        shift = index % len(slots)
+        for slot in slots[shift:] + slots[:shift]:
+            collected = samples[slot]
+            if isinstance(collected, str):
+                continue
+            try:
+                elapsed = await time_to_tools(sides[slot[0]], slot[1])
+            except Exception as error:  # noqa: BLE001 - reported as unavailable
+                samples[slot] = f"{sides[slot[0]].label} did not start: {pending_reason(error)}"
+                continue
+            if index > 0:
+                collected.append(elapsed)
+    return samples
+
+
+def serve_figures(settings: Settings) -> list[Figure]:
+    """``serve``: spawn to first ``tools/list`` answer beside the peer, through both clients."""
+    base = Path(tempfile.mkdtemp(prefix="spice-bench-start-")).resolve()
+    try:
+        samples = asyncio.run(_serve_startup((ours(base), peer(base)), settings.process_repeats))
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    note = bytecode_note()
+    figures = []
+    for kind in CLIENT_KINDS:
+        mine, theirs = samples[0, kind], samples[1, kind]
+        reasons = [x for x in (mine, theirs) if isinstance(x, str)]
+        figures.append(
+            Figure(
+                SECTION,
+                SERVE.format(client=CLIENT_LABELS[kind]),
+                milliseconds(mine) if isinstance(mine, list) and mine else None,
+                "peer",
+                PEER_NAME,
+                milliseconds(theirs) if isinstance(theirs, list) and theirs else None,
+                unavailable="; ".join(reasons) or None,
+                notes=(note,),
+            )
+        )
+    return figures
+
+
 def run(settings: Settings) -> list[Figure]:
+    """Every figure of section 3: the one-shot commands, then ``serve``."""
+    return cli_figures(settings) + serve_figures(settings)
+
+
+def cli_figures(settings: Settings) -> list[Figure]:
     """``call read`` and ``tools`` beside ``python -c pass``, in rotation."""
     root = Path(tempfile.mkdtemp(prefix="spice-bench-cli-")).resolve()
     write_text(root / "a.txt", 4096)
     script = str(spice_coding())
     cases = (
         (
-            "spice-coding call read (4 KiB)",
+            CALL_READ,
             [script, "--root", str(root), "call", "read", '{"path":"a.txt"}'],
         ),
         ("spice-coding tools", [script, "--root", str(root), "tools"]),
@@ -104,3 +209,9 @@ def run(settings: Settings) -> list[Figure]:
     finally:
         shutil.rmtree(root, ignore_errors=True)
     return figures
+
+
+if __name__ == "__main__":
+    from _harness import main_of
+
+    sys.exit(main_of(run))

@@ -1,12 +1,14 @@
 """Profile one figure with ``cProfile`` (stdlib; no profiler dependency).
 
 Usage: ``python benchmarks/profiling.py FIGURE [--calls N] [--sort cumulative|tottime]
-[--serve]`` where FIGURE is one of ``read-4k``, ``read-256k``, ``replace-4k``,
-``replace-256k``, ``shell-true``, ``shell-1m``. It warms up, then profiles N
-dispatched calls and prints the functions that cost most. With ``--serve`` the
-calls go over MCP stdio (the ``mcp`` client) to ``spice-coding serve`` running
-under ``python -m cProfile``, and the server's profile is printed (``read`` and
-``replace`` figures only).
+[--serve [--concurrency C]]`` where FIGURE is one of ``read-4k``, ``read-256k``,
+``replace-4k``, ``replace-256k``, ``shell-true``, ``shell-1m``. It warms up, then profiles
+N dispatched calls and prints the functions that cost most. With ``--serve`` the calls go
+over MCP stdio (the raw JSON-RPC client of ``_clients``, C in flight, each on its own
+file) to ``spice-coding serve`` under cProfile (``_profiled_serve.py``: imports are done
+before the profiler starts), and the server's profile is printed, first summed by where
+the time goes (the SDK and its stack, ours, the event loop, JSON, waits), then by function
+(``read`` and ``replace`` figures only; the main thread only).
 """
 
 from __future__ import annotations
@@ -16,13 +18,12 @@ import asyncio
 import cProfile
 import hashlib
 import io
-import os
 import pstats
 import shutil
 import sys
 import tempfile
 from pathlib import Path
-from typing import Final, TextIO
+from typing import Final
 
 from _harness import KIB, MIB, Probe, Unavailable, write_text
 from bench_inprocess import Chain, Workbench, content_of
@@ -31,6 +32,7 @@ FIGURES: Final = ("read-4k", "read-256k", "replace-4k", "replace-256k", "shell-t
 WARMUP: Final = 5
 DEFAULT_CALLS: Final = 200
 TOP: Final = 30
+PROFILED_SERVE: Final = Path(__file__).resolve().parent / "_profiled_serve.py"
 
 
 def _size(figure: str) -> int:
@@ -95,41 +97,91 @@ async def _profile(bench: Workbench, figure: str, calls: int) -> cProfile.Profil
     return profiler
 
 
-async def _drive_server(root: Path, figure: str, calls: int, output: Path, errlog: TextIO) -> None:
-    """Run ``spice-coding serve`` under cProfile and send it ``calls`` calls of ``figure``."""
-    from bench_mcp import ours  # noqa: PLC0415
-    from mcp.client.session import ClientSession  # noqa: PLC0415
-    from mcp.client.stdio import stdio_client  # noqa: PLC0415
+async def _drive_server(
+    root: Path, figure: str, calls: int, output: Path, concurrency: int = 1
+) -> None:
+    """Run ``spice-coding serve`` under cProfile and send it ``calls`` calls of ``figure``.
+
+    The calls go through the raw JSON-RPC client (``_clients``), so the client costs
+    the server nothing but the bytes it writes; ``concurrency`` workers, one file each.
+    """
+    from _clients import Client, open_client, ours  # noqa: PLC0415
 
     side = ours(root)
-    side.arguments = ["-m", "cProfile", "-o", str(output), side.command, *side.arguments]
+    side.arguments = [str(PROFILED_SERVE), str(output), *side.arguments]
     side.command = sys.executable
     size = _size(figure)
-    first = write_text(root / "target.txt", size)
-    texts = (first.upper().decode("ascii"), first.decode("ascii"))
-    chain = Chain(hashlib.sha256(first).hexdigest())
-    async with (
-        stdio_client(side.parameters(), errlog=errlog) as (read, write),
-        ClientSession(read, write) as session,
-    ):
-        await session.initialize()
-        await session.list_tools()
-        for _ in range(WARMUP + calls):
+    texts: list[tuple[str, str]] = []
+    chains: list[Chain] = []
+    for index in range(concurrency):
+        first = write_text(root / f"target-{index}.txt", size)
+        texts.append((first.upper().decode("ascii"), first.decode("ascii")))
+        chains.append(Chain(hashlib.sha256(first).hexdigest()))
+
+    async def worker(client: Client, index: int, count: int) -> None:
+        relative = f"target-{index}.txt"
+        chain = chains[index]
+        for _ in range(count):
             if figure.startswith("read"):
-                result = await session.call_tool("read", {"path": "target.txt"})
-            else:
-                arguments: dict[str, object] = {
-                    "path": "target.txt",
-                    "content": texts[chain.turn % 2],
-                    "expected_sha256": chain.digest,
-                }
-                chain.turn += 1
-                result = await session.call_tool("replace", arguments)
-                structured = result.structured_content
-                if isinstance(structured, dict) and isinstance(structured.get("sha256"), str):
-                    chain.digest = structured["sha256"]
-            if result.is_error:
-                raise Unavailable("failed: the server answered an error")
+                await client.call_tool("read", {"path": relative})
+                continue
+            arguments: dict[str, object] = {
+                "path": relative,
+                "content": texts[index][chain.turn % 2],
+                "expected_sha256": chain.digest,
+            }
+            chain.turn += 1
+            structured = await client.call_tool("replace", arguments)
+            if not isinstance(structured, dict) or not isinstance(structured.get("sha256"), str):
+                raise Unavailable("failed: replace answered no sha256")
+            chain.digest = structured["sha256"]
+
+    async with open_client(side, "raw") as client:
+        await client.list_tools()
+        per_worker = max(1, (WARMUP + calls) // concurrency)
+        async with asyncio.TaskGroup() as group:
+            for index in range(concurrency):
+                group.create_task(worker(client, index, per_worker))
+
+
+WAITS: Final = ("poll", "posix.write", "posix.read", "SimpleQueue", "recv", "acquire")
+"""Built-ins whose own time is mostly waiting: for I/O, or for another thread or process."""
+BUILTIN_GROUPS: Final = (
+    ("waits and system calls (epoll, pipe writes, thread wake-ups)", WAITS),
+    ("pydantic", ("pydantic_core",)),
+    ("json (stdlib, orjson)", ("orjson", "_json")),
+)
+FILE_GROUPS: Final = (
+    ("mcp SDK", ("/mcp/", "/mcp_types/")),
+    ("anyio", ("/anyio/",)),
+    ("pydantic", ("/pydantic/", "/pydantic_core/")),
+    ("opentelemetry (SDK hooks)", ("/opentelemetry/",)),
+    ("ours: application (spice.agent.coding)", ("/spice/agent/coding/",)),
+    ("ours: contract and tools", ("/spice/agent/",)),
+    ("json (stdlib, orjson)", ("/json/",)),
+    ("asyncio event loop", ("/asyncio/", "selectors.py", "threading.py", "/concurrent/")),
+)
+"""Where a function's own time is counted: the first group with a marker in its file (or,
+for a built-in, in its name)."""
+
+
+def _group_of(filename: str, function: str) -> str:
+    builtin = filename == "~"
+    for group, markers in BUILTIN_GROUPS if builtin else FILE_GROUPS:
+        if any(marker in (function if builtin else filename) for marker in markers):
+            return group
+    return "other built-ins" if builtin else "other"
+
+
+def grouped(stats: pstats.Stats) -> list[tuple[str, float]]:
+    """Own time (seconds) summed by group, largest first."""
+    totals: dict[str, float] = {}
+    table: dict[tuple[str, int, str], tuple[int, int, float, float, object]]
+    table = stats.stats  # type: ignore[attr-defined]
+    for (filename, _, function), (_, _, own, _, _) in table.items():
+        name = _group_of(filename, function)
+        totals[name] = totals.get(name, 0.0) + own
+    return sorted(totals.items(), key=lambda item: -item[1])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -139,6 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calls", type=int, default=DEFAULT_CALLS)
     parser.add_argument("--sort", choices=("cumulative", "tottime"), default="tottime")
     parser.add_argument("--serve", action="store_true", help="profile the MCP server side")
+    parser.add_argument("--concurrency", type=int, default=1, help="calls in flight (--serve)")
     options = parser.parse_args(argv)
     root = Path(tempfile.mkdtemp(prefix="spice-profile-")).resolve()
     out = io.StringIO()
@@ -147,10 +200,16 @@ def main(argv: list[str] | None = None) -> int:
             if options.figure.startswith("shell"):
                 parser.error("--serve profiles read and replace figures only")
             output = root.parent / f"{root.name}.prof"
-            with open(os.devnull, "w", encoding="utf-8") as errlog:
-                asyncio.run(_drive_server(root, options.figure, options.calls, output, errlog))
+            asyncio.run(
+                _drive_server(root, options.figure, options.calls, output, options.concurrency)
+            )
             stats = pstats.Stats(str(output), stream=out)
             output.unlink()
+            total = sum(seconds for _, seconds in grouped(stats)) or 1.0
+            print(f"server main thread, own time by group ({options.calls} calls):")
+            for name, seconds in grouped(stats):
+                per_call = seconds / options.calls * 1e6
+                print(f"  {seconds / total:6.1%}  {per_call:8.1f} us/call  {name}")
         else:
             profiler = asyncio.run(_profile(Workbench(root), options.figure, options.calls))
             stats = pstats.Stats(profiler, stream=out)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import importlib
 import importlib.metadata
 import json
 import os
@@ -19,15 +20,11 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import Final
 
-import bench_inprocess
-import bench_mcp
-import bench_memory
-import bench_scaling
-import bench_startup
 from _harness import (
     FULL,
     PEER_PACKAGE,
@@ -37,25 +34,38 @@ from _harness import (
     Figure,
     Settings,
     Summary,
+    Target,
     cpu_count,
     number,
 )
 
-SECTIONS: Final = ("in-process", "mcp", "startup", "memory", "scaling")
+MODULES: Final = (
+    "bench_inprocess",
+    "bench_mcp",
+    "bench_startup",
+    "bench_memory",
+    "bench_scaling",
+    "bench_edits",
+)
+"""The bench modules, in run order. Each has ``SECTION: str`` and ``run(Settings) ->
+list[Figure]``; ``--only SECTION`` picks modules by their section. To add one, add its
+name here (one line) and nothing else."""
 DISTRIBUTIONS: Final = ("spice-agent-api", "spice-agent-tools-coding", "spice-agent-coding", "mcp")
 
 
-def _section_runners() -> dict[str, Callable[[Settings], list[Figure]]]:
-    def startup(settings: Settings) -> list[Figure]:
-        return bench_startup.run(settings) + bench_mcp.startup(settings)
+def _modules() -> list[ModuleType]:
+    return [importlib.import_module(name) for name in MODULES]
 
-    return {
-        "in-process": bench_inprocess.run,
-        "mcp": bench_mcp.run,
-        "startup": startup,
-        "memory": bench_memory.run,
-        "scaling": bench_scaling.run,
-    }
+
+def _sections(modules: Sequence[ModuleType]) -> list[str]:
+    return list(dict.fromkeys(str(module.SECTION) for module in modules))
+
+
+def _run_module(module: ModuleType, settings: Settings) -> list[Figure]:
+    figures = module.run(settings)
+    if not isinstance(figures, list) or not all(isinstance(f, Figure) for f in figures):
+        raise TypeError(f"{module.__name__}.run must answer a list of Figure")
+    return figures
 
 
 def _command_output(argv: Sequence[str]) -> str | None:
@@ -136,7 +146,67 @@ def _ratio(figure: Figure) -> str:
     return f"{ratio:.2f}x ({arrow})"
 
 
-def markdown(figures: Sequence[Figure], about: dict[str, object], seconds: float) -> str:
+def targets_of(modules: Sequence[ModuleType]) -> list[Target]:
+    """Every module's ``TARGETS`` (a module may have none)."""
+    found: list[Target] = []
+    for module in modules:
+        for target in getattr(module, "TARGETS", ()):
+            if not isinstance(target, Target):
+                raise TypeError(f"{module.__name__}.TARGETS must hold Target values")
+            found.append(target)
+    return found
+
+
+def target_rows(targets: Sequence[Target], figures: Sequence[Figure]) -> list[dict[str, object]]:
+    """Each target beside the ratio this run measured for its figure."""
+    by_name = {(figure.section, figure.name): figure for figure in figures}
+    rows: list[dict[str, object]] = []
+    for target in targets:
+        figure = by_name.get((target.section, target.figure))
+        if figure is None:
+            continue
+        ratio = figure.ratio
+        rows.append(
+            {
+                "section": target.section,
+                "figure": target.figure,
+                "bound": target.bound(),
+                "ratio": ratio,
+                "met": target.met(ratio),
+                "source": target.source,
+            }
+        )
+    return rows
+
+
+def _target_lines(rows: Sequence[dict[str, object]]) -> list[str]:
+    if not rows:
+        return []
+    lines = [
+        "",
+        "## Targets",
+        "",
+        "| section | figure | target (ratio) | measured | met | source |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for row in rows:
+        ratio = row["ratio"]
+        measured = f"{ratio:.2f}x" if isinstance(ratio, float) else "n/a"
+        verdict = row["met"]
+        met = "yes" if verdict is True else "**no**" if verdict is False else "n/a"
+        lines.append(
+            f"| {row['section']} | {row['figure']} | {row['bound']} | {measured} | {met} | "
+            f"{row['source']} |"
+        )
+    return lines
+
+
+def markdown(
+    figures: Sequence[Figure],
+    about: dict[str, object],
+    seconds: float,
+    targets: Sequence[dict[str, object]] = (),
+) -> str:
     """The table of every figure, with the machine and the date."""
     versions = about.get("versions")
     peer = (
@@ -174,6 +244,7 @@ def markdown(figures: Sequence[Figure], about: dict[str, object], seconds: float
             f"{figure.reference_kind}: {figure.reference_name} | {_ratio(figure)} | "
             f"{'; '.join(notes)} |"
         )
+    lines += _target_lines(targets)
     return "\n".join(lines) + "\n"
 
 
@@ -181,26 +252,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the selected sections and write the results."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="a fast smoke run (few repeats)")
+    modules = _modules()
+    sections = _sections(modules)
     parser.add_argument(
-        "--only", action="append", choices=SECTIONS, help="run only this section (repeatable)"
+        "--only", action="append", choices=sections, help="run only this section (repeatable)"
     )
     parser.add_argument(
         "--output", type=Path, default=RESULTS, help="directory for latest.json and latest.md"
     )
     options = parser.parse_args(argv)
     settings = QUICK if options.quick else FULL
-    selected = tuple(options.only) if options.only else SECTIONS
-    runners = _section_runners()
+    selected = tuple(options.only) if options.only else tuple(sections)
     about = machine()
     about["quick"] = settings.quick
     figures: list[Figure] = []
     started = time.perf_counter()
-    for section in selected:
-        print(f"bench: {section} ...", file=sys.stderr, flush=True)
-        section_start = time.perf_counter()
-        figures += runners[section](settings)
+    for module in modules:
+        if module.SECTION not in selected:
+            continue
+        print(f"bench: {module.__name__} ({module.SECTION}) ...", file=sys.stderr, flush=True)
+        module_start = time.perf_counter()
+        figures += _run_module(module, settings)
         print(
-            f"bench: {section} done in {time.perf_counter() - section_start:.1f} s",
+            f"bench: {module.__name__} done in {time.perf_counter() - module_start:.1f} s",
             file=sys.stderr,
             flush=True,
         )
@@ -222,7 +296,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "seconds": round(seconds, 1),
         "figures": [figure.as_json() for figure in figures],
     }
-    table = markdown(figures, about, seconds)
+    rows = target_rows(targets_of(modules), figures)
+    document["targets"] = rows
+    table = markdown(figures, about, seconds, rows)
     output: Path = options.output
     output.mkdir(parents=True, exist_ok=True)
     (output / "latest.json").write_text(

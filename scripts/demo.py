@@ -3,10 +3,10 @@
 Copies examples/sample-worktree to a scratch directory, starts
 `spice-coding serve --root <scratch>` (the installed console script) through the
 MCP SDK's own stdio client, and walks the story: list the tools, read a file,
-fix it with a durable replace, replay the replace (refused as stale), create a
-file, run the sample's tests through the shell, stop a command at its timeout,
-and shut down cleanly with no process left. Exits non-zero if any step does
-not behave as expected.
+fix its typo with a durable replace by edits (showing the diff), replay the edit
+(refused as stale), create a file, run the sample's tests through the shell, stop
+a command at its timeout, and shut down cleanly with no process left. Exits
+non-zero if any step does not behave as expected.
 """
 
 from __future__ import annotations
@@ -133,25 +133,32 @@ async def story(worktree: Path, errlog_path: Path) -> None:
             say(f"   {read['bytes']} bytes, sha256 {read['sha256'][:16]}...")
             say(f"   line 6: {read['content'].splitlines()[5].strip()}")
 
-            say(f"\n3. replace {TARGET} (expected_sha256 from the read): fix the typo")
-            arguments = {"path": TARGET, "content": FIXED, "expected_sha256": read["sha256"]}
+            say(f"\n3. replace {TARGET} by edits (expected_sha256 from the read): fix the typo")
+            edits = [{"old_text": '"Helo, "', "new_text": '"Hello, "'}]
+            arguments = {"path": TARGET, "expected_sha256": read["sha256"], "edits": edits}
             replaced = content(await call("replace", arguments))
             expect(replaced.get("ok") is True, "the replace succeeds")
             expect(replaced.get("committed") is True, "the replace commits")
             expect(replaced.get("durable") is True, "the commit is durable")
             expect(FIXED.encode() == (worktree / TARGET).read_bytes(), "the file holds the fix")
+            expect(replaced.get("edits_applied") == 1, "one replacement was made")
+            expect('+    return "Hello, "' in replaced.get("diff", ""), "the diff shows the fix")
             say(
                 f"   committed={replaced['committed']} durable={replaced['durable']} "
-                f"sha256 {replaced['sha256'][:16]}..."
+                f"edits_applied={replaced['edits_applied']} sha256 {replaced['sha256'][:16]}..."
             )
+            for line in str(replaced["diff"]).splitlines():
+                say(f"   | {line}")
 
-            say("\n4. the same replace again (a replay after a lost answer)")
+            say("\n4. the same edit again (a replay after a lost answer)")
             replay = await call("replace", arguments)
             again = content(replay)
             expect(replay.is_error and again.get("code") == "stale", "the replay is refused")
             expect(FIXED.encode() == (worktree / TARGET).read_bytes(), "nothing changed twice")
             holds = again.get("current_sha256") == replaced["sha256"]
-            say(f"   refused: code={again['code']}; file already holds this content: {holds}")
+            say(
+                f"   refused: code={again['code']}; the file holds the first call's result: {holds}"
+            )
 
             say("\n5. create NOTES.md")
             created = content(

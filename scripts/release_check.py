@@ -128,7 +128,8 @@ def check_install(dist: Path, work: Path) -> None:
     venv = work / "venv"
     python = str(venv / "bin" / "python")
     # Third-party dependencies exactly as locked, from uv's cache (filled by `make bootstrap`),
-    # without the workspace members; then our own wheels from dist/ with no index at all.
+    # without the workspace members; then our own wheels from dist/ with no index at all. Both
+    # compile bytecode, as `make bootstrap` does, so the smoke test starts as a user's would.
     run(
         UV,
         "sync",
@@ -136,6 +137,7 @@ def check_install(dist: Path, work: Path) -> None:
         "--offline",
         "--no-dev",
         "--no-install-workspace",
+        "--compile-bytecode",
         "--package",
         "spice-agent-coding",
         "--python",
@@ -149,6 +151,7 @@ def check_install(dist: Path, work: Path) -> None:
         "--offline",
         "--no-index",
         "--no-deps",
+        "--compile-bytecode",
         "--python",
         python,
         "--find-links",

@@ -76,6 +76,21 @@ def test_any_json_object_round_trips_through_a_result(
 
 
 @UNDER_LOAD
+@given(identities(), json_objects())
+def test_any_json_object_built_by_a_tool_is_one_compact_text_of_its_object(
+    call_id: str, content: dict[str, object]
+) -> None:
+    """``from_content``: its text decodes to the object, in its key order, and equals the
+    validated result of the same text; ``content_object`` is that object."""
+    built = Result.from_content(call_id, content)
+    assert content == json.loads(built.content)
+    assert list(content) == list(json.loads(built.content))
+    assert content == dict(built.content_object)
+    assert Result(call_id, built.content) == built
+    assert content == dict(Result(call_id, built.content).content_object)
+
+
+@UNDER_LOAD
 @given(json_objects())
 def test_a_schema_is_the_same_from_a_mapping_and_from_any_text_of_it(
     schema: dict[str, object],
@@ -130,6 +145,7 @@ def test_an_invalid_identity_is_always_a_clean_value_error(identity: str) -> Non
         lambda: Call(identity, "t"),
         lambda: Call("1", identity),
         lambda: Result(identity, {}),
+        lambda: Result.from_content(identity, {}),
         lambda: Progress(identity, "working"),
         lambda: ExecutionError(identity, "definitive", "never", "failed"),
         lambda: Interruption(identity, "definitive", "never"),
@@ -161,6 +177,7 @@ def test_overlong_messages_are_always_a_clean_value_error(secret: str, extra: in
     builders: list[Callable[[], object]] = [
         lambda: Progress("1", text),
         lambda: Result("1", {}, text),
+        lambda: Result.from_content("1", {}, text),
         lambda: ExecutionError("1", "definitive", "never", text),
         lambda: Definition("t", text, {}, "read_only", "safe"),
     ]

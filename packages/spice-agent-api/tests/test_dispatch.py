@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 from collections.abc import Awaitable, Callable
 
@@ -324,6 +325,16 @@ async def test_an_answer_exactly_at_the_payload_bound_is_passed_on() -> None:
     assert content == (await dispatcher.dispatch(Call("1", "t"))).content
 
 
+async def test_an_ascii_answer_exactly_at_the_payload_bound_is_passed_on() -> None:
+    """A result of exactly 1 MiB of ASCII passes; its size is its length (no encoding)."""
+    content = '{"k":"' + "a" * (MAXIMUM_PAYLOAD_BYTES - 8) + '"}'
+    assert MAXIMUM_PAYLOAD_BYTES == len(content.encode())
+    dispatcher = Dispatcher(
+        [FakeTool(read_only_definition("t"), answering(lambda c: Result(c.id, content)))]
+    )
+    assert content == (await dispatcher.dispatch(Call("1", "t"))).content
+
+
 async def test_a_model_visible_failure_is_passed_on_unchanged() -> None:
     """A tool's failure result is the caller's answer, not an exception."""
     failure = Result("1", {"ok": False, "code": "not_found"}, "no such file")
@@ -443,3 +454,24 @@ async def test_a_timeout_around_dispatch_still_works() -> None:
     with pytest.raises(TimeoutError):
         async with asyncio.timeout(0):
             await dispatcher.dispatch(Call("1", "t"))
+
+
+@pytest.mark.parametrize("interceptors", [0, 2])
+async def test_a_finished_dispatch_leaves_no_reference_cycle_holding_the_call(
+    interceptors: int,
+) -> None:
+    """With and without interceptors, a call leaves no cyclic garbage: it is freed as it ends."""
+    log: list[str] = []
+    dispatcher = Dispatcher(
+        [FakeTool(read_only_definition("t"), answering(lambda call: Result(call.id, {})))],
+        [recorder(str(n), log) for n in range(interceptors)],
+    )
+    gc.collect()
+    gc.disable()
+    try:
+        await dispatcher.dispatch(Call("1", "t", '{"big":"' + "x" * 1024 + '"}'))
+        unreachable = gc.collect()
+    finally:
+        gc.enable()
+    assert 0 == unreachable
+    assert 2 * interceptors == len(log)

@@ -8,6 +8,8 @@ import hashlib
 import json
 import pickle
 import struct
+import types
+from collections.abc import Callable
 
 import pytest
 
@@ -103,7 +105,9 @@ def test_enums_have_the_contract_spellings() -> None:
 # --- identities -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("identity", ["a" * 128, "é" * 64, "€" * 42 + "ab", "x", "a b"])
+@pytest.mark.parametrize(
+    "identity", ["a" * 128, "é" * 64, "€" * 42 + "ab", "x", "a b", "mcp-1", "a\u00a0b", "日本"]
+)
 def test_an_identity_at_the_bound_is_accepted(identity: str) -> None:
     """Names and ids up to 128 UTF-8 bytes (multi-byte included) are accepted."""
     assert identity == Call(identity, identity).id
@@ -127,6 +131,8 @@ def test_an_identity_one_byte_past_the_bound_is_rejected(identity: str) -> None:
         ("a\0b", "control characters"),
         ("a\x1bb", "control characters"),
         ("a\x7fb", "control characters"),
+        ("é\x85b", "control characters"),
+        ("a\x9fb", "control characters"),
         ("a\ud800", "lone surrogate"),
     ],
 )
@@ -499,11 +505,155 @@ def test_a_problem_at_the_message_bound_is_accepted_and_one_past_rejected() -> N
         Result("1", {}, "")
 
 
+def test_a_result_built_from_a_tools_own_content_is_encoded_once_in_its_key_order() -> None:
+    """``from_content`` keeps the mapping's key order (``ok`` first), compact, real Unicode."""
+    result = Result.from_content("1", {"ok": True, "path": "é.txt", "bytes": 3})
+    assert '{"ok":true,"path":"é.txt","bytes":3}' == result.content
+    assert {"ok": True, "path": "é.txt", "bytes": 3} == dict(result.content_object)
+    assert ["ok", "path", "bytes"] == list(result.content_object)
+    assert not result.is_error
+
+
+def test_a_result_from_content_equals_the_validated_result_of_its_text() -> None:
+    """The two construction paths give equal values for the same text and problem."""
+    built = Result.from_content("7", {"ok": False, "code": "stale"}, "the file changed")
+    validated = Result("7", '{"ok":false,"code":"stale"}', "the file changed")
+    assert validated == built
+    assert hash(validated) == hash(built)
+    assert built.is_error
+    assert "the file changed" == built.problem
+
+
+def test_a_result_from_content_takes_any_mapping() -> None:
+    """A read-only mapping (not a ``dict``) is encoded like a dict of the same items."""
+    proxy = types.MappingProxyType({"ok": True, "n": [1, {"a": (2,)}]})
+    result = Result.from_content("1", proxy)
+    assert '{"ok":true,"n":[1,{"a":[2]}]}' == result.content
+    assert {"ok": True, "n": [1, {"a": (2,)}]} == dict(result.content_object)
+
+
+def test_a_result_from_content_keeps_a_snapshot_of_the_top_level() -> None:
+    """A key added to the mapping afterwards reaches neither the text nor the object."""
+    content: dict[str, object] = {"ok": True}
+    result = Result.from_content("1", content)
+    content["late"] = 1
+    assert '{"ok":true}' == result.content
+    assert {"ok": True} == dict(result.content_object)
+
+
+def test_the_content_object_is_read_only() -> None:
+    """``content_object`` is a read-only view: assigning a key raises ``TypeError``."""
+    for result in (Result.from_content("1", {"ok": True}), Result("1", '{"ok":true}')):
+        view = result.content_object
+        with pytest.raises(TypeError):
+            view["ok"] = False  # type: ignore[index]
+        assert {"ok": True} == dict(result.content_object)
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        ('{ "b": [1, {"c": null}] }', {"b": [1, {"c": None}]}),
+        ({"b": "é", "a": 2}, {"a": 2, "b": "é"}),
+    ],
+)
+def test_the_content_object_of_validated_content_is_its_decoded_text(
+    content: str | dict[str, object], expected: dict[str, object]
+) -> None:
+    """Text or a mapping given to the constructor: ``content_object`` is the parsed text."""
+    result = Result("1", content)
+    assert expected == dict(result.content_object)
+    assert json.loads(result.content) == dict(result.content_object)
+
+
+def _pickled(result: Result) -> Result:
+    clone = pickle.loads(pickle.dumps(result))  # noqa: S301 - our own bytes
+    assert isinstance(clone, Result)
+    return clone
+
+
+@pytest.mark.parametrize("make", [copy.copy, copy.deepcopy, _pickled])
+def test_a_copied_or_unpickled_result_decodes_its_text_on_first_use(
+    make: Callable[[Result], Result],
+) -> None:
+    """A copy carries only the fields; its ``content_object`` is decoded from the text."""
+    original = Result.from_content("1", {"ok": True, "items": [1, 2]})
+    copied = make(original)
+    assert original == copied
+    assert {"ok": True, "items": [1, 2]} == dict(copied.content_object)
+    assert {"ok": True, "items": [1, 2]} == dict(copied.content_object)
+
+
+def test_replacing_a_results_content_gives_the_new_content_object() -> None:
+    """``dataclasses.replace`` validates the new text; the object follows it."""
+    replaced = dataclasses.replace(Result.from_content("1", {"ok": True}), content='{"ok":false}')
+    assert {"ok": False} == dict(replaced.content_object)
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        {1: "number key"},
+        {"ok": {2: "nested number key"}},
+        {"ok": [{None: "key in a list"}]},
+        {"ok": ({True: "key in a tuple"},)},
+        {"ok": [[[{"fine": 1}, {2.5: "deep key"}]]]},
+        {"ok": float("nan")},
+        {"ok": float("inf")},
+        {"ok": object()},
+        {"ok": b"bytes"},
+        '{"ok":true}',
+        ["ok"],
+        None,
+    ],
+)
+def test_a_result_from_content_rejects_what_is_not_a_json_object_mapping(content: object) -> None:
+    """Non-string keys at any level, NaN, non-JSON values and non-mappings are rejected."""
+    with pytest.raises(ValueError, match="result content"):
+        Result.from_content("1", content)  # type: ignore[arg-type]
+
+
+def test_a_result_from_content_rejects_a_lone_surrogate_and_names_no_content() -> None:
+    """A lone surrogate in a value is invalid Unicode; the message does not quote it."""
+    with pytest.raises(ValueError, match="result content") as raised:
+        Result.from_content("1", {"ok": "secret\ud800"})
+    assert "secret" not in str(raised.value)
+
+
+def test_a_result_from_content_rejects_nesting_deeper_than_json_can_encode() -> None:
+    """Nesting past the interpreter's recursion limit is a ``ValueError``, not a crash."""
+    deep: dict[str, object] = {}
+    for _ in range(100_000):
+        deep = {"k": deep}
+    with pytest.raises(ValueError, match="result content"):
+        Result.from_content("1", deep)
+
+
+def test_a_result_from_content_at_the_payload_bound_is_accepted_and_one_past_rejected() -> None:
+    """Content encoding to exactly 1 MiB is accepted; one byte more is rejected."""
+    at_bound = json.loads(json_object_of_size(MAXIMUM_PAYLOAD_BYTES, "€"))
+    assert MAXIMUM_PAYLOAD_BYTES == len(Result.from_content("1", at_bound).content.encode())
+    past = json.loads(json_object_of_size(MAXIMUM_PAYLOAD_BYTES + 1, "€"))
+    with pytest.raises(ValueError, match="exceeds"):
+        Result.from_content("1", past)
+
+
+@pytest.mark.parametrize(("call_id", "problem"), [(" 1", None), ("", None), ("1", ""), ("1", 3)])
+def test_a_result_from_content_validates_its_id_and_problem(call_id: str, problem: object) -> None:
+    """The id and the problem follow the same rules as the constructor's."""
+    with pytest.raises(ValueError, match=r"call id|problem"):
+        Result.from_content(call_id, {"ok": False}, problem)  # type: ignore[arg-type]
+
+
 def test_a_result_repr_shows_no_content() -> None:
     """The repr of a result tells its id and error state, never its content."""
-    text = repr(Result("1", {"content": "file body"}))
-    assert "file body" not in text
-    assert "is_error=False" in text
+    for result in (
+        Result("1", {"content": "file body"}),
+        Result.from_content("1", {"content": "file body"}),
+    ):
+        text = repr(result)
+        assert "file body" not in text
+        assert "is_error=False" in text
 
 
 # --- Progress -------------------------------------------------------------------------------

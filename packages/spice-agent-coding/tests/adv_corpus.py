@@ -137,6 +137,8 @@ def _codes(read: str, create: str, expected: str, shell: str) -> dict[str, str]:
 
 EXISTING_FILE: Final = _codes(OK, EXISTS, OK, WORKDIR)
 EXISTING_DIR: Final = _codes(NOT_REGULAR, EXISTS, NOT_REGULAR, OK)
+# The root itself (contract 9.1): no file, so read and replace refuse it as an argument.
+ROOT_ITSELF: Final = _codes(INVALID, INVALID, INVALID, OK)
 MISSING_NAME: Final = _codes(NOT_FOUND, OK, NOT_FOUND, WORKDIR)
 # A created name whose parent is a symlink inside the root: the contract says
 # create "never [creates parents] through a symlink"; following an existing inside
@@ -202,7 +204,7 @@ def _dot_segments(b: _Builder) -> None:
     ):
         b.add("dot", path, EXISTING_FILE)
     for path in (".", "./", "dir/..", "dir/sub/../..", "./.", "././"):
-        b.add("dot", path, EXISTING_DIR, also={"replace-create": [INVALID, NOT_REGULAR]})
+        b.add("dot", path, ROOT_ITSELF)
     for path in ("dir", "dir/", "dir/.", "dir/sub/..", "./dir/./", "empty"):
         b.add("dot", path, EXISTING_DIR, also={"replace-create": [NOT_REGULAR]})
     # Every position of a ".." that leaves the root: all lexical escapes.
@@ -259,7 +261,9 @@ def _absolute(b: _Builder) -> None:
         "/./etc/passwd",
         "/../etc/passwd",
     ):
-        b.add("absolute", path, _all(INVALID))
+        # Absolute paths beneath the root mean their relative remainder (contract 9.3).
+        beneath = {"{base}/root/file.txt": EXISTING_FILE, "{base}/root": ROOT_ITSELF}
+        b.add("absolute", path, beneath.get(path, _all(INVALID)))
     # Names that look absolute elsewhere but are plain relative names on POSIX.
     for path in ("C:/Windows", "C:", "file:/etc/passwd", "~/secret.txt", "~root", "%2e%2e/x"):
         b.add("absolute", path, MISSING_NAME)
@@ -277,6 +281,66 @@ def _absolute(b: _Builder) -> None:
         setup=[_link("root/evil", "{base}/root-evil")],
         also={"replace-create": [EXISTS, ESCAPE], "replace-expected": [ESCAPE]},
     )
+    _absolute_beneath(b)
+
+
+def _absolute_beneath(b: _Builder) -> None:
+    """Absolute paths lexically beneath the root, as configured or as resolved (9.3)."""
+    for path, tools in (
+        ("{base}/root/", ROOT_ITSELF),
+        ("{base}/root/.", ROOT_ITSELF),
+        ("{base}/root/dir/..", ROOT_ITSELF),
+        ("{base}//root//dir/inner.txt", EXISTING_FILE),
+        ("{base}/root/./dir/sub/../inner.txt", EXISTING_FILE),
+        ("{base}/root/../root/file.txt", EXISTING_FILE),
+        ("{base}/root/dir/sub/deep.txt", EXISTING_FILE),
+        ("{base}/root/new.txt", MISSING_NAME),
+        ("{base}/root/missing/new.txt", _codes(NOT_FOUND, OK, NOT_FOUND, WORKDIR)),
+        ("{base}/root-evil", _all(INVALID)),
+        ("{base}/root/../root-evil/secret.txt", _all(INVALID)),
+        ("{base}/root/dir/../../outside/secret.txt", _all(INVALID)),
+        ("{base}/root/..", _all(INVALID)),
+        ("{base}", _all(INVALID)),
+    ):
+        b.add("absolute-beneath", path, tools)
+    b.add(
+        "absolute-beneath",
+        "{base}/root/dir",
+        EXISTING_DIR,
+        also={"replace-create": [NOT_REGULAR]},
+    )
+    b.add(
+        "absolute-beneath",
+        "{base}/root/evil/secret.txt",
+        _all(ESCAPE),
+        setup=[_link("root/evil", "../root-evil")],
+        note="beneath the root by its text, outside it through a link: resolved by _root",
+    )
+    b.add(
+        "absolute-beneath",
+        "{base}/alias/file.txt",
+        _all(INVALID),
+        setup=[_link("alias", "root")],
+        note="another link to the root is not a form of the root: only two forms count",
+    )
+    rootlink = [_link("rootlink", "root")]
+    for path, tools in (
+        ("{base}/rootlink/file.txt", EXISTING_FILE),
+        ("{base}/root/file.txt", EXISTING_FILE),
+        ("{base}/root/dir/inner.txt", EXISTING_FILE),
+        ("{base}/rootlink", ROOT_ITSELF),
+        ("{base}/root", ROOT_ITSELF),
+        ("{base}/root/new.txt", MISSING_NAME),
+        ("{base}/root-evil/secret.txt", _all(INVALID)),
+    ):
+        b.add(
+            "absolute-beneath",
+            path,
+            tools,
+            setup=rootlink,
+            root="rootlink",
+            note="the root is configured through a link: its configured and resolved forms",
+        )
 
 
 def _control(b: _Builder) -> None:
@@ -796,7 +860,7 @@ def _roots(b: _Builder) -> None:
     for path, tools in (
         ("file.txt", EXISTING_FILE),
         ("dir/inner.txt", EXISTING_FILE),
-        (".", EXISTING_DIR),
+        (".", ROOT_ITSELF),
         ("dir", EXISTING_DIR),
         ("new.txt", MISSING_NAME),
         ("../outside/secret.txt", _all(INVALID)),
@@ -808,7 +872,7 @@ def _roots(b: _Builder) -> None:
             tools,
             setup=setup,
             root="rootlink",
-            also={"replace-create": [INVALID, NOT_REGULAR]} if path == "." else DIR_ALSO,
+            also=None if path == "." else DIR_ALSO,
             note="the configured root is itself reached through a symlink",
         )
     b.add(
@@ -821,17 +885,14 @@ def _roots(b: _Builder) -> None:
     )
     for between in ("rename_root", "delete_root"):
         for path in ("file.txt", "new.txt", "."):
+            # read and replace refuse "." from the arguments alone, before the root.
+            tools = _codes(INVALID, INVALID, INVALID, ROOT_GONE) if path == "." else _all(ROOT_GONE)
             b.add(
                 "root-gone",
                 path,
-                _all(ROOT_GONE),
+                tools,
                 between=between,
-                also={
-                    "shell-workdir": [WORKDIR],
-                    # replace answers "." from the arguments alone, before the root.
-                    "replace-create": [EXISTS] if path == "." else [],
-                    "replace-expected": [NOT_REGULAR] if path == "." else [],
-                },
+                also={"shell-workdir": [WORKDIR]},
                 note="the root disappears between two calls on one instance",
             )
     b.add(

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import threading
+import time
 from collections.abc import Mapping
 from typing import Final, final
 
@@ -29,6 +32,7 @@ from spice.agent.tool import (
     RetryDisposition,
 )
 from spice.agent.tools.coding import Config
+from spice.agent.tools.coding._commit import POSIX, Checkpoint
 
 TEXT_SCHEMA: Final[Mapping[str, object]] = {
     "type": "object",
@@ -204,3 +208,98 @@ class FakeRecord:
                 AutoBean("shell", self.shell),
             ),
         )
+
+
+@final
+class GatedTool:
+    """Each call waits for one ``release()``; records how many run at once (and the peak)."""
+
+    def __init__(self, name: str = "gated") -> None:
+        self._definition = Definition(
+            name, "Waits to be released.", TEXT_SCHEMA, Effect.READ_ONLY, ReplaySafety.SAFE, ()
+        )
+        self.running = 0
+        self.peak = 0
+        self.started = 0
+        self.changed = asyncio.Event()
+        self._gate = asyncio.Semaphore(0)
+
+    @property
+    def definition(self) -> Definition:
+        return self._definition
+
+    def release(self) -> None:
+        """Let one waiting (or the next) call finish."""
+        self._gate.release()
+
+    async def until(self, running: int) -> None:
+        """Wait until exactly ``running`` calls are running."""
+        while self.running != running:
+            self.changed.clear()
+            await self.changed.wait()
+
+    async def execute(self, call: Call, reporter: Reporter | None = None) -> Result:
+        self.started += 1
+        self.running += 1
+        self.peak = max(self.peak, self.running)
+        self.changed.set()
+        try:
+            await self._gate.acquire()
+        finally:
+            self.running -= 1
+            self.changed.set()
+        return Result(call.id, _compact({"ok": True}))
+
+
+@final
+class SlowFsync:
+    """The real system calls of ``replace``, but its first fsync is slow (a busy disk).
+
+    The delay is the injected fault; it runs in the tool's worker thread.
+    """
+
+    def __init__(self, seconds: float) -> None:
+        self.reached = threading.Event()
+        self._seconds = seconds
+
+    def open(self, name: str, flags: int, mode: int, dir_fd: int) -> int:
+        return POSIX.open(name, flags, mode, dir_fd)
+
+    def read(self, fd: int, size: int) -> bytes:
+        return POSIX.read(fd, size)
+
+    def write(self, fd: int, data: memoryview) -> int:
+        return POSIX.write(fd, data)
+
+    def fsync(self, fd: int) -> None:
+        if not self.reached.is_set():
+            self.reached.set()
+            time.sleep(self._seconds)
+        POSIX.fsync(fd)
+
+    def fchmod(self, fd: int, mode: int) -> None:
+        POSIX.fchmod(fd, mode)
+
+    def fchown(self, fd: int, uid: int, gid: int) -> None:
+        POSIX.fchown(fd, uid, gid)
+
+    def close(self, fd: int) -> None:
+        POSIX.close(fd)
+
+    def lstat(self, name: str, dir_fd: int) -> os.stat_result:
+        return POSIX.lstat(name, dir_fd)
+
+    def fstat(self, fd: int) -> os.stat_result:
+        return POSIX.fstat(fd)
+
+    def rename(self, source: str, target: str, dir_fd: int) -> None:
+        POSIX.rename(source, target, dir_fd)
+
+    def link(self, source: str, target: str, dir_fd: int) -> None:
+        POSIX.link(source, target, dir_fd)
+
+    def unlink(self, name: str, dir_fd: int) -> None:
+        POSIX.unlink(name, dir_fd)
+
+    def checkpoint(self, point: Checkpoint) -> None:
+        POSIX.checkpoint(point)

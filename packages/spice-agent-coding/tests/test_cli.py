@@ -164,7 +164,7 @@ def test_an_execution_error_exits_2(
     """An ExecutionError prints its bounded message with state and retry, and exits 2."""
 
     @asynccontextmanager
-    async def failing_compose(config: Config) -> AsyncIterator[Dispatcher]:
+    async def failing_compose(config: Config, **_: object) -> AsyncIterator[Dispatcher]:
         yield Dispatcher([FailingTool("read")])
 
     monkeypatch.setattr(_cli, "compose", failing_compose)

@@ -231,6 +231,25 @@ async def test_settle_finishes_its_work_before_a_cancellation_propagates() -> No
     assert ["cleaned"] == done
 
 
+async def test_settle_holds_back_repeated_cancellations_and_re_raises_the_first() -> None:
+    """Cancelled three times mid-cleanup: the cleanup ends, the first cancellation surfaces."""
+    gate = asyncio.Event()
+
+    async def slow_cleanup() -> None:
+        await gate.wait()
+
+    task = asyncio.create_task(settle([slow_cleanup]))
+    await asyncio.sleep(0)
+    for message in ("first", "second", "third"):
+        task.cancel(message)
+        await asyncio.sleep(0)
+    assert not task.done()
+    gate.set()
+    with pytest.raises(asyncio.CancelledError) as caught:
+        await task
+    assert ("first",) == caught.value.args
+
+
 async def test_settle_with_nothing_to_do_completes() -> None:
     """No cleanups is trivially complete."""
     assert True is await settle([])

@@ -255,6 +255,10 @@ async def test_cancelling_the_server_stops_a_blocked_read() -> None:
         (b"7", (None, -32600)),
         (b'{"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": 7}', (5, -32602)),
         (b'{"jsonrpc": "2.0", "id": "x", "method": 3}', ("x", -32600)),
+        (b"{}", (None, -32600)),
+        (b'{"jsonrpc": "2.0", "id": true, "method": "tools/call", "params": 7}', (None, -32600)),
+        (b'{"jsonrpc": "2.0", "id": 1.5, "method": "ping", "params": 7}', (None, -32600)),
+        (b'{"jsonrpc": "2.0", "id": 9, "result": 7, "extra": []}', (None, -32600)),
     ],
 )
 def test_a_frame_that_is_not_a_valid_message_gets_a_json_rpc_error(
@@ -271,10 +275,10 @@ def test_a_frame_that_is_not_a_valid_message_gets_a_json_rpc_error(
     "frame_text",
     [
         b'{"jsonrpc": "2.0", "method": "notifications/x", "params": 7}',
-        b'{"jsonrpc": "2.0", "id": true, "method": "tools/call", "params": 7}',
-        b'{"jsonrpc": "2.0", "id": 9, "result": 7, "extra": []}',
+        b'{"jsonrpc": "1.0", "method": "notifications/x"}',
+        b'{"method": 7}',
     ],
 )
-def test_invalid_notifications_and_responses_get_no_answer(frame_text: bytes) -> None:
-    """JSON-RPC never answers a notification, nor a frame without a usable request id."""
+def test_invalid_notifications_get_no_answer(frame_text: bytes) -> None:
+    """JSON-RPC never answers a notification (a ``method`` and no ``id``), valid or not."""
     assert _error_for(frame_text) is None

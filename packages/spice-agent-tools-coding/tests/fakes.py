@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import final
+from typing import cast, final
 
 from spice.agent.process import (
     LaunchError,
@@ -216,6 +216,75 @@ class FakeLauncher:
         for chunk in process.stderr:
             spec.stderr.write(chunk)
         return process
+
+
+@final
+class ContainedLauncher:
+    """A ``FakeLauncher`` that declares the optional ``contained`` attribute.
+
+    ``value`` is what the attribute answers (any object, to test how it is read);
+    ``failure`` makes reading it raise. ``reads`` counts how often it was read.
+    """
+
+    def __init__(
+        self,
+        value: object = True,
+        inner: FakeLauncher | None = None,
+        *,
+        failure: Exception | None = None,
+    ) -> None:
+        self.value = value
+        self.inner = FakeLauncher() if inner is None else inner
+        self.reads = 0
+        self.reads_at_start: list[int] = []
+        self._failure = failure
+
+    @property
+    def contained(self) -> object:
+        """Count the read; raise the failure or answer the value."""
+        self.reads += 1
+        if self._failure is not None:
+            raise self._failure
+        return self.value
+
+    async def start(self, spec: Spec) -> Process:
+        """Note how often ``contained`` was read so far, then start through ``inner``."""
+        self.reads_at_start.append(self.reads)
+        return await self.inner.start(spec)
+
+
+@final
+class AnsweringLauncher:
+    """A broken launcher whose ``start`` returns ``answer``, whatever it is (``None``...).
+
+    ``gate`` holds each start until set; ``entered`` is set when one arrives.
+    """
+
+    def __init__(self, answer: object, gate: asyncio.Event | None = None) -> None:
+        self.answer = answer
+        self.specs: list[Spec] = []
+        self.entered = asyncio.Event()
+        self._gate = gate
+
+    async def start(self, spec: Spec) -> Process:
+        """Record the spec, wait for the gate, answer (breaking the protocol on purpose)."""
+        self.specs.append(spec)
+        self.entered.set()
+        if self._gate is not None:
+            await self._gate.wait()
+        return cast("Process", self.answer)
+
+
+@final
+class HalfProcess:
+    """Has some ``Process`` methods but not ``wait`` (the join): not a process."""
+
+    def done(self) -> bool:
+        """Always done."""
+        return True
+
+    async def wait_exit(self) -> None:
+        """Returns at once."""
 
 
 def partial_start(process: FakeProcess) -> LaunchError:

@@ -73,11 +73,13 @@ class Recording:
     """A :class:`~spice.agent.tools.coding._commit.Syscalls` that counts and injects faults.
 
     ``failures`` maps an operation to the invocation numbers (1-based) that fail with
-    ``EIO``. Operations: ``open``, ``open_temporary`` (an ``open`` with ``O_CREAT``),
-    ``read``, ``write``, ``fsync``, ``fchmod``, ``close``, ``close_temporary`` (closing
-    the descriptor ``open_temporary`` returned), ``lstat``, ``fstat``, ``rename``,
-    ``link``, ``unlink``. ``write_limit`` caps what one ``write`` writes (``0`` makes it
-    write nothing). ``hooks`` run in the worker thread at a checkpoint.
+    ``EIO`` (``EPERM`` for ``fchown``). Operations: ``open``, ``open_temporary`` (an
+    ``open`` with ``O_CREAT``), ``read``, ``write``, ``fsync``, ``fchmod``, ``fchown``,
+    ``close``, ``close_temporary`` (closing the descriptor ``open_temporary`` returned),
+    ``lstat``, ``fstat``, ``rename``, ``link``, ``unlink``. ``write_limit`` caps what one
+    ``write`` writes (``0`` makes it write nothing). ``hooks`` run in the worker thread
+    at a checkpoint; ``slow`` maps ``(operation, number)`` to a hook run in the worker
+    thread just before that invocation (a slow ``fsync``, for example).
     """
 
     def __init__(
@@ -86,12 +88,14 @@ class Recording:
         failures: Mapping[str, Iterable[int]] | None = None,
         write_limit: int | None = None,
         hooks: Mapping[Checkpoint, Callable[[], None]] | None = None,
+        slow: Mapping[tuple[str, int], Callable[[], None]] | None = None,
     ) -> None:
         self.calls: collections.Counter[str] = collections.Counter()
         self.checkpoints: list[Checkpoint] = []
         self._failures = {op: frozenset(numbers) for op, numbers in (failures or {}).items()}
         self._write_limit = write_limit
         self._hooks = dict(hooks or {})
+        self._slow = dict(slow or {})
         self._temporary_fds: set[int] = set()
         self._lock = threading.Lock()
 
@@ -99,8 +103,11 @@ class Recording:
         with self._lock:
             self.calls[operation] += 1
             number = self.calls[operation]
+        hook = self._slow.get((operation, number))
+        if hook is not None:
+            hook()
         if number in self._failures.get(operation, frozenset()):
-            raise OSError(errno.EIO, INJECTED)
+            raise OSError(errno.EPERM if operation == "fchown" else errno.EIO, INJECTED)
 
     def open(self, name: str, flags: int, mode: int, dir_fd: int) -> int:
         """Count, maybe fail, then open for real."""
@@ -134,6 +141,11 @@ class Recording:
         """Count, maybe fail, then chmod for real."""
         self._count("fchmod")
         POSIX.fchmod(fd, mode)
+
+    def fchown(self, fd: int, uid: int, gid: int) -> None:
+        """Count, maybe fail (``EPERM`` for ``fchown``: not allowed), then chown for real."""
+        self._count("fchown")
+        POSIX.fchown(fd, uid, gid)
 
     def close(self, fd: int) -> None:
         """Count, close for real, then maybe report a failure (the fd is gone either way)."""

@@ -60,6 +60,7 @@ FILE_SYSCALLS: Final = frozenset(
         "fsync",
         "fdatasync",
         "fchmod",
+        "fchown",
         "newfstatat",
         "fstat",
         "statx",

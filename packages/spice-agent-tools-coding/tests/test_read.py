@@ -113,9 +113,10 @@ def test_the_definition_is_read_only_safe_and_declares_filesystem_read(tmp_path:
     schema = json.loads(definition.input_schema)
     assert ["path"] == schema["required"]
     assert schema["additionalProperties"] is False
-    assert {"type": "string", "minLength": 1}.items() <= schema["properties"]["path"].items()
-    assert {"type": "integer", "minimum": 0}.items() <= schema["properties"]["offset"].items()
-    limit = {"type": "integer", "minimum": 1, "maximum": 1000}
+    assert {"type": "string"}.items() <= schema["properties"]["path"].items()
+    offset = {"type": ["integer", "null"], "minimum": 0}
+    assert offset.items() <= schema["properties"]["offset"].items()
+    limit = {"type": ["integer", "null"], "minimum": 1, "maximum": 1000}
     assert limit.items() <= schema["properties"]["limit"].items()
     assert not (tmp_path / "missing-root").exists()
 
@@ -165,7 +166,7 @@ async def test_windows_answers_unsupported_platform(
         ('{"path": "a", "limit": 17}', "limit must be at most 16 (max_read_bytes)"),
         ('{"path": ""}', "path must not be empty"),
         ('{"path": "../a"}', "path must not leave the worktree root"),
-        ('{"path": "/etc/passwd"}', "path must be relative to the worktree root"),
+        ('{"path": "/etc/passwd"}', "an absolute path must lie beneath the worktree root"),
     ],
 )
 async def test_malformed_arguments_get_their_own_words(
@@ -201,6 +202,7 @@ async def test_a_complete_page_has_the_whole_file_and_its_sha256(root: Path) -> 
         "encoding": "utf-8",
         "content": data.decode(),
         "sha256": hashlib.sha256(data).hexdigest(),
+        "file_sha256": hashlib.sha256(data).hexdigest(),
     } == content
     assert data == str(content["content"]).encode()  # CRLF and the BOM byte-exact
 
@@ -297,6 +299,33 @@ async def test_nul_bytes_too_large_to_escape_are_base64_within_the_payload_bound
     assert MAXIMUM_PAYLOAD_BYTES > len(result.content.encode())
 
 
+async def test_a_text_page_whose_json_is_exactly_the_payload_bound_stays_text(root: Path) -> None:
+    """Escaped JSON of exactly 1 MiB is answered as text; one escaped byte more is base64.
+
+    Every NUL escapes to six bytes and every quote to two; the file's length stays the same,
+    so only the escaping moves the answer's size.
+    """
+    length = 300 * 1024
+    tool = new_read(Config(root, max_read_bytes=MAXIMUM_BYTES))
+
+    async def answer(nuls: int, quotes: int) -> Result:
+        data = b"\0" * nuls + b'"' * quotes + b"a" * (length - nuls - quotes)
+        (root / "page.txt").write_bytes(data)
+        return await tool.execute(Call("c", "read", '{"path": "page.txt"}'))
+
+    plain = len((await answer(0, 0)).content.encode())
+    nuls, quotes = divmod(MAXIMUM_PAYLOAD_BYTES - plain, 5)
+    at_bound = await answer(nuls, quotes)
+    assert ("utf-8", MAXIMUM_PAYLOAD_BYTES) == (
+        content_of(at_bound)["encoding"],
+        len(at_bound.content.encode()),
+    )
+    assert content_of(at_bound) == dict(at_bound.content_object)
+    past = await answer(nuls, quotes + 1)
+    assert "base64" == content_of(past)["encoding"]
+    assert content_of(past) == dict(past.content_object)
+
+
 async def test_a_deep_offset_in_a_huge_sparse_file_answers_at_once(root: Path) -> None:
     """A 1 TiB sparse file read at 1 TiB - 10 gives 10 bytes (cost is the page's)."""
     size = 1 << 40
@@ -338,7 +367,7 @@ def specials(root: Path) -> Iterator[Path]:
         ("fifo", "not_regular"),
         ("sock", "not_regular"),
         ("dir", "not_regular"),
-        (".", "not_regular"),
+        (".", "invalid_arguments"),
         ("zero_abs", "path_escape"),
         ("zero_rel", "path_escape"),
         ("missing", "not_found"),

@@ -43,6 +43,7 @@ SUCCESS_KEYS = {
     "durable",
     "temporary_cleaned",
     "hard_links_split",
+    "owner_changed",
 }
 
 
@@ -68,15 +69,32 @@ def test_definition_is_mutating_idempotent_and_reads_and_writes(root: Path) -> N
 
 
 def test_schema_names_each_property_and_allows_no_other(root: Path) -> None:
-    """The schema lists path, content, create (const true), the digest pattern, encodings."""
+    """The schema lists both forms' properties, the digest pattern and the encodings."""
     schema = json.loads(new_replace(Config(str(root))).definition.input_schema)
     properties = schema["properties"]
-    assert {"path", "content", "create", "expected_sha256", "encoding"} == set(properties)
+    assert {"path", "content", "create", "expected_sha256", "encoding", "edits"} == set(properties)
     assert schema["additionalProperties"] is False
-    assert ["content", "path"] == sorted(schema["required"])
-    assert properties["create"]["const"] is True
+    assert ["path"] == schema["required"]
     assert "^[0-9a-f]{64}$" == properties["expected_sha256"]["pattern"]
-    assert ["utf-8", "base64"] == properties["encoding"]["enum"]
+    assert ["utf-8", "base64", None] == properties["encoding"]["enum"]
+
+
+def test_every_optional_property_is_nullable_and_no_strict_mode_trick_is_used(
+    root: Path,
+) -> None:
+    """Optional properties admit null (contract 9.3); no oneOf/anyOf/const/default keywords."""
+    schema = json.loads(new_replace(Config(str(root))).definition.input_schema)
+    properties = schema["properties"]
+    item = properties["edits"]["items"]
+    optional = [v for k, v in properties.items() if k != "path"]
+    for declared in [*optional, item["properties"]["replace_all"]]:
+        assert "null" in declared["type"]
+    text = json.dumps(schema)
+    for keyword in ("oneOf", "anyOf", "allOf", "const", "default", "$ref"):
+        assert f'"{keyword}"' not in text, keyword
+    assert (1, 64) == (properties["edits"]["minItems"], properties["edits"]["maxItems"])
+    assert ["new_text", "old_text"] == sorted(item["required"])
+    assert item["additionalProperties"] is False
 
 
 def test_description_tells_the_model_to_read_first_and_pass_the_digest(root: Path) -> None:
@@ -114,6 +132,7 @@ async def test_create_writes_a_new_file_with_the_umask_mode(root: Path) -> None:
         "durable": True,
         "temporary_cleaned": True,
         "hard_links_split": False,
+        "owner_changed": False,
     }
     assert expected == content
     assert result.problem is None
@@ -195,13 +214,14 @@ async def test_create_never_makes_a_directory_at_a_dangling_symlink(root: Path) 
     assert not (root / "not-there").exists()
 
 
-async def test_create_at_the_root_itself_is_already_exists(root: Path) -> None:
-    """The root directory cannot be created or replaced."""
+async def test_a_path_naming_the_root_itself_is_invalid_arguments(root: Path) -> None:
+    """The root directory is no file: refused as an argument in both modes (contract 9.1)."""
     tool = make_tool(root)
     _, created = await run(tool, create_arguments(".", NEW))
-    _, replaced = await run(tool, replace_arguments(".", NEW, OLD))
-    assert "already_exists" == created["code"]
-    assert "not_regular" == replaced["code"]
+    _, replaced = await run(tool, replace_arguments("dir/..", NEW, OLD))
+    _, absolute = await run(tool, create_arguments(str(root) + "/", NEW))
+    assert ["invalid_arguments"] * 3 == [created["code"], replaced["code"], absolute["code"]]
+    assert ["f.txt"] == os.listdir(root)
 
 
 # -- replace --------------------------------------------------------------------------
@@ -226,8 +246,10 @@ async def test_replace_commits_new_bytes_keeps_the_mode_and_changes_the_inode(
         "durable": True,
         "temporary_cleaned": True,
         "hard_links_split": False,
+        "owner_changed": False,
     }
     assert expected == content
+    assert "ok" == next(iter(content))
     assert result.problem is None
     assert NEW_BYTES == target.read_bytes()
     assert 0o640 == stat.S_IMODE(target.stat().st_mode)
@@ -282,7 +304,8 @@ async def test_same_digest_is_a_no_op_twice_without_temporary_file_or_rename(
         assert content["ok"] is True
         assert content["changed"] is False
         assert content["committed"] is False
-        assert content["durable"] is False
+        assert content["durable"] is True  # nothing needed syncing (contract 9.1)
+        assert content["owner_changed"] is False
         assert content["temporary_cleaned"] is True
     assert 0 == syscalls.calls["rename"]
     assert 0 == syscalls.calls["open_temporary"]
@@ -370,14 +393,26 @@ async def test_a_target_at_the_bound_is_replaced_and_one_past_is_too_large(
 async def test_multibyte_content_at_the_bound_is_accepted_and_one_byte_past_is_not(
     root: Path,
 ) -> None:
-    """The bound counts UTF-8 bytes: 5 x 'é' is 10 bytes; one more ASCII byte is over."""
+    """The bound counts UTF-8 bytes: 5 x 'é' is 10 bytes; one more is invalid_arguments."""
     tool = make_tool(root, max_write_bytes=10)
     _, at = await run(tool, create_arguments("at.txt", "\u00e9" * 5))
     _, past = await run(tool, create_arguments("past.txt", "\u00e9" * 5 + "a"))
     assert at["ok"] is True
     assert 10 == at["bytes"]
-    assert "file_too_large" == past["code"]
+    assert "invalid_arguments" == past["code"]
     assert not (root / "past.txt").exists()
+
+
+async def test_content_over_the_bound_is_refused_before_the_target_is_looked_at(
+    root: Path,
+) -> None:
+    """Contract 9.1: too much content is invalid_arguments, not found or not, no syscall."""
+    syscalls = Recording()
+    tool = make_tool(root, syscalls, max_write_bytes=4)
+    _, missing = await run(tool, replace_arguments("missing/x.txt", "12345", OLD))
+    _, existing = await run(tool, replace_arguments("f.txt", "12345", OLD))
+    assert ("invalid_arguments", "invalid_arguments") == (missing["code"], existing["code"])
+    assert 0 == sum(syscalls.calls.values())
 
 
 async def test_base64_content_is_written_as_bytes_and_bounded_as_text(root: Path) -> None:
@@ -392,7 +427,7 @@ async def test_base64_content_is_written_as_bytes_and_bounded_as_text(root: Path
     assert len(data) == content["bytes"]
     assert digest(data) == content["sha256"]
     assert data == (root / "b.bin").read_bytes()
-    assert "file_too_large" == over["code"]
+    assert "invalid_arguments" == over["code"]
 
 
 async def test_explicit_utf8_encoding_writes_the_text(root: Path) -> None:
@@ -561,6 +596,7 @@ async def test_a_failed_post_commit_fsync_is_durability_unconfirmed_and_never_re
     assert content["durable"] is False
     assert content["temporary_cleaned"] is True
     assert SUCCESS_KEYS | {"code", "message"} == set(content)
+    assert ["ok", "code", "message"] == list(content)[:3]
     assert result.problem == content["message"]
     assert 3 == syscalls.calls["fsync"]
     assert NEW_BYTES == (root / "f.txt").read_bytes()

@@ -1,4 +1,4 @@
-"""Property tests of replace arguments: any JSON gives a Result or an ExecutionError."""
+"""Property tests of replace arguments, both forms: any JSON gives a Result or an error."""
 
 from __future__ import annotations
 
@@ -35,6 +35,9 @@ CODES: Final = frozenset(
         "replace_failed",
         "durability_unconfirmed",
         "cleanup_incomplete",
+        "edit_not_found",
+        "edit_ambiguous",
+        "not_text",
     }
 )
 
@@ -57,6 +60,13 @@ _values = {
     "create": st.booleans(),
     "expected_sha256": st.sampled_from([digest(b"old\n"), "0" * 64, "F" * 64, ""]),
     "encoding": st.sampled_from(["utf-8", "base64", "UTF-8", "latin-1"]),
+    "edits": st.lists(
+        st.fixed_dictionaries(
+            {"old_text": st.sampled_from(["old", "o", "", "\n", "x"]) | _json},
+            optional={"new_text": st.text(max_size=8) | _json, "replace_all": _json},
+        ),
+        max_size=3,
+    ),
 }
 _arguments = st.fixed_dictionaries(
     {}, optional={name: strategy | _json for name, strategy in _values.items()}

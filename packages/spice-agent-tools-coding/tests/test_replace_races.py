@@ -146,8 +146,8 @@ async def test_an_external_write_between_preflight_and_commit_survives_as_stale(
     assert [] == temporaries(root)
 
 
-async def test_an_external_replacement_with_identical_bytes_is_still_stale(root: Path) -> None:
-    """The re-check compares file identity too: a new inode with the same bytes is stale."""
+async def test_an_external_replacement_with_identical_bytes_is_not_stale(root: Path) -> None:
+    """The re-check compares content: a new inode with the read bytes is replaced (9.1)."""
 
     def swap() -> None:
         (root / "swap.tmp").write_bytes(OLD)
@@ -155,9 +155,10 @@ async def test_an_external_replacement_with_identical_bytes_is_still_stale(root:
 
     tool = make_tool(root, Recording(hooks={Checkpoint.TEMPORARY_SYNCED: swap}))
     _, content = await run(tool, replace_arguments("f.txt", MINE, OLD))
-    assert "stale" == content["code"]
-    assert digest(OLD) == content["current_sha256"]
-    assert OLD == (root / "f.txt").read_bytes()
+    assert content["ok"] is True
+    assert content["committed"] is True
+    assert MINE.encode() == (root / "f.txt").read_bytes()
+    assert [] == temporaries(root)
 
 
 async def test_a_target_removed_before_commit_is_not_found_and_not_recreated(

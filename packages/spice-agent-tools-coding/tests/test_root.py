@@ -622,7 +622,7 @@ def _changing(
     def walk(*args: object, **kwargs: object) -> int:
         made.append(1)
         if len(made) <= changes:
-            raise PathError("path_unavailable", _root._CHANGED)
+            raise _root._changed()
         return real_walk(*args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(_root, "_fast_path_enabled", lambda _fd: False)
@@ -665,3 +665,27 @@ def test_other_failures_are_never_retried(
     with pytest.raises(PathError) as caught:
         open_beneath(root_fd, "missing.txt", os.O_RDONLY, follow_final=True, regular=True)
     assert ("not_found", 1) == (caught.value.code, len(made))
+
+
+@pytest.mark.parametrize("opener", ["file", "directory"])
+def test_the_retry_reads_the_changed_flag_never_the_message_text(
+    tree: Tree, root_fd: int, monkeypatch: pytest.MonkeyPatch, opener: str
+) -> None:
+    """The change text without the flag is answered at once; the flag alone is retried."""
+    made: list[str] = []
+
+    def walk(*_args: object, **_kwargs: object) -> int:
+        made.append("unflagged" if len(made) == 0 else "flagged")
+        if len(made) == 1:
+            raise PathError("path_unavailable", _root._CHANGED)
+        raise PathError("path_unavailable", "another text", changed=True)
+
+    monkeypatch.setattr(_root, "_fast_path_enabled", lambda _fd: False)
+    monkeypatch.setattr(_root, "_walk", walk)
+    with pytest.raises(PathError) as unflagged:
+        _open_for(root_fd, opener)
+    assert (["unflagged"], False) == (made, unflagged.value.changed)
+    with pytest.raises(PathError) as flagged:
+        _open_for(root_fd, opener)
+    assert _root.CHANGE_ATTEMPTS == made.count("flagged")
+    assert ("path_unavailable", True) == (flagged.value.code, flagged.value.changed)

@@ -69,6 +69,7 @@ SUCCESS_KEYS = {
     "stderr_omitted_bytes",
     "stdout_omitted_at",
     "stderr_omitted_at",
+    "contained",
 }
 
 
@@ -130,7 +131,7 @@ def test_schema_states_every_bound(tmp_path: Path) -> None:
     assert {"argv", "workdir", "timeout_seconds"} == set(schema["properties"])
     argv = schema["properties"]["argv"]
     assert (1, 128) == (argv["minItems"], argv["maxItems"])
-    assert {"type": "string", "minLength": 1} == argv["items"]
+    assert {"type": "string"} == argv["items"]
     timeout = schema["properties"]["timeout_seconds"]
     assert (0, 30.0) == (timeout["exclusiveMinimum"], timeout["maximum"])
 
@@ -231,6 +232,7 @@ async def test_exit_zero_is_success_with_exact_content(tmp_path: Path) -> None:
         "stderr_omitted_bytes": 0,
         "stdout_omitted_at": None,
         "stderr_omitted_at": None,
+        "contained": False,
     }
     assert expected == content_of(result)
     assert result.problem is None

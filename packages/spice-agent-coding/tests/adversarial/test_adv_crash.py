@@ -43,6 +43,8 @@ OLD: Final = b"old bytes of the file\n" * 3
 NEW: Final = "new bytes, a little longer than the old ones\n" * 4
 CHILD_SECONDS: Final = 60
 TEMPORARY_PREFIX: Final = ".spice-replace-"
+NOBODY: Final = 65534
+"""Owner and group of a file of another user (the suite runs as root)."""
 
 CHILD: Final = """
 import asyncio, json, sys
@@ -144,6 +146,34 @@ def test_every_crash_state_of_a_replace_holds_the_old_or_the_new_bytes(tmp_path:
     kinds = [op.kind for op in trace.ops]
     assert "rename" in kinds
     assert "fsyncdir" in kinds
+    count, problems = violations(trace, "file.txt", OLD, NEW.encode(), tmp_path / "states")
+    assert [] == problems
+    assert count > len(trace.ops)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to own a file of another user")
+def test_every_crash_state_of_a_replace_that_keeps_another_owner_holds_old_or_new(
+    tmp_path: Path,
+) -> None:
+    """A replace that also fchowns the temporary (a file of nobody): old or new bytes."""
+    arguments = {
+        "path": "file.txt",
+        "content": NEW,
+        "expected_sha256": hashlib.sha256(OLD).hexdigest(),
+    }
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "file.txt").write_bytes(OLD)
+    os.chown(root / "file.txt", NOBODY, NOBODY)
+    content = traced_replace(root, arguments, tmp_path / "trace.txt")
+    lines = (tmp_path / "trace.txt").read_text(encoding="ascii", errors="replace").splitlines()
+    assert any(line.split("(", 1)[0].endswith("fchown") for line in lines)
+    trace = parse_trace(lines, os.fspath(root), {"file.txt": OLD})
+    assert (True, True, False) == (content["ok"], content["durable"], content["owner_changed"])
+    assert (NOBODY, NOBODY) == (
+        (root / "file.txt").stat().st_uid,
+        (root / "file.txt").stat().st_gid,
+    )
     count, problems = violations(trace, "file.txt", OLD, NEW.encode(), tmp_path / "states")
     assert [] == problems
     assert count > len(trace.ops)

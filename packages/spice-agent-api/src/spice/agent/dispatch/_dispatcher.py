@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Final, Protocol, final
 
@@ -40,11 +39,8 @@ _INTERCEPTOR_CHANGED_CALL: Final = "an interceptor changed the call's id or tool
 
 
 def _unknown_tool(call: Call) -> Result:
-    content = json.dumps(
-        {"ok": False, "code": "unknown_tool", "message": _UNKNOWN_TOOL_PROBLEM},
-        separators=(",", ":"),
-    )
-    return Result(call.id, content, _UNKNOWN_TOOL_PROBLEM)
+    content = {"ok": False, "code": "unknown_tool", "message": _UNKNOWN_TOOL_PROBLEM}
+    return Result.from_content(call.id, content, _UNKNOWN_TOOL_PROBLEM)
 
 
 def _failure(call: Call, definition: Definition, message: str) -> ExecutionError:
@@ -98,25 +94,10 @@ class Dispatcher:
             return _unknown_tool(call)
         tool, definition = entry
 
-        async def run(index: int, current: Call) -> Result:
-            if index == len(self._interceptors):
-                return await tool.execute(current, reporter)
-            interceptor = self._interceptors[index]
-
-            def proceed(next_call: Call | None = None, /) -> Awaitable[Result]:
-                forwarded = current if next_call is None else next_call
-                if (
-                    not isinstance(forwarded, Call)
-                    or forwarded.id != call.id
-                    or forwarded.name != call.name
-                ):
-                    raise _failure(call, definition, _INTERCEPTOR_CHANGED_CALL)
-                return run(index + 1, forwarded)
-
-            return await interceptor(current, definition, proceed)
-
         try:
-            result = await run(0, call)
+            result = await _chain(
+                self._interceptors, 0, call, _Target(call, definition, tool, reporter)
+            )
         except ExecutionError as error:
             if error.call_id != call.id:
                 raise _failure(call, definition, _WRONG_ANSWER) from None
@@ -130,6 +111,48 @@ class Dispatcher:
         return result
 
 
+@final
+class _Target:
+    """What every link of one call's interceptor chain needs: the call and where it goes."""
+
+    __slots__ = ("call", "definition", "reporter", "tool")
+
+    def __init__(
+        self, call: Call, definition: Definition, tool: Tool, reporter: Reporter | None
+    ) -> None:
+        self.call = call
+        self.definition = definition
+        self.tool = tool
+        self.reporter = reporter
+
+
+async def _chain(
+    interceptors: tuple[Interceptor, ...], index: int, current: Call, target: _Target
+) -> Result:
+    """Run the interceptors from ``index`` on, then the tool.
+
+    A module function rather than a closure that calls itself: such a closure is a
+    reference cycle that would keep the call (and its arguments, up to the payload
+    bound) alive after the call ends, until a garbage collection.
+    """
+    if index == len(interceptors):
+        return await target.tool.execute(current, target.reporter)
+    interceptor = interceptors[index]
+
+    def proceed(next_call: Call | None = None, /) -> Awaitable[Result]:
+        forwarded = current if next_call is None else next_call
+        call = target.call
+        if (
+            not isinstance(forwarded, Call)
+            or forwarded.id != call.id
+            or forwarded.name != call.name
+        ):
+            raise _failure(call, target.definition, _INTERCEPTOR_CHANGED_CALL)
+        return _chain(interceptors, index + 1, forwarded, target)
+
+    return await interceptor(current, target.definition, proceed)
+
+
 def _within_payload(content: object) -> bool:
     # A Result checks its own bound; this re-check guards against a forged one.
     # Four UTF-8 bytes per character at most, so short text needs no encoding.
@@ -137,6 +160,8 @@ def _within_payload(content: object) -> bool:
         return False
     if len(content) * 4 <= MAXIMUM_PAYLOAD_BYTES:
         return True
+    if content.isascii():  # constant time: one byte per character
+        return len(content) <= MAXIMUM_PAYLOAD_BYTES
     try:
         return len(content.encode("utf-8")) <= MAXIMUM_PAYLOAD_BYTES
     except UnicodeEncodeError:

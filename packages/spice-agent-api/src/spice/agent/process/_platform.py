@@ -109,7 +109,23 @@ class ExecutableResolver(Protocol):
 
 @runtime_checkable
 class Launcher(Protocol):
-    """Starts processes from a ``Spec``."""
+    """Starts processes from a ``Spec``.
+
+    Optional attribute (not part of the protocol's required members, so a launcher
+    without it still satisfies ``isinstance``): ``contained: bool``, read-only, ``True``
+    when the processes this launcher starts are confined by it (for example to the
+    worktree). The shell tool reads it once per call, before the start, and reports it
+    as the result's ``contained`` field; absent or not a ``bool`` counts as ``False``.
+    A second optional attribute, ``containment: str``, is the launcher's own short text
+    on what it confines; the shell tool puts it in its description (read once, at
+    construction; at most 512 UTF-8 bytes, no control characters, else ignored). How a
+    launcher confines its children is its own business.
+
+    >>> class Contained:
+    ...     contained = True
+    ...
+    ...     async def start(self, spec: Spec) -> Process: ...
+    """
 
     async def start(self, spec: Spec) -> Process:
         """Start the process; raise ``LaunchError`` (carrying any partial process)."""

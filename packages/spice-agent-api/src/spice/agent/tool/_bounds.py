@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import unicodedata
 from collections.abc import Mapping
-from typing import Final
+from typing import Any, Final
 
 MAXIMUM_PAYLOAD_BYTES: Final = 1 << 20
 """Largest arguments, result content or input schema, in UTF-8 bytes."""
@@ -19,6 +19,8 @@ MAXIMUM_IDENTITY_BYTES: Final = 128
 
 def utf8_size(text: str, field: str = "text") -> int:
     """Return the UTF-8 size of ``text``; raise ``ValueError`` on lone surrogates."""
+    if text.isascii():  # constant time; one byte per character, no surrogate possible
+        return len(text)
     try:
         return len(text.encode("utf-8"))
     except UnicodeEncodeError:
@@ -41,7 +43,10 @@ def require_identity(value: object, field: str) -> str:
     text = require_text(value, field, maximum=MAXIMUM_IDENTITY_BYTES)
     if text != text.strip():
         raise ValueError(f"{field} must not have surrounding whitespace")
-    if any(unicodedata.category(char) in {"Cc", "Cs"} for char in text):
+    # Printable ASCII has no control character: the common case skips the per-character scan.
+    if not (text.isascii() and text.isprintable()) and any(
+        unicodedata.category(char) in {"Cc", "Cs"} for char in text
+    ):
         raise ValueError(f"{field} must not contain control characters")
     return text
 
@@ -67,6 +72,39 @@ def canonical_json(value: object, field: str) -> str:
         )
     except (TypeError, ValueError, RecursionError):
         raise ValueError(f"{field} must be JSON-serializable") from None
+
+
+def compact_json(value: Mapping[str, object], field: str) -> tuple[str, dict[str, object]]:
+    """Serialize a mapping as compact JSON in its own key order, real Unicode, no NaN.
+
+    Returns the text and the snapshot of the mapping's top level that was encoded. Keys
+    must be strings at every level (``json.dumps`` would silently turn a number key into
+    text, and the text would no longer describe the object it came from).
+    """
+    try:
+        snapshot = dict(value)
+        text = json.dumps(snapshot, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        _require_string_keys(snapshot)
+    except (TypeError, ValueError, RecursionError):
+        raise ValueError(f"{field} must be JSON-serializable") from None
+    return text, snapshot
+
+
+def _require_string_keys(value: dict[str, object]) -> None:
+    # Only containers are visited (never the characters of a string), without recursion:
+    # cheap even for a page, and json.dumps already bounded the depth. Containers are what
+    # json.dumps writes as objects and arrays (it refused anything else already).
+    pending: list[dict[Any, Any] | list[Any] | tuple[Any, ...]] = [value]
+    while pending:
+        current = pending.pop()
+        if isinstance(current, dict):
+            for key, item in current.items():
+                if not isinstance(key, str):
+                    raise TypeError
+                if isinstance(item, (dict, list, tuple)):
+                    pending.append(item)
+        else:
+            pending.extend(item for item in current if isinstance(item, (dict, list, tuple)))
 
 
 def json_object_text(value: object, field: str) -> tuple[str, dict[str, object]]:

@@ -5,12 +5,14 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import TypeVar, final
 
 from ._bounds import (
     MAXIMUM_MESSAGE_BYTES,
     MAXIMUM_PAYLOAD_BYTES,
     canonical_json,
+    compact_json,
     json_object_text,
     parse_json,
     require_identity,
@@ -133,10 +135,33 @@ class Call:
         return f"Call(id={self.id!r}, name={self.name!r}, arguments=<{len(self.arguments)} chars>)"
 
 
+class _Decoded:
+    """Holds a ``Result``'s decoded content beside its fields (not a field itself).
+
+    A copy or an unpickled result has only the fields; it decodes its text on first use.
+    """
+
+    __slots__ = ("_decoded",)
+    _decoded: dict[str, object]
+
+
 @final
 @dataclass(frozen=True, slots=True, init=False)
-class Result:
-    """A tool's answer: JSON object content; ``problem`` set means a model-visible failure."""
+class Result(_Decoded):
+    """A tool's answer: JSON object content; ``problem`` set means a model-visible failure.
+
+    ``Result(call_id, content, problem)`` validates content that comes from elsewhere:
+    JSON text is parsed (and kept exactly as given), a mapping is stored as canonical
+    JSON. ``Result.from_content`` is the path for content a tool builds itself: encoded
+    once, compact, in the mapping's own key order, and never parsed again. Either way
+    ``content_object`` is the decoded object, so no caller needs to parse ``content``.
+
+    >>> r = Result.from_content("1", {"ok": True, "path": "a.txt"})
+    >>> r.content
+    '{"ok":true,"path":"a.txt"}'
+    >>> r.content_object["path"]
+    'a.txt'
+    """
 
     call_id: str
     content: str
@@ -146,12 +171,50 @@ class Result:
         self, call_id: str, content: str | Mapping[str, object], problem: str | None = None
     ) -> None:
         require_identity(call_id, "result call id")
-        text, _ = json_object_text(content, "result content")
+        text, parsed = json_object_text(content, "result content")
+        self._assign(call_id, text, parsed, problem)
+
+    @classmethod
+    def from_content(
+        cls, call_id: str, content: Mapping[str, object], problem: str | None = None
+    ) -> Result:
+        """A result of content the tool built itself: one encoding, no parse.
+
+        ``content`` (a mapping with string keys at every level, of JSON values) is
+        encoded once as compact JSON in its own key order (``ensure_ascii=False``, no
+        NaN or infinity) and checked against ``MAXIMUM_PAYLOAD_BYTES``; the result keeps
+        a snapshot of its top level as ``content_object``. What ``content`` holds must
+        not change afterwards. Invalid content raises ``ValueError`` as the constructor
+        does.
+        """
+        require_identity(call_id, "result call id")
+        if not isinstance(content, Mapping):
+            raise ValueError("result content must be a JSON object or its text")
+        text, snapshot = compact_json(content, "result content")
+        require_text(text, "result content", maximum=MAXIMUM_PAYLOAD_BYTES)
+        result = object.__new__(cls)
+        result._assign(call_id, text, snapshot, problem)
+        return result
+
+    def _assign(
+        self, call_id: str, text: str, parsed: dict[str, object], problem: str | None
+    ) -> None:
         if problem is not None:
             require_text(problem, "problem", maximum=MAXIMUM_MESSAGE_BYTES)
         object.__setattr__(self, "call_id", call_id)
         object.__setattr__(self, "content", text)
         object.__setattr__(self, "problem", problem)
+        object.__setattr__(self, "_decoded", parsed)
+
+    @property
+    def content_object(self) -> Mapping[str, object]:
+        """The content as a read-only mapping: what ``json.loads(content)`` would give."""
+        try:
+            decoded: dict[str, object] = self._decoded
+        except AttributeError:
+            _, decoded = json_object_text(self.content, "result content")
+            object.__setattr__(self, "_decoded", decoded)
+        return MappingProxyType(decoded)
 
     @property
     def is_error(self) -> bool:

@@ -14,13 +14,15 @@ import logging
 import signal
 import sys
 from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
 from typing import Final, NoReturn
 
 from spice.agent.dispatch import Dispatcher
 from spice.agent.tool import MAXIMUM_PAYLOAD_BYTES, Call, Definition, ExecutionError
-from spice.agent.tools.coding import SECURITY_WARNING, Config
+from spice.agent.tools.coding import SECURITY_WARNING
 
-from ._compose import compose, resolve_config
+from ._compose import compose, launcher_for
+from ._settings import Settings, SettingsError, add_arguments, flags_of, resolve_settings
 
 PROGRAM: Final = "spice-coding"
 CALL_ID: Final = "cli-1"
@@ -33,7 +35,6 @@ STDIN_ARGUMENT: Final = "-"
 
 _BAD_JSON: Final = "the arguments are not a JSON text within the payload bound"
 _BAD_TOOL_NAME: Final = "that is not a tool name"
-_BAD_ROOT: Final = "the worktree root is not a usable path"
 _INTERNAL: Final = "an internal error stopped the command"
 _TRANSPORT_FAILED: Final = "the MCP transport failed"
 
@@ -84,6 +85,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action=_VersionAction)
     parser.add_argument("--root", metavar="DIR", help=root_help)
+    add_arguments(parser, after_command=False)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     commands.required = True
     for name, summary in (
@@ -93,6 +95,7 @@ def _parser() -> argparse.ArgumentParser:
     ):
         sub = commands.add_parser(name, help=summary, description=summary, epilog=SECURITY_WARNING)
         sub.add_argument("--root", metavar="DIR", default=argparse.SUPPRESS, help=root_help)
+        add_arguments(sub, after_command=True)
         if name == "call":
             sub.add_argument("tool", metavar="TOOL", help="the tool's name")
             sub.add_argument(
@@ -129,14 +132,19 @@ def tools_json(dispatcher: Dispatcher) -> str:
     return json.dumps(document, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
 
 
-async def _tools(config: Config) -> int:
-    async with compose(config) as dispatcher:
+def _composed(settings: Settings) -> AbstractAsyncContextManager[Dispatcher]:
+    """The application for ``settings``: its Config, and the launcher its sandbox mode asks for."""
+    return compose(settings.config, launcher=launcher_for(settings))
+
+
+async def _tools(settings: Settings) -> int:
+    async with _composed(settings) as dispatcher:
         _out(tools_json(dispatcher))
     return EXIT_OK
 
 
-async def _call(config: Config, call: Call) -> int:
-    async with compose(config) as dispatcher:
+async def _call(settings: Settings, call: Call) -> int:
+    async with _composed(settings) as dispatcher:
         try:
             result = await dispatcher.dispatch(call)
         except ExecutionError as error:
@@ -151,7 +159,7 @@ async def _call(config: Config, call: Call) -> int:
     return EXIT_OK
 
 
-async def _serve(config: Config) -> int:
+async def _serve(settings: Settings) -> int:
     # Imported here so that `tools` and `call` never load the MCP SDK.
     from ._stdio import serve_stdio  # noqa: PLC0415 - keeps the SDK off the fast paths
 
@@ -163,7 +171,7 @@ async def _serve(config: Config) -> int:
     for number in signals:
         loop.add_signal_handler(number, stop.set)
     try:
-        async with compose(config) as dispatcher:
+        async with _composed(settings) as dispatcher:
             serving = asyncio.ensure_future(serve_stdio(dispatcher))
             stopping = asyncio.ensure_future(stop.wait())
             try:
@@ -201,12 +209,12 @@ def run(argv: Sequence[str] | None = None) -> int:
     """Parse ``argv`` and run one command; returns the exit code."""
     options = _parser().parse_args(argv)
     try:
-        config = resolve_config(options.root)
-    except ValueError:
-        _err(_BAD_ROOT)
+        settings = resolve_settings(flags_of(options))
+    except SettingsError as error:
+        _err(str(error))
         return EXIT_ERROR
     if options.command == "tools":
-        return asyncio.run(_tools(config))
+        return asyncio.run(_tools(settings))
     if options.command == "call":
         arguments = _read_arguments(options.arguments)
         if arguments is None:
@@ -217,8 +225,8 @@ def run(argv: Sequence[str] | None = None) -> int:
         except ValueError:
             _err(_BAD_TOOL_NAME if _bad_name(options.tool) else _BAD_JSON)
             return EXIT_ERROR
-        return asyncio.run(_call(config, call))
-    return asyncio.run(_serve(config))
+        return asyncio.run(_call(settings, call))
+    return asyncio.run(_serve(settings))
 
 
 def _bad_name(name: str) -> bool:

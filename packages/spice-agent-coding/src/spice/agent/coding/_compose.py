@@ -14,7 +14,7 @@ import os
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Final, final
+from typing import TYPE_CHECKING, Final, final
 
 from spice.agent.dispatch import Dispatcher, Interceptor
 from spice.agent.lifecycle import Cleanup
@@ -25,6 +25,9 @@ from spice.agent.tools.coding import Config
 from spice.agent.tools.coding.autoconfigure import spice_auto_configuration
 
 from ._posix import PosixLauncher, PosixResolver
+
+if TYPE_CHECKING:
+    from ._settings import Settings
 
 ROOT_ENVIRONMENT_VARIABLE: Final = "SPICE_AGENT_WORKTREE"
 """Where the worktree root comes from when no flag names it."""
@@ -55,6 +58,17 @@ def resolve_config(
         return Config(os.path.abspath(os.curdir if chosen is None else chosen))
     except (OSError, ValueError, TypeError):
         raise ValueError(UNUSABLE_ROOT) from None
+
+
+def launcher_for(settings: Settings) -> Launcher:
+    """The launcher that ``serve``, ``call`` and ``tools`` run shell commands with.
+
+    This is where the containment of contract 9.4 is chosen from
+    ``settings.sandbox`` (``auto``, ``workspace``, ``off``) and
+    ``settings.allow_network``; until the contained launcher exists every mode
+    runs the plain ``PosixLauncher``.
+    """
+    return PosixLauncher()
 
 
 @final
@@ -125,8 +139,11 @@ async def settle(cleanups: Sequence[Cleanup]) -> bool:
     """Run ``cleanups`` to the end even if the caller is cancelled meanwhile.
 
     The work runs in its own task (each cleanup bounded by
-    ``CLEANUP_TIMEOUT_SECONDS``); a cancellation of the caller is held until
-    the work is done, then re-raised. Returns whether every cleanup completed.
+    ``CLEANUP_TIMEOUT_SECONDS``, so the wait is bounded too); cancellations of the
+    caller are held back until the work is done, then the first is re-raised. This
+    is the policy of the product's ``_settling.settle`` (one wake-up per
+    cancellation, no polling), kept here as a copy because that module is private
+    to the tools package.
     """
     if not cleanups:
         return True
@@ -138,7 +155,8 @@ async def settle(cleanups: Sequence[Cleanup]) -> bool:
         except asyncio.CancelledError as exc:
             if work.cancelled():
                 raise
-            cancelled = exc
+            if cancelled is None:
+                cancelled = exc  # the first one is re-raised; later ones are held back
     if cancelled is not None:
         raise cancelled
     return work.result()

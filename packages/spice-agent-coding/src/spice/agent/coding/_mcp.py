@@ -4,18 +4,21 @@ Built on the low-level ``mcp.server.Server`` (``mcp>=2.3,<3``). Every call goes
 through the dispatcher. A ``Result`` becomes a ``CallToolResult`` with the
 content object as ``structuredContent``, the same JSON as text, and ``isError``;
 an ``ExecutionError`` becomes a JSON-RPC error carrying its bounded message
-(``MCPError``), never a raw exception. Cancellation of the request (MCP
-``notifications/cancelled``, or the connection closing) cancels the call's task.
+(``MCPError``), never a raw exception. Each call runs in its own task; cancellation
+of the request (MCP ``notifications/cancelled``, or the server stopping) cancels that
+task once and waits for it (shielded, bounded), so no loop spins while a tool stops.
 """
 
 from __future__ import annotations
 
+import asyncio
 import importlib.metadata
 import itertools
 import json
 from collections.abc import Iterable
 from typing import Any, Final, final
 
+import anyio
 from mcp.server import Server, ServerRequestContext
 from mcp.server.session import ServerSession
 from mcp.shared.exceptions import MCPError
@@ -39,17 +42,35 @@ from spice.agent.tool import (
     ExecutionError,
     Progress,
     ReplaySafety,
+    Reporter,
     Result,
 )
+
+from ._json import arguments_text
 
 SERVER_NAME: Final = "spice-coding"
 INSTRUCTIONS: Final = (
     "Coding tools for one worktree: read a file page, replace a file atomically "
     "(pass the sha256 from a complete read, or create=true), and run one discrete "
-    "argv without a shell. Paths are relative to the worktree root."
+    "argv without a shell. Paths are relative to the worktree root, or absolute beneath it."
 )
 META_PREFIX: Final = "spice.agent/"
 """Prefix of the ``_meta`` keys that carry a definition's fingerprint and declarations."""
+
+PROGRESS_HEARTBEAT_SECONDS: Final = 5.0
+"""While a call runs, a client that sent a ``progressToken`` hears from it this often.
+
+The contract asks for at least every 10 seconds, so clients that reset their request
+timeout on progress never time out on a long command.
+"""
+
+HEARTBEAT_MESSAGE: Final = "the call is still running"
+CANCELLED_CALL_SECONDS: Final = 60.0
+"""How long a cancelled call's handler (and the server's shutdown) waits for the call to end.
+
+The tools bound their own stopping (the shell's stop, grace, kill and join; a write's
+worker), well within this; it only guards against a call that never ends.
+"""
 
 _REJECTED_PROBLEM: Final = "the call could not be formed from these arguments"
 _UNKNOWN_PROBLEM: Final = "no tool of that name is available"
@@ -89,19 +110,23 @@ def tool_of(definition: Definition) -> McpTool:
 
 
 def result_of(result: Result) -> CallToolResult:
-    """A dispatched ``Result`` as an MCP result: structured, as text, and ``isError``."""
+    """A dispatched ``Result`` as an MCP result: structured, as text, and ``isError``.
+
+    The text is the result's own encoding and the structured content its decoded object
+    (``Result.content_object``): nothing is encoded or parsed again here.
+    """
     return CallToolResult(
         content=[TextContent(type="text", text=result.content)],
-        structured_content=json.loads(result.content),
+        structured_content=dict(result.content_object),
         is_error=result.is_error,
     )
 
 
 def _refusal(code: str, problem: str) -> CallToolResult:
-    text = json.dumps({"ok": False, "code": code, "message": problem}, separators=(",", ":"))
+    content: dict[str, object] = {"ok": False, "code": code, "message": problem}
     return CallToolResult(
-        content=[TextContent(type="text", text=text)],
-        structured_content=json.loads(text),
+        content=[TextContent(type="text", text=json.dumps(content, separators=(",", ":")))],
+        structured_content=content,
         is_error=True,
     )
 
@@ -117,7 +142,10 @@ def protocol_error(error: ExecutionError) -> MCPError:
 
 @final
 class _SessionReporter:
-    """Turns a call's progress into MCP progress notifications (when a token was sent)."""
+    """Turns a call's progress into MCP progress notifications (when a token was sent).
+
+    One counter for the tool's own reports and the heartbeats, so ``progress`` only grows.
+    """
 
     __slots__ = ("_count", "_session")
 
@@ -129,27 +157,83 @@ class _SessionReporter:
         self._count += 1
         await self._session.report_progress(float(self._count), None, progress.message)
 
-
-def _arguments_text(arguments: dict[str, Any] | None) -> str:
-    return json.dumps(
-        {} if arguments is None else arguments,
-        ensure_ascii=False,
-        allow_nan=False,
-        separators=(",", ":"),
-    )
+    async def heartbeat(self) -> None:
+        self._count += 1
+        await self._session.report_progress(float(self._count), None, HEARTBEAT_MESSAGE)
 
 
-def mcp_server(dispatcher: Dispatcher, *, name: str = SERVER_NAME) -> Server[Any]:
-    """A low-level MCP ``Server`` that lists and calls the dispatcher's tools.
+@final
+class CallTasks:
+    """The dispatch tasks of one server.
 
-    Run it over any transport, e.g. in process with ``mcp.Client(mcp_server(d))``
-    or over stdio with ``serve_stdio``.
+    Each call runs in its own asyncio task, outside the SDK's cancel scope for the
+    request: that scope re-delivers its cancellation on every event-loop iteration
+    while the handler lives, so a tool that (correctly) waits out its worker after a
+    cancel would make the loop spin. The handler cancels the task exactly once and
+    waits for it in a shielded scope, where nothing is re-delivered.
     """
+
+    __slots__ = ("_tasks",)
+
+    def __init__(self) -> None:
+        self._tasks: set[asyncio.Task[Result]] = set()
+
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+    def start(self, dispatcher: Dispatcher, call: Call, reporter: Reporter) -> asyncio.Task[Result]:
+        task = asyncio.get_running_loop().create_task(dispatcher.dispatch(call, reporter))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def settle(self, seconds: float = CANCELLED_CALL_SECONDS) -> None:
+        """Wait (shielded, at most ``seconds``) for every call still running to end."""
+        with anyio.CancelScope(shield=True), anyio.move_on_after(seconds):
+            while self._tasks:
+                await asyncio.wait(set(self._tasks))
+
+
+async def _outcome(
+    task: asyncio.Task[Result], reporter: _SessionReporter, heartbeat_seconds: float
+) -> Result:
+    """The call's result; a heartbeat every ``heartbeat_seconds`` while it runs.
+
+    Cancelled (the client's ``notifications/cancelled``, or the server stopping): the
+    call's task is cancelled once and waited for, shielded and bounded, then the same
+    cancellation propagates.
+    """
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=heartbeat_seconds)
+            if done:
+                break
+            await reporter.heartbeat()
+    except asyncio.CancelledError:
+        task.cancel()
+        with anyio.CancelScope(shield=True), anyio.move_on_after(CANCELLED_CALL_SECONDS):
+            await asyncio.wait({task})
+        if task.done() and not task.cancelled():
+            task.exception()  # retrieved: the call ended some other way; the cancel still wins
+        raise
+    return task.result()
+
+
+def serving(
+    dispatcher: Dispatcher,
+    *,
+    name: str = SERVER_NAME,
+    heartbeat_seconds: float = PROGRESS_HEARTBEAT_SECONDS,
+) -> tuple[Server[Any], CallTasks]:
+    """``mcp_server`` and the set of its running calls, for a transport to wait on."""
     if not isinstance(dispatcher, Dispatcher):
         raise TypeError("mcp_server takes a Dispatcher")
+    if not heartbeat_seconds > 0:
+        raise ValueError("the heartbeat interval must be positive")
     listing = ListToolsResult(tools=[tool_of(d) for d in dispatcher.definitions])
     ids: Iterable[int] = itertools.count(1)
     counter = iter(ids)
+    calls = CallTasks()
 
     async def list_tools(
         ctx: ServerRequestContext[Any], params: PaginatedRequestParams | None
@@ -161,21 +245,42 @@ def mcp_server(dispatcher: Dispatcher, *, name: str = SERVER_NAME) -> Server[Any
     ) -> CallToolResult:
         call_id = f"mcp-{next(counter)}"
         try:
-            call = Call(call_id, params.name, _arguments_text(params.arguments))
+            call = Call(call_id, params.name, arguments_text(params.arguments))
         except ValueError:
             if params.name not in {d.name for d in dispatcher.definitions}:
                 return _refusal("unknown_tool", _UNKNOWN_PROBLEM)
             return _refusal("invalid_arguments", _REJECTED_PROBLEM)
+        reporter = _SessionReporter(ctx.session)
+        task = calls.start(dispatcher, call, reporter)
+        del call
         try:
-            result = await dispatcher.dispatch(call, _SessionReporter(ctx.session))
+            result = await _outcome(task, reporter, heartbeat_seconds)
         except ExecutionError as error:
             raise protocol_error(error) from None
+        finally:
+            del task
         return result_of(result)
 
-    return Server(
+    server: Server[Any] = Server(
         name,
         version=_version(),
         instructions=INSTRUCTIONS,
         on_list_tools=list_tools,
         on_call_tool=call_tool,
     )
+    return server, calls
+
+
+def mcp_server(
+    dispatcher: Dispatcher,
+    *,
+    name: str = SERVER_NAME,
+    heartbeat_seconds: float = PROGRESS_HEARTBEAT_SECONDS,
+) -> Server[Any]:
+    """A low-level MCP ``Server`` that lists and calls the dispatcher's tools.
+
+    Run it over any transport, e.g. in process with ``mcp.Client(mcp_server(d))``
+    or over stdio with ``serve_stdio``. While a call runs, a client that sent a
+    ``progressToken`` gets a progress notification every ``heartbeat_seconds``.
+    """
+    return serving(dispatcher, name=name, heartbeat_seconds=heartbeat_seconds)[0]

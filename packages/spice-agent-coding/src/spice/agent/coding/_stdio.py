@@ -16,12 +16,13 @@ import json
 import os
 import selectors
 import stat
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from typing import Final, final
 
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
-from mcp.shared.message import SessionMessage
+from mcp.shared.message import ServerMessageMetadata, SessionMessage
 from mcp.types import jsonrpc_message_adapter
 from mcp.types.jsonrpc import (
     INVALID_PARAMS,
@@ -29,17 +30,35 @@ from mcp.types.jsonrpc import (
     PARSE_ERROR,
     ErrorData,
     JSONRPCError,
+    JSONRPCNotification,
+    JSONRPCRequest,
+    JSONRPCResponse,
+    RequestId,
 )
 
 from spice.agent.dispatch import Dispatcher
 from spice.agent.tool import MAXIMUM_PAYLOAD_BYTES
 
-from ._mcp import mcp_server
+from ._json import frame
+from ._mcp import serving
 
 MAXIMUM_FRAME_BYTES: Final = 8 * MAXIMUM_PAYLOAD_BYTES
 """Longest JSON-RPC line accepted: a maximal payload, escaped, inside its envelope.
 
 A longer line is discarded as it streams in (memory stays bounded) and never answered.
+"""
+
+MAXIMUM_REQUESTS_IN_FLIGHT: Final = 64
+"""Requests handed to the server and not yet answered, per session.
+
+At the cap the transport stops reading stdin until one is answered, so memory stays
+bounded however many requests a client pipelines.
+"""
+
+EOF_GRACE_SECONDS: Final = 5.0
+"""After stdin's EOF, how long calls already received may run to be answered.
+
+Past it the server's stream closes, which stops the rest as on cancellation.
 """
 
 READ_CHUNK_BYTES: Final = 65_536
@@ -176,12 +195,19 @@ class _Sink:
             self._transport = None
 
 
-def _error_for(line: bytes) -> JSONRPCError | None:
-    """The JSON-RPC error answer to a frame that did not validate, or None for no answer.
+def _usable_id(ident: object) -> bool:
+    """Whether ``ident`` is an id JSON-RPC and MCP allow: a string or an integer (not a bool)."""
+    return isinstance(ident, str) or (isinstance(ident, int) and not isinstance(ident, bool))
 
-    Not JSON: a parse error (id null). Not an object: an invalid request (id null). A
-    request with a usable id: invalid params (or request) with that id, so the client
-    never waits for an answer that cannot come. Notifications and malformed responses
+
+def _error_for(line: bytes) -> JSONRPCError | None:
+    """The JSON-RPC error answer to a frame the server cannot take, or None for no answer.
+
+    Not JSON: a parse error (id null). Not an object, an object without a ``method``,
+    or a request whose ``id`` is not a string or an integer (``true``, ``1.5``, an
+    object, an array, ``null``): an invalid request (id null). A request with a
+    usable id: invalid params (or request) with that id, so the client never waits
+    for an answer that cannot come. Only notifications (a ``method`` and no ``id``)
     get no answer, as JSON-RPC says. Texts are fixed; nothing of the frame is quoted.
     """
     try:
@@ -190,81 +216,196 @@ def _error_for(line: bytes) -> JSONRPCError | None:
         return _error(None, PARSE_ERROR, _PARSE_ERROR)
     if not isinstance(value, dict):
         return _error(None, INVALID_REQUEST, _INVALID_REQUEST)
-    ident = value.get("id")
-    usable = isinstance(ident, str) or (isinstance(ident, int) and not isinstance(ident, bool))
-    if "method" not in value or not usable:
+    if "method" in value and "id" not in value:
         return None
+    ident = value.get("id")
+    if "method" not in value or not _usable_id(ident):
+        return _error(None, INVALID_REQUEST, _INVALID_REQUEST)
     if isinstance(value["method"], str) and "params" in value:
         return _error(ident, INVALID_PARAMS, _INVALID_PARAMS)
     return _error(ident, INVALID_REQUEST, _INVALID_REQUEST)
+
+
+def _has_id(line: bytes) -> bool:
+    """Whether a frame that validated as a notification carries an ``id`` member after all.
+
+    The SDK's message model ignores an ``id`` it cannot use (``true``, ``1.5``...), so
+    such a request would pass as a notification and never be answered.
+    """
+    try:
+        value = json.loads(line)
+    except (ValueError, RecursionError):  # pragma: no cover - it validated as JSON
+        return False
+    return isinstance(value, dict) and "id" in value
 
 
 def _error(ident: str | int | None, code: int, message: str) -> JSONRPCError:
     return JSONRPCError(jsonrpc="2.0", id=ident, error=ErrorData(code=code, message=message))
 
 
-async def _deliver(
-    line: bytes,
-    send: MemoryObjectSendStream[SessionMessage | Exception],
-    reply: MemoryObjectSendStream[SessionMessage],
-) -> None:
+_OWN_ANSWER: Final = ServerMessageMetadata()
+"""Marks the transport's own error answers, which settle no request in flight."""
+
+
+@final
+class _InFlight:
+    """Requests handed to the server and not yet settled; the reader waits while it is full.
+
+    A request settles when its answer reaches the writer, or, for a request the client
+    cancelled (never answered), when the SDK reports it settled unanswered.
+    """
+
+    __slots__ = ("_changed", "_count", "_limit", "_open")
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._open: dict[RequestId, int] = {}
+        self._count = 0
+        self._changed = asyncio.Event()
+
+    @property
+    def count(self) -> int:
+        return self._count
+
+    def admit(self, ident: RequestId) -> Callable[[], Awaitable[None]]:
+        """Count ``ident`` in flight; returns the SDK's hook for settling it unanswered."""
+        self._open[ident] = self._open.get(ident, 0) + 1
+        self._count += 1
+
+        async def unanswered() -> None:
+            self.settle(ident)
+
+        return unanswered
+
+    def settle(self, ident: RequestId) -> None:
+        """One request with this id is done (a no-op for an id not in flight)."""
+        left = self._open.get(ident, 0) - 1
+        if left < 0:
+            return
+        if left:
+            self._open[ident] = left
+        else:
+            del self._open[ident]
+        self._count -= 1
+        self._changed.set()
+
+    async def below(self, count: int) -> None:
+        """Wait until fewer than ``count`` requests are in flight."""
+        while self._count >= count:
+            self._changed.clear()
+            await self._changed.wait()
+
+    async def room(self) -> None:
+        """Wait until a request may be admitted (fewer than the limit in flight)."""
+        await self.below(self._limit)
+
+    async def drained(self) -> None:
+        """Wait until no request is in flight."""
+        await self.below(1)
+
+
+@final
+@dataclass(slots=True)
+class _Wire:
+    """What the reader hands frames through: the server's stream, the replies, the gate."""
+
+    send: MemoryObjectSendStream[SessionMessage | Exception]
+    reply: MemoryObjectSendStream[SessionMessage]
+    in_flight: _InFlight
+
+
+async def _deliver(line: bytes, wire: _Wire) -> None:
+    """Hand one frame to the server, or answer it here when the server could not take it.
+
+    A request waits for room below the in-flight cap first (the reader stops reading).
+    """
     if not line.strip():
         return
     try:
         message = jsonrpc_message_adapter.validate_json(line, by_name=False)
     except ValueError:
         # A fixed text: the parser's own message would quote the client's bytes.
-        await send.send(ValueError(_NOT_A_MESSAGE))
+        await wire.send.send(ValueError(_NOT_A_MESSAGE))
         answer = _error_for(line)
         if answer is not None:
-            await reply.send(SessionMessage(answer))
+            await wire.reply.send(SessionMessage(answer, metadata=_OWN_ANSWER))
         return
-    await send.send(SessionMessage(message))
+    if isinstance(message, JSONRPCNotification) and _has_id(line):
+        await wire.reply.send(
+            SessionMessage(_error(None, INVALID_REQUEST, _INVALID_REQUEST), metadata=_OWN_ANSWER)
+        )
+        return
+    if not isinstance(message, JSONRPCRequest):
+        await wire.send.send(SessionMessage(message))
+        return
+    await wire.in_flight.room()
+    hook = wire.in_flight.admit(message.id)
+    metadata = ServerMessageMetadata(on_request_unanswered=hook)
+    del line
+    await wire.send.send(SessionMessage(message, metadata=metadata))
 
 
-async def _read_frames(
-    source: _Source,
-    send: MemoryObjectSendStream[SessionMessage | Exception],
-    reply: MemoryObjectSendStream[SessionMessage],
-) -> None:
+async def _read_frames(source: _Source, wire: _Wire) -> None:
     """Split stdin into lines, bounded; hand each message to the server; close on EOF.
 
-    Frames that are not valid messages are answered on ``reply`` (see ``_error_for``).
+    Frames that are not valid messages are answered on ``wire.reply`` (see
+    ``_error_for``). At EOF nothing new is admitted; the calls in flight get up to
+    ``EOF_GRACE_SECONDS`` to finish (and be answered) before the server's stream
+    closes, which stops the rest as on cancellation.
     """
     buffer = bytearray()
     discarding = False
-    async with send, reply:
+    async with wire.send, wire.reply:
         while chunk := await source.read():
             start = 0
             while (newline := chunk.find(b"\n", start)) >= 0:
                 if discarding:
                     discarding = False
-                    await send.send(ValueError(_FRAME_TOO_LARGE))
+                    await wire.send.send(ValueError(_FRAME_TOO_LARGE))
                 elif len(buffer) + newline - start > MAXIMUM_FRAME_BYTES:
                     buffer.clear()
-                    await send.send(ValueError(_FRAME_TOO_LARGE))
+                    await wire.send.send(ValueError(_FRAME_TOO_LARGE))
                 else:
                     buffer += chunk[start:newline]
                     line = bytes(buffer)
                     buffer.clear()
-                    await _deliver(line, send, reply)
+                    await _deliver(line, wire)
+                    del line
                 start = newline + 1
             if not discarding:
                 buffer += chunk[start:]
                 if len(buffer) > MAXIMUM_FRAME_BYTES:
                     buffer.clear()
                     discarding = True
+            del chunk
         if buffer and not discarding:
-            await _deliver(bytes(buffer), send, reply)
+            await _deliver(bytes(buffer), wire)
+        buffer.clear()
+        with anyio.move_on_after(EOF_GRACE_SECONDS):
+            await wire.in_flight.drained()
 
 
-async def _write_frames(sink: _Sink, receive: MemoryObjectReceiveStream[SessionMessage]) -> None:
-    """Write each outgoing message as one line; stop quietly when the client is gone."""
+async def _write_frames(
+    sink: _Sink, receive: MemoryObjectReceiveStream[SessionMessage], in_flight: _InFlight
+) -> None:
+    """Write each outgoing message as one line; stop quietly when the client is gone.
+
+    An answer to a request in flight settles it as it is taken, so the reader may
+    admit the next request.
+    """
     async with receive:
         async for message in receive:
-            frame = message.message.model_dump_json(by_alias=True, exclude_unset=True)
+            answer = message.message
+            if (
+                isinstance(answer, JSONRPCResponse | JSONRPCError)
+                and answer.id is not None
+                and message.metadata is not _OWN_ANSWER
+            ):
+                in_flight.settle(answer.id)
+            data = frame(answer)
+            del message, answer
             try:
-                await sink.write(frame.encode("utf-8") + b"\n")
+                await sink.write(data)
             except OSError:
                 return
 
@@ -310,14 +451,16 @@ async def open_stdio(
 
             replies = out_send.clone()
 
+            in_flight = _InFlight(MAXIMUM_REQUESTS_IN_FLIGHT)
+
             async def read() -> None:
                 with reading:
-                    await _read_frames(source, in_send, replies)
+                    await _read_frames(source, _Wire(in_send, replies, in_flight))
 
             async def write() -> None:
                 try:
                     with writing:
-                        await _write_frames(sink, out_receive)
+                        await _write_frames(sink, out_receive, in_flight)
                 finally:
                     written.set()
 
@@ -350,10 +493,15 @@ async def open_stdio(
 async def serve_stdio(dispatcher: Dispatcher) -> None:
     """Serve the dispatcher's tools over MCP on this process's stdin and stdout.
 
-    Returns when the client closes stdin (calls in flight are cancelled first);
-    cancel the awaiting task to stop early. The caller owns the ``Cleanup``
-    (``compose`` runs it).
+    Returns when the client closes stdin: nothing new is admitted, calls already
+    received get ``EOF_GRACE_SECONDS`` to finish and be answered, the rest are
+    stopped as on cancellation. Cancel the awaiting task to stop early. Either way
+    it returns only once every call has ended (bounded by ``CANCELLED_CALL_SECONDS``).
+    The caller owns the ``Cleanup`` (``compose`` runs it).
     """
-    server = mcp_server(dispatcher)
-    async with open_stdio() as (read_stream, write_stream):
-        await server.run(read_stream, write_stream, server.create_initialization_options())
+    server, calls = serving(dispatcher)
+    try:
+        async with open_stdio() as (read_stream, write_stream):
+            await server.run(read_stream, write_stream, server.create_initialization_options())
+    finally:
+        await calls.settle()

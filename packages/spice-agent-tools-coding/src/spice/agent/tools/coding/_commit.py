@@ -10,9 +10,13 @@ The sequence for a replacement::
     inspect target (lstat, open O_NOFOLLOW|O_NONBLOCK, fstat, read <= bound, sha256)
     expected digest? else stale          same digest as the new content? no-op
     temporary = .spice-replace-<32 hex>.tmp   O_CREAT|O_EXCL|O_NOFOLLOW, mode 0o600
-    write all, fchmod(mode of the replaced file), fsync, close
+    fchown(owner and group of the replaced file)   only when they differ from the temporary's
+    fchmod(mode of the replaced file)   without setuid/setgid when the fchown failed
+    write all, fsync, close
     -- process-wide commit lock --
-    inspect again: same (st_dev, st_ino), regular, same digest? else stale
+    inspect again: regular, same digest? else stale   (by content: a new inode holding
+        the same bytes, as an editor's save-by-rename leaves, is not stale; its owner,
+        group and mode are given to the temporary when they differ)
     gate.enter() (cancellation stops here)      rename(temporary, target)   <- commit
     -- unlock --
     fsync(committed file), fsync(directory)
@@ -24,6 +28,13 @@ default ACL) exactly as for any new file, then commits with ``link`` (never over
 All operating-system calls go through :class:`Syscalls` so a test can inject the
 faults it cannot cause for real (a failing ``close``, a failing ``unlink``) and count
 calls; production uses :data:`POSIX`.
+
+Owner and group: the temporary belongs to whoever runs the tool. A replacement takes
+the replaced file's owner and group where it can (``fchown`` before the commit; root
+can, an unprivileged user can for a file it owns in a group it belongs to). Where it
+cannot, the setuid and setgid bits are dropped from the mode, so a root-run tool never
+turns a user's file into a root-owned setuid program, and the answer says
+``owner_changed``.
 """
 
 from __future__ import annotations
@@ -50,6 +61,8 @@ CREATE_MODE: Final = 0o666
 """Mode a created file asks for; the kernel applies the umask (``0o666 & ~umask``)."""
 PRIVATE_MODE: Final = 0o600
 """Mode of a replacement's temporary file until it takes the replaced file's mode."""
+SET_ID_BITS: Final = stat.S_ISUID | stat.S_ISGID
+"""Mode bits a replacement never keeps when it could not keep the owner and group."""
 
 _COMMIT_LOCK: Final = threading.Lock()
 """Serializes the final re-check and the commit of every replace in this process.
@@ -63,6 +76,8 @@ of the same process unable to both pass the re-check of one file and both commit
 class Checkpoint(enum.StrEnum):
     """Points where the engine calls :meth:`Syscalls.checkpoint` (a test seam)."""
 
+    EDITS_APPLIED = "edits_applied"
+    """The edit form of ``replace`` read the file and applied its edits (``_replace``)."""
     PREFLIGHT_DONE = "preflight_done"
     TEMPORARY_SYNCED = "temporary_synced"
     COMMITTED = "committed"
@@ -89,6 +104,10 @@ class Syscalls(Protocol):
 
     def fchmod(self, fd: int, mode: int) -> None:
         """``os.fchmod``."""
+        ...
+
+    def fchown(self, fd: int, uid: int, gid: int) -> None:
+        """``os.fchown``."""
         ...
 
     def close(self, fd: int) -> None:
@@ -162,6 +181,10 @@ class PosixSyscalls:
     def fchmod(self, fd: int, mode: int) -> None:
         """``os.fchmod``."""
         os.fchmod(fd, mode)
+
+    def fchown(self, fd: int, uid: int, gid: int) -> None:
+        """``os.fchown``."""
+        os.fchown(fd, uid, gid)
 
     def close(self, fd: int) -> None:
         """``os.close``."""
@@ -250,8 +273,10 @@ class Outcome:
     durable: bool = False
     temporary_cleaned: bool = True
     hard_links_split: bool = False
+    owner_changed: bool = False
     current_sha256: str | None = None
     aborted: bool = False
+    directories_cleaned: bool = True
 
 
 ABORTED: Final = Outcome(aborted=True)
@@ -270,6 +295,9 @@ STALE_SAME: Final = (
 )
 EXISTS: Final = "something already exists at the path; create never overwrites"
 EXISTS_SAME: Final = "the file already exists and already holds exactly the requested content"
+NOTHING_CHANGED: Final = "; nothing was changed"
+"""How every pre-commit failure text ends (``_replace`` withdraws it when that is untrue)."""
+DIRECTORIES_LEFT: Final = "; parent directories this call made could not all be removed"
 TEMPORARY_FAILED: Final = "the temporary file could not be created or prepared; nothing was changed"
 WRITE_FAILED: Final = "the temporary file could not be written; nothing was changed"
 SYNC_FAILED: Final = "the temporary file could not be synced to storage; nothing was changed"
@@ -291,7 +319,11 @@ class Current:
     inode: int
     mode: int
     links: int
+    uid: int
+    gid: int
     sha256: str
+    data: bytes = dataclasses.field(default=b"", repr=False)
+    """The bytes read (the edit form of ``replace`` edits them)."""
 
 
 @final
@@ -367,7 +399,10 @@ def inspect(syscalls: Syscalls, dir_fd: int, leaf: str, limit: int) -> Found:
         inode=opened.st_ino,
         mode=stat.S_IMODE(opened.st_mode),
         links=opened.st_nlink,
+        uid=opened.st_uid,
+        gid=opened.st_gid,
         sha256=hashlib.sha256(data).hexdigest(),
+        data=data,
     )
 
 
@@ -390,12 +425,17 @@ def is_temporary_name(name: str) -> bool:
 @final
 @dataclass(slots=True)
 class _Temporary:
-    """The temporary file while it exists: its name and the descriptors still open."""
+    """The temporary file while it exists: its name, the descriptors still open, and the
+    owner it has (``owner_changed``: it could not be given the replaced file's)."""
 
     name: str
     write_fd: int | None
     read_fd: int | None = None
     linked: bool = True
+    owner: tuple[int, int] = (-1, -1)
+    owner_changed: bool = False
+    links: int = 1
+    """Links the replaced file had when it was last inspected (``hard_links_split``)."""
 
 
 @final
@@ -433,7 +473,9 @@ def write_file(syscalls: Syscalls, dir_fd: int, request: Request, gate: CommitGa
         if found.sha256 != request.expected:
             return _stale(found.sha256, request)
         if request.sha256 == request.expected:
-            return Outcome()  # the same content: a successful no-op, nothing written
+            # The same content: a successful no-op. Nothing was written, so nothing
+            # needed syncing: the file on disk is exactly as durable as before.
+            return Outcome(durable=True)
         current = found
     syscalls.checkpoint(Checkpoint.PREFLIGHT_DONE)
     if gate.cancelled:
@@ -482,8 +524,9 @@ def _before_commit(
         written, reread = syscalls.fstat(fd), syscalls.fstat(temporary.read_fd)
         if (written.st_dev, written.st_ino) != (reread.st_dev, reread.st_ino):
             return Outcome("temporary_failed", TEMPORARY_FAILED)
+        temporary.owner = (written.st_uid, written.st_gid)
         if current is not None:
-            syscalls.fchmod(fd, current.mode)
+            _give_metadata(syscalls, fd, current, temporary)
     except OSError:
         return Outcome("temporary_failed", TEMPORARY_FAILED)
     view = memoryview(request.data)
@@ -515,11 +558,19 @@ def _before_commit(
             return Outcome("not_found", NOT_FOUND)
         if isinstance(again, Occupied):
             return Outcome(again.code, again.message)
-        if again.sha256 != request.expected or (again.device, again.inode) != (
-            current.device,
-            current.inode,
-        ):
+        # By content: identical bytes under a new inode (an editor's save-by-rename)
+        # are what the caller read, so they are not stale (and a stale answer never
+        # shows the expected digest as the current one).
+        if again.sha256 != request.expected:
             return _stale(again.sha256, request)
+        if _metadata(again) != _metadata(current):
+            read_fd = temporary.read_fd
+            assert read_fd is not None  # noqa: S101 - opened above
+            try:
+                _give_metadata(syscalls, read_fd, again, temporary)
+            except OSError:
+                return Outcome("temporary_failed", TEMPORARY_FAILED)
+        current = again
         if not gate.enter():
             return ABORTED
         try:
@@ -528,6 +579,30 @@ def _before_commit(
             return Outcome("replace_failed", REPLACE_FAILED)
         temporary.linked = False
     return None
+
+
+def _metadata(file: Current) -> tuple[int, int, int]:
+    return file.uid, file.gid, file.mode
+
+
+def _give_metadata(syscalls: Syscalls, fd: int, current: Current, temporary: _Temporary) -> None:
+    """Give the temporary ``current``'s owner, group and mode (``OSError`` from ``fchmod``).
+
+    The owner first: ``chown`` clears setuid/setgid, ``fchmod`` then sets the mode.
+    When the owner or group cannot be kept, setuid and setgid are dropped.
+    """
+    mode = current.mode
+    temporary.owner_changed = False
+    if temporary.owner != (current.uid, current.gid):
+        try:
+            syscalls.fchown(fd, current.uid, current.gid)
+        except OSError:
+            temporary.owner_changed = True
+            mode &= ~SET_ID_BITS
+        else:
+            temporary.owner = (current.uid, current.gid)
+    syscalls.fchmod(fd, mode)
+    temporary.links = current.links
 
 
 def _link(
@@ -590,7 +665,8 @@ def _after_commit(
         created=current is None,
         durable=durable,
         temporary_cleaned=cleaned,
-        hard_links_split=current is not None and current.links > 1,
+        hard_links_split=temporary.links > 1,
+        owner_changed=temporary.owner_changed,
     )
 
 

@@ -15,12 +15,10 @@ import base64
 import hashlib
 import os
 import stat
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final, final
 
 from spice.agent.tool import (
-    MAXIMUM_PAYLOAD_BYTES,
     Call,
     Capability,
     Definition,
@@ -37,18 +35,36 @@ from spice.agent.tool import (
 
 from ._arguments import ArgumentError, decode_object, take_integer, take_string
 from ._config import Config
-from ._results import attach, encoded_size, failure, report_progress, success
+from ._results import attach, failure, report_progress
 from ._root import PathError, clean_path, open_beneath, open_root
+from ._settling import deliver_cancellation, settle
 
 NAME: Final = "read"
-DESCRIPTION: Final = (
-    "Read one page of a file inside the worktree. `path` is relative to the worktree "
-    "root; symbolic links are followed only while they stay inside it. Returns up to "
-    "`limit` bytes starting at byte `offset`: UTF-8 text, or base64 when the bytes are "
-    "not valid UTF-8 or too large to escape. When `truncated` is true, call again with "
-    "`offset` = `next_offset`. A complete page (the whole file from offset 0) includes "
-    "its `sha256`, which `replace` takes as `expected_sha256`."
+PATH_DESCRIPTION: Final = (
+    "The file: a path relative to the worktree root ('/'-separated), or an absolute path "
+    "beneath the root; not the root itself. Symbolic links are followed only while they "
+    "stay inside the root."
 )
+
+
+def read_description(config: Config) -> str:
+    """The tool's description, with the configured page size in numbers."""
+    page = config.max_read_bytes
+    return (
+        "Read one page of a file inside the worktree. `path` is relative to the worktree "
+        "root or absolute beneath it; symbolic links are followed only while they stay "
+        f"inside it. Returns up to `limit` bytes (default and maximum {page}) starting at "
+        "byte `offset` (default 0): UTF-8 text, or base64 when the bytes are not valid "
+        "UTF-8 or too large to escape. When `truncated` is true, call again with "
+        "`offset` = `next_offset`. A complete page (the whole file from offset 0) includes "
+        f"its `sha256`. Every page of a file of at most {config.max_write_bytes} bytes (the "
+        "replace tool's write bound) includes `file_sha256`, the digest of the whole file "
+        "(equal to `sha256` for a complete page): pass either to `replace` as "
+        "`expected_sha256`, so a file read in several pages can be edited too. Larger files "
+        "have no digest. Optional arguments may be null, which means the default."
+    )
+
+
 PROGRESS: Final = "reading a file"
 LOOKAHEAD_BYTES: Final = 3
 """Bytes read past the page to tell a cut character from invalid UTF-8 (a UTF-8 character
@@ -63,26 +79,31 @@ _PROPERTIES: Final = frozenset({"path", "offset", "limit"})
 
 
 def _schema(max_read_bytes: int) -> dict[str, object]:
+    """The input schema: optional properties are nullable (null means absent).
+
+    Defaults and bounds are stated in the descriptions, not as ``default`` or
+    ``minLength`` keywords, which clients that make schemas strict refuse; the decoder
+    enforces every rule itself.
+    """
     return {
         "type": "object",
         "properties": {
-            "path": {
-                "type": "string",
-                "minLength": 1,
-                "description": "File path relative to the worktree root, '/'-separated.",
-            },
+            "path": {"type": "string", "description": PATH_DESCRIPTION},
             "offset": {
-                "type": "integer",
+                "type": ["integer", "null"],
                 "minimum": 0,
-                "default": 0,
-                "description": "Byte offset of the page; the file's size gives an empty page.",
+                "description": (
+                    "Byte offset of the page, at least 0; default 0. The file's size gives "
+                    "an empty page; beyond it is invalid."
+                ),
             },
             "limit": {
-                "type": "integer",
+                "type": ["integer", "null"],
                 "minimum": 1,
                 "maximum": max_read_bytes,
-                "default": max_read_bytes,
-                "description": "Most bytes to return.",
+                "description": (
+                    f"Most bytes to return, 1 to {max_read_bytes}; default {max_read_bytes}."
+                ),
             },
         },
         "required": ["path"],
@@ -95,6 +116,8 @@ class _Request:
     path: str
     offset: int
     limit: int
+    hash_limit: int
+    """Files of at most this many bytes (``max_write_bytes``) get ``file_sha256``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,7 +146,7 @@ class _Read:
         self._config = config
         self._definition = Definition(
             NAME,
-            DESCRIPTION,
+            read_description(config),
             _schema(config.max_read_bytes),
             Effect.READ_ONLY,
             ReplaySafety.SAFE,
@@ -152,50 +175,46 @@ class _Read:
                 _RETRY,
             )
         try:
-            request = _decode(call.arguments, self._config.max_read_bytes)
+            request = _decode(call.arguments, self._config)
         except (ArgumentError, PathError) as error:
             return failure(call, "invalid_arguments", str(error), _STATE, _RETRY)
-        worker = asyncio.ensure_future(asyncio.to_thread(_read_page, self._config.root, request))
+        try:
+            await deliver_cancellation()  # no worker after an observed cancellation
+        except asyncio.CancelledError as cancelled:
+            attach(cancelled, Interruption(call.id, _STATE, _RETRY))
+            raise
+        # The executor's own future (not a task around ``to_thread``): one hop, no extra task.
+        worker = asyncio.get_running_loop().run_in_executor(
+            None, _read_page, self._config.root, request, call.id
+        )
         try:
             outcome = await asyncio.shield(worker)
         except asyncio.CancelledError as cancelled:
-            interruption = Interruption(call.id, _STATE, _RETRY)
-            attach(cancelled, interruption)
-            try:
-                await _settle(worker)
-            except asyncio.CancelledError as again:
-                attach(again, interruption)
-                raise
+            attach(cancelled, Interruption(call.id, _STATE, _RETRY))
+            await _settle(worker)
             raise
         except Exception:  # noqa: BLE001 - a bug or host fault in the worker is a host failure
             raise ExecutionError(call.id, _STATE, _RETRY, UNEXPECTED) from None
         if isinstance(outcome, _Failure):
             return failure(call, outcome.code, outcome.message, _STATE, _RETRY)
-        return success(call, outcome, _STATE, _RETRY)
+        return outcome
 
 
-async def _settle(worker: asyncio.Future[Mapping[str, object] | _Failure]) -> None:
+async def _settle(worker: asyncio.Future[Result | _Failure]) -> None:
     """Wait (shielded, bounded) for a cancelled call's worker to finish closing its files."""
-    if not worker.done():
-        worker.add_done_callback(_consume)
-        try:
-            async with asyncio.timeout(SETTLE_SECONDS):
-                await asyncio.shield(worker)
-        except TimeoutError:
-            return
-        except Exception:  # noqa: BLE001 - its outcome no longer matters, only its end
-            return
-    else:
-        _consume(worker)
+    # Repeated cancellations are held back (``_settling``); the caller re-raises the first.
+    worker.add_done_callback(_consume)
+    await settle(worker, SETTLE_SECONDS)
 
 
-def _consume(worker: asyncio.Future[Mapping[str, object] | _Failure]) -> None:
+def _consume(worker: asyncio.Future[Result | _Failure]) -> None:
     """Retrieve a finished worker's exception so nothing logs it as unretrieved."""
     if not worker.cancelled():
         worker.exception()
 
 
-def _decode(arguments: str, max_read_bytes: int) -> _Request:
+def _decode(arguments: str, config: Config) -> _Request:
+    max_read_bytes = config.max_read_bytes
     values = decode_object(arguments, _PROPERTIES)
     raw = take_string(values, "path", required=True)
     offset = take_integer(values, "offset")
@@ -211,11 +230,15 @@ def _decode(arguments: str, max_read_bytes: int) -> _Request:
     elif limit > max_read_bytes:
         raise ArgumentError(f"limit must be at most {max_read_bytes} (max_read_bytes)")
     assert raw is not None  # noqa: S101 - take_string(required=True) never answers None
-    return _Request(clean_path(raw), offset, limit)
+    path = clean_path(raw, root=config.root, names_root=False)
+    return _Request(path, offset, limit, config.max_write_bytes)
 
 
-def _read_page(root: str, request: _Request) -> Mapping[str, object] | _Failure:
-    """The blocking part of a call, run in a worker thread; closes every descriptor it opens."""
+def _read_page(root: str, request: _Request, call_id: str) -> Result | _Failure:
+    """The blocking part of a call, run in a worker thread; closes every descriptor it opens.
+
+    A page's answer is built here, encoded once (see ``_shape``).
+    """
     try:
         root_fd = open_root(root)
         try:
@@ -225,26 +248,49 @@ def _read_page(root: str, request: _Request) -> Mapping[str, object] | _Failure:
     except PathError as error:
         return _Failure(error.code, error.message)
     try:
-        return _page(fd, request)
+        return _page(fd, request, call_id)
     except OSError:
         return _Failure("read_failed", READ_FAILED)
     finally:
         os.close(fd)
 
 
-def _page(fd: int, request: _Request) -> Mapping[str, object] | _Failure:
+def _page(fd: int, request: _Request, call_id: str) -> Result | _Failure:
     info = os.fstat(fd)
     if not stat.S_ISREG(info.st_mode):  # open_beneath(regular=True) already made sure
         return _Failure("not_regular", "the path is not a regular file")
     size = info.st_size
+    whole = _whole_file(fd, size, request.hash_limit)
+    if whole is not None:
+        size = len(whole)  # the page comes from the same bytes the digest covers
     offset = request.offset
     if offset > size:
         return _Failure("invalid_arguments", "offset is past the end of the file")
     want = min(request.limit, size - offset)
     extra = min(LOOKAHEAD_BYTES, size - offset - want)
-    data = _pread(fd, want + extra, offset)
+    if whole is None:
+        data, digest = _pread(fd, want + extra, offset), None
+    else:
+        data, digest = whole[offset : offset + want + extra], hashlib.sha256(whole).hexdigest()
     page, lookahead = data[:want], data[want:]
-    return _shape(request.path, offset, size, page, lookahead)
+    return _shape(call_id, request.path, offset, size, page, lookahead, digest)
+
+
+def _whole_file(fd: int, size: int, limit: int) -> bytes | None:
+    """All of a file of at most ``limit`` bytes (through ``fd``), else ``None``.
+
+    At most ``limit + 1`` bytes are read, so a file that grew past the bound meanwhile
+    costs no more than the bound and gets no ``file_sha256``.
+    """
+    if size > limit:
+        return None
+    # What fstat saw plus one byte first: a small file costs a buffer of its own size, not
+    # one of the bound's (a 256 KiB buffer for a 4 KiB file costs more than the read).
+    # A file that grew meanwhile is read again, up to the bound.
+    data = _pread(fd, size + 1, 0)
+    if len(data) > size:
+        data = _pread(fd, limit + 1, 0)
+    return data if len(data) <= limit else None
 
 
 def _pread(fd: int, count: int, offset: int) -> bytes:
@@ -294,18 +340,40 @@ def _completes_a_character(data: bytes) -> bool:
 
 
 def _shape(
-    path: str, offset: int, size: int, page: bytes, lookahead: bytes
-) -> Mapping[str, object]:
+    call_id: str,
+    path: str,
+    offset: int,
+    size: int,
+    page: bytes,
+    lookahead: bytes,
+    file_sha256: str | None,
+) -> Result:
+    """The page's answer: UTF-8 text if its JSON fits the payload bound, else base64.
+
+    The text answer's one encoding is both the bound check and the answer (``from_content``
+    neither encodes again nor parses it back).
+    """
     text = _text_prefix(page, lookahead)
     if text is not None:
-        content = _content(path, offset, size, text, "utf-8", text.decode("utf-8"))
-        if encoded_size(content) <= MAXIMUM_PAYLOAD_BYTES:
-            return content
-    return _content(path, offset, size, page, "base64", base64.b64encode(page).decode("ascii"))
+        content = _content(path, offset, size, text, "utf-8", text.decode("utf-8"), file_sha256)
+        try:
+            return Result.from_content(call_id, content)
+        except ValueError:
+            pass  # decoded UTF-8 fails only the payload bound (escaping): base64 fits
+    # At most MAXIMUM_BYTES (512 KiB) of page in base64 is well under the payload bound.
+    body = base64.b64encode(page).decode("ascii")
+    content = _content(path, offset, size, page, "base64", body, file_sha256)
+    return Result.from_content(call_id, content)
 
 
 def _content(
-    path: str, offset: int, size: int, data: bytes, encoding: str, body: str
+    path: str,
+    offset: int,
+    size: int,
+    data: bytes,
+    encoding: str,
+    body: str,
+    file_sha256: str | None,
 ) -> dict[str, object]:
     end = offset + len(data)
     truncated = end < size
@@ -322,5 +390,7 @@ def _content(
     content["encoding"] = encoding
     content["content"] = body
     if offset == 0 and not truncated:
-        content["sha256"] = hashlib.sha256(data).hexdigest()
+        content["sha256"] = file_sha256 or hashlib.sha256(data).hexdigest()
+    if file_sha256 is not None:
+        content["file_sha256"] = file_sha256
     return content

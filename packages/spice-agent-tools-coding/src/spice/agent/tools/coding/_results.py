@@ -63,10 +63,11 @@ def _result(
     state: ExecutionState,
     retry: RetryDisposition,
 ) -> Result:
-    # ``Result`` itself enforces the payload bound (ValueError) and valid Unicode.
+    # One encoding, never parsed back: ``from_content`` enforces the payload bound and valid
+    # Unicode (ValueError) and keeps the object for the MCP layer's structuredContent.
     try:
-        return Result(call.id, encode(content), problem)
-    except (TypeError, ValueError):
+        return Result.from_content(call.id, content, problem)
+    except ValueError:
         raise ExecutionError(call.id, state, retry, RESULT_UNENCODABLE) from None
 
 

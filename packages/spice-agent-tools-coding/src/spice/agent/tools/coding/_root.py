@@ -10,11 +10,13 @@ How a path is opened
 ====================
 
 1. **Lexical cleaning** (:func:`clean_path`). The model's path must be relative,
-   non-empty, without NUL or control characters, without surrounding whitespace,
-   at most ``MAXIMUM_PATH_BYTES`` (components at most ``MAXIMUM_NAME_BYTES``).
-   ``.`` and empty components are dropped and ``..`` is applied lexically; a path
-   that would leave the root this way is ``invalid_arguments``. The result is the
-   ``/``-separated display path (``.`` for the root). Backslashes are ordinary
+   or absolute and lexically beneath the root (as configured or as resolved; it then
+   means the relative remainder), non-empty, without NUL or control characters,
+   without surrounding whitespace, at most ``MAXIMUM_PATH_BYTES`` (components at
+   most ``MAXIMUM_NAME_BYTES``). ``.`` and empty components are dropped and ``..``
+   is applied lexically; a path that would leave the root this way is
+   ``invalid_arguments``. The result is the ``/``-separated display path (``.`` for
+   the root, which ``read`` and ``replace`` refuse). Backslashes are ordinary
    file-name characters on POSIX and are kept as they are.
 
 2. **The root** (:func:`open_root`) is opened once per call as a directory. Its own
@@ -94,12 +96,14 @@ import ctypes
 import errno
 import os
 import platform
+import posixpath
 import stat
 import sys
 import threading
 import unicodedata
 from collections import deque
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Final, final
 
 MAXIMUM_SYMLINKS: Final = 40
@@ -135,7 +139,7 @@ _EMPTY: Final = "path must not be empty"
 _NUL: Final = "path must not contain NUL"
 _CONTROL: Final = "path must not contain control characters"
 _WHITESPACE: Final = "path must not start or end with whitespace"
-_ABSOLUTE: Final = "path must be relative to the worktree root"
+_ABSOLUTE: Final = "an absolute path must lie beneath the worktree root"
 _LEAVES: Final = "path must not leave the worktree root"
 _TOO_LONG: Final = "path is too long"
 _NAME_TOO_LONG: Final = "a path component is too long"
@@ -170,31 +174,51 @@ class PathError(Exception):
 
     ``code`` is one of ``invalid_arguments``, ``root_unavailable``, ``not_found``,
     ``path_unavailable``, ``path_escape``, ``not_regular``; ``str(error)`` is a fixed,
-    model-safe text with no path of the machine and no OS error text.
+    model-safe text with no path of the machine and no OS error text. ``changed`` marks
+    a race (the object changed while it was being opened), which ``open_beneath`` and
+    ``open_directory`` retry with a fresh resolution; the decision never reads the text.
     """
 
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(self, code: str, message: str, *, changed: bool = False) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
+        self.changed = changed
+        """The object changed under the resolution (a race): a fresh resolution may succeed."""
 
 
 def _invalid(message: str) -> PathError:
     return PathError("invalid_arguments", message)
 
 
-def clean_path(raw: str) -> str:
-    """Lexically check and clean a relative path; return the ``/``-separated display path.
+def _changed() -> PathError:
+    """The path changed while it was being opened: ``path_unavailable``, flagged for a retry."""
+    return PathError("path_unavailable", _CHANGED, changed=True)
+
+
+def clean_path(raw: str, *, root: str | None = None, names_root: bool = True) -> str:
+    """Lexically check and clean a path; return the ``/``-separated relative display path.
 
     Raises ``PathError("invalid_arguments")`` for an empty path, NUL, surrounding
-    whitespace, an absolute path, or a path whose cleaned form leaves the root.
-    The root itself cleans to ``"."``. Control characters (Unicode ``Cc``) are
-    rejected; backslashes are ordinary characters; no Unicode normalization.
+    whitespace, a path whose cleaned form leaves the root, and an absolute path that
+    does not lie beneath the root. The root itself cleans to ``"."``; with
+    ``names_root=False`` (``read`` and ``replace``, which need a file) it is refused.
+    Control characters (Unicode ``Cc``) are rejected; backslashes are ordinary
+    characters; no Unicode normalization.
+
+    An absolute path is accepted only when ``root`` (the configured root, absolute and
+    normalized as ``Config`` keeps it) is given and the path, cleaned lexically, is the
+    root or lies beneath it: as configured, or as resolved (``os.path.realpath``, which
+    is computed only when the configured form does not match, so the common cases touch
+    no disk). It then means the relative remainder. The check is purely lexical: the
+    remainder is opened beneath the root descriptor like any relative path.
 
     >>> clean_path("src/./pkg//mod.py")
     'src/pkg/mod.py'
     >>> clean_path("a/..")
     '.'
+    >>> clean_path("/work/tree/src//a.py", root="/work/tree")
+    'src/a.py'
     """
     if not isinstance(raw, str) or not raw:
         raise _invalid(_EMPTY)
@@ -210,10 +234,9 @@ def clean_path(raw: str) -> str:
         raise _invalid("path must be valid Unicode text") from None
     if size > MAXIMUM_PATH_BYTES:
         raise _invalid(_TOO_LONG)
-    if raw.startswith("/"):
-        raise _invalid(_ABSOLUTE)
+    relative = raw if not raw.startswith("/") else _beneath_root(raw, root)
     kept: list[str] = []
-    for part in raw.split("/"):
+    for part in relative.split("/"):
         if part in {"", "."}:
             continue
         if part == "..":
@@ -229,7 +252,43 @@ def clean_path(raw: str) -> str:
         # "a /" or "x/.. b" would clean to a path with surrounding whitespace: refuse it
         # as the raw form would be, so cleaning stays idempotent.
         raise _invalid(_WHITESPACE)
+    if cleaned == "." and not names_root:
+        raise _invalid(_NAMES_ROOT)
     return cleaned
+
+
+def _lexical_absolute(path: str) -> str:
+    """``path`` (absolute) cleaned by text alone, with exactly one leading ``/``."""
+    cleaned = posixpath.normpath(path)
+    return "/" + cleaned.lstrip("/")
+
+
+def _remainder(cleaned: str, root: str) -> str | None:
+    """What of the cleaned absolute path lies below ``root``: ``"."`` for the root itself."""
+    if cleaned == root:
+        return "."
+    prefix = root if root.endswith("/") else root + "/"
+    if cleaned.startswith(prefix):
+        return cleaned[len(prefix) :]
+    return None
+
+
+def _beneath_root(raw: str, root: str | None) -> str:
+    """The relative remainder of an absolute ``raw`` beneath ``root``, or invalid_arguments."""
+    if root is None:
+        raise _invalid(_ABSOLUTE)
+    cleaned = _lexical_absolute(raw)
+    configured = _lexical_absolute(root)
+    remainder = _remainder(cleaned, configured)
+    if remainder is None:
+        # Only now touch the disk (lstat/readlink of the root's components): a host that
+        # names files through the root's resolved form (macOS /tmp -> /private/tmp).
+        resolved = _lexical_absolute(os.path.realpath(configured))
+        if resolved != configured:
+            remainder = _remainder(cleaned, resolved)
+    if remainder is None:
+        raise _invalid(_ABSOLUTE)
+    return remainder
 
 
 def split_parent(cleaned: str) -> tuple[str, str]:
@@ -301,13 +360,28 @@ def _retry_changes(attempt: Callable[[], int]) -> int:
         try:
             return attempt()
         except PathError as error:
-            if error.message != _CHANGED:
+            if not error.changed:
                 raise
     return attempt()
 
 
+@final
+@dataclass(frozen=True, slots=True)
+class MadeDirectory:
+    """A directory ``open_directory(create_missing=True)`` made: its path and identity."""
+
+    path: str
+    device: int
+    inode: int
+
+
 def open_directory(
-    root_fd: int, cleaned: str, *, follow_symlinks: bool, create_missing: bool = False
+    root_fd: int,
+    cleaned: str,
+    *,
+    follow_symlinks: bool,
+    create_missing: bool = False,
+    made: list[MadeDirectory] | None = None,
 ) -> int:
     """Open the directory ``cleaned`` beneath ``root_fd``.
 
@@ -317,7 +391,9 @@ def open_directory(
     A component that is not a directory is ``not_regular`` (or ``path_unavailable``).
     A missing directory that would have to be created after a symlink was followed is
     ``path_escape``. The returned descriptor (``O_RDONLY``, usable for ``fsync`` and
-    as ``dir_fd``) belongs to the caller.
+    as ``dir_fd``) belongs to the caller. Each directory it made is appended to ``made``
+    (shallowest first), also when it then fails, so the caller can take them back
+    with :func:`remove_made`.
     """
     _require_clean(cleaned)
 
@@ -327,10 +403,49 @@ def open_directory(
             if fd is not None:
                 return fd
         return _walk(
-            root_fd, cleaned, _FinalDirectory(), follow_links=follow_symlinks, create=create_missing
+            root_fd,
+            cleaned,
+            _FinalDirectory(),
+            follow_links=follow_symlinks,
+            create=create_missing,
+            made=made,
         )
 
     return _retry_changes(attempt)
+
+
+def remove_made(root_fd: int, made: list[MadeDirectory]) -> bool:
+    """Remove the directories in ``made`` that are still empty, deepest first.
+
+    Each is removed only if its name, reached from the root without following any
+    symlink, is still the directory that was made (same ``st_dev``/``st_ino``) and it
+    is empty. The first one that cannot be removed stops the removal (its parents are
+    not empty either). True when every one is gone; ``made`` keeps those that remain.
+    """
+    while made:
+        directory = made[-1]
+        parent, leaf = split_parent(directory.path)
+        try:
+            parent_fd = (
+                root_fd if parent == "." else open_directory(root_fd, parent, follow_symlinks=False)
+            )
+        except PathError:
+            return False
+        try:
+            seen = os.stat(leaf, dir_fd=parent_fd, follow_symlinks=False)
+            if not stat.S_ISDIR(seen.st_mode) or (seen.st_dev, seen.st_ino) != (
+                directory.device,
+                directory.inode,
+            ):
+                return False
+            os.rmdir(leaf, dir_fd=parent_fd)
+        except OSError:
+            return False
+        finally:
+            if parent_fd != root_fd:
+                os.close(parent_fd)
+        made.pop()
+    return True
 
 
 def _require_clean(cleaned: str) -> None:
@@ -389,7 +504,7 @@ class _FinalFile:
     def _link(self, dir_fd: int, name: str) -> _Link:
         target = _read_link(dir_fd, name)
         if target is None:
-            raise PathError("path_unavailable", _CHANGED)
+            raise _changed()
         if not self.follow_final:
             raise PathError("not_regular", _FINAL_LINK)
         return _Link(target)
@@ -422,7 +537,7 @@ class _FinalFile:
             fd = os.open(name, self.flags, self.mode, dir_fd=dir_fd)
         except OSError as error:
             if error.errno in _LINK_OR_FILE:
-                raise PathError("path_unavailable", _CHANGED) from None
+                raise _changed() from None
             raise _mapped(error.errno) from None
         return _same_regular_file(fd, seen)
 
@@ -435,7 +550,7 @@ def _same_regular_file(fd: int, seen: os.stat_result) -> int:
             seen.st_dev,
             seen.st_ino,
         ):
-            raise PathError("path_unavailable", _CHANGED)  # noqa: TRY301 - closed below
+            raise _changed()  # noqa: TRY301 - closed below
     except BaseException:
         os.close(fd)
         raise
@@ -471,9 +586,17 @@ class _Walker:
     ``fd`` is ``root_fd`` itself (not owned) while ``names`` is empty.
     """
 
-    __slots__ = ("create", "fd", "follow_links", "links", "names", "root_fd", "steps")
+    __slots__ = ("create", "fd", "follow_links", "links", "made", "names", "root_fd", "steps")
 
-    def __init__(self, root_fd: int, *, follow_links: bool, create: bool) -> None:
+    def __init__(
+        self,
+        root_fd: int,
+        *,
+        follow_links: bool,
+        create: bool,
+        made: list[MadeDirectory] | None = None,
+    ) -> None:
+        self.made = made
         self.root_fd = root_fd
         self.fd = root_fd
         self.names: list[str] = []
@@ -515,7 +638,7 @@ class _Walker:
                 return target
             self._enter(fd, name)
             return None
-        raise PathError("path_unavailable", _CHANGED)
+        raise _changed()
 
     def make(self, name: str) -> None:
         """Create the missing directory ``name`` in the held directory (races tolerated)."""
@@ -524,9 +647,16 @@ class _Walker:
         try:
             os.mkdir(name, DIRECTORY_MODE, dir_fd=self.fd)
         except FileExistsError:
-            pass
+            return
         except OSError:
             raise PathError("path_unavailable", _CREATE_FAILED) from None
+        if self.made is not None:
+            # No symlink was followed (checked above), so the real names from the root
+            # are the directory's path; its identity tells it from a later namesake.
+            with contextlib.suppress(OSError):
+                seen = os.stat(name, dir_fd=self.fd, follow_symlinks=False)
+                path = "/".join([*self.names, name])
+                self.made.append(MadeDirectory(path, seen.st_dev, seen.st_ino))
 
     def ascend(self) -> None:
         """Apply ``..``: drop the last name and walk down again from the root descriptor."""
@@ -540,7 +670,7 @@ class _Walker:
             try:
                 fd = os.open(name, _SEARCH, dir_fd=self.fd)
             except OSError:
-                raise PathError("path_unavailable", _CHANGED) from None
+                raise _changed() from None
             self._enter(fd, name)
 
     def splice(self, target: str, pending: deque[str]) -> None:
@@ -557,10 +687,18 @@ class _Walker:
         pending.extendleft(reversed([part or "." for part in target.split("/")]))
 
 
-def _walk(root_fd: int, cleaned: str, final: _Final, *, follow_links: bool, create: bool) -> int:
+def _walk(
+    root_fd: int,
+    cleaned: str,
+    final: _Final,
+    *,
+    follow_links: bool,
+    create: bool,
+    made: list[MadeDirectory] | None = None,
+) -> int:
     """Resolve ``cleaned`` component by component beneath ``root_fd`` (see the module doc)."""
     pending = deque(cleaned.split("/"))
-    walker = _Walker(root_fd, follow_links=follow_links, create=create)
+    walker = _Walker(root_fd, follow_links=follow_links, create=create, made=made)
     try:
         while pending:
             name = pending.popleft()
@@ -598,7 +736,7 @@ def _final_step(walker: _Walker, final: _Final, name: str) -> int | str:
                 continue
             raise
         return opened.target if isinstance(opened, _Link) else opened
-    raise PathError("path_unavailable", _CHANGED)
+    raise _changed()
 
 
 # --------------------------------------------------------------------------------------
@@ -739,7 +877,7 @@ def _fast_open(root_fd: int, path: str, flags: int, mode: int, resolve: int) -> 
         if number == errno.ENOENT:
             raise PathError("not_found", _MISSING)
         return None
-    raise PathError("path_unavailable", _CHANGED)
+    raise _changed()
 
 
 def _fast_open_beneath(

@@ -8,6 +8,9 @@ until a join proves it released (see ``_ownership``). One call::
       ─► lookup ─► resolve ─► workdir again ─► start ─► own ─► wait for exit
       (timeout ─► stop, grace, force) ─► join ─► outcome ─► bounded output (``_capture``)
 
+Every answer, success or failure, carries the same shell fields (``_Frame.content``),
+among them ``contained``: the launcher's optional attribute, read once per call.
+
 Cancellation before the start is definitive; from the start on, the same bounded
 stop/grace/force/join runs shielded and the ``CancelledError`` propagates with an
 uncertain, never-retry ``Interruption``.
@@ -18,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import math
 import os
+import unicodedata
 from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
 from typing import Final, final
@@ -34,6 +38,7 @@ from spice.agent.process import (
     Spec,
 )
 from spice.agent.tool import (
+    MAXIMUM_MESSAGE_BYTES,
     MAXIMUM_PAYLOAD_BYTES,
     Call,
     Capability,
@@ -55,6 +60,7 @@ from ._config import Config
 from ._ownership import Entry, Owner, Ticket, Timing
 from ._results import attach, encoded_size, failure, report_progress, success
 from ._root import PathError, clean_path, open_directory, open_root
+from ._settling import deliver_cancellation, settle
 
 NAME: Final = "shell"
 MAXIMUM_ARGV_ITEMS: Final = 128
@@ -75,16 +81,90 @@ FORCE_WAIT_SECONDS: Final = 5.0
 START_SETTLE_SECONDS: Final = 10.0
 """How long a cancelled call waits for a launcher start already under way to settle."""
 
-DESCRIPTION: Final = (
-    "Run one program with discrete arguments (argv; never through a command shell, so "
-    "no globbing, pipes, redirection or variable expansion) in a directory of the "
-    "worktree, and return its exit code and its output. argv[0] is looked up in the "
-    "allow-listed PATH and the workdir. Only allow-listed environment variables reach "
-    "the program; stdin is empty. Output is bounded: when it is too long, the start and "
-    "the end of each stream are kept and the result says how many bytes were left out "
-    "and where. The program runs with the user's full privileges and is not confined to "
-    "the worktree; a call can have effects even when it fails, times out or is cancelled."
+FINISH_SETTLE_SECONDS: Final = 60.0
+"""How long a cancelled call waits for its process to be stopped and joined; longer than
+the stop's own bounds with the default timing (5 + 2 + 5 + 5 + 30 = 47 seconds)."""
+
+MAXIMUM_CONTAINMENT_BYTES: Final = 512
+"""Longest text a launcher's optional ``containment`` attribute may give the description."""
+
+UNCONFINED: Final = (
+    "The program runs with the user's full privileges and is not confined to the worktree "
+    "(contained: false)."
 )
+"""What the description says when the launcher gives no ``containment`` text."""
+
+
+def _number(value: float) -> str:
+    """``120.0`` as ``120``, ``0.5`` as ``0.5``."""
+    return f"{value:g}"
+
+
+def _environment_sentence(allowlist: tuple[str, ...], budget: int) -> str:
+    """Which host variables reach the program, by name, within ``budget`` UTF-8 bytes."""
+    if not allowlist:
+        return (
+            "Environment: no host variable reaches the program (no PATH either, so "
+            "argv[0] needs a '/'). "
+        )
+    lead = "Environment: only these host variables reach the program, when set: "
+    no_path = "" if "PATH" in allowlist else " PATH is not among them, so argv[0] needs a '/'."
+    end = "." + no_path + " "
+    shown: list[str] = []
+    used = len((lead + end).encode("utf-8"))
+    for index, name in enumerate(allowlist):
+        cost = len(name.encode("utf-8")) + (2 if shown else 0)  # ", " between names
+        after = len(allowlist) - index - 1
+        reserve = len(f" and {after} more") if after else 0
+        if used + cost + reserve > budget:
+            break
+        shown.append(name)
+        used += cost
+    left = len(allowlist) - len(shown)
+    if not shown:
+        listing = f"{left} names, too long to list"
+    else:
+        listing = ", ".join(shown) + (f" and {left} more" if left else "")
+    return lead + listing + end
+
+
+def shell_description(config: Config, containment: str | None = None) -> str:
+    """The tool's description, with the configured bounds and allowlist in numbers and names.
+
+    ``containment`` is the launcher's own text about what it confines (see
+    ``launcher_containment``); without one the description says the program is not
+    confined. The whole text stays within ``MAXIMUM_MESSAGE_BYTES``: the list of
+    variable names is shortened ("and N more") when it would not fit.
+    """
+    timeout = _number(config.command_timeout)
+    head = (
+        "Run one program with discrete arguments in a directory of the worktree and return "
+        "its exit code and output. argv: the program and its arguments, 1 to "
+        f"{MAXIMUM_ARGV_ITEMS} non-empty strings of at most {MAXIMUM_ARGV_BYTES} bytes "
+        "together, passed literally: never through a command shell, so no globbing, pipes, "
+        "redirection or variable expansion. argv[0] without a '/' is looked up in PATH only "
+        "(its absolute entries), never in the workdir: run a program of the worktree as "
+        "./name (relative to the workdir) or by its path. workdir: a directory relative to "
+        "the worktree root, or absolute beneath it; default the root. timeout_seconds: "
+        f"default {timeout}, at most {timeout}; a program still running then is stopped "
+        "and the answer is timed_out. stdin is empty. Output: at most "
+        f"{config.max_output_bytes} bytes of stdout and stderr together are returned; "
+        "beyond that the start and the end of each stream are kept and the result says "
+        "how many bytes were left out and where. "
+    )
+    confinement = (
+        f"{containment} The result's contained field says whether the command ran confined."
+        if containment
+        else UNCONFINED
+    )
+    tail = (
+        "A non-zero exit is answered with ok false, code command_failed, its exit_code and "
+        f"the output: read it. {confinement} A call can have effects even when it fails, "
+        "times out or is cancelled. Optional arguments may be null, which means the default."
+    )
+    budget = MAXIMUM_MESSAGE_BYTES - len((head + tail).encode("utf-8"))
+    return head + _environment_sentence(config.environment_allowlist, budget) + tail
+
 
 PROGRESS: Final = "starting a command"
 _RETRY: Final = RetryDisposition.NEVER
@@ -100,7 +180,10 @@ _PROBLEMS: Final = {
     "unsupported_platform": "the shell tool is not supported on this platform yet",
     "shell_closing": "the shell tool is shutting down and accepts no new commands",
     "process_limit": "too many commands are running; wait for one to finish",
-    "command_not_found": "no executable matches argv[0] in the allowed PATH or the workdir",
+    "command_not_found": (
+        "no executable matches argv[0]: a name without '/' is looked up in PATH only; "
+        "use ./name for a program in the workdir"
+    ),
     "launch_failed": "the command could not be started",
     "workdir_unavailable": "the workdir is not an existing directory",
     "workdir_changed": "the workdir changed before the command could start",
@@ -121,29 +204,43 @@ def _capabilities() -> tuple[Capability, ...]:
 
 
 def _schema(config: Config) -> dict[str, object]:
+    """The input schema: optional properties are nullable (null means absent).
+
+    Defaults and bounds are stated in the descriptions, not as ``default`` or
+    ``minLength`` keywords, which clients that make schemas strict refuse; the decoder
+    enforces every rule itself.
+    """
+    timeout = _number(config.command_timeout)
     return {
         "type": "object",
         "properties": {
             "argv": {
                 "type": "array",
-                "items": {"type": "string", "minLength": 1},
+                "items": {"type": "string"},
                 "minItems": 1,
                 "maxItems": MAXIMUM_ARGV_ITEMS,
                 "description": (
-                    "The program and its arguments, passed literally (no shell). "
-                    f"At most {MAXIMUM_ARGV_BYTES} bytes together."
+                    f"The program and its arguments: 1 to {MAXIMUM_ARGV_ITEMS} non-empty "
+                    f"strings, at most {MAXIMUM_ARGV_BYTES} bytes together, passed literally "
+                    "(no shell). argv[0] without '/' is looked up in PATH only; use ./name "
+                    "for a program in the workdir."
                 ),
             },
             "workdir": {
-                "type": "string",
-                "minLength": 1,
-                "description": "A directory relative to the worktree root; default the root.",
+                "type": ["string", "null"],
+                "description": (
+                    "The directory to run in: relative to the worktree root, or absolute "
+                    "beneath it; default the root."
+                ),
             },
             "timeout_seconds": {
-                "type": "number",
+                "type": ["number", "null"],
                 "exclusiveMinimum": 0,
                 "maximum": config.command_timeout,
-                "description": "Stop the program after this many seconds.",
+                "description": (
+                    f"Seconds before the program is stopped: more than 0, at most {timeout}; "
+                    f"default {timeout}."
+                ),
             },
         },
         "required": ["argv"],
@@ -183,9 +280,12 @@ def _parse(arguments: str, config: Config) -> _Arguments:
     elif not (math.isfinite(timeout) and timeout <= config.command_timeout):
         raise ArgumentError("timeout_seconds must be at most the configured command timeout")
     try:
-        cleaned = "." if workdir is None else clean_path(workdir)
+        cleaned = "." if workdir is None else clean_path(workdir, root=config.root)
     except PathError:
-        raise ArgumentError("workdir must be a relative path that stays in the root") from None
+        raise ArgumentError(
+            "workdir must be a relative path, or an absolute one beneath the worktree "
+            "root, that stays in the root"
+        ) from None
     return _Arguments(tuple(argv), cleaned, timeout)
 
 
@@ -254,6 +354,48 @@ class _Finished:
 
 
 @final
+class _NotAProcess(Exception):
+    """The launcher answered a start with something that is not a ``Process``."""
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class _Frame:
+    """What every answer of one call shares: its cleaned workdir and ``contained``.
+
+    ``workdir`` is ``None`` only when the arguments were not decoded (wrong tool name,
+    unsupported platform, invalid arguments).
+    """
+
+    workdir: str | None
+    contained: bool
+
+    def content(
+        self,
+        capture: Capture | None,
+        *,
+        exit_code: int = -1,
+        timed_out: bool = False,
+        managed_cleanup_completed: bool = False,
+        problem: tuple[str, str] | None = None,
+    ) -> dict[str, object]:
+        """Every shell field (``ok``, ``code`` and ``message`` are added by the caller).
+
+        The defaults are those of a command that did not run: no exit code (-1), no
+        output, no timeout, no completed managed cleanup.
+        """
+        content: dict[str, object] = {
+            "workdir": self.workdir,
+            "exit_code": exit_code,
+            "timed_out": timed_out,
+            "managed_cleanup_completed": managed_cleanup_completed,
+            "contained": self.contained,
+        }
+        content.update(_output_fields(capture or Capture(1), problem, content))
+        return content
+
+
+@final
 class _Shell:
     """The ``shell`` tool of one ``new_shell`` call."""
 
@@ -277,7 +419,7 @@ class _Shell:
         self._posix = posix
         self._definition = Definition(
             NAME,
-            DESCRIPTION,
+            shell_description(config, launcher_containment(launcher)),
             _schema(config),
             Effect.MUTATING,
             ReplaySafety.UNSAFE,
@@ -292,26 +434,35 @@ class _Shell:
     async def execute(self, call: Call, reporter: Reporter | None = None) -> Result:
         """Run one command; see the module docstring for the steps."""
         await report_progress(call, reporter, PROGRESS, _RETRY)
+        # Read once per call, before anything can fail, so every answer carries it.
+        unparsed = _Frame(None, launcher_contained(self._launcher))
         if call.name != NAME:
-            return _refuse(call, "invalid_arguments", _PROBLEMS["wrong_tool"])
+            return _refuse(call, "invalid_arguments", _PROBLEMS["wrong_tool"], unparsed)
         if not self._posix:
-            return _refuse(call, "unsupported_platform", _PROBLEMS["unsupported_platform"])
+            return _refuse(
+                call, "unsupported_platform", _PROBLEMS["unsupported_platform"], unparsed
+            )
         try:
             arguments = _parse(call.arguments, self._config)
         except ArgumentError as error:
-            return _refuse(call, "invalid_arguments", str(error))
+            return _refuse(call, "invalid_arguments", str(error), unparsed)
+        frame = _Frame(arguments.workdir, unparsed.contained)
         ticket = self._owner.admit()
         if isinstance(ticket, str):
-            return _refuse(call, ticket, _PROBLEMS[ticket])
+            return _refuse(call, ticket, _PROBLEMS[ticket], frame)
         try:
-            return await self._run(call, arguments, ticket)
+            return await self._run(call, arguments, ticket, frame)
         finally:
             ticket.leave()
 
-    async def _run(self, call: Call, arguments: _Arguments, ticket: Ticket) -> Result:
+    async def _run(
+        self, call: Call, arguments: _Arguments, ticket: Ticket, frame: _Frame
+    ) -> Result:
         capture = Capture(self._config.max_output_bytes)
         try:
-            prepared = await self._prepare(call, arguments, capture)
+            prepared = await self._prepare(call, arguments, capture, frame)
+            if not isinstance(prepared, Result):
+                await deliver_cancellation()  # no launch after an observed cancellation
         except asyncio.CancelledError as cancelled:
             attach(cancelled, Interruption(call.id, _DEFINITIVE, _RETRY))
             raise
@@ -329,26 +480,30 @@ class _Shell:
         except Exception:  # noqa: BLE001 - a launcher breaking its contract is a host failure
             raise ExecutionError(call.id, _UNCERTAIN, _RETRY, _LAUNCHER_FAILED) from None
         if started.entry is None:
-            return _refuse(call, "launch_failed", _PROBLEMS["launch_failed"])
+            return _refuse(call, "launch_failed", _PROBLEMS["launch_failed"], frame, capture)
         if started.partial:
             finished = await self._finish_shielded(call, started.entry, stop=True)
             if not finished.joined:
                 raise ExecutionError(call.id, _UNCERTAIN, _RETRY, _JOIN_FAILED) from None
-            return failure(call, "launch_failed", _PROBLEMS["launch_failed"], _UNCERTAIN, _RETRY)
-        return await self._supervise(call, arguments, started.entry, capture)
+            problem = _PROBLEMS["launch_failed"]
+            content = frame.content(capture, problem=("launch_failed", problem))
+            return failure(call, "launch_failed", problem, _UNCERTAIN, _RETRY, content)
+        return await self._supervise(call, arguments, started.entry, capture, frame)
 
-    async def _prepare(self, call: Call, arguments: _Arguments, capture: Capture) -> Spec | Result:
+    async def _prepare(
+        self, call: Call, arguments: _Arguments, capture: Capture, frame: _Frame
+    ) -> Spec | Result:
         root, cleaned = self._config.root, arguments.workdir
         try:
             identity, workdir = await asyncio.to_thread(_inspect_workdir, root, cleaned)
         except PathError as error:
-            return _refuse(call, *_workdir_problem(error))
+            return _refuse(call, *_workdir_problem(error), frame)
         environment = _environment(self._config.environment_allowlist, os.environ)
         lookup = Lookup(arguments.argv[0], workdir, environment)
         try:
             executable = await self._resolver.resolve(lookup)
         except ExecutableNotFound:
-            return _refuse(call, "command_not_found", _PROBLEMS["command_not_found"])
+            return _refuse(call, "command_not_found", _PROBLEMS["command_not_found"], frame)
         except asyncio.CancelledError:
             if _being_cancelled():
                 raise
@@ -360,9 +515,9 @@ class _Shell:
         try:
             again = await asyncio.to_thread(_inspect_workdir, root, cleaned)
         except PathError as error:
-            return _refuse(call, *_workdir_problem(error))
+            return _refuse(call, *_workdir_problem(error), frame)
         if again != (identity, workdir):
-            return _refuse(call, "workdir_unavailable", _PROBLEMS["workdir_changed"])
+            return _refuse(call, "workdir_unavailable", _PROBLEMS["workdir_changed"], frame)
         return Spec(
             executable,
             arguments.argv[1:],
@@ -379,32 +534,40 @@ class _Shell:
         try:
             process = await self._launcher.start(spec)
         except LaunchError as error:
-            partial = error.process
+            partial: object = error.process
             if partial is None:
                 ticket.release_slot()
                 return _Started(None, partial=False)
-            return _Started(self._owner.own(ticket, partial), partial=True)
+            return _Started(self._own(ticket, partial), partial=True)
         except BaseException:
             ticket.release_slot()
             raise
-        return _Started(self._owner.own(ticket, process), partial=False)
+        return _Started(self._own(ticket, process), partial=False)
+
+    def _own(self, ticket: Ticket, process: object) -> Entry:
+        """Own what the launcher gave; something that is no ``Process`` cannot be owned.
+
+        A start that answered with something else (``None``, a pid, ...) may still have
+        started a process nobody can stop or join: the call fails uncertain, and the
+        slot goes back, since there is nothing ``Cleanup`` could ever join.
+        """
+        if not isinstance(process, Process):
+            ticket.release_slot()
+            raise _NotAProcess
+        return self._owner.own(ticket, process)
 
     async def _settle_cancelled_start(
         self, call: Call, starting: asyncio.Task[_Started], cancelled: asyncio.CancelledError
     ) -> None:
         """The caller was cancelled while the launcher was starting: settle, bounded."""
         settling = self._owner.spawn(self._abandon(starting))
+        # Repeated cancellations are held back until the start settled or the bound
+        # passed (``_settling``); past the bound the settling goes on as a tracked task
+        # that Cleanup waits for. The caller re-raises its first cancellation.
+        settled = await settle(settling, START_SETTLE_SECONDS)
         state = _UNCERTAIN
-        try:
-            async with asyncio.timeout(START_SETTLE_SECONDS):
-                if not await asyncio.shield(settling):
-                    state = _DEFINITIVE
-        except (TimeoutError, asyncio.CancelledError):
-            # A second cancellation or the bound: the settling goes on as a tracked
-            # task that Cleanup waits for; the original cancellation propagates.
-            pass
-        except Exception:  # noqa: BLE001, S110 - the launcher failed: the state stays uncertain
-            pass
+        if settled.done and settling.exception() is None and not settling.result():
+            state = _DEFINITIVE  # the start created nothing
         attach(cancelled, Interruption(call.id, state, _RETRY))
 
     async def _abandon(self, starting: asyncio.Task[_Started]) -> bool:
@@ -419,7 +582,7 @@ class _Shell:
         return True
 
     async def _supervise(
-        self, call: Call, arguments: _Arguments, entry: Entry, capture: Capture
+        self, call: Call, arguments: _Arguments, entry: Entry, capture: Capture, frame: _Frame
     ) -> Result:
         process = entry.process
         stop = False
@@ -441,19 +604,19 @@ class _Shell:
         if not finished.joined:
             raise ExecutionError(call.id, _UNCERTAIN, _RETRY, _JOIN_FAILED) from None
         outcome = _outcome(process)
-        content: dict[str, object] = {
-            "workdir": arguments.workdir,
-            "exit_code": -1 if outcome.exit_code is None else outcome.exit_code,
-            "timed_out": timed_out,
-            "managed_cleanup_completed": finished.clean,
-        }
         if timed_out:
             code, problem = "timed_out", _PROBLEMS["timed_out"]
         elif outcome.successful:
             code, problem = None, None
         else:
             code, problem = "command_failed", _PROBLEMS[outcome.kind.value]
-        content.update(_output_fields(capture, code, problem, content))
+        content = frame.content(
+            capture,
+            exit_code=-1 if outcome.exit_code is None else outcome.exit_code,
+            timed_out=timed_out,
+            managed_cleanup_completed=finished.clean,
+            problem=(code, problem) if code is not None and problem is not None else None,
+        )
         if code is None or problem is None:
             return success(call, content, _UNCERTAIN, _RETRY)
         return failure(call, code, problem, _UNCERTAIN, _RETRY, content)
@@ -492,16 +655,12 @@ class _Shell:
 async def _outlast(task: asyncio.Task[_Finished] | asyncio.Task[bool]) -> None:
     """Wait for a tracked, internally bounded task while the caller is being cancelled.
 
-    A further cancellation ends only this wait (the task goes on, tracked by the
-    owner, and ``Cleanup`` waits for it); the caller re-raises its original
-    ``CancelledError``, so no cancellation is lost.
+    Further cancellations are held back (``_settling``) until the task is done or
+    ``FINISH_SETTLE_SECONDS`` passed (then the task goes on, tracked by the owner, and
+    ``Cleanup`` waits for it); the caller re-raises its first ``CancelledError``, so no
+    cancellation is lost. The task reports through ownership, not here.
     """
-    try:
-        await asyncio.shield(task)
-    except asyncio.CancelledError:
-        pass
-    except Exception:  # noqa: BLE001, S110 - the task reports through ownership, not here
-        pass
+    await settle(task, FINISH_SETTLE_SECONDS)
 
 
 def _being_cancelled() -> bool:
@@ -551,15 +710,15 @@ def _outcome(process: Process) -> Outcome:
 
 
 def _output_fields(
-    capture: Capture, code: str | None, problem: str | None, content: Mapping[str, object]
+    capture: Capture, problem: tuple[str, str] | None, content: Mapping[str, object]
 ) -> dict[str, object]:
     """Text when the streams are UTF-8 and the escaped answer fits; otherwise base64."""
     captured = capture.finish()
     fields = captured.fields(text=True)
     if fields["encoding"] == "utf-8":
-        whole: dict[str, object] = {"ok": code is None, **content, **fields}
-        if code is not None:
-            whole.update(code=code, message=problem)
+        whole: dict[str, object] = {"ok": problem is None, **content, **fields}
+        if problem is not None:
+            whole.update(code=problem[0], message=problem[1])
         if encoded_size(whole) > MAXIMUM_PAYLOAD_BYTES:
             fields = captured.fields(text=False)
     return fields
@@ -571,12 +730,64 @@ def _workdir_problem(error: PathError) -> tuple[str, str]:
     return "workdir_unavailable", _PROBLEMS["workdir_unavailable"]
 
 
-def _refuse(call: Call, code: str, problem: str) -> Result:
-    return failure(call, code, problem, _DEFINITIVE, _RETRY)
+def _refuse(
+    call: Call, code: str, problem: str, frame: _Frame, capture: Capture | None = None
+) -> Result:
+    """A failure before anything ran (or a start that created nothing): every shell field."""
+    content = frame.content(capture, problem=(code, problem))
+    return failure(call, code, problem, _DEFINITIVE, _RETRY, content)
+
+
+def launcher_containment(launcher: object) -> str | None:
+    """The launcher's optional ``containment`` text for the description, when usable.
+
+    A launcher that confines its processes may say what it confines in one short text
+    (read once, at construction). It is used only when it is a ``str`` of 1 to
+    ``MAXIMUM_CONTAINMENT_BYTES`` UTF-8 bytes without control characters; anything else
+    (absent, ``None``, another type, a property that raises) is ignored.
+    """
+    try:
+        value = getattr(launcher, "containment", None)
+    except Exception:  # noqa: BLE001 - a failing property is a launcher saying nothing
+        return None
+    if not isinstance(value, str):
+        return None
+    text = value.strip()
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        return None
+    if not 0 < size <= MAXIMUM_CONTAINMENT_BYTES:
+        return None
+    if any(unicodedata.category(char) == "Cc" for char in text):
+        return None
+    return text
+
+
+def launcher_contained(launcher: object) -> bool:
+    """The launcher's optional ``contained`` attribute: ``True`` only when it is ``True``.
+
+    The product does not know how a launcher contains its children; it only reports what
+    the launcher says. An attribute that is absent, not a ``bool``, or fails to be read
+    counts as ``False`` (not contained).
+    """
+    try:
+        value = getattr(launcher, "contained", False)
+    except Exception:  # noqa: BLE001 - a failing property is a launcher saying nothing
+        return False
+    return value is True
 
 
 def _posix_platform() -> bool:
     return os.name != "nt"
+
+
+def _require(value: object, protocol: type, method: str, role: str) -> None:
+    """Refuse, at construction, a collaborator that cannot do its part (``TypeError``)."""
+    if value is None:
+        raise TypeError(f"new_shell needs a {role}; got None")
+    if not isinstance(value, protocol) or not callable(getattr(value, method, None)):
+        raise TypeError(f"the {role} must implement {protocol.__name__} (a {method} method)")
 
 
 def build_shell(
@@ -589,6 +800,8 @@ def build_shell(
     posix: bool | None = None,
 ) -> tuple[_Shell, Owner]:
     """``new_shell`` with its bounds exposed (tests shorten the grace period and backoff)."""
+    _require(resolver, ExecutableResolver, "resolve", "resolver")
+    _require(launcher, Launcher, "start", "launcher")
     owner = Owner(timing or Timing())
     shell = _Shell(
         config,
@@ -605,6 +818,11 @@ def new_shell(
     config: Config, resolver: ExecutableResolver, launcher: Launcher
 ) -> tuple[Tool, Cleanup]:
     """Build the ``shell`` tool and its ``Cleanup``; performs no process action.
+
+    ``resolver`` and ``launcher`` are required: ``None``, or an object without a callable
+    ``resolve`` / ``start``, is a ``TypeError`` here rather than a failure of every call.
+    A launcher may have the optional read-only attribute ``contained: bool``; every shell
+    result reports it (absent or not a ``bool`` counts as ``False``).
 
     >>> tool, cleanup = new_shell(Config("/work/tree"), resolver, launcher)  # doctest: +SKIP
     >>> result = await Dispatcher([tool]).dispatch(Call("1", "shell", '{"argv":["ls"]}'))

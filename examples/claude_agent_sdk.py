@@ -1,0 +1,34 @@
+"""Claude Agent SDK: the Spice tools as an MCP server of Claude Code's agent loop."""
+
+import asyncio
+
+from claude_agent_sdk import ClaudeAgentOptions, query
+
+SPICE_CODING = "/path/to/spice/.venv/bin/spice-coding"
+WORKTREE = "/path/to/worktree"
+
+
+def spice_options(command: str = SPICE_CODING, worktree: str = WORKTREE) -> ClaudeAgentOptions:
+    return ClaudeAgentOptions(
+        mcp_servers={
+            "spice-coding": {
+                "type": "stdio",
+                "command": command,
+                "args": ["serve", "--root", worktree],
+            }
+        },
+        allowed_tools=[
+            "mcp__spice-coding__read",
+            "mcp__spice-coding__replace",
+            "mcp__spice-coding__shell",
+        ],
+    )
+
+
+async def main() -> None:
+    async for message in query(prompt="Fix the typo in greeting.py", options=spice_options()):
+        print(message)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,35 @@
+"""pydantic-ai 2: the Spice tools as the MCP toolset of an agent."""
+
+import asyncio
+
+from fastmcp.client.transports import StdioTransport
+from pydantic_ai import Agent
+from pydantic_ai.mcp import MCPToolset
+from pydantic_ai.models import Model
+
+SPICE_CODING = "/path/to/spice/.venv/bin/spice-coding"
+WORKTREE = "/path/to/worktree"
+
+
+def spice_toolset(command: str = SPICE_CODING, worktree: str = WORKTREE) -> MCPToolset[None]:
+    """`spice-coding serve` over stdio, with room for the longest command (1800 s)."""
+    return MCPToolset(
+        StdioTransport(command, ["serve", "--root", worktree]),
+        init_timeout=30,  # the server starts in about a second; leave room on a busy machine
+        read_timeout=1900,  # per request; the default 300 s would cut a long test run short
+    )
+
+
+async def main(
+    model: Model | str = "anthropic:claude-sonnet-4-5",
+    command: str = SPICE_CODING,
+    worktree: str = WORKTREE,
+) -> str:
+    agent = Agent(model, toolsets=[spice_toolset(command, worktree)])
+    async with agent:
+        result = await agent.run("Read greeting.py, fix the typo, then run the tests.")
+    return result.output
+
+
+if __name__ == "__main__":
+    print(asyncio.run(main()))

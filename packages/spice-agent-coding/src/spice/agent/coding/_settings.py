@@ -1,0 +1,311 @@
+"""The application's settings: the ``Config`` plus the shell's containment mode.
+
+Every setting comes from a command-line flag, else from its ``SPICE_AGENT_*``
+environment variable, else from its default; a flag wins over the
+environment. The command line hands over raw text (``Flags``) and
+``resolve_settings`` parses and validates it, so that every bad value is one
+fixed line (``SettingsError``) that names the flag or the variable, never the
+value itself. The bounds are ``Config``'s own: this module parses text and lets
+``Config`` judge the numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final, final
+
+from spice.agent.tools.coding import Config
+
+from ._compose import UNUSABLE_ROOT, resolve_config
+
+__all__ = [
+    "ALLOW_ENV_VARIABLE",
+    "ALLOW_NETWORK_VARIABLE",
+    "COMMAND_TIMEOUT_VARIABLE",
+    "DEFAULT_SANDBOX",
+    "MAXIMUM_ALLOWED_NAMES",
+    "MAXIMUM_NAME_LENGTH",
+    "MAXIMUM_VALUE_LENGTH",
+    "MAX_OUTPUT_BYTES_VARIABLE",
+    "MAX_READ_BYTES_VARIABLE",
+    "MAX_WRITE_BYTES_VARIABLE",
+    "SANDBOX_MODES",
+    "SANDBOX_VARIABLE",
+    "Flags",
+    "Settings",
+    "SettingsError",
+    "add_arguments",
+    "flags_of",
+    "resolve_settings",
+]
+
+ALLOW_ENV_VARIABLE: Final = "SPICE_AGENT_ALLOW_ENV"
+COMMAND_TIMEOUT_VARIABLE: Final = "SPICE_AGENT_COMMAND_TIMEOUT"
+MAX_READ_BYTES_VARIABLE: Final = "SPICE_AGENT_MAX_READ_BYTES"
+MAX_WRITE_BYTES_VARIABLE: Final = "SPICE_AGENT_MAX_WRITE_BYTES"
+MAX_OUTPUT_BYTES_VARIABLE: Final = "SPICE_AGENT_MAX_OUTPUT_BYTES"
+SANDBOX_VARIABLE: Final = "SPICE_AGENT_SANDBOX"
+ALLOW_NETWORK_VARIABLE: Final = "SPICE_AGENT_ALLOW_NETWORK"
+
+SANDBOX_MODES: Final = ("auto", "workspace", "off")
+"""``--sandbox`` modes (contract 9.4): ``auto`` contains where the kernel can."""
+DEFAULT_SANDBOX: Final = "auto"
+
+MAXIMUM_ALLOWED_NAMES: Final = 64
+"""At most this many names may be added to the environment allowlist."""
+MAXIMUM_NAME_LENGTH: Final = 128
+"""An allowlisted environment variable name has at most this many characters."""
+MAXIMUM_VALUE_LENGTH: Final = 32
+"""A numeric setting's text has at most this many characters (no huge-integer parsing)."""
+
+_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_WHOLE: Final = re.compile(r"[0-9]+")
+_DECIMAL: Final = re.compile(r"[0-9]+(?:\.[0-9]*)?|\.[0-9]+")
+_TRUE: Final = frozenset({"1", "true", "yes", "on"})
+_FALSE: Final = frozenset({"", "0", "false", "no", "off"})
+
+_ALLOW_ENV_FLAG: Final = "--allow-env"
+_COMMAND_TIMEOUT_FLAG: Final = "--command-timeout"
+_SANDBOX_FLAG: Final = "--sandbox"
+_BYTES_FIELDS: Final = (
+    ("max_read_bytes", "--max-read-bytes", MAX_READ_BYTES_VARIABLE),
+    ("max_write_bytes", "--max-write-bytes", MAX_WRITE_BYTES_VARIABLE),
+    ("max_output_bytes", "--max-output-bytes", MAX_OUTPUT_BYTES_VARIABLE),
+)
+
+_BYTES_HELP: Final = {
+    "max_read_bytes": "bytes of one read page",
+    "max_write_bytes": "bytes one replace may write",
+    "max_output_bytes": "bytes of shell output kept (stdout and stderr together)",
+}
+
+_AFTER: Final = "_after_command"
+"""Suffix of the destinations of the options given after the command word."""
+
+
+class SettingsError(ValueError):
+    """A setting that cannot be used; the message is one fixed line without the value."""
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Flags:
+    """The settings as the command line gave them: raw text, ``None`` where not given."""
+
+    root: str | None = None
+    allow_env: tuple[str, ...] = ()
+    command_timeout: str | None = None
+    max_read_bytes: str | None = None
+    max_write_bytes: str | None = None
+    max_output_bytes: str | None = None
+    sandbox: str | None = None
+    allow_network: bool = False
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """What one ``serve`` or ``call`` runs with: the tools' ``Config`` and the containment.
+
+    ``sandbox`` is one of ``SANDBOX_MODES``; ``allow_network`` lets contained
+    commands use TCP (contract 9.4). The launcher is built from these.
+    """
+
+    config: Config
+    sandbox: str = DEFAULT_SANDBOX
+    allow_network: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.config, Config):
+            raise TypeError("Settings takes a Config")
+        if self.sandbox not in SANDBOX_MODES:
+            raise ValueError("the sandbox mode must be one of auto, workspace, off")
+        if not isinstance(self.allow_network, bool):
+            raise TypeError("allow_network must be a bool")
+
+
+def add_arguments(parser: argparse.ArgumentParser, *, after_command: bool) -> None:
+    """Add the settings' options to ``parser`` (the top level, or a command's own).
+
+    Options after the command word land in their own destinations, so that
+    they neither erase what was given before the command word nor lose to it.
+    """
+    suffix = _AFTER if after_command else ""
+    default: object = argparse.SUPPRESS if after_command else None
+    parser.add_argument(
+        _ALLOW_ENV_FLAG,
+        metavar="NAME",
+        action="append",
+        dest="allow_env" + suffix,
+        default=argparse.SUPPRESS if after_command else [],
+        help=f"let NAME reach shell commands too (repeatable; default ${ALLOW_ENV_VARIABLE}, "
+        "comma-separated; always HOME, LANG, PATH, TMPDIR)",
+    )
+    parser.add_argument(
+        _COMMAND_TIMEOUT_FLAG,
+        metavar="SECONDS",
+        dest="command_timeout" + suffix,
+        default=default,
+        help="a shell command's default and longest timeout, 0 < SECONDS <= 1800 "
+        f"(default ${COMMAND_TIMEOUT_VARIABLE}, else 120)",
+    )
+    for field, flag, variable in _BYTES_FIELDS:
+        parser.add_argument(
+            flag,
+            metavar="N",
+            dest=field + suffix,
+            default=default,
+            help=f"{_BYTES_HELP[field]}, 1 <= N <= 524288 (default ${variable}, else 262144)",
+        )
+    parser.add_argument(
+        _SANDBOX_FLAG,
+        metavar="{auto,workspace,off}",
+        dest="sandbox" + suffix,
+        default=default,
+        help=f"contain shell commands (default ${SANDBOX_VARIABLE}, else auto)",
+    )
+    parser.add_argument(
+        "--allow-network",
+        action="store_true",
+        dest="allow_network" + suffix,
+        default=argparse.SUPPRESS if after_command else False,
+        help=f"let contained commands use the network (also ${ALLOW_NETWORK_VARIABLE}=1)",
+    )
+
+
+def flags_of(options: argparse.Namespace) -> Flags:
+    """The ``Flags`` of a parsed command line: after the command word wins over before it."""
+    values = vars(options)
+
+    def text(field: str) -> str | None:
+        chosen = values.get(field + _AFTER, values.get(field))
+        return chosen if isinstance(chosen, str) else None
+
+    allow_env = (*values.get("allow_env", ()), *values.get("allow_env" + _AFTER, ()))
+    return Flags(
+        root=text("root"),
+        allow_env=tuple(allow_env),
+        command_timeout=text("command_timeout"),
+        max_read_bytes=text("max_read_bytes"),
+        max_write_bytes=text("max_write_bytes"),
+        max_output_bytes=text("max_output_bytes"),
+        sandbox=text("sandbox"),
+        allow_network=bool(values.get("allow_network") or values.get("allow_network" + _AFTER)),
+    )
+
+
+def resolve_settings(flags: Flags, environ: Mapping[str, str] | None = None) -> Settings:
+    """Parse and validate ``flags`` over ``environ`` (``os.environ`` by default).
+
+    The root follows ``resolve_config`` (flag, ``SPICE_AGENT_WORKTREE``, the
+    current directory). ``--allow-env`` names, when given, replace
+    ``SPICE_AGENT_ALLOW_ENV``'s; either adds to the default allowlist. Raises
+    ``SettingsError`` with one fixed line naming what is wrong.
+    """
+    source = os.environ if environ is None else environ
+    try:
+        base = resolve_config(flags.root, source)
+    except ValueError:
+        raise SettingsError(UNUSABLE_ROOT) from None
+    fields: dict[str, object] = {}
+    timeout = _chosen(
+        flags.command_timeout, _COMMAND_TIMEOUT_FLAG, source, COMMAND_TIMEOUT_VARIABLE
+    )
+    if timeout is not None:
+        fields["command_timeout"] = _judged(
+            base.root, "command_timeout", _seconds(*timeout), timeout[1]
+        )
+    for field, flag, variable in _BYTES_FIELDS:
+        chosen = _chosen(getattr(flags, field), flag, source, variable)
+        if chosen is not None:
+            fields[field] = _judged(base.root, field, _whole(*chosen), chosen[1])
+    names = _allowed_names(flags.allow_env, source)
+    if names:
+        fields["environment_allowlist"] = (*base.environment_allowlist, *names)
+    config = Config(base.root, **fields)  # type: ignore[arg-type]
+    return Settings(config, _sandbox(flags.sandbox, source), _allow_network(flags, source))
+
+
+def _chosen(
+    flag_value: str | None, flag: str, source: Mapping[str, str], variable: str
+) -> tuple[str, str] | None:
+    """The text to use and where it came from: the flag, else a non-empty variable."""
+    if flag_value is not None:
+        return flag_value, flag
+    from_environment = source.get(variable, "")
+    if from_environment == "":
+        return None
+    return from_environment, variable
+
+
+def _seconds(text: str, origin: str) -> float:
+    cleaned = text.strip()
+    if len(cleaned) > MAXIMUM_VALUE_LENGTH or _DECIMAL.fullmatch(cleaned) is None:
+        raise SettingsError(f"{origin} must be a decimal number of seconds")
+    return float(cleaned)
+
+
+def _whole(text: str, origin: str) -> int:
+    cleaned = text.strip()
+    if len(cleaned) > MAXIMUM_VALUE_LENGTH or _WHOLE.fullmatch(cleaned) is None:
+        raise SettingsError(f"{origin} must be a whole number of bytes")
+    return int(cleaned)
+
+
+def _judged(root: str, field: str, value: object, origin: str) -> object:
+    """Let ``Config`` judge one value against its bounds; its fixed text names the bound."""
+    try:
+        Config(root, **{field: value})  # type: ignore[arg-type]
+    except ValueError as error:
+        raise SettingsError(f"{origin}: {error}") from None
+    return value
+
+
+def _allowed_names(from_flags: tuple[str, ...], source: Mapping[str, str]) -> tuple[str, ...]:
+    if from_flags:
+        raw, origin = list(from_flags), _ALLOW_ENV_FLAG
+    else:
+        text = source.get(ALLOW_ENV_VARIABLE, "")
+        if text.strip() == "":
+            return ()
+        raw, origin = text.split(","), ALLOW_ENV_VARIABLE
+    if len(raw) > MAXIMUM_ALLOWED_NAMES:
+        raise SettingsError(f"{origin} names at most {MAXIMUM_ALLOWED_NAMES} variables")
+    names: list[str] = []
+    for item in raw:
+        name = item.strip()
+        if len(name) > MAXIMUM_NAME_LENGTH or _NAME.fullmatch(name) is None:
+            raise SettingsError(
+                f"{origin} takes environment variable names (letters, digits, _; "
+                f"not starting with a digit; at most {MAXIMUM_NAME_LENGTH} characters)"
+            )
+        names.append(name)
+    return tuple(names)
+
+
+def _sandbox(from_flag: str | None, source: Mapping[str, str]) -> str:
+    if from_flag is not None:
+        text, origin = from_flag, _SANDBOX_FLAG
+    else:
+        text, origin = source.get(SANDBOX_VARIABLE, ""), SANDBOX_VARIABLE
+        if text.strip() == "":
+            return DEFAULT_SANDBOX
+    mode = text.strip()
+    if mode not in SANDBOX_MODES:
+        raise SettingsError(f"{origin} must be one of auto, workspace, off")
+    return mode
+
+
+def _allow_network(flags: Flags, source: Mapping[str, str]) -> bool:
+    if flags.allow_network:
+        return True
+    text = source.get(ALLOW_NETWORK_VARIABLE, "").strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise SettingsError(f"{ALLOW_NETWORK_VARIABLE} must be 1 or 0 (true/false, yes/no, on/off)")
