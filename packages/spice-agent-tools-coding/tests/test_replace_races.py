@@ -161,6 +161,33 @@ async def test_an_external_replacement_with_identical_bytes_is_not_stale(root: P
     assert [] == temporaries(root)
 
 
+@pytest.mark.parametrize("by_rename", [True, False], ids=["rename", "in-place"])
+@pytest.mark.parametrize(
+    "theirs", [OLD, THEIRS, b"", OLD + b"x"], ids=["same", "other", "empty", "longer"]
+)
+async def test_a_stale_answer_never_shows_the_expected_digest_as_current(
+    root: Path, theirs: bytes, by_rename: bool
+) -> None:
+    """Whatever lands between the checks: the expected bytes commit, anything else is stale."""
+
+    def intrude() -> None:
+        if by_rename:
+            (root / "swap.tmp").write_bytes(theirs)
+            os.replace(root / "swap.tmp", root / "f.txt")
+        else:
+            (root / "f.txt").write_bytes(theirs)
+
+    tool = make_tool(root, Recording(hooks={Checkpoint.TEMPORARY_SYNCED: intrude}))
+    _, content = await run(tool, replace_arguments("f.txt", MINE, OLD))
+    if theirs == OLD:
+        assert (True, MINE.encode()) == (content["committed"], (root / "f.txt").read_bytes())
+    else:
+        assert ("stale", digest(theirs)) == (content["code"], content["current_sha256"])
+        assert digest(OLD) != content["current_sha256"]
+        assert theirs == (root / "f.txt").read_bytes()
+    assert [] == temporaries(root)
+
+
 async def test_a_target_removed_before_commit_is_not_found_and_not_recreated(
     root: Path,
 ) -> None:

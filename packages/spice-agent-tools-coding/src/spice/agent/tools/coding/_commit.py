@@ -570,7 +570,6 @@ def _before_commit(
                 _give_metadata(syscalls, read_fd, again, temporary)
             except OSError:
                 return Outcome("temporary_failed", TEMPORARY_FAILED)
-        current = again
         if not gate.enter():
             return ABORTED
         try:
