@@ -18,6 +18,7 @@ from procutil import Collect, Failing
 
 from spice.agent.coding import PosixLauncher
 from spice.agent.coding import _posix_launcher as launcher_module
+from spice.agent.coding import _posix_sandbox as posix_sandbox
 from spice.agent.coding._posix_launcher import READ_CHUNK_BYTES, PosixProcess
 from spice.agent.process import (
     LaunchError,
@@ -551,7 +552,7 @@ async def test_cancelling_a_join_midway_lets_a_later_join_finish(
     await out.contains(b"\n")
     escapee = int(out.data)
     # A supervisor deaf to the end request (the fault): the join waits for its bound.
-    monkeypatch.setattr(launcher_module.sandbox, "END_SIGNAL", signal.SIGWINCH)
+    monkeypatch.setattr(posix_sandbox, "END_SIGNAL", signal.SIGWINCH)
     try:
         join = asyncio.create_task(process.wait())
         async with asyncio.timeout(BOUND):
