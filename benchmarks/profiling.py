@@ -8,7 +8,9 @@ over MCP stdio (the raw JSON-RPC client of ``_clients``, C in flight, each on it
 file) to ``spice-coding serve`` under cProfile (``_profiled_serve.py``: imports are done
 before the profiler starts), and the server's profile is printed, first summed by where
 the time goes (the SDK and its stack, ours, the event loop, JSON, waits), then by function
-(``read`` and ``replace`` figures only; the main thread only).
+(``read`` and ``replace`` figures only; the main thread only). ``start-serve`` and
+``start-call`` print what the start-up imports cost, by top-level package
+(``python -X importtime``).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import hashlib
 import io
 import pstats
 import shutil
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -184,15 +187,54 @@ def grouped(stats: pstats.Stats) -> list[tuple[str, float]]:
     return sorted(totals.items(), key=lambda item: -item[1])
 
 
+STARTUP_IMPORTS: Final = {
+    "serve": "import spice.agent.coding._cli, spice.agent.coding._stdio",
+    "call": "import spice.agent.coding._cli",
+}
+"""What each start imports before it can answer (``serve``: the CLI and the MCP transport)."""
+
+
+def import_profile(command: str) -> list[tuple[str, float]]:
+    """Self time (ms) of every import ``command`` makes, summed by top-level package.
+
+    Measured in a fresh child with ``python -X importtime`` (which itself adds some
+    overhead); the total is what the imports cost before the first line of ours runs.
+    """
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", STARTUP_IMPORTS[command]],
+        capture_output=True,
+        timeout=120,
+        check=True,
+    )
+    totals: dict[str, float] = {}
+    for line in done.stderr.decode().splitlines():
+        if not line.startswith("import time:") or "self [us]" in line:
+            continue
+        own, _, name = line.removeprefix("import time:").split("|")
+        top = name.strip().partition(".")[0]
+        group = top if top not in sys.stdlib_module_names else "(standard library)"
+        if top == "spice":
+            group = "spice (ours)"
+        totals[group] = totals.get(group, 0.0) + int(own) / 1000
+    return sorted(totals.items(), key=lambda item: -item[1])
+
+
 def main(argv: list[str] | None = None) -> int:
     """Profile the chosen figure and print the top functions."""
     parser = argparse.ArgumentParser(description="profile one in-process figure")
-    parser.add_argument("figure", choices=FIGURES)
+    parser.add_argument("figure", choices=(*FIGURES, *(f"start-{c}" for c in STARTUP_IMPORTS)))
     parser.add_argument("--calls", type=int, default=DEFAULT_CALLS)
     parser.add_argument("--sort", choices=("cumulative", "tottime"), default="tottime")
     parser.add_argument("--serve", action="store_true", help="profile the MCP server side")
     parser.add_argument("--concurrency", type=int, default=1, help="calls in flight (--serve)")
     options = parser.parse_args(argv)
+    if options.figure.startswith("start-"):
+        rows = import_profile(options.figure.removeprefix("start-"))
+        total = sum(ms for _, ms in rows)
+        print(f"imports of `{options.figure}`: {total:.0f} ms (python -X importtime, self time)")
+        for name, ms in rows[:TOP]:
+            print(f"  {ms / total:6.1%}  {ms:8.1f} ms  {name}")
+        return 0
     root = Path(tempfile.mkdtemp(prefix="spice-profile-")).resolve()
     out = io.StringIO()
     try:
