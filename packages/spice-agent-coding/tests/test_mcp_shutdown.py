@@ -26,7 +26,7 @@ from test_mcp_pipes import INITIALIZE, INITIALIZED, write_all
 
 from spice.agent.coding import _stdio as stdio
 from spice.agent.coding import compose
-from spice.agent.coding._mcp import serving
+from spice.agent.coding._mcp import PROGRESS_HEARTBEAT_SECONDS, serving
 from spice.agent.coding._stdio import EOF_GRACE_SECONDS, FLUSH_TIMEOUT_SECONDS, open_stdio
 from spice.agent.dispatch import Dispatcher
 from spice.agent.tool import Tool
@@ -108,13 +108,23 @@ def test_a_command_past_the_grace_period_is_stopped_and_the_server_exits_0(
 
 
 @final
-class _Piped:
+class Piped:
     """An in-process server over real pipes, fed raw frames; its calls observable."""
 
     def __init__(self, in_w: int, reader: asyncio.StreamReader, server: asyncio.Task[None]) -> None:
         self.in_w = in_w
         self.reader = reader
         self.server = server
+        self.log: list[dict[str, Any]] = []
+
+    async def message(self) -> dict[str, Any]:
+        """The server's next message (bounded), also kept in ``log``."""
+        async with asyncio.timeout(EXIT_BOUND_SECONDS):
+            line = await self.reader.readline()
+        assert line, "the server closed stdout"
+        message: dict[str, Any] = json.loads(line)
+        self.log.append(message)
+        return message
 
     async def write(self, data: bytes) -> None:
         await asyncio.to_thread(write_all, self.in_w, data)
@@ -134,9 +144,11 @@ class _Piped:
 
 
 @asynccontextmanager
-async def piped(dispatcher: Dispatcher) -> AsyncIterator[_Piped]:
+async def piped(
+    dispatcher: Dispatcher, *, heartbeat_seconds: float = PROGRESS_HEARTBEAT_SECONDS
+) -> AsyncIterator[Piped]:
     """Serve ``dispatcher`` over fresh pipes the way ``serve_stdio`` does (minus the divert)."""
-    server, calls = serving(dispatcher)
+    server, calls = serving(dispatcher, heartbeat_seconds=heartbeat_seconds)
     in_r, in_w = os.pipe()
     out_r, out_w = os.pipe()
     open_ends = {in_r, in_w, out_r, out_w}
@@ -156,7 +168,7 @@ async def piped(dispatcher: Dispatcher) -> AsyncIterator[_Piped]:
         lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(out_r, "rb", closefd=False)
     )
     task = asyncio.create_task(serve())
-    handle = _Piped(in_w, reader, task)
+    handle = Piped(in_w, reader, task)
     try:
         yield handle
     finally:

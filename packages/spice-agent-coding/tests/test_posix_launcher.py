@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import json
 import os
+import signal
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -17,6 +18,7 @@ from procutil import Collect, Failing
 
 from spice.agent.coding import PosixLauncher
 from spice.agent.coding import _posix_launcher as launcher_module
+from spice.agent.coding import _posix_sandbox as posix_sandbox
 from spice.agent.coding._posix_launcher import READ_CHUNK_BYTES, PosixProcess
 from spice.agent.process import (
     LaunchError,
@@ -360,11 +362,11 @@ async def test_no_descriptor_is_left_after_many_joins(exit_watch: str) -> None:
     assert before == procutil.open_descriptors()
 
 
-# -- what escapes -----------------------------------------------------------------------------
+# -- what leaves the group ---------------------------------------------------------------------
 
 
-async def test_a_descendant_that_calls_setsid_escapes_the_join() -> None:
-    """A new session leaves the group: the join neither kills it nor hangs on its pipe."""
+async def test_a_descendant_that_calls_setsid_is_ended_by_the_join() -> None:
+    """A new session leaves the group, not the call: the supervisor's sweep ends it."""
     given = spec(SH, "-c", "setsid sleep 60 & echo $!")
     out, _ = sinks(given)
     process = await start(given)
@@ -379,7 +381,7 @@ async def test_a_descendant_that_calls_setsid_escapes_the_join() -> None:
         async with asyncio.timeout(BOUND):
             await process.wait()
         assert [] == procutil.alive_in_group(process.pid)
-        assert procutil.is_alive(escapee)
+        assert await procutil.until(lambda: not procutil.is_alive(escapee))
     finally:
         await procutil.kill_escapee(escapee)
 
@@ -540,23 +542,31 @@ async def test_cancelling_wait_exit_leaves_the_process_joinable(exit_watch: str)
     assert await procutil.group_gone(process.pid)
 
 
-async def test_cancelling_a_join_midway_lets_a_later_join_finish() -> None:
+async def test_cancelling_a_join_midway_lets_a_later_join_finish(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """A join cancelled while it waits propagates CancelledError; the next one completes."""
     given = spec(SH, "-c", "setsid sleep 60 & echo $!")
     out, _ = sinks(given)
     process = await start(given)
     await out.contains(b"\n")
     escapee = int(out.data)
+    # A supervisor deaf to the end request (the fault): the join waits for its bound.
+    monkeypatch.setattr(posix_sandbox, "END_SIGNAL", signal.SIGWINCH)
     try:
         join = asyncio.create_task(process.wait())
         async with asyncio.timeout(BOUND):
             await process.wait_exit()
+        await asyncio.sleep(0)
+        assert not join.done()
         join.cancel()
         with pytest.raises(asyncio.CancelledError):
             await join
+        monkeypatch.undo()
         async with asyncio.timeout(BOUND):
             await process.wait()
         assert [] == procutil.alive_in_group(process.pid)
+        assert await procutil.until(lambda: not procutil.is_alive(escapee))
     finally:
         await procutil.kill_escapee(escapee)
 

@@ -13,7 +13,7 @@ import json
 import logging
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Final, NoReturn
 
@@ -21,7 +21,11 @@ from spice.agent.dispatch import Dispatcher
 from spice.agent.tool import MAXIMUM_PAYLOAD_BYTES, Call, Definition, ExecutionError
 from spice.agent.tools.coding import SECURITY_WARNING
 
+from . import _posix_sandbox
 from ._compose import compose, launcher_for
+from ._containment import ContainmentUnavailable
+from ._posix import PosixLauncher
+from ._posix_launcher import adopt_orphans
 from ._settings import Settings, SettingsError, add_arguments, flags_of, resolve_settings
 
 PROGRAM: Final = "spice-coding"
@@ -126,25 +130,32 @@ def _definition_json(definition: Definition) -> dict[str, object]:
     }
 
 
-def tools_json(dispatcher: Dispatcher) -> str:
-    """The ``tools`` output: stable JSON (sorted keys, sorted tools), one document."""
-    document = {"tools": [_definition_json(d) for d in dispatcher.definitions]}
+def tools_json(dispatcher: Dispatcher, sandbox: Mapping[str, object] | None = None) -> str:
+    """The ``tools`` output: stable JSON (sorted keys, sorted tools), one document.
+
+    ``sandbox`` (the launcher's containment report) sits beside the definitions.
+    """
+    document: dict[str, object] = {"tools": [_definition_json(d) for d in dispatcher.definitions]}
+    if sandbox is not None:
+        document["sandbox"] = dict(sandbox)
     return json.dumps(document, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
 
 
-def _composed(settings: Settings) -> AbstractAsyncContextManager[Dispatcher]:
+def _composed(
+    settings: Settings, launcher: PosixLauncher
+) -> AbstractAsyncContextManager[Dispatcher]:
     """The application for ``settings``: its Config, and the launcher its sandbox mode asks for."""
-    return compose(settings.config, launcher=launcher_for(settings))
+    return compose(settings.config, launcher=launcher)
 
 
-async def _tools(settings: Settings) -> int:
-    async with _composed(settings) as dispatcher:
-        _out(tools_json(dispatcher))
+async def _tools(settings: Settings, launcher: PosixLauncher) -> int:
+    async with _composed(settings, launcher) as dispatcher:
+        _out(tools_json(dispatcher, launcher.sandbox.report()))
     return EXIT_OK
 
 
-async def _call(settings: Settings, call: Call) -> int:
-    async with _composed(settings) as dispatcher:
+async def _call(settings: Settings, launcher: PosixLauncher, call: Call) -> int:
+    async with _composed(settings, launcher) as dispatcher:
         try:
             result = await dispatcher.dispatch(call)
         except ExecutionError as error:
@@ -159,7 +170,7 @@ async def _call(settings: Settings, call: Call) -> int:
     return EXIT_OK
 
 
-async def _serve(settings: Settings) -> int:
+async def _serve(settings: Settings, launcher: PosixLauncher) -> int:
     # Imported here so that `tools` and `call` never load the MCP SDK.
     from ._stdio import serve_stdio  # noqa: PLC0415 - keeps the SDK off the fast paths
 
@@ -171,7 +182,7 @@ async def _serve(settings: Settings) -> int:
     for number in signals:
         loop.add_signal_handler(number, stop.set)
     try:
-        async with _composed(settings) as dispatcher:
+        async with _composed(settings, launcher) as dispatcher:
             serving = asyncio.ensure_future(serve_stdio(dispatcher))
             stopping = asyncio.ensure_future(stop.wait())
             try:
@@ -213,8 +224,16 @@ def run(argv: Sequence[str] | None = None) -> int:
     except SettingsError as error:
         _err(str(error))
         return EXIT_ERROR
+    try:
+        launcher = launcher_for(settings)
+    except ContainmentUnavailable as error:
+        _err(str(error))
+        return EXIT_ERROR
+    if launcher.sandbox.warning is not None:
+        _err(launcher.sandbox.warning)
     if options.command == "tools":
-        return asyncio.run(_tools(settings))
+        return asyncio.run(_tools(settings, launcher))
+    _harden()
     if options.command == "call":
         arguments = _read_arguments(options.arguments)
         if arguments is None:
@@ -225,8 +244,19 @@ def run(argv: Sequence[str] | None = None) -> int:
         except ValueError:
             _err(_BAD_TOOL_NAME if _bad_name(options.tool) else _BAD_JSON)
             return EXIT_ERROR
-        return asyncio.run(_call(settings, call))
-    return asyncio.run(_serve(settings))
+        return asyncio.run(_call(settings, launcher, call))
+    return asyncio.run(_serve(settings, launcher))
+
+
+def _harden() -> None:
+    """Before ``serve`` or ``call`` runs anything: non-dumpable, and the orphans' reaper.
+
+    Non-dumpable: a child running as the same (non-root) user cannot read this
+    process's ``/proc/PID/environ`` or memory. Subreaper: descendants orphaned by a
+    killed supervisor come back here and are ended at their call's join.
+    """
+    _posix_sandbox.set_dumpable(False)
+    adopt_orphans()
 
 
 def _bad_name(name: str) -> bool:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, final
@@ -24,6 +24,7 @@ from spice.agent.tool import Tool
 from spice.agent.tools.coding import Config
 from spice.agent.tools.coding.autoconfigure import spice_auto_configuration
 
+from ._containment import resolve_containment
 from ._posix import PosixLauncher, PosixResolver
 
 if TYPE_CHECKING:
@@ -60,15 +61,16 @@ def resolve_config(
         raise ValueError(UNUSABLE_ROOT) from None
 
 
-def launcher_for(settings: Settings) -> Launcher:
+def launcher_for(settings: Settings, probe: Callable[[], int] | None = None) -> PosixLauncher:
     """The launcher that ``serve``, ``call`` and ``tools`` run shell commands with.
 
-    This is where the containment of contract 9.4 is chosen from
-    ``settings.sandbox`` (``auto``, ``workspace``, ``off``) and
-    ``settings.allow_network``; until the contained launcher exists every mode
-    runs the plain ``PosixLauncher``.
+    The containment of contract 9.4 comes from ``settings.sandbox`` (``auto``,
+    ``workspace``, ``off``) and ``settings.allow_network`` (``resolve_containment``;
+    ``probe`` replaces the kernel's Landlock answer, for tests). Raises
+    ``ContainmentUnavailable`` for ``workspace`` where the kernel has no Landlock.
     """
-    return PosixLauncher()
+    containment = resolve_containment(settings.sandbox, settings.allow_network, probe)
+    return PosixLauncher(containment, settings.config.root)
 
 
 @final

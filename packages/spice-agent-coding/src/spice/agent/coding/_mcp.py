@@ -47,6 +47,7 @@ from spice.agent.tool import (
 )
 
 from ._json import arguments_text
+from ._outputs import output_schema, title_of
 
 SERVER_NAME: Final = "spice-coding"
 INSTRUCTIONS: Final = (
@@ -56,6 +57,14 @@ INSTRUCTIONS: Final = (
 )
 META_PREFIX: Final = "spice.agent/"
 """Prefix of the ``_meta`` keys that carry a definition's fingerprint and declarations."""
+
+DATA_FAILURE_CODES: Final = frozenset({"command_failed"})
+"""Failure codes answered with ``isError: false`` over MCP (contract 9.3).
+
+A command that ran and exited non-zero (or was ended by a signal) is the answer to
+"run the tests": clients that count ``isError`` as a tool failure (and retry or abort)
+must not. Every other failure, ``timed_out`` included, keeps ``isError: true``.
+"""
 
 PROGRESS_HEARTBEAT_SECONDS: Final = 5.0
 """While a call runs, a client that sent a ``progressToken`` hears from it this often.
@@ -86,6 +95,7 @@ def _version() -> str:
 def annotations_of(definition: Definition) -> ToolAnnotations:
     """The MCP hints a definition honestly supports."""
     return ToolAnnotations(
+        title=title_of(definition.name),
         read_only_hint=definition.effect is Effect.READ_ONLY,
         destructive_hint=definition.effect is Effect.MUTATING,
         idempotent_hint=definition.replay_safety in {ReplaySafety.SAFE, ReplaySafety.IDEMPOTENT},
@@ -94,11 +104,14 @@ def annotations_of(definition: Definition) -> ToolAnnotations:
 
 
 def tool_of(definition: Definition) -> McpTool:
-    """One MCP tool for one definition: name, description, input schema, hints, fingerprint."""
+    """One MCP tool for one definition: name, title, description, input and output schemas,
+    hints, fingerprint."""
     return McpTool(
         name=definition.name,
+        title=title_of(definition.name),
         description=definition.description,
         input_schema=json.loads(definition.input_schema),
+        output_schema=output_schema(definition.name),
         annotations=annotations_of(definition),
         _meta={
             f"{META_PREFIX}fingerprint": definition.fingerprint,
@@ -113,12 +126,16 @@ def result_of(result: Result) -> CallToolResult:
     """A dispatched ``Result`` as an MCP result: structured, as text, and ``isError``.
 
     The text is the result's own encoding and the structured content its decoded object
-    (``Result.content_object``): nothing is encoded or parsed again here.
+    (``Result.content_object``): nothing is encoded or parsed again here. A failure
+    whose code is in ``DATA_FAILURE_CODES`` (a command that ran and failed) is data for
+    the model, not a failed tool call: ``isError`` is false, the content keeps ``ok``,
+    ``code`` and ``exit_code``.
     """
+    content = dict(result.content_object)
     return CallToolResult(
         content=[TextContent(type="text", text=result.content)],
-        structured_content=dict(result.content_object),
-        is_error=result.is_error,
+        structured_content=content,
+        is_error=result.is_error and content.get("code") not in DATA_FAILURE_CODES,
     )
 
 

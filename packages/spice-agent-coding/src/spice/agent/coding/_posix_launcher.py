@@ -30,13 +30,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Callable
+import tempfile
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Final, final
 
 from spice.agent.process import LaunchError, Operation, Outcome, ProcessFailure, Sink, Spec
+
+from . import _posix_sandbox as sandbox
+from ._containment import OFF, Containment
 
 READ_CHUNK_BYTES: Final = 64 * 1024
 """Bytes read from a child's stdout or stderr per readiness event (and handed to the sink)."""
@@ -52,6 +57,103 @@ DRAIN_BOUND_SECONDS: Final = 1.0
 
 EXIT_POLL_SECONDS: Final = 0.02
 """Exit polling interval where the kernel has no pidfd (macOS, Linux < 5.3)."""
+
+START_BOUND_SECONDS: Final = 10.0
+"""How long a start waits for the supervisor to report that the command started (or not)."""
+
+END_BOUND_SECONDS: Final = 2.0
+"""How long a force kill or join waits for the supervisor to end its tree before SIGKILL."""
+
+ORPHAN_SWEEP_SECONDS: Final = 1.0
+"""How long a join spends ending orphans adopted by the server (``adopt_orphans``)."""
+
+SERVER_DEATH_BOUND_SECONDS: Final = 2.0
+"""When the server dies, even by SIGKILL, every command and descendant ends within this."""
+
+TMPDIR_PREFIX: Final = "spice-call-"
+"""Name prefix of the private temporary directory a contained call gets as ``TMPDIR``."""
+
+SUPERVISOR_PATH: Final = os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), "_posix_sandbox.py"
+)
+_SUPERVISOR_FLAGS: tuple[str, ...] = ("-I", "-S")
+"""Isolated (no PYTHON* variables, no user site) and without ``site``: fast and hermetic."""
+
+_SUPERVISOR_ENVIRONMENT: dict[str, str] = {}
+"""The supervisor's own environment (the command's comes through the spec file)."""
+
+_ORPHAN_POLL_SECONDS: Final = 0.01
+_TEMPORARY_VARIABLES: Final = ("TMPDIR", "TMP", "TEMP")
+
+_LEADERS: set[int] = set()
+"""Pids of leaders this process started and has not reaped (never swept as orphans)."""
+
+_adopting = False
+
+
+def adopt_orphans() -> bool:
+    """Make this process the subreaper of last resort for every command's tree.
+
+    For a process that starts no children but through ``PosixLauncher`` (the CLI's
+    ``serve`` and ``call``): descendants orphaned by a supervisor that was killed come
+    back here, and the join of a call whose supervisor did not end its tree cleanly
+    ends every child of this process that is not a live leader. Returns whether the
+    kernel made this process a subreaper (Linux).
+    """
+    global _adopting  # noqa: PLW0603 - a process-wide choice made once at start
+    _adopting = sandbox.become_subreaper()
+    return _adopting
+
+
+def _supervisor_available() -> bool:
+    """Whether commands run under the per-call supervisor (Linux with an interpreter)."""
+    return (
+        sys.platform.startswith("linux")
+        and bool(sys.executable)
+        and hasattr(os, "memfd_create")
+        and os.path.isfile(SUPERVISOR_PATH)
+    )
+
+
+def _server_children() -> list[int]:
+    """Direct children of this (possibly threaded) process."""
+    me = os.getpid()
+    found: list[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{me}/task")
+    except OSError:
+        return sandbox.children(me)
+    for task in tasks:
+        try:
+            with open(f"/proc/{me}/task/{task}/children", "rb") as file:
+                found.extend(int(field) for field in file.read().split())
+        except FileNotFoundError:
+            return sandbox.children(me)
+        except OSError:
+            continue
+    return found
+
+
+async def _sweep_orphans() -> None:
+    """End (SIGKILL) and reap every child of ours that is not a live leader (bounded)."""
+    if not _adopting:
+        return
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + ORPHAN_SWEEP_SECONDS
+    while True:
+        orphans = [pid for pid in _server_children() if pid not in _LEADERS]
+        if not orphans:
+            return
+        for pid in orphans:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        for pid in orphans:
+            with contextlib.suppress(OSError):
+                os.waitpid(pid, os.WNOHANG)  # noqa: ASYNC222 - WNOHANG never blocks
+        if loop.time() >= deadline:
+            return
+        await asyncio.sleep(_ORPHAN_POLL_SECONDS)
+
 
 # ``os.waitid`` is missing on macOS (CPython leaves it out there), so these are looked
 # up defensively; they are only used where ``waitid`` exists.
@@ -229,6 +331,8 @@ class PosixProcess:
         popen: subprocess.Popen[bytes],
         outputs: tuple[_OutputPump, _OutputPump],
         stdin: _InputPump | None,
+        report: int | None = None,
+        temporary: str | None = None,
     ) -> None:
         self._loop = loop
         # Kept alive on purpose: a collected Popen with no return code would be polled
@@ -247,6 +351,21 @@ class PosixProcess:
         self._joined = False
         self._lost = False
         self._join_lock = asyncio.Lock()
+        # The supervisor (when there is one) is the leader; the command is its child.
+        self._supervisor = report is not None
+        self._report = report
+        self._report_bytes = b""
+        self._report_watched = False
+        self._started: bool | None = None
+        self._start_known = asyncio.Event()
+        self._clean = False
+        self._leader_gone = asyncio.Event()
+        self._temporary = temporary
+
+    @property
+    def supervised(self) -> bool:
+        """Whether a per-call supervisor leads the group (and owns the command's tree)."""
+        return self._supervisor
 
     def _attach(self) -> None:
         """Start the pumps and the exit watch (the part of a start that can fail late)."""
@@ -254,8 +373,97 @@ class PosixProcess:
             pump.start()
         if self._stdin is not None:
             self._stdin.start()
+        if self._report is not None:
+            # The exit watch starts once the supervisor says the command started
+            # (``_watch_exit``): until then its report, or its EOF, says all.
+            self._loop.add_reader(self._report, self._read_report)
+            self._report_watched = True
+            return
+        self._watch_exit()
+
+    def _watch_exit(self) -> None:
         self._pidfd = _open_pidfd(self._pid)
         self._watch()
+
+    # -- the supervisor's report ----------------------------------------------------------
+
+    def _read_report(self) -> None:
+        """Take what the supervisor reported (two bytes a record), without blocking."""
+        while self._report is not None:
+            try:
+                data = os.read(self._report, 256)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                data = b""
+            if not data:
+                self._close_report()
+                break
+            self._report_bytes += data
+            while len(self._report_bytes) >= 2:
+                kind, value = self._report_bytes[0], self._report_bytes[1]
+                self._report_bytes = self._report_bytes[2:]
+                self._take(kind, value)
+        if self._started is None:
+            # The supervisor closed its report without a word: it could not start.
+            self._started = False
+        self._start_known.set()
+
+    def _take(self, kind: int, value: int) -> None:
+        if kind == sandbox.REPORT_STARTED and self._started is None:
+            self._started = True
+            self._start_known.set()
+        elif kind == sandbox.REPORT_FAILED and self._started is None:
+            self._started = False
+            self._start_known.set()
+        elif kind == sandbox.REPORT_EXITED:
+            self._record_command(Outcome.exited(value))
+        elif kind == sandbox.REPORT_KILLED:
+            self._record_command(Outcome.signaled())
+        elif kind == sandbox.REPORT_DONE:
+            self._clean = True
+
+    def _record_command(self, outcome: Outcome) -> None:
+        if self._outcome is None:
+            self._outcome = outcome
+        self._exited.set()
+
+    def _close_report(self) -> None:
+        if self._report is None:
+            return
+        if self._report_watched:
+            self._loop.remove_reader(self._report)
+            self._report_watched = False
+        _close_quietly(self._report)
+        self._report = None
+
+    async def _until_started(self) -> bool:
+        """Wait (bounded) for the supervisor's word; ``False`` if the command did not start."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(START_BOUND_SECONDS):
+                await self._start_known.wait()
+        return self._started is True
+
+    def _ask_to_end(self) -> None:
+        """Ask the supervisor to kill its whole tree and exit (it may be stopped: CONT)."""
+        for number in (sandbox.END_SIGNAL, signal.SIGCONT):
+            with contextlib.suppress(OSError):
+                os.kill(self._pid, number)
+
+    async def _let_the_supervisor_end(self, bound: float = END_BOUND_SECONDS) -> None:
+        """While the supervisor pins the group: ask it to end its tree, wait (bounded)."""
+        if not self._supervisor or self._reaped or self._leader_gone.is_set():
+            return
+        self._observe()
+        if not self._pinned or self._leader_gone.is_set():
+            return
+        self._ask_to_end()
+        self._watch()
+        if bound <= 0:
+            return
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(bound):
+                await self._leader_gone.wait()
 
     # -- exit observation -------------------------------------------------------------
 
@@ -300,6 +508,7 @@ class PosixProcess:
 
     def _observe(self) -> None:
         """Look at the leader without reaping it; record its outcome once it has exited."""
+        self._read_report()
         if self._reaped or not self._pinned:
             return
         if self._pidfd is None and not _has_waitid():
@@ -347,9 +556,12 @@ class PosixProcess:
         self._mark_reaped()
 
     def _record(self, outcome: Outcome) -> None:
+        """The leader has exited (a supervisor reports before it exits: read that first)."""
+        self._read_report()
         if self._outcome is None:
             self._outcome = outcome
         self._unwatch()
+        self._leader_gone.set()
         self._exited.set()
 
     # -- the Process protocol ---------------------------------------------------------
@@ -380,7 +592,12 @@ class PosixProcess:
         self._signal_group(signal.SIGTERM, Operation.REQUEST_STOP)
 
     async def force_kill(self) -> None:
-        """SIGKILL to the whole group (a no-op once the join has finished)."""
+        """SIGKILL to the whole tree (a no-op once the join has finished).
+
+        A supervisor is first asked to kill every descendant, including those that left
+        the group, and given ``END_BOUND_SECONDS``; then the group gets SIGKILL anyway.
+        """
+        await self._let_the_supervisor_end()
         self._signal_group(signal.SIGKILL, Operation.FORCE_KILL)
 
     def _signal_group(self, signum: signal.Signals, operation: Operation) -> None:
@@ -410,13 +627,23 @@ class PosixProcess:
                 return
             if not self._reaped:
                 await self._end_group()
+            if self._supervisor and not self._clean:
+                # The supervisor died before it ended its tree: its orphans came here.
+                await _sweep_orphans()
+            await self._remove_temporary()
             await self._drain()
+            self._close_report()
             if self._lost:
                 raise ProcessFailure(Operation.WAIT, retryable=False)
             self._joined = True
 
     async def _end_group(self) -> None:
+        # The leader's exit is bounded by EXIT_BOUND_SECONDS in each phase of the join.
+        await self._let_the_supervisor_end(min(END_BOUND_SECONDS, EXIT_BOUND_SECONDS))
         self._observe()
+        if self._reaped:
+            # Without waitid the exit is seen by reaping, which kills the group at once.
+            return
         if not self._pinned:
             # Terminal: the pipes are still drained and closed, but what is left of the
             # group can never be killed safely, so release cannot be proven.
@@ -432,7 +659,7 @@ class PosixProcess:
         self._watch()
         try:
             async with asyncio.timeout(EXIT_BOUND_SECONDS):
-                await self._exited.wait()
+                await self._leader_gone.wait()
         except TimeoutError:
             raise ProcessFailure(Operation.WAIT, retryable=True) from None
         self._reap()
@@ -457,11 +684,20 @@ class PosixProcess:
     def _mark_reaped(self) -> None:
         self._reaped = True
         self._pinned = False
+        self._leader_gone.set()
+        _LEADERS.discard(self._pid)
         self._close_pidfd()
         outcome = self._outcome
         code = outcome.exit_code if outcome is not None and outcome.exit_code is not None else -1
         # Tell Popen the child is gone so it never polls (or warns about) it again.
         self._popen.returncode = code
+
+    async def _remove_temporary(self) -> None:
+        """Remove the call's private ``TMPDIR`` (its tree is gone by now)."""
+        if self._temporary is None:
+            return
+        await asyncio.to_thread(shutil.rmtree, self._temporary, ignore_errors=True)
+        self._temporary = None
 
     async def _drain(self) -> None:
         for pump in self._outputs:
@@ -482,7 +718,7 @@ class PosixProcess:
             self._stdin.close()
 
 
-def _environment(entries: tuple[str, ...]) -> dict[str, str]:
+def _environment(entries: Iterable[str]) -> dict[str, str]:
     environment: dict[str, str] = {}
     for entry in entries:
         name, _, value = entry.partition("=")
@@ -490,14 +726,57 @@ def _environment(entries: tuple[str, ...]) -> dict[str, str]:
     return environment
 
 
+def _with_temporary(entries: tuple[str, ...], temporary: str) -> list[str]:
+    """The spec's environment with ``TMPDIR`` (and ``TMP``/``TEMP`` if set) on ``temporary``."""
+    kept = [e for e in entries if e.partition("=")[0] not in _TEMPORARY_VARIABLES]
+    present = {e.partition("=")[0] for e in entries}
+    return [
+        *kept,
+        *(
+            f"{name}={temporary}"
+            for name in _TEMPORARY_VARIABLES
+            if name == "TMPDIR" or name in present
+        ),
+    ]
+
+
 def _attach(process: PosixProcess) -> None:
     """The late part of a start (a seam the tests replace to cause a partial start)."""
     process._attach()
 
 
+async def _settle(work: Awaitable[None]) -> None:
+    """Run ``work`` to its end even if the caller is cancelled meanwhile (then re-raise)."""
+    task = asyncio.ensure_future(work)
+    cancelled: asyncio.CancelledError | None = None
+    while not task.done():
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError as exc:
+            if task.cancelled():
+                raise
+            cancelled = exc
+        except Exception:  # noqa: BLE001, S110 - the join's failure is reported by the caller
+            pass
+    if cancelled is not None:
+        raise cancelled
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
 @final
 class PosixLauncher:
     """Starts each child in its own session and process group.
+
+    On Linux each command runs under a small per-call supervisor (``_posix_sandbox``)
+    that leads the group, owns the command's whole tree (a child subreaper), ends it
+    when the server dies, and, when ``containment`` says so, applies the Landlock
+    policy between ``fork`` and ``exec`` of the command (writes only beneath ``root``
+    and a private ``TMPDIR``).
 
     >>> import asyncio
     >>> class Discard:
@@ -513,13 +792,147 @@ class PosixLauncher:
     True
     """
 
+    __slots__ = ("_containment", "_root", "_supervised")
+
+    def __init__(self, containment: Containment = OFF, root: str | None = None) -> None:
+        if not isinstance(containment, Containment):
+            raise TypeError("containment must be a Containment")
+        if containment.contained and (root is None or not os.path.isabs(root)):
+            raise ValueError("a contained launcher needs the absolute worktree root")
+        self._containment = containment
+        self._root = root
+        self._supervised = _supervisor_available()
+        if containment.contained and not self._supervised:
+            raise ValueError("containment needs the supervisor, which is unavailable here")
+
+    @property
+    def contained(self) -> bool:
+        """True when every command runs under the Landlock policy (``workspace`` mode)."""
+        return self._containment.contained
+
+    @property
+    def containment(self) -> str | None:
+        """What the sandbox confines, for the shell's description; ``None`` when off."""
+        return self._containment.sentence
+
+    @property
+    def sandbox(self) -> Containment:
+        """The policy this launcher applies."""
+        return self._containment
+
     async def start(self, spec: Spec) -> PosixProcess:
         """Start ``spec``; raise ``LaunchError`` (carrying the process if one was created).
 
         ``Popen`` runs on the loop thread, as in ``asyncio.create_subprocess_exec``: it
-        returns once the child has exec'd or failed, and since nothing here awaits, a
-        cancellation can never fall between the fork and the ownership of the child.
+        returns once the child has exec'd or failed, and since nothing awaits before
+        the process object exists, a cancellation can never fall between the fork and
+        the ownership of the child. With a supervisor, the start then waits (bounded)
+        for its word that the command itself started; a cancellation meanwhile joins
+        the supervisor (shielded, bounded) before it propagates.
         """
+        if not self._supervised:
+            return self._start_direct(spec)
+        process = self._spawn_supervisor(spec)
+        try:
+            _attach(process)
+        except Exception:  # noqa: BLE001 - the child exists: hand it over with the error
+            raise LaunchError(process) from None
+        try:
+            started = await process._until_started()
+        except asyncio.CancelledError:
+            await _settle(process.wait())
+            raise
+        if started:
+            process._watch_exit()
+            return process
+        try:
+            await process.wait()
+        except ProcessFailure:
+            raise LaunchError(process) from None
+        raise LaunchError from None
+
+    def _spawn_supervisor(self, spec: Spec) -> PosixProcess:
+        loop = asyncio.get_running_loop()
+        parent_ends: list[int] = []
+        child_ends: list[int] = []
+        temporary: str | None = None
+        try:
+            stdout_read, stdout_write = os.pipe()
+            parent_ends.append(stdout_read)
+            child_ends.append(stdout_write)
+            stderr_read, stderr_write = os.pipe()
+            parent_ends.append(stderr_read)
+            child_ends.append(stderr_write)
+            stdin: int = subprocess.DEVNULL
+            stdin_write: int | None = None
+            if spec.stdin:
+                stdin, stdin_write = os.pipe()
+                child_ends.append(stdin)
+                parent_ends.append(stdin_write)
+            report_read, report_write = os.pipe()
+            parent_ends.append(report_read)
+            child_ends.append(report_write)
+            os.set_blocking(report_read, False)
+            directory = _open_no_follow(spec.working_directory)
+            parent_ends.append(directory)
+            environment: Iterable[str] = spec.environment
+            writable: list[bytes] = []
+            if self._containment.contained and self._root is not None:
+                temporary = tempfile.mkdtemp(prefix=TMPDIR_PREFIX)
+                environment = _with_temporary(spec.environment, temporary)
+                writable = [os.fsencode(self._root), os.fsencode(temporary)]
+            blob = sandbox.encode_spec(
+                os.getpid(),
+                self._containment.abi if self._containment.contained else 0,
+                writable,
+                self._containment.allow_network,
+                os.fsencode(spec.executable),
+                [os.fsencode(argument) for argument in spec.arguments],
+                [os.fsencode(entry) for entry in environment],
+            )
+            memory = os.memfd_create("spice-command", os.MFD_CLOEXEC)
+            child_ends.append(memory)
+            _write_all(memory, blob)
+            os.lseek(memory, 0, os.SEEK_SET)
+            python = sys.executable
+            popen = subprocess.Popen(  # noqa: S603 - argv list, no shell; see start
+                [python, *_SUPERVISOR_FLAGS, SUPERVISOR_PATH, str(memory), str(report_write)],
+                executable=python,
+                stdin=stdin,
+                stdout=stdout_write,
+                stderr=stderr_write,
+                cwd=_entry(directory, spec.working_directory),
+                env=_SUPERVISOR_ENVIRONMENT,
+                close_fds=True,
+                pass_fds=(memory, report_write),
+                start_new_session=True,
+                restore_signals=True,
+            )
+        except Exception:  # noqa: BLE001 - every start failure is one LaunchError, no OS text
+            for fd in parent_ends:
+                _close_quietly(fd)
+            if temporary is not None:
+                shutil.rmtree(temporary, ignore_errors=True)
+            raise LaunchError from None
+        finally:
+            for fd in child_ends:
+                _close_quietly(fd)
+        _close_quietly(directory)
+        _LEADERS.add(popen.pid)
+        return PosixProcess(
+            loop,
+            popen,
+            (
+                _OutputPump(loop, stdout_read, spec.stdout),
+                _OutputPump(loop, stderr_read, spec.stderr),
+            ),
+            None if stdin_write is None else _InputPump(loop, stdin_write, spec.stdin),
+            report=report_read,
+            temporary=temporary,
+        )
+
+    def _start_direct(self, spec: Spec) -> PosixProcess:
+        """Without a supervisor (not Linux): the command itself leads its group."""
         loop = asyncio.get_running_loop()
         parent_ends: list[int] = []
         child_ends: list[int] = []
@@ -538,8 +951,8 @@ class PosixLauncher:
                 parent_ends.append(stdin_write)
             directory = _open_no_follow(spec.working_directory)
             parent_ends.append(directory)
-            # Inline on purpose (see the docstring): fork/exec is short and must not be cut.
-            popen = subprocess.Popen(  # noqa: S603, ASYNC220 - argv list, no shell; see above
+            # Inline on purpose (see start): fork/exec is short and must not be cut.
+            popen = subprocess.Popen(  # noqa: S603 - argv list, no shell; see start
                 [spec.executable, *spec.arguments],
                 executable=spec.executable,
                 stdin=stdin,
@@ -559,6 +972,7 @@ class PosixLauncher:
             for fd in child_ends:
                 _close_quietly(fd)
         _close_quietly(directory)
+        _LEADERS.add(popen.pid)
         process = PosixProcess(
             loop,
             popen,

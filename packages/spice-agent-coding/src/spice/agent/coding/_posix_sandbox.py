@@ -1,0 +1,584 @@
+"""Linux Landlock and process-lifetime primitives, and the per-call supervisor.
+
+Standard library only and free of package imports, on purpose: besides being imported
+by the application (the ABI probe, ``prctl``), this file is run as a script by the
+launcher, ``python -I -S _posix_sandbox.py SPEC_FD REPORT_FD``, once per command. That
+process, the *supervisor*, is single-threaded, so it may run Python between ``fork``
+and ``exec`` without the deadlocks that ``preexec_fn`` risks in the threaded server
+(see ``docs/decisions.md``). It:
+
+1. reads the command (executable, argv, environment) and the policy from the
+   memory file ``SPEC_FD`` (never from its argv or environment, which other users
+   can see or which Python itself would alter);
+2. asks for ``SIGHUP`` when its parent (the server) dies (``PR_SET_PDEATHSIG``),
+   becomes a child subreaper (every orphan of the call's tree is reparented to it)
+   and makes itself non-dumpable;
+3. in ``workspace`` mode builds the Landlock ruleset, forks, and in the child sets
+   ``PR_SET_PDEATHSIG(SIGKILL)``, ``no_new_privs`` and ``landlock_restrict_self``
+   before it ``execve``\\s the command (so the command's domain does not include the
+   supervisor, which the command therefore cannot signal);
+4. reports on ``REPORT_FD``, two bytes a record: ``S`` started, ``F`` could not start,
+   ``X``+code exited, ``K``+signal killed, ``D`` the whole tree is gone;
+5. forwards a stop (``SIGTERM``) to the command when the command has left the group,
+   and on ``SIGHUP`` (the server's "end now", or the server's death) kills every
+   descendant with ``SIGKILL`` (its direct children, round after round: killing only
+   unreaped children is safe from pid reuse, and the subreaper makes every descendant
+   a direct child in the end), reaps them, reports ``D`` and exits with the command's
+   status mirrored (a signal death as a signal death).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import sys
+import time
+from collections.abc import Iterable, Sequence
+from typing import Final, NoReturn
+
+# -- prctl -------------------------------------------------------------------------------
+
+PR_SET_PDEATHSIG: Final = 1
+PR_SET_DUMPABLE: Final = 4
+PR_SET_CHILD_SUBREAPER: Final = 36
+PR_SET_NO_NEW_PRIVS: Final = 38
+
+# -- Landlock (include/uapi/linux/landlock.h) --------------------------------------------
+
+_SYS_CREATE_RULESET: Final = 444
+_SYS_ADD_RULE: Final = 445
+_SYS_RESTRICT_SELF: Final = 446
+_GENERIC_SYSCALL_MACHINES: Final = frozenset(
+    {"x86_64", "aarch64", "arm64", "riscv64", "ppc64le", "ppc64", "s390x", "i686", "armv7l"}
+)
+"""Machines whose syscall table numbers Landlock 444..446 (all but alpha, ia64, mips)."""
+
+_CREATE_RULESET_VERSION: Final = 1
+_RULE_PATH_BENEATH: Final = 1
+
+FS_EXECUTE: Final = 1 << 0
+FS_WRITE_FILE: Final = 1 << 1
+FS_READ_FILE: Final = 1 << 2
+FS_READ_DIR: Final = 1 << 3
+FS_REMOVE_DIR: Final = 1 << 4
+FS_REMOVE_FILE: Final = 1 << 5
+FS_MAKE_CHAR: Final = 1 << 6
+FS_MAKE_DIR: Final = 1 << 7
+FS_MAKE_REG: Final = 1 << 8
+FS_MAKE_SOCK: Final = 1 << 9
+FS_MAKE_FIFO: Final = 1 << 10
+FS_MAKE_BLOCK: Final = 1 << 11
+FS_MAKE_SYM: Final = 1 << 12
+FS_REFER: Final = 1 << 13
+FS_TRUNCATE: Final = 1 << 14
+FS_IOCTL_DEV: Final = 1 << 15
+NET_BIND_TCP: Final = 1 << 0
+NET_CONNECT_TCP: Final = 1 << 1
+SCOPE_ABSTRACT_UNIX_SOCKET: Final = 1 << 0
+SCOPE_SIGNAL: Final = 1 << 1
+
+_FS_WRITES_ABI1: Final = (
+    FS_WRITE_FILE
+    | FS_REMOVE_DIR
+    | FS_REMOVE_FILE
+    | FS_MAKE_CHAR
+    | FS_MAKE_DIR
+    | FS_MAKE_REG
+    | FS_MAKE_SOCK
+    | FS_MAKE_FIFO
+    | FS_MAKE_BLOCK
+    | FS_MAKE_SYM
+)
+
+RULES: Final = (
+    ("filesystem_writes", 1),
+    ("refer", 2),
+    ("truncate", 3),
+    ("tcp_bind", 4),
+    ("tcp_connect", 4),
+    ("device_ioctl", 5),
+    ("abstract_unix_socket_scope", 6),
+    ("signal_scope", 6),
+)
+"""Each rule this module can enforce and the Landlock ABI that first offers it."""
+
+NETWORK_RULES: Final = frozenset({"tcp_bind", "tcp_connect"})
+
+DEVICES: Final = (
+    b"/dev/null",
+    b"/dev/zero",
+    b"/dev/random",
+    b"/dev/urandom",
+    b"/dev/tty",
+    b"/dev/ptmx",
+    b"/dev/pts",
+)
+"""Character devices (and the pts directory) a contained command may write to."""
+
+_DEVICE_ACCESS: Final = FS_WRITE_FILE | FS_TRUNCATE | FS_IOCTL_DEV
+
+
+def handled_fs(abi: int) -> int:
+    """The write-ish file-system rights the ruleset handles at ``abi`` (reads stay free)."""
+    handled = _FS_WRITES_ABI1
+    if abi >= 2:
+        handled |= FS_REFER
+    if abi >= 3:
+        handled |= FS_TRUNCATE
+    if abi >= 5:
+        handled |= FS_IOCTL_DEV
+    return handled
+
+
+def _attribute_size(abi: int) -> int:
+    if abi >= 6:
+        return 24
+    if abi >= 4:
+        return 16
+    return 8
+
+
+class _RulesetAttr(ctypes.Structure):
+    _fields_ = (
+        ("handled_access_fs", ctypes.c_uint64),
+        ("handled_access_net", ctypes.c_uint64),
+        ("scoped", ctypes.c_uint64),
+    )
+
+
+class _PathBeneathAttr(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = (("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32))
+
+
+_libc: ctypes.CDLL | None = None
+
+
+def _c() -> ctypes.CDLL:
+    global _libc  # noqa: PLW0603 - one libc handle per process, made on first use
+    if _libc is None:
+        _libc = ctypes.CDLL(None, use_errno=True)
+    return _libc
+
+
+def _checked(result: int) -> int:
+    if result < 0:
+        number = ctypes.get_errno()
+        raise OSError(number, os.strerror(number))
+    return result
+
+
+def prctl(option: int, value: int) -> None:
+    """``prctl(option, value, 0, 0, 0)``; raises ``OSError`` on failure."""
+    _checked(
+        _c().prctl(
+            ctypes.c_int(option),
+            ctypes.c_ulong(value),
+            ctypes.c_ulong(0),
+            ctypes.c_ulong(0),
+            ctypes.c_ulong(0),
+        )
+    )
+
+
+def _syscall(number: int, *arguments: object) -> int:
+    return _checked(int(_c().syscall(ctypes.c_long(number), *arguments)))
+
+
+def landlock_abi() -> int:
+    """The running kernel's Landlock ABI version; 0 where there is no usable Landlock.
+
+    0 covers a non-Linux system, an architecture with other syscall numbers, a kernel
+    built without Landlock (``ENOSYS``) and one where it is disabled (``EOPNOTSUPP``).
+    """
+    if not sys.platform.startswith("linux") or os.uname().machine not in (
+        _GENERIC_SYSCALL_MACHINES
+    ):
+        return 0
+    try:
+        return _syscall(
+            _SYS_CREATE_RULESET, ctypes.c_void_p(None), ctypes.c_size_t(0), ctypes.c_uint32(1)
+        )
+    except (OSError, AttributeError):
+        return 0
+
+
+def enforced_rules(abi: int, allow_network: bool) -> tuple[str, ...]:
+    """The rules a ruleset built at ``abi`` enforces (names of ``RULES``)."""
+    return tuple(
+        name
+        for name, since in RULES
+        if since <= abi and not (allow_network and name in NETWORK_RULES)
+    )
+
+
+def missing_rules(abi: int) -> tuple[str, ...]:
+    """The rules the kernel's ABI lacks."""
+    return tuple(name for name, since in RULES if since > abi)
+
+
+def _open_path(path: bytes) -> int:
+    return os.open(path, os.O_PATH | os.O_CLOEXEC)
+
+
+def _add_path_rule(ruleset: int, path: bytes, access: int, required: bool) -> None:
+    """Allow ``access`` beneath ``path``; a missing path is skipped unless ``required``."""
+    try:
+        fd = _open_path(path)
+    except FileNotFoundError:
+        if required:
+            raise
+        return
+    try:
+        rule = _PathBeneathAttr(access, fd)
+        _syscall(
+            _SYS_ADD_RULE,
+            ctypes.c_int(ruleset),
+            ctypes.c_int(_RULE_PATH_BENEATH),
+            ctypes.byref(rule),
+            ctypes.c_uint32(0),
+        )
+    finally:
+        os.close(fd)
+
+
+def build_ruleset(abi: int, writable: Sequence[bytes], allow_network: bool) -> int:
+    """A ruleset fd: writes only beneath ``writable`` and to ``DEVICES``; TCP unless allowed.
+
+    Every write-ish right of ``abi`` is handled; reads and execution are not handled, so
+    they stay allowed everywhere. From ABI 4 TCP bind and connect are handled with no
+    rule (denied) unless ``allow_network``; from ABI 6 signals and abstract UNIX sockets
+    are scoped to the domain. The fd is close-on-exec (the kernel makes it so). Raises
+    ``OSError`` when the kernel refuses a step or a ``writable`` path is missing.
+    """
+    handled = handled_fs(abi)
+    attribute = _RulesetAttr(handled, 0, 0)
+    if abi >= 4 and not allow_network:
+        attribute.handled_access_net = NET_BIND_TCP | NET_CONNECT_TCP
+    if abi >= 6:
+        attribute.scoped = SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL
+    ruleset = _syscall(
+        _SYS_CREATE_RULESET,
+        ctypes.byref(attribute),
+        ctypes.c_size_t(_attribute_size(abi)),
+        ctypes.c_uint32(0),
+    )
+    try:
+        for path in writable:
+            _add_path_rule(ruleset, path, handled, required=True)
+        for device in DEVICES:
+            _add_path_rule(ruleset, device, _DEVICE_ACCESS & handled, required=False)
+    except BaseException:
+        os.close(ruleset)
+        raise
+    return ruleset
+
+
+def restrict_self(ruleset: int) -> None:
+    """``no_new_privs``, then enter the ruleset's domain (this thread, for good)."""
+    prctl(PR_SET_NO_NEW_PRIVS, 1)
+    _syscall(_SYS_RESTRICT_SELF, ctypes.c_int(ruleset), ctypes.c_uint32(0))
+
+
+def set_dumpable(dumpable: bool) -> bool:
+    """``PR_SET_DUMPABLE``; ``False`` where it is unavailable (not Linux)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        prctl(PR_SET_DUMPABLE, 1 if dumpable else 0)
+    except (OSError, AttributeError):
+        return False
+    return True
+
+
+def become_subreaper() -> bool:
+    """``PR_SET_CHILD_SUBREAPER``: orphans of descendants come back to this process."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        prctl(PR_SET_CHILD_SUBREAPER, 1)
+    except (OSError, AttributeError):
+        return False
+    return True
+
+
+def children(pid: int) -> list[int]:
+    """The direct children of ``pid`` (single-threaded), from ``/proc``."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children", "rb") as file:
+            return [int(field) for field in file.read().split()]
+    except FileNotFoundError:
+        pass
+    found: list[int] = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as file:
+                raw = file.read()
+        except OSError:
+            continue
+        if int(raw[raw.rindex(b")") + 2 :].split()[1]) == pid:
+            found.append(int(name))
+    return found
+
+
+# -- the supervisor ----------------------------------------------------------------------
+
+SPEC_VERSION: Final = b"spice-supervisor-1"
+END_SIGNAL: Final = signal.SIGHUP
+"""What the server sends the supervisor for "end the whole tree now" (and its death signal)."""
+
+SWEEP_BOUND_SECONDS: Final = 1.5
+"""Longest the supervisor spends killing and reaping its tree before it exits anyway."""
+
+WATCH_SECONDS: Final = 1.0
+"""How often an idle supervisor re-checks that its server is alive (besides the signal)."""
+
+_SWEEP_WAIT_SECONDS: Final = 0.02
+_WATCHED: Final = frozenset({signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, END_SIGNAL})
+_CANNOT_START: Final = 127
+
+REPORT_STARTED: Final = ord("S")
+REPORT_FAILED: Final = ord("F")
+REPORT_EXITED: Final = ord("X")
+REPORT_KILLED: Final = ord("K")
+REPORT_DONE: Final = ord("D")
+
+
+def encode_spec(
+    server: int,
+    abi: int,
+    writable: Sequence[bytes],
+    allow_network: bool,
+    executable: bytes,
+    arguments: Sequence[bytes],
+    environment: Sequence[bytes],
+) -> bytes:
+    """The supervisor's input: NUL-separated fields (none of them may contain NUL).
+
+    ``abi`` 0 means no Landlock (mode ``off``); ``writable`` is then ignored.
+    """
+    fields = [
+        SPEC_VERSION,
+        str(server).encode(),
+        str(abi).encode(),
+        b"1" if allow_network else b"0",
+        str(len(writable)).encode(),
+        *writable,
+        executable,
+        str(len(arguments)).encode(),
+        *arguments,
+        *environment,
+    ]
+    return b"\0".join(fields)
+
+
+class _Spec:
+    __slots__ = (
+        "abi",
+        "allow_network",
+        "arguments",
+        "environment",
+        "executable",
+        "server",
+        "writable",
+    )
+
+    def __init__(self, blob: bytes) -> None:
+        fields = blob.split(b"\0")
+        if fields[0] != SPEC_VERSION:
+            raise ValueError("unknown supervisor spec")
+        self.server = int(fields[1])
+        self.abi = int(fields[2])
+        self.allow_network = fields[3] == b"1"
+        count = int(fields[4])
+        self.writable = fields[5 : 5 + count]
+        rest = fields[5 + count :]
+        self.executable = rest[0]
+        argument_count = int(rest[1])
+        self.arguments = [self.executable, *rest[2 : 2 + argument_count]]
+        self.environment: dict[bytes, bytes] = {}
+        for entry in rest[2 + argument_count :]:
+            if entry:
+                name, _, value = entry.partition(b"=")
+                self.environment[name] = value
+
+
+def _read_all(fd: int) -> bytes:
+    chunks: list[bytes] = []
+    while chunk := os.read(fd, 1 << 16):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _report(fd: int, kind: int, value: int = 0) -> None:
+    with contextlib.suppress(OSError):  # the server is gone: nobody to tell
+        os.write(fd, bytes((kind, value & 0xFF)))
+
+
+def _child(
+    spec: _Spec, ruleset: int | None, status: int, mask: Iterable[int], parent: int
+) -> NoReturn:
+    """In the forked child: the command's last preparations, then ``execve``."""
+    try:
+        for number in (signal.SIGPIPE, signal.SIGXFSZ):
+            signal.signal(number, signal.SIG_DFL)
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:
+            os._exit(_CANNOT_START)  # the supervisor died before the death signal was set
+        if ruleset is not None:
+            restrict_self(ruleset)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        os.execve(spec.executable, spec.arguments, spec.environment)  # noqa: S606 - the point
+    except BaseException:  # noqa: BLE001 - any failure here means "not started"
+        with contextlib.suppress(OSError):
+            os.write(status, b"F")
+    os._exit(_CANNOT_START)
+
+
+class _Supervisor:
+    def __init__(self, spec: _Spec, report: int) -> None:
+        self.spec = spec
+        self.report = report
+        self.command = 0
+        self.status: int | None = None
+        self.announced = False
+
+    def reap(self) -> None:
+        """Collect every exited child; remember the command's status."""
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            if pid == self.command and self.status is None:
+                self.status = status
+
+    def announce(self) -> None:
+        """Report the command's exit while the rest of its tree still runs (once)."""
+        if self.announced or self.status is None:
+            return
+        self.announced = True
+        if os.WIFSIGNALED(self.status):
+            _report(self.report, REPORT_KILLED, os.WTERMSIG(self.status))
+        else:
+            _report(self.report, REPORT_EXITED, os.WEXITSTATUS(self.status))
+
+    def forward_stop(self) -> None:
+        """A stop reached our group; pass it on if the command has left the group."""
+        if self.status is not None:
+            return
+        with contextlib.suppress(OSError):
+            if os.getpgid(self.command) != os.getpgid(0):
+                os.kill(self.command, signal.SIGTERM)
+
+    def sweep(self) -> None:
+        """SIGKILL every descendant, round after round, and reap them (bounded)."""
+        me = os.getpid()
+        deadline = time.monotonic() + SWEEP_BOUND_SECONDS
+        while True:
+            self.reap()
+            alive = children(me)
+            if not alive:
+                return
+            for pid in alive:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+            if time.monotonic() >= deadline:
+                return
+            signal.sigtimedwait({signal.SIGCHLD}, _SWEEP_WAIT_SECONDS)
+
+    def run(self) -> NoReturn:
+        """Wait for the command; end the tree on request, on the server's death, or alone.
+
+        When the command exits and nothing else of its tree is left, the supervisor
+        exits at once with the command's status. When descendants remain it reports the
+        command's exit and stays, pinning the group, until they end, it is told to end
+        (the join), or the server dies.
+        """
+        me = os.getpid()
+        while os.getppid() == self.spec.server:
+            received = signal.sigtimedwait(_WATCHED, WATCH_SECONDS)
+            if received is None:
+                continue
+            if received.si_signo == signal.SIGCHLD:
+                self.reap()
+                if self.status is not None:
+                    if not children(me):
+                        break
+                    self.announce()
+            elif received.si_signo == signal.SIGTERM:
+                self.forward_stop()
+            elif received.si_signo == END_SIGNAL:
+                break
+        self.sweep()
+        _report(self.report, REPORT_DONE)
+        self.mirror()
+
+    def mirror(self) -> NoReturn:
+        """Exit as the command did: its code, or death by its signal."""
+        status = self.status
+        if status is not None and not os.WIFSIGNALED(status):
+            os._exit(os.WEXITSTATUS(status))
+        # Not reaped within the sweep's bound: it has SIGKILL pending, so it died of that.
+        number = signal.SIGKILL if status is None else os.WTERMSIG(status)
+        with contextlib.suppress(OSError, ValueError):
+            if number not in {signal.SIGKILL, signal.SIGSTOP}:
+                signal.signal(number, signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {number})
+            os.kill(os.getpid(), number)
+        os._exit(128 + number)
+
+
+def supervise(spec_fd: int, report: int) -> NoReturn:
+    """The supervisor's whole life (see the module docstring)."""
+    os.set_inheritable(report, False)  # noqa: FBT003 - os's positional-only flag
+    spec = _Spec(_read_all(spec_fd))
+    os.close(spec_fd)
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, _WATCHED)
+    prctl(PR_SET_PDEATHSIG, END_SIGNAL)
+    if os.getppid() != spec.server:
+        os._exit(_CANNOT_START)  # the server died while we started: start nothing
+    prctl(PR_SET_CHILD_SUBREAPER, 1)
+    prctl(PR_SET_DUMPABLE, 0)
+    ruleset: int | None = None
+    if spec.abi > 0:
+        try:
+            ruleset = build_ruleset(spec.abi, spec.writable, spec.allow_network)
+        except OSError:
+            _report(report, REPORT_FAILED)
+            os._exit(_CANNOT_START)
+    status_read, status_write = os.pipe()
+    parent = os.getpid()
+    command = os.fork()
+    if command == 0:
+        os.close(status_read)
+        _child(spec, ruleset, status_write, mask, parent)
+    os.close(status_write)
+    if ruleset is not None:
+        os.close(ruleset)
+    failed = os.read(status_read, 1)
+    os.close(status_read)
+    supervisor = _Supervisor(spec, report)
+    supervisor.command = command
+    if failed:
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(command, 0)
+        _report(report, REPORT_FAILED)
+        os._exit(_CANNOT_START)
+    _report(report, REPORT_STARTED)
+    # The command holds the pipes now; ours would keep them open after it exits.
+    null = os.open("/dev/null", os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    os.close(null)
+    supervisor.run()
+
+
+if __name__ == "__main__":
+    supervise(int(sys.argv[1]), int(sys.argv[2]))
