@@ -278,14 +278,15 @@ def test_a_descriptor_reused_before_its_close_is_printed_keeps_the_new_files_wri
     def hexed(text: str) -> str:  # what ``strace -xx`` prints for a string
         return "".join(f"\\x{byte:02x}" for byte in text.encode())
 
+    at = f"AT_FDCWD<{hexed(root)}>"
+    old_fd = f"5<{hexed(root + '/f')}>"
+    new_fd = f"5<{hexed(root + '/' + temporary)}>"
     lines = [
-        f'11 openat(AT_FDCWD<{hexed(root)}>, "{hexed("f")}", O_RDONLY|O_CLOEXEC)'
-        f" = 5<{hexed(root + '/f')}>",
-        f"10 close(5<{hexed(root + '/f')}> <unfinished ...>",
-        f'11 openat(AT_FDCWD<{hexed(root)}>, "{hexed(temporary)}", O_WRONLY|O_CREAT|O_EXCL,'
-        f" 0600) = 5<{hexed(root + '/' + temporary)}>",
+        f'11 openat({at}, "{hexed("f")}", O_RDONLY|O_CLOEXEC) = {old_fd}',
+        f"10 close({old_fd} <unfinished ...>",
+        f'11 openat({at}, "{hexed(temporary)}", O_WRONLY|O_CREAT|O_EXCL, 0600) = {new_fd}',
         "10 <... close resumed>) = 0",
-        f'11 write(5<{hexed(root + "/" + temporary)}>, "{hexed("NEW")}", 3) = 3',
+        f'11 write({new_fd}, "{hexed("NEW")}", 3) = 3',
     ]
     trace = parse_trace(lines, root, {"f": b"OLD"})
     writes = [op for op in trace.ops if op.kind == "write"]
