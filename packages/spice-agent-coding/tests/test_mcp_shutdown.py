@@ -19,11 +19,12 @@ from pathlib import Path
 from typing import Any, Final, final
 
 import pytest
-from app_fakes import BlockingTool, GatedTool, SlowFsync
+from app_fakes import BlockingTool, GatedTool, SlowFsync, StubbornTool
 from procutil import is_alive, until
 from raw_peer import SERVER, RawPeer, encode, tool_call
 from test_mcp_pipes import INITIALIZE, INITIALIZED, write_all
 
+from spice.agent.coding import _mcp as mcp
 from spice.agent.coding import _stdio as stdio
 from spice.agent.coding import compose
 from spice.agent.coding._mcp import PROGRESS_HEARTBEAT_SECONDS, serving
@@ -181,6 +182,7 @@ async def piped(
             open_ends.discard(in_w)
         for fd in open_ends:
             os.close(fd)
+        await calls.settle(EXIT_BOUND_SECONDS)
     assert 0 == len(calls)
 
 
@@ -263,3 +265,31 @@ async def test_a_cancelled_command_that_ignores_sigterm_is_waited_out_without_sp
     assert 2 not in answers
     assert not is_alive(pid)
     assert share < CPU_SHARE_BOUND
+
+
+@pytest.mark.parametrize("answers_anyway", [False, True])
+async def test_a_cancelled_call_that_never_stops_is_given_up_after_the_bound(
+    monkeypatch: pytest.MonkeyPatch, answers_anyway: bool
+) -> None:
+    """Past ``CANCELLED_CALL_SECONDS`` (shortened) the handler and the shutdown stop waiting.
+
+    A call that answers after all once released is still unanswered: the cancel won.
+    """
+    monkeypatch.setattr(mcp, "CANCELLED_CALL_SECONDS", SHORT_GRACE_SECONDS)
+    tool = StubbornTool(answers=answers_anyway)
+    async with piped(Dispatcher([tool])) as server:
+        await server.write(initialized() + encode(tool_call(2, "stubborn", {})))
+        async with asyncio.timeout(30):
+            await tool.started.wait()
+        cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled"}
+        await server.write(encode({**cancel, "params": {"requestId": 2}}))
+        async with asyncio.timeout(30):
+            await tool.cancel_seen.wait()
+        server.close()
+        answers = await server.answers()
+        still_running = not tool.finished.is_set()
+        tool.released.set()
+        async with asyncio.timeout(30):
+            await tool.finished.wait()
+    assert still_running
+    assert 2 not in answers

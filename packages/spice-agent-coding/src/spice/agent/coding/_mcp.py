@@ -204,9 +204,11 @@ class CallTasks:
         task.add_done_callback(self._tasks.discard)
         return task
 
-    async def settle(self, seconds: float = CANCELLED_CALL_SECONDS) -> None:
-        """Wait (shielded, at most ``seconds``) for every call still running to end."""
-        with anyio.CancelScope(shield=True), anyio.move_on_after(seconds):
+    async def settle(self, seconds: float | None = None) -> None:
+        """Wait (shielded, at most ``seconds``, default ``CANCELLED_CALL_SECONDS``) for every
+        call still running to end."""
+        bound = CANCELLED_CALL_SECONDS if seconds is None else seconds
+        with anyio.CancelScope(shield=True), anyio.move_on_after(bound):
             while self._tasks:
                 await asyncio.wait(set(self._tasks))
 
