@@ -9,7 +9,6 @@ process-lifetime tests, which hold in every mode, are in ``test_lifetime.py``.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import errno
 import json
 import os
@@ -17,6 +16,7 @@ import shutil
 import socket
 import stat
 import sys
+import tempfile
 import zipfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -64,12 +64,18 @@ def contained(allow_network: bool = False) -> Containment:
 
 
 @pytest.fixture
-def layout(tmp_path: Path) -> tuple[Path, Path]:
-    """A worktree root and a sibling directory outside it (resolved paths)."""
+def layout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
+    """A worktree root, a sibling directory outside it, and a private system temp dir.
+
+    The launcher makes each call's TMPDIR in ``tempfile.gettempdir()``; here that is
+    ``tmp_path/tmp``, so a test sees exactly the temporaries its own calls left.
+    """
     root = (tmp_path / "root").resolve()
     outside = (tmp_path / "outside").resolve()
-    root.mkdir()
-    outside.mkdir()
+    temporaries = (tmp_path / "tmp").resolve()
+    for path in (root, outside, temporaries):
+        path.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temporaries))
     return root, outside
 
 
@@ -239,32 +245,26 @@ def _exists(path: str) -> bool:
     return os.path.exists(path)
 
 
-async def test_a_root_that_vanished_is_a_launch_error_and_nothing_runs(tmp_path: Path) -> None:
+async def test_a_root_that_vanished_is_a_launch_error_and_nothing_runs(
+    layout: tuple[Path, Path],
+) -> None:
     """The ruleset cannot name a missing root: the command is never started uncontained."""
-    root = (tmp_path / "root").resolve()
-    root.mkdir()
+    root, outside = layout
     launcher = PosixLauncher(contained(), str(root))
-    workdir = root.parent
     shutil.rmtree(root)
     before = procutil.open_descriptors()
     with pytest.raises(LaunchError) as caught:
         await launcher.start(
-            Spec("/bin/sh", ("-c", "touch ran"), str(workdir), (), b"", Collect(), Collect())
+            Spec("/bin/sh", ("-c", "touch ran"), str(outside), (), b"", Collect(), Collect())
         )
     assert caught.value.process is None
-    assert not _exists(str(workdir / "ran"))
+    assert [] == tree(outside)
     assert before == procutil.open_descriptors()
-    assert [] == _leftover_temporaries()
+    assert [] == _temporaries()
 
 
-def _leftover_temporaries() -> list[str]:
-    return [n for n in os.listdir("/tmp") if n.startswith(TMPDIR_PREFIX) and _ours(n)]
-
-
-def _ours(name: str) -> bool:
-    with contextlib.suppress(OSError):
-        return os.stat(os.path.join("/tmp", name)).st_uid == os.getuid()
-    return False
+def _temporaries() -> list[str]:
+    return os.listdir(tempfile.gettempdir())
 
 
 # -- network -------------------------------------------------------------------------------
@@ -375,7 +375,6 @@ async def test_a_cancelled_contained_start_leaves_no_process_and_no_tmpdir(
 ) -> None:
     """Cancelled while the supervisor starts: CancelledError, nothing left behind."""
     root, _ = layout
-    before = set(os.listdir("/tmp"))
     launcher = PosixLauncher(contained(), str(root))
     spec = Spec("/bin/sleep", ("60",), str(root), (), b"", Collect(), Collect())
     starting = asyncio.ensure_future(launcher.start(spec))
@@ -383,7 +382,7 @@ async def test_a_cancelled_contained_start_leaves_no_process_and_no_tmpdir(
     starting.cancel()
     with pytest.raises(asyncio.CancelledError):
         await starting
-    assert set() == {n for n in os.listdir("/tmp") if n.startswith(TMPDIR_PREFIX)} - before
+    assert [] == _temporaries()
     assert [] == [p for p in procutil.all_processes() if p.ppid == os.getpid() and p.alive]
 
 

@@ -103,7 +103,10 @@ def root(tmp_path: Path) -> Path:
 async def test_a_sigkilled_server_leaves_no_process_behind(root: Path, mode: str) -> None:
     """SIGKILL of ``serve`` mid-call: command, children, setsid'd and daemonised ones all end."""
     pidfile = root / "pids"
-    with RawPeer(root, "--sandbox", mode) as peer:
+    temporaries = root / "system-tmp"
+    temporaries.mkdir()
+    environment = {**os.environ, "TMPDIR": str(temporaries)}
+    with RawPeer(root, "--sandbox", mode, env=environment) as peer:
         peer.initialize()
         arguments = {"argv": ["sh", "-c", FAMILY], "timeout_seconds": 120}
         peer.send(tool_call(1, "shell", arguments))
@@ -114,12 +117,15 @@ async def test_a_sigkilled_server_leaves_no_process_behind(root: Path, mode: str
             assert family
             assert all(procutil.is_alive(pid) for pid in family)
             assert len(supervisors) == 1
+            assert (mode == "workspace") == any(temporaries.iterdir())
             os.kill(peer.pid, signal.SIGKILL)
             peer.process.wait(BOUND)
             # The bound of the contract, polled (no sleep): everything is gone by then.
             assert await procutil.until(
                 lambda: none_alive(family + supervisors), SERVER_DEATH_BOUND_SECONDS
             )
+            # The supervisor removed the call's TMPDIR itself (workspace mode makes one).
+            assert await procutil.until(lambda: not any(temporaries.iterdir()))
         finally:
             await collect(family + supervisors)
 
