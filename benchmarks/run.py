@@ -46,6 +46,7 @@ MODULES: Final = (
     "bench_memory",
     "bench_scaling",
     "bench_edits",
+    "bench_pipelining",
 )
 """The bench modules, in run order. Each has ``SECTION: str`` and ``run(Settings) ->
 list[Figure]``; ``--only SECTION`` picks modules by their section. To add one, add its

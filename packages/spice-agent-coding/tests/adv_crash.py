@@ -73,6 +73,8 @@ _PATTERNS: Final = {
     "mkdir": re.compile(rf"mkdir\(\"{_HEX}\", \d+\) = 0"),
     "close": re.compile(r"close\((\d+)"),
 }
+_CLOSE_STARTED: Final = "\0close-started"
+"""Marks a pending close that was already yielded when it began."""
 _LINE: Final = re.compile(r"^(?:\[pid +)?(\d+)\]?\s+(.*)$")
 _RESUMED: Final = re.compile(r"^<\.\.\. \w+ resumed>(.*)$")
 
@@ -128,11 +130,19 @@ def joined_lines(lines: Iterable[str]) -> Iterator[str]:
             continue
         pid, rest = match.groups()
         if rest.endswith("<unfinished ...>"):
-            pending[pid] = rest.removesuffix("<unfinished ...>")
+            started = rest.removesuffix("<unfinished ...>")
+            if started.startswith("close("):
+                # The number is free once close has begun: another thread's open may get
+                # it (and be printed) before this close's end is, so it counts from here.
+                yield started
+                started = _CLOSE_STARTED
+            pending[pid] = started
             continue
         resumed = _RESUMED.match(rest)
         if resumed is not None:
             rest = pending.pop(pid, "") + resumed.group(1)
+            if rest.startswith(_CLOSE_STARTED):
+                continue
         yield rest
 
 

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, final
 
+from schema_check import check_output_schema
+
 from spice.agent.coding import PosixLauncher, PosixResolver
 from spice.agent.dispatch import Dispatcher
 from spice.agent.tool import MAXIMUM_MESSAGE_BYTES, Call, ExecutionError, Result
@@ -100,9 +102,11 @@ async def dispatcher_route(config: Config) -> AsyncIterator[Route]:
         except ValueError as error:  # the contract's own validation of a call
             return Answer(CALL_REJECTED, {}, (str(error),))
         try:
-            return answer_of(await dispatcher.dispatch(call))
+            result = await dispatcher.dispatch(call)
         except ExecutionError as error:
             return answer_of_error(error)
+        check_output_schema(name, result.content_object)
+        return answer_of(result)
 
     try:
         yield route
@@ -129,6 +133,7 @@ async def mcp_route(config: Config) -> AsyncIterator[Route]:
                 except MCPError as error:
                     return answer_of_error(error)
                 content = result.structured_content or {}
+                check_output_schema(name, content)  # the client validated it too
                 texts = tuple(getattr(block, "text", "") for block in result.content)
                 ok = content.get("ok") is True and not result.is_error
                 code = "ok" if ok else str(content.get("code"))

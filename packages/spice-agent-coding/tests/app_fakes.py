@@ -303,3 +303,36 @@ class SlowFsync:
 
     def checkpoint(self, point: Checkpoint) -> None:
         POSIX.checkpoint(point)
+
+
+@final
+class StubbornTool:
+    """Keeps running after it is cancelled, until released (a tool that never stops: a fault)."""
+
+    def __init__(self, name: str = "stubborn", *, answers: bool = False) -> None:
+        self._definition = Definition(
+            name, "Ignores cancellation.", TEXT_SCHEMA, Effect.READ_ONLY, ReplaySafety.SAFE, ()
+        )
+        self._answers = answers
+        self.started = asyncio.Event()
+        self.cancel_seen = asyncio.Event()
+        self.released = asyncio.Event()
+        self.finished = asyncio.Event()
+
+    @property
+    def definition(self) -> Definition:
+        return self._definition
+
+    async def execute(self, call: Call, reporter: Reporter | None = None) -> Result:
+        self.started.set()
+        try:
+            await self.released.wait()
+        except asyncio.CancelledError:
+            self.cancel_seen.set()
+            await asyncio.shield(self.released.wait())  # the fault: it will not stop
+            self.finished.set()
+            if self._answers:  # a worse fault: it answers as if never cancelled
+                return Result(call.id, _compact({"ok": True}))
+            raise
+        self.finished.set()  # pragma: no cover - the tests always cancel it
+        raise AssertionError("unreachable")  # pragma: no cover

@@ -246,9 +246,6 @@ async def test_pydantic_ai_function_model_fixes_the_sample_and_runs_its_tests(
     assert "OK" in run["stderr"]
 
 
-@pytest.mark.xfail(
-    strict=True, reason="waits for command_failed to be answered with isError false (9.3)"
-)
 async def test_pydantic_ai_survives_two_failing_test_runs(sample: Path) -> None:
     """Two failing test runs are data (isError false), not retries: the agent does not abort."""
     async with asyncio.timeout(RUN_BOUND_SECONDS):

@@ -18,10 +18,15 @@ from app_fakes import GatedTool
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from raw_peer import RawPeer, encode, request, tool_call, vm_bytes
-from test_mcp_pipes import INITIALIZE, INITIALIZED, pipes, write_all
+from test_mcp_pipes import INITIALIZE, INITIALIZED, exchange, pipes, write_all
 
 from spice.agent.coding import mcp_server
-from spice.agent.coding._stdio import MAXIMUM_FRAME_BYTES, MAXIMUM_REQUESTS_IN_FLIGHT, open_stdio
+from spice.agent.coding._stdio import (
+    MAXIMUM_FRAME_BYTES,
+    MAXIMUM_REQUESTS_IN_FLIGHT,
+    _InFlight,
+    open_stdio,
+)
 from spice.agent.dispatch import Dispatcher
 
 EXAMPLES: Final = 100
@@ -341,3 +346,39 @@ def test_two_thousand_pipelined_large_requests_keep_the_peak_rss_growth_bounded(
     oks, growth = pipelined_growth(tmp_path, SOAK_PIPELINED_REQUESTS)
     assert SOAK_PIPELINED_REQUESTS == oks
     assert growth < RSS_GROWTH_BOUND_BYTES
+
+
+async def test_the_in_flight_count_settles_duplicate_ids_one_at_a_time_and_ignores_strangers() -> (
+    None
+):
+    """Two requests with one id need two answers; an answer to an unknown id frees nothing."""
+    in_flight = _InFlight(2)
+    in_flight.admit(7)
+    unanswered = in_flight.admit(7)
+    in_flight.settle("stranger")
+    room = asyncio.create_task(in_flight.room())
+    await asyncio.sleep(0)
+    blocked = not room.done()
+    await unanswered()
+    async with asyncio.timeout(5):
+        await room
+    drained = asyncio.create_task(in_flight.drained())
+    await asyncio.sleep(0)
+    still_one = not drained.done()
+    in_flight.settle(7)
+    async with asyncio.timeout(5):
+        await drained
+    assert (True, True) == (blocked, still_one)
+
+
+async def test_a_request_with_a_boolean_id_is_answered_by_the_transport_in_process() -> None:
+    """In process over pipes: ``id: true`` (the SDK's notification) gets Invalid Request."""
+    chunks = [
+        encode(INITIALIZE),
+        encode(INITIALIZED),
+        b'{"jsonrpc":"2.0","id":true,"method":"ping"}\n',
+        encode(request(2, "ping")),
+    ]
+    _init, invalid, ping = await exchange(chunks, [1, None, 2])
+    assert INVALID_REQUEST == invalid["error"]["code"]
+    assert {} == ping["result"]

@@ -145,7 +145,7 @@ async def test_divert_points_the_descriptors_away_while_serving_and_restores_the
     assert original == after
 
 
-async def exchange(chunks: list[bytes], requests: list[int]) -> list[dict[str, Any]]:
+async def exchange(chunks: list[bytes], requests: list[int | None]) -> list[dict[str, Any]]:
     """Feed raw chunks to a server over pipes; return the answers to ``requests``."""
     async with pipes() as (in_r, in_w, out_r, out_w):
         server = asyncio.create_task(serve(in_r, out_w))
@@ -157,7 +157,7 @@ async def exchange(chunks: list[bytes], requests: list[int]) -> list[dict[str, A
         try:
             for chunk in chunks:
                 await asyncio.to_thread(write_all, in_w, chunk)
-            answers: dict[int, dict[str, Any]] = {}
+            answers: dict[int | None, dict[str, Any]] = {}
             async with asyncio.timeout(10):
                 while set(requests) - set(answers):
                     message = json.loads(await reader.readline())

@@ -19,14 +19,15 @@ from pathlib import Path
 from typing import Any, Final, final
 
 import pytest
-from app_fakes import BlockingTool, GatedTool, SlowFsync
+from app_fakes import BlockingTool, GatedTool, SlowFsync, StubbornTool
 from procutil import is_alive, until
 from raw_peer import SERVER, RawPeer, encode, tool_call
 from test_mcp_pipes import INITIALIZE, INITIALIZED, write_all
 
+from spice.agent.coding import _mcp as mcp
 from spice.agent.coding import _stdio as stdio
 from spice.agent.coding import compose
-from spice.agent.coding._mcp import serving
+from spice.agent.coding._mcp import PROGRESS_HEARTBEAT_SECONDS, serving
 from spice.agent.coding._stdio import EOF_GRACE_SECONDS, FLUSH_TIMEOUT_SECONDS, open_stdio
 from spice.agent.dispatch import Dispatcher
 from spice.agent.tool import Tool
@@ -108,13 +109,23 @@ def test_a_command_past_the_grace_period_is_stopped_and_the_server_exits_0(
 
 
 @final
-class _Piped:
+class Piped:
     """An in-process server over real pipes, fed raw frames; its calls observable."""
 
     def __init__(self, in_w: int, reader: asyncio.StreamReader, server: asyncio.Task[None]) -> None:
         self.in_w = in_w
         self.reader = reader
         self.server = server
+        self.log: list[dict[str, Any]] = []
+
+    async def message(self) -> dict[str, Any]:
+        """The server's next message (bounded), also kept in ``log``."""
+        async with asyncio.timeout(EXIT_BOUND_SECONDS):
+            line = await self.reader.readline()
+        assert line, "the server closed stdout"
+        message: dict[str, Any] = json.loads(line)
+        self.log.append(message)
+        return message
 
     async def write(self, data: bytes) -> None:
         await asyncio.to_thread(write_all, self.in_w, data)
@@ -134,9 +145,11 @@ class _Piped:
 
 
 @asynccontextmanager
-async def piped(dispatcher: Dispatcher) -> AsyncIterator[_Piped]:
+async def piped(
+    dispatcher: Dispatcher, *, heartbeat_seconds: float = PROGRESS_HEARTBEAT_SECONDS
+) -> AsyncIterator[Piped]:
     """Serve ``dispatcher`` over fresh pipes the way ``serve_stdio`` does (minus the divert)."""
-    server, calls = serving(dispatcher)
+    server, calls = serving(dispatcher, heartbeat_seconds=heartbeat_seconds)
     in_r, in_w = os.pipe()
     out_r, out_w = os.pipe()
     open_ends = {in_r, in_w, out_r, out_w}
@@ -156,7 +169,7 @@ async def piped(dispatcher: Dispatcher) -> AsyncIterator[_Piped]:
         lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(out_r, "rb", closefd=False)
     )
     task = asyncio.create_task(serve())
-    handle = _Piped(in_w, reader, task)
+    handle = Piped(in_w, reader, task)
     try:
         yield handle
     finally:
@@ -169,6 +182,7 @@ async def piped(dispatcher: Dispatcher) -> AsyncIterator[_Piped]:
             open_ends.discard(in_w)
         for fd in open_ends:
             os.close(fd)
+        await calls.settle(EXIT_BOUND_SECONDS)
     assert 0 == len(calls)
 
 
@@ -251,3 +265,31 @@ async def test_a_cancelled_command_that_ignores_sigterm_is_waited_out_without_sp
     assert 2 not in answers
     assert not is_alive(pid)
     assert share < CPU_SHARE_BOUND
+
+
+@pytest.mark.parametrize("answers_anyway", [False, True])
+async def test_a_cancelled_call_that_never_stops_is_given_up_after_the_bound(
+    monkeypatch: pytest.MonkeyPatch, answers_anyway: bool
+) -> None:
+    """Past ``CANCELLED_CALL_SECONDS`` (shortened) the handler and the shutdown stop waiting.
+
+    A call that answers after all once released is still unanswered: the cancel won.
+    """
+    monkeypatch.setattr(mcp, "CANCELLED_CALL_SECONDS", SHORT_GRACE_SECONDS)
+    tool = StubbornTool(answers=answers_anyway)
+    async with piped(Dispatcher([tool])) as server:
+        await server.write(initialized() + encode(tool_call(2, "stubborn", {})))
+        async with asyncio.timeout(30):
+            await tool.started.wait()
+        cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled"}
+        await server.write(encode({**cancel, "params": {"requestId": 2}}))
+        async with asyncio.timeout(30):
+            await tool.cancel_seen.wait()
+        server.close()
+        answers = await server.answers()
+        still_running = not tool.finished.is_set()
+        tool.released.set()
+        async with asyncio.timeout(30):
+            await tool.finished.wait()
+    assert still_running
+    assert 2 not in answers

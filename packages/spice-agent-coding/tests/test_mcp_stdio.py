@@ -109,12 +109,12 @@ async def test_read_replace_and_shell_round_trip_with_structured_content(worktre
 
 
 async def test_failures_are_visible_results_over_stdio(worktree: Path) -> None:
-    """A failing command, invalid arguments and an unknown tool are isError results."""
+    """Invalid arguments and an unknown tool are isError results; a failing command is data."""
     async with client_for(worktree) as client:
         failed = await client.call_tool("shell", {"argv": ["sh", "-c", "exit 3"]})
         invalid = await client.call_tool("read", {"path": "notes.txt", "offset": -1})
         unknown = await client.call_tool("grep", {})
-    assert (True, "command_failed", 3) == (
+    assert (False, "command_failed", 3) == (
         failed.is_error,
         failed.structured_content["code"],
         failed.structured_content["exit_code"],

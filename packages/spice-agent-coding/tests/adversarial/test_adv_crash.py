@@ -262,3 +262,32 @@ def test_the_durable_point_needs_a_directory_fsync_after_the_commit(tmp_path: Pa
     assert len(ops) == durable_point(trace, "f")
     _count, problems = violations(trace, "f", b"OLD", b"NEW", tmp_path)
     assert [] == problems
+
+
+def test_a_descriptor_reused_before_its_close_is_printed_keeps_the_new_files_writes() -> None:
+    """Threads interleave: a close that began frees its number before strace prints its end.
+
+    The worker's open of the temporary may get the number of a descriptor another thread
+    is closing, and strace may print that open before the close's ``resumed`` line; the
+    writes that follow belong to the temporary (a parser that closed at the resumed line
+    dropped them and saw an empty file renamed into place).
+    """
+    root = "/r"
+    temporary = TEMPORARY_PREFIX + "0.tmp"
+
+    def hexed(text: str) -> str:  # what ``strace -xx`` prints for a string
+        return "".join(f"\\x{byte:02x}" for byte in text.encode())
+
+    at = f"AT_FDCWD<{hexed(root)}>"
+    old_fd = f"5<{hexed(root + '/f')}>"
+    new_fd = f"5<{hexed(root + '/' + temporary)}>"
+    lines = [
+        f'11 openat({at}, "{hexed("f")}", O_RDONLY|O_CLOEXEC) = {old_fd}',
+        f"10 close({old_fd} <unfinished ...>",
+        f'11 openat({at}, "{hexed(temporary)}", O_WRONLY|O_CREAT|O_EXCL, 0600) = {new_fd}',
+        "10 <... close resumed>) = 0",
+        f'11 write({new_fd}, "{hexed("NEW")}", 3) = 3',
+    ]
+    trace = parse_trace(lines, root, {"f": b"OLD"})
+    writes = [op for op in trace.ops if op.kind == "write"]
+    assert [b"NEW"] == [op.data for op in writes]

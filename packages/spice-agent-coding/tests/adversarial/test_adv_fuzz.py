@@ -23,6 +23,7 @@ import pytest
 from adv_support import CALL_REJECTED, EXECUTION_ERROR, Answer, dispatcher_route, leaks, new_canary
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from schema_check import check_output_schema
 
 from spice.agent.tool import MAXIMUM_MESSAGE_BYTES
 from spice.agent.tools.coding import Config
@@ -241,7 +242,11 @@ def test_raw_tools_call_payloads_over_stdio_get_clean_bounded_answers(tmp_path: 
         @settings(max_examples=MCP_EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
         @given(payload=params)
         def probe(payload: dict[str, Any]) -> None:
-            _check_response(peer.request("tools/call", payload), forbidden)
+            response = peer.request("tools/call", payload)
+            _check_response(response, forbidden)
+            name = payload.get("name")
+            if response is not None and "result" in response and isinstance(name, str):
+                check_output_schema(name, response["result"].get("structuredContent") or {})
 
         probe()
     finally:

@@ -47,6 +47,7 @@ from spice.agent.tool import (
 )
 
 from ._json import arguments_text
+from ._outputs import output_schema, title_of
 
 SERVER_NAME: Final = "spice-coding"
 INSTRUCTIONS: Final = (
@@ -56,6 +57,14 @@ INSTRUCTIONS: Final = (
 )
 META_PREFIX: Final = "spice.agent/"
 """Prefix of the ``_meta`` keys that carry a definition's fingerprint and declarations."""
+
+DATA_FAILURE_CODES: Final = frozenset({"command_failed"})
+"""Failure codes answered with ``isError: false`` over MCP (contract 9.3).
+
+A command that ran and exited non-zero (or was ended by a signal) is the answer to
+"run the tests": clients that count ``isError`` as a tool failure (and retry or abort)
+must not. Every other failure, ``timed_out`` included, keeps ``isError: true``.
+"""
 
 PROGRESS_HEARTBEAT_SECONDS: Final = 5.0
 """While a call runs, a client that sent a ``progressToken`` hears from it this often.
@@ -86,6 +95,7 @@ def _version() -> str:
 def annotations_of(definition: Definition) -> ToolAnnotations:
     """The MCP hints a definition honestly supports."""
     return ToolAnnotations(
+        title=title_of(definition.name),
         read_only_hint=definition.effect is Effect.READ_ONLY,
         destructive_hint=definition.effect is Effect.MUTATING,
         idempotent_hint=definition.replay_safety in {ReplaySafety.SAFE, ReplaySafety.IDEMPOTENT},
@@ -94,11 +104,14 @@ def annotations_of(definition: Definition) -> ToolAnnotations:
 
 
 def tool_of(definition: Definition) -> McpTool:
-    """One MCP tool for one definition: name, description, input schema, hints, fingerprint."""
+    """One MCP tool for one definition: name, title, description, input and output schemas,
+    hints, fingerprint."""
     return McpTool(
         name=definition.name,
+        title=title_of(definition.name),
         description=definition.description,
         input_schema=json.loads(definition.input_schema),
+        output_schema=output_schema(definition.name),
         annotations=annotations_of(definition),
         _meta={
             f"{META_PREFIX}fingerprint": definition.fingerprint,
@@ -113,12 +126,16 @@ def result_of(result: Result) -> CallToolResult:
     """A dispatched ``Result`` as an MCP result: structured, as text, and ``isError``.
 
     The text is the result's own encoding and the structured content its decoded object
-    (``Result.content_object``): nothing is encoded or parsed again here.
+    (``Result.content_object``): nothing is encoded or parsed again here. A failure
+    whose code is in ``DATA_FAILURE_CODES`` (a command that ran and failed) is data for
+    the model, not a failed tool call: ``isError`` is false, the content keeps ``ok``,
+    ``code`` and ``exit_code``.
     """
+    content = dict(result.content_object)
     return CallToolResult(
         content=[TextContent(type="text", text=result.content)],
-        structured_content=dict(result.content_object),
-        is_error=result.is_error,
+        structured_content=content,
+        is_error=result.is_error and content.get("code") not in DATA_FAILURE_CODES,
     )
 
 
@@ -179,19 +196,29 @@ class CallTasks:
         self._tasks: set[asyncio.Task[Result]] = set()
 
     def __len__(self) -> int:
-        return len(self._tasks)
+        """How many calls are still running."""
+        return sum(not task.done() for task in self._tasks)
 
     def start(self, dispatcher: Dispatcher, call: Call, reporter: Reporter) -> asyncio.Task[Result]:
         task = asyncio.get_running_loop().create_task(dispatcher.dispatch(call, reporter))
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._ended)
         return task
 
-    async def settle(self, seconds: float = CANCELLED_CALL_SECONDS) -> None:
-        """Wait (shielded, at most ``seconds``) for every call still running to end."""
-        with anyio.CancelScope(shield=True), anyio.move_on_after(seconds):
-            while self._tasks:
-                await asyncio.wait(set(self._tasks))
+    def _ended(self, task: asyncio.Task[Result]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled():
+            # Retrieved here too: a call that ends after its handler stopped waiting (a
+            # cancel past the bound) has nobody left to look at its outcome.
+            task.exception()
+
+    async def settle(self, seconds: float | None = None) -> None:
+        """Wait (shielded, at most ``seconds``, default ``CANCELLED_CALL_SECONDS``) for every
+        call still running to end."""
+        bound = CANCELLED_CALL_SECONDS if seconds is None else seconds
+        with anyio.CancelScope(shield=True), anyio.move_on_after(bound):
+            while running := {task for task in self._tasks if not task.done()}:
+                await asyncio.wait(running)
 
 
 async def _outcome(
@@ -213,9 +240,7 @@ async def _outcome(
         task.cancel()
         with anyio.CancelScope(shield=True), anyio.move_on_after(CANCELLED_CALL_SECONDS):
             await asyncio.wait({task})
-        if task.done() and not task.cancelled():
-            task.exception()  # retrieved: the call ended some other way; the cancel still wins
-        raise
+        raise  # the same cancellation, even if the call ended some other way meanwhile
     return task.result()
 
 
@@ -258,6 +283,7 @@ def serving(
         except ExecutionError as error:
             raise protocol_error(error) from None
         finally:
+            # A traceback that keeps this frame would otherwise keep the task and its call.
             del task
         return result_of(result)
 

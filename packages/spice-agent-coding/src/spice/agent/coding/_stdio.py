@@ -263,10 +263,6 @@ class _InFlight:
         self._count = 0
         self._changed = asyncio.Event()
 
-    @property
-    def count(self) -> int:
-        return self._count
-
     def admit(self, ident: RequestId) -> Callable[[], Awaitable[None]]:
         """Count ``ident`` in flight; returns the SDK's hook for settling it unanswered."""
         self._open[ident] = self._open.get(ident, 0) + 1
