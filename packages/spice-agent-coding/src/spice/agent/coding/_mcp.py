@@ -196,21 +196,29 @@ class CallTasks:
         self._tasks: set[asyncio.Task[Result]] = set()
 
     def __len__(self) -> int:
-        return len(self._tasks)
+        """How many calls are still running."""
+        return sum(not task.done() for task in self._tasks)
 
     def start(self, dispatcher: Dispatcher, call: Call, reporter: Reporter) -> asyncio.Task[Result]:
         task = asyncio.get_running_loop().create_task(dispatcher.dispatch(call, reporter))
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._ended)
         return task
+
+    def _ended(self, task: asyncio.Task[Result]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled():
+            # Retrieved here too: a call that ends after its handler stopped waiting (a
+            # cancel past the bound) has nobody left to look at its outcome.
+            task.exception()
 
     async def settle(self, seconds: float | None = None) -> None:
         """Wait (shielded, at most ``seconds``, default ``CANCELLED_CALL_SECONDS``) for every
         call still running to end."""
         bound = CANCELLED_CALL_SECONDS if seconds is None else seconds
         with anyio.CancelScope(shield=True), anyio.move_on_after(bound):
-            while self._tasks:
-                await asyncio.wait(set(self._tasks))
+            while running := {task for task in self._tasks if not task.done()}:
+                await asyncio.wait(running)
 
 
 async def _outcome(
@@ -232,9 +240,7 @@ async def _outcome(
         task.cancel()
         with anyio.CancelScope(shield=True), anyio.move_on_after(CANCELLED_CALL_SECONDS):
             await asyncio.wait({task})
-        if task.done() and not task.cancelled():
-            task.exception()  # retrieved: the call ended some other way; the cancel still wins
-        raise
+        raise  # the same cancellation, even if the call ended some other way meanwhile
     return task.result()
 
 
@@ -277,6 +283,7 @@ def serving(
         except ExecutionError as error:
             raise protocol_error(error) from None
         finally:
+            # A traceback that keeps this frame would otherwise keep the task and its call.
             del task
         return result_of(result)
 
