@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
+import inspect
 import json
 import subprocess
 import sys
@@ -96,6 +98,20 @@ def test_each_api_package_has_no_public_name_outside_its_all(module_name: str) -
         and name != "annotations"
     }
     assert set() == public - set(module.__all__)
+
+
+def test_result_offers_the_typed_path_for_a_tools_own_content() -> None:
+    """``Result.from_content`` is a classmethod and ``content_object`` a read-only property."""
+    from spice.agent.tool import Result  # noqa: PLC0415 - the surface under test
+
+    assert isinstance(inspect.getattr_static(Result, "from_content"), classmethod)
+    assert ["call_id", "content", "problem"] == list(
+        inspect.signature(Result.from_content).parameters
+    )
+    prop = inspect.getattr_static(Result, "content_object")
+    assert isinstance(prop, property)
+    assert prop.fset is None
+    assert ["call_id", "content", "problem"] == [f.name for f in dataclasses.fields(Result)]
 
 
 def test_the_namespace_roots_have_no_init_and_every_package_is_typed() -> None:

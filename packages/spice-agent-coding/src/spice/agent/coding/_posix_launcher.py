@@ -889,6 +889,7 @@ class PosixLauncher:
                 os.fsencode(spec.executable),
                 [os.fsencode(argument) for argument in spec.arguments],
                 [os.fsencode(entry) for entry in environment],
+                b"" if temporary is None else os.fsencode(temporary),
             )
             memory = os.memfd_create("spice-command", os.MFD_CLOEXEC)
             child_ends.append(memory)

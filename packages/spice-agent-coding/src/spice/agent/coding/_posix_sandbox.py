@@ -356,16 +356,20 @@ def encode_spec(
     executable: bytes,
     arguments: Sequence[bytes],
     environment: Sequence[bytes],
+    temporary: bytes = b"",
 ) -> bytes:
     """The supervisor's input: NUL-separated fields (none of them may contain NUL).
 
     ``abi`` 0 means no Landlock (mode ``off``); ``writable`` is then ignored.
+    ``temporary`` is the call's private TMPDIR, which the supervisor removes itself
+    when the server dies (otherwise the server's join does).
     """
     fields = [
         SPEC_VERSION,
         str(server).encode(),
         str(abi).encode(),
         b"1" if allow_network else b"0",
+        temporary,
         str(len(writable)).encode(),
         *writable,
         executable,
@@ -384,6 +388,7 @@ class _Spec:
         "environment",
         "executable",
         "server",
+        "temporary",
         "writable",
     )
 
@@ -394,9 +399,10 @@ class _Spec:
         self.server = int(fields[1])
         self.abi = int(fields[2])
         self.allow_network = fields[3] == b"1"
-        count = int(fields[4])
-        self.writable = fields[5 : 5 + count]
-        rest = fields[5 + count :]
+        self.temporary = fields[4]
+        count = int(fields[5])
+        self.writable = fields[6 : 6 + count]
+        rest = fields[6 + count :]
         self.executable = rest[0]
         argument_count = int(rest[1])
         self.arguments = [self.executable, *rest[2 : 2 + argument_count]]
@@ -517,8 +523,29 @@ class _Supervisor:
             elif received.si_signo == END_SIGNAL:
                 break
         self.sweep()
+        self.remove_temporary()
         _report(self.report, REPORT_DONE)
         self.mirror()
+
+    def remove_temporary(self) -> None:
+        """Remove the call's TMPDIR once the tree is gone (the server's join does it too).
+
+        Here as well because a dying server cannot; and a death signal can come while
+        the server's other threads still make ``getppid`` look unchanged (the parent
+        death signal follows the thread that forked), so the supervisor never relies
+        on seeing its parent change.
+        """
+        path = self.spec.temporary
+        if not path:
+            return
+        try:
+            os.rmdir(path)
+        except FileNotFoundError:
+            return
+        except OSError:
+            import shutil  # noqa: PLC0415 - only for a TMPDIR left non-empty
+
+            shutil.rmtree(path, ignore_errors=True)
 
     def mirror(self) -> NoReturn:
         """Exit as the command did: its code, or death by its signal."""

@@ -1,0 +1,547 @@
+"""The contained shell (contract 9.4) with the real kernel's Landlock: files, TCP, signals.
+
+Every test here runs real commands under ``PosixLauncher`` in ``workspace`` mode and
+looks at the disk, a real listening socket or a real signal afterwards. On a kernel
+without Landlock they are skipped with the reason (never passed vacuously); the
+process-lifetime tests, which hold in every mode, are in ``test_lifetime.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import json
+import os
+import shutil
+import socket
+import stat
+import sys
+import tempfile
+import zipfile
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Final
+
+import procutil
+import pytest
+from procutil import Collect
+
+from spice.agent.coding import PosixLauncher, PosixResolver
+from spice.agent.coding import _posix_launcher as launcher_module
+from spice.agent.coding._containment import Containment, resolve_containment
+from spice.agent.coding._posix_launcher import TMPDIR_PREFIX, PosixProcess
+from spice.agent.coding._posix_sandbox import landlock_abi
+from spice.agent.dispatch import Dispatcher
+from spice.agent.process import LaunchError, Outcome, Spec
+from spice.agent.tool import Call
+from spice.agent.tools.coding import Config, new_shell
+
+PYTHON: Final = os.path.normpath(sys.executable)
+BOUND: Final = 60.0
+"""Hang guard for one command (never a timing assertion)."""
+
+ABI: Final = landlock_abi()
+needs_landlock = pytest.mark.skipif(ABI < 1, reason="the kernel has no Landlock")
+needs_abi4 = pytest.mark.skipif(ABI < 4, reason="Landlock ABI < 4: no TCP rules")
+needs_abi6 = pytest.mark.skipif(ABI < 6, reason="Landlock ABI < 6: no signal scoping")
+pytestmark = needs_landlock
+
+ERRNO_OF: Final = (
+    "import errno, sys\n"
+    "def attempt(action):\n"
+    "    try:\n"
+    "        action()\n"
+    "    except OSError as error:\n"
+    "        print(errno.errorcode[error.errno])\n"
+    "    else:\n"
+    "        print('ok')\n"
+)
+
+
+def contained(allow_network: bool = False) -> Containment:
+    """The real kernel's ``workspace`` policy."""
+    return resolve_containment("workspace", allow_network)
+
+
+@pytest.fixture
+def layout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
+    """A worktree root, a sibling directory outside it, and a private system temp dir.
+
+    The launcher makes each call's TMPDIR in ``tempfile.gettempdir()``; here that is
+    ``tmp_path/tmp``, so a test sees exactly the temporaries its own calls left.
+    """
+    root = (tmp_path / "root").resolve()
+    outside = (tmp_path / "outside").resolve()
+    temporaries = (tmp_path / "tmp").resolve()
+    for path in (root, outside, temporaries):
+        path.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temporaries))
+    return root, outside
+
+
+async def run(
+    launcher: PosixLauncher, root: Path, *argv: str, workdir: Path | None = None
+) -> tuple[Outcome, str, str, PosixProcess]:
+    """Run ``argv`` to its end under ``launcher``; outcome, stdout, stderr, the process."""
+    out, err = Collect(), Collect()
+    spec = Spec(
+        argv[0],
+        argv[1:],
+        str(workdir or root),
+        ("PATH=/usr/bin:/bin", "HOME=/nonexistent", "TMPDIR=/tmp"),
+        b"",
+        out,
+        err,
+    )
+    process = await launcher.start(spec)
+    try:
+        async with asyncio.timeout(BOUND):
+            await process.wait_exit()
+    finally:
+        async with asyncio.timeout(BOUND):
+            await process.wait()
+    return process.result(), out.data.decode(), err.data.decode(), process
+
+
+async def python(launcher: PosixLauncher, root: Path, code: str) -> list[str]:
+    """Run a Python snippet (with ``attempt``) in ``root``; its printed lines."""
+    outcome, out, err, _ = await run(launcher, root, PYTHON, "-I", "-c", ERRNO_OF + code)
+    assert Outcome.exited(0) == outcome, err
+    return out.split()
+
+
+def tree(path: Path) -> list[str]:
+    """Every name beneath ``path``, sorted."""
+    return sorted(str(p.relative_to(path)) for p in path.rglob("*"))
+
+
+# -- the policy and its attributes ---------------------------------------------------------
+
+
+def test_a_contained_launcher_says_so_and_what_it_confines(tmp_path: Path) -> None:
+    """``contained`` is True and ``containment`` a sentence within 400 bytes about reads."""
+    launcher = PosixLauncher(contained(), str(tmp_path))
+    sentence = launcher.containment
+    assert launcher.contained is True
+    assert sentence is not None
+    assert 0 < len(sentence.encode()) <= 400
+    assert "reads are not confined" in sentence
+    assert "do not retry" in sentence
+
+
+def test_an_uncontained_launcher_says_nothing_is_confined() -> None:
+    """The default launcher is not contained and offers no containment sentence."""
+    launcher = PosixLauncher()
+    assert (False, None) == (launcher.contained, launcher.containment)
+
+
+# -- writes --------------------------------------------------------------------------------
+
+
+async def test_writes_inside_the_root_and_in_tmpdir_work(layout: tuple[Path, Path]) -> None:
+    """Create, append, truncate, mkdir, rename and remove beneath the root and in TMPDIR."""
+    root, _ = layout
+    (root / "sub").mkdir()
+    code = (
+        "import os\n"
+        "t = os.environ['TMPDIR']\n"
+        "attempt(lambda: open('new.txt', 'w').write('x'))\n"
+        "attempt(lambda: open('sub/../sub/inner.txt', 'a').write('y'))\n"
+        "attempt(lambda: os.truncate('new.txt', 0))\n"
+        "attempt(lambda: os.mkdir('made'))\n"
+        "attempt(lambda: os.rename('sub/inner.txt', 'made/moved.txt'))\n"
+        "attempt(lambda: os.symlink('made', 'link'))\n"
+        "attempt(lambda: open(os.path.join(t, 'scratch'), 'w').write('z'))\n"
+        "attempt(lambda: os.rename(os.path.join(t, 'scratch'), 'from-tmp.txt'))\n"
+        "attempt(lambda: open('/dev/null', 'w').write('gone'))\n"
+        "attempt(lambda: open('/dev/stdout', 'w').write(''))\n"
+    )
+    lines = await python(PosixLauncher(contained(), str(root)), root, code)
+    assert ["ok"] * 10 == lines
+    assert ["from-tmp.txt", "link", "made", "made/moved.txt", "new.txt", "sub"] == tree(root)
+
+
+async def test_each_way_of_writing_outside_the_root_fails_and_leaves_nothing(
+    layout: tuple[Path, Path],
+) -> None:
+    """Absolute, ``..``, a symlink out, hard link out, rename out, mkdir out: all refused."""
+    root, outside = layout
+    (outside / "existing.txt").write_text("keep")
+    (root / "mine.txt").write_text("mine")
+    (root / "out-link").symlink_to(outside)
+    code = (
+        "import os\n"
+        f"o = {str(outside)!r}\n"
+        "attempt(lambda: open(os.path.join(o, 'abs.txt'), 'w'))\n"
+        "attempt(lambda: open('../outside/dotdot.txt', 'w'))\n"
+        "attempt(lambda: open('out-link/through-link.txt', 'w'))\n"
+        "attempt(lambda: os.link('mine.txt', os.path.join(o, 'hard.txt')))\n"
+        "attempt(lambda: os.rename('mine.txt', os.path.join(o, 'renamed.txt')))\n"
+        "attempt(lambda: os.mkdir(os.path.join(o, 'made')))\n"
+        "attempt(lambda: open(os.path.join(o, 'existing.txt'), 'a').write('x'))\n"
+        "attempt(lambda: open(os.path.join(o, 'existing.txt'), 'w'))\n"
+        "attempt(lambda: os.truncate(os.path.join(o, 'existing.txt'), 0))\n"
+        "attempt(lambda: os.remove(os.path.join(o, 'existing.txt')))\n"
+        "attempt(lambda: os.symlink('x', os.path.join(o, 'sym')))\n"
+    )
+    lines = await python(PosixLauncher(contained(), str(root)), root, code)
+    assert len(lines) == 11
+    assert "ok" not in lines
+    assert set(lines) <= {"EACCES", "EPERM", "EXDEV"}
+    assert ["existing.txt"] == tree(outside)
+    assert "keep" == (outside / "existing.txt").read_text()
+    assert "mine" == (root / "mine.txt").read_text()
+
+
+async def test_an_outside_file_hard_linked_in_cannot_be_written_through_the_link(
+    layout: tuple[Path, Path],
+) -> None:
+    """Linking a file from outside into the root is refused (it would gain write access)."""
+    root, outside = layout
+    (outside / "victim.txt").write_text("keep")
+    code = f"import os\nattempt(lambda: os.link({str(outside / 'victim.txt')!r}, 'in.txt'))\n"
+    lines = await python(PosixLauncher(contained(), str(root)), root, code)
+    assert lines[0] in {"EXDEV", "EACCES", "EPERM"}
+    assert [] == tree(root)
+    assert "keep" == (outside / "victim.txt").read_text()
+
+
+async def test_the_same_writes_outside_work_when_the_sandbox_is_off(
+    layout: tuple[Path, Path],
+) -> None:
+    """The refusals above are the sandbox's: with it off the same write succeeds."""
+    root, outside = layout
+    code = f"attempt(lambda: open({str(outside / 'abs.txt')!r}, 'w'))\n"
+    assert ["ok"] == await python(PosixLauncher(), root, code)
+    assert ["abs.txt"] == tree(outside)
+
+
+async def test_the_calls_tmpdir_is_private_and_gone_after_the_join(
+    layout: tuple[Path, Path],
+) -> None:
+    """TMPDIR is a fresh 0700 directory per call, removed with what was written in it."""
+    root, _ = layout
+    script = (
+        "import os, stat\n"
+        "t = os.environ['TMPDIR']\n"
+        "os.makedirs(os.path.join(t, 'a', 'b'))\n"
+        "open(os.path.join(t, 'a', 'b', 'f'), 'w').write('x' * 1000)\n"
+        "print(t, oct(stat.S_IMODE(os.stat(t).st_mode)))\n"
+    )
+    launcher = PosixLauncher(contained(), str(root))
+    first = (await run(launcher, root, PYTHON, "-c", script))[1].split()
+    second = (await run(launcher, root, PYTHON, "-c", script))[1].split()
+    assert (first[1], second[1]) == ("0o700", "0o700")
+    assert first[0] != second[0]
+    assert all(name.startswith(TMPDIR_PREFIX) for name in map(_base, (first[0], second[0])))
+    assert (False, False) == (_exists(first[0]), _exists(second[0]))
+
+
+def _base(path: str) -> str:
+    return os.path.basename(path)
+
+
+def _exists(path: str) -> bool:
+    return os.path.exists(path)
+
+
+async def test_a_root_that_vanished_is_a_launch_error_and_nothing_runs(
+    layout: tuple[Path, Path],
+) -> None:
+    """The ruleset cannot name a missing root: the command is never started uncontained."""
+    root, outside = layout
+    launcher = PosixLauncher(contained(), str(root))
+    shutil.rmtree(root)
+    before = procutil.open_descriptors()
+    with pytest.raises(LaunchError) as caught:
+        await launcher.start(
+            Spec("/bin/sh", ("-c", "touch ran"), str(outside), (), b"", Collect(), Collect())
+        )
+    assert caught.value.process is None
+    assert [] == tree(outside)
+    assert before == procutil.open_descriptors()
+    assert [] == _temporaries()
+
+
+def _temporaries() -> list[str]:
+    return os.listdir(tempfile.gettempdir())
+
+
+# -- network -------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def listener() -> Iterator[socket.socket]:
+    """A TCP listener on 127.0.0.1 that this test process owns."""
+    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    server.settimeout(0)
+    yield server
+    server.close()
+
+
+def connect_code(port: int) -> str:
+    """Connect to ``port`` and bind a port: print each errno name (or ok)."""
+    return (
+        "import socket\n"
+        "def connect():\n"
+        f"    with socket.create_connection(('127.0.0.1', {port}), timeout=10):\n"
+        "        pass\n"
+        "def bind():\n"
+        "    with socket.socket() as s:\n"
+        "        s.bind(('127.0.0.1', 0))\n"
+        "        s.listen(1)\n"
+        "attempt(connect)\n"
+        "attempt(bind)\n"
+    )
+
+
+@needs_abi4
+async def test_loopback_tcp_connect_and_bind_are_refused(
+    layout: tuple[Path, Path], listener: socket.socket
+) -> None:
+    """A connect to a listener the test opened, and a bind, both fail with EACCES."""
+    root, _ = layout
+    port = listener.getsockname()[1]
+    lines = await python(PosixLauncher(contained(), str(root)), root, connect_code(port))
+    assert ["EACCES", "EACCES"] == lines
+    with pytest.raises(BlockingIOError):
+        listener.accept()
+
+
+@needs_abi4
+async def test_allow_network_lets_tcp_through(
+    layout: tuple[Path, Path], listener: socket.socket
+) -> None:
+    """With ``--allow-network`` the same connect and bind succeed (files stay confined)."""
+    root, outside = layout
+    port = listener.getsockname()[1]
+    code = connect_code(port) + f"attempt(lambda: open({str(outside / 'x')!r}, 'w'))\n"
+    launcher = PosixLauncher(contained(allow_network=True), str(root))
+    assert ["ok", "ok", "EACCES"] == await python(launcher, root, code)
+    accepted, _ = listener.accept()
+    accepted.close()
+
+
+# -- signals and abstract sockets ------------------------------------------------------------
+
+
+@needs_abi6
+async def test_the_command_cannot_signal_the_server_or_its_supervisor(
+    layout: tuple[Path, Path],
+) -> None:
+    """kill(server) and kill(supervisor) are refused from inside; the command's own work."""
+    root, _ = layout
+    code = (
+        "import os, signal\n"
+        f"attempt(lambda: os.kill({os.getpid()}, signal.SIGCONT))\n"
+        "attempt(lambda: os.kill(os.getppid(), signal.SIGCONT))\n"
+        "attempt(lambda: os.kill(os.getpid(), 0))\n"
+    )
+    lines = await python(PosixLauncher(contained(), str(root)), root, code)
+    assert ["EPERM", "EPERM", "ok"] == lines
+    assert ["ok", "ok", "ok"] == await python(PosixLauncher(), root, code)
+
+
+@needs_abi6
+async def test_abstract_unix_sockets_outside_the_call_are_unreachable(
+    layout: tuple[Path, Path],
+) -> None:
+    """An abstract-namespace listener of the test cannot be connected to from inside."""
+    root, _ = layout
+    name = f"\0spice-test-{os.getpid()}"
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(name)
+    server.listen(1)
+    try:
+        code = (
+            "import socket\n"
+            "def connect():\n"
+            "    with socket.socket(socket.AF_UNIX) as s:\n"
+            f"        s.connect({name!r})\n"
+            "attempt(connect)\n"
+        )
+        assert ["EPERM"] == await python(PosixLauncher(contained(), str(root)), root, code)
+    finally:
+        server.close()
+
+
+# -- cancellation and bounds of the contained start -----------------------------------------
+
+
+async def test_a_cancelled_contained_start_leaves_no_process_and_no_tmpdir(
+    layout: tuple[Path, Path],
+) -> None:
+    """Cancelled while the supervisor starts: CancelledError, nothing left behind."""
+    root, _ = layout
+    launcher = PosixLauncher(contained(), str(root))
+    spec = Spec("/bin/sleep", ("60",), str(root), (), b"", Collect(), Collect())
+    starting = asyncio.ensure_future(launcher.start(spec))
+    await asyncio.sleep(0)
+    starting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await starting
+    assert [] == _temporaries()
+    assert [] == [p for p in procutil.all_processes() if p.ppid == os.getpid() and p.alive]
+
+
+async def test_a_supervisor_that_never_reports_is_a_launch_error_within_the_bound(
+    layout: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past START_BOUND_SECONDS without a word the start fails; the supervisor is joined."""
+    root, _ = layout
+    monkeypatch.setattr(launcher_module, "_SUPERVISOR_FLAGS", ("-c", "import time; time.sleep(60)"))
+    monkeypatch.setattr(launcher_module, "START_BOUND_SECONDS", 0.0)
+    before = procutil.open_descriptors()
+    with pytest.raises(LaunchError) as caught:
+        await PosixLauncher(contained(), str(root)).start(
+            Spec("/bin/true", (), str(root), (), b"", Collect(), Collect())
+        )
+    assert caught.value.process is None
+    assert before == procutil.open_descriptors()
+
+
+# -- what must keep working, contained -------------------------------------------------------
+
+
+@pytest.fixture
+async def shell(layout: tuple[Path, Path]) -> AsyncIterator[tuple[Dispatcher, Path]]:
+    """The product's shell tool over the contained launcher."""
+    root, _ = layout
+    config = Config(root, environment_allowlist=("HOME", "LANG", "PATH", "TMPDIR"))
+    tool, cleanup = new_shell(config, PosixResolver(), PosixLauncher(contained(), str(root)))
+    yield Dispatcher([tool]), root
+    async with asyncio.timeout(BOUND):
+        await cleanup()
+
+
+async def shell_call(dispatcher: Dispatcher, argv: list[str]) -> dict[str, object]:
+    """One shell call; its content object."""
+    call = Call("c", "shell", json.dumps({"argv": argv, "timeout_seconds": 120}))
+    async with asyncio.timeout(BOUND * 2):
+        result = await dispatcher.dispatch(call)
+    content = json.loads(result.content)
+    assert isinstance(content, dict)
+    return content
+
+
+def succeeded(content: dict[str, object]) -> bool:
+    """A contained call that exited 0."""
+    return (True, 0, True) == (content["ok"], content["exit_code"], content["contained"])
+
+
+async def test_git_works_contained(shell: tuple[Dispatcher, Path]) -> None:
+    """git init, add and commit inside the worktree."""
+    dispatcher, root = shell
+    (root / "a.txt").write_text("a\n")
+    steps = [
+        ["git", "init", "-q", "."],
+        ["git", "add", "a.txt"],
+        ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "one"],
+    ]
+    for argv in steps:
+        content = await shell_call(dispatcher, argv)
+        assert succeeded(content), content["stderr"]
+    log = await shell_call(dispatcher, ["git", "log", "--format=%s"])
+    assert "one\n" == log["stdout"]
+
+
+async def test_python_m_pytest_works_contained(shell: tuple[Dispatcher, Path]) -> None:
+    """A worktree's test suite runs, with its cache written beneath the root."""
+    dispatcher, root = shell
+    (root / "test_sample.py").write_text("def test_one():\n    assert 1 + 1 == 2\n")
+    content = await shell_call(dispatcher, [PYTHON, "-m", "pytest", "-q", "test_sample.py"])
+    assert succeeded(content), content["stdout"]
+    assert "1 passed" in str(content["stdout"])
+
+
+def wheel(directory: Path) -> Path:
+    """A minimal pure-Python wheel built by hand (no network, no build backend)."""
+    import base64  # noqa: PLC0415
+    import hashlib  # noqa: PLC0415
+
+    files = {
+        "demo_pkg/__init__.py": b"VALUE = 42\n",
+        "demo_pkg-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: demo-pkg\nVersion: 1.0\n",
+        "demo_pkg-1.0.dist-info/WHEEL": (
+            b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        ),
+    }
+    lines = []
+    for name, data in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        lines.append(f"{name},sha256={digest},{len(data)}")
+    lines.append("demo_pkg-1.0.dist-info/RECORD,,")
+    files["demo_pkg-1.0.dist-info/RECORD"] = ("\n".join(lines) + "\n").encode()
+    path = directory / "demo_pkg-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, data in files.items():
+            archive.writestr(name, data)
+    return path
+
+
+def pip_python() -> str | None:
+    """An interpreter that has pip (the locked environment has none)."""
+    for candidate in (PYTHON, "/usr/bin/python3"):
+        if os.path.exists(candidate) and os.path.isdir(
+            os.path.join(os.path.dirname(os.__file__), "..", "dist-packages", "pip")
+        ):
+            return candidate
+    return "/usr/bin/python3" if os.path.exists("/usr/lib/python3/dist-packages/pip") else None
+
+
+async def test_pip_install_target_works_contained(shell: tuple[Dispatcher, Path]) -> None:
+    """pip installs a local wheel into a directory of the worktree."""
+    dispatcher, root = shell
+    interpreter = pip_python()
+    if interpreter is None:
+        pytest.skip("no interpreter with pip here")
+    built = wheel(root)
+    argv = [interpreter, "-m", "pip", "install", "--no-index", "--target", "vendor", built.name]
+    content = await shell_call(dispatcher, argv)
+    assert succeeded(content), content["stderr"]
+    assert (root / "vendor" / "demo_pkg" / "__init__.py").is_file()
+
+
+async def test_npm_test_of_a_local_project_works_contained(shell: tuple[Dispatcher, Path]) -> None:
+    """npm runs a local package's test script (node) from the worktree."""
+    dispatcher, root = shell
+    if shutil.which("npm") is None:
+        pytest.skip("npm is not installed")
+    (root / "package.json").write_text(
+        json.dumps({"name": "local", "version": "1.0.0", "scripts": {"test": "node t.js"}})
+    )
+    (root / "t.js").write_text("require('fs').writeFileSync('ran.txt', 'yes'); console.log('ok')\n")
+    content = await shell_call(dispatcher, ["npm", "test"])
+    assert succeeded(content), content["stderr"]
+    assert "yes" == (root / "ran.txt").read_text()
+
+
+async def test_a_compiler_writes_into_the_worktree_contained(
+    shell: tuple[Dispatcher, Path],
+) -> None:
+    """gcc compiles (temporaries in the call's TMPDIR) and the program runs."""
+    dispatcher, root = shell
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc is not installed")
+    (root / "main.c").write_text('#include <stdio.h>\nint main(void){puts("built");return 0;}\n')
+    content = await shell_call(dispatcher, ["gcc", "-o", "main", "main.c"])
+    assert succeeded(content), content["stderr"]
+    assert os.stat(root / "main").st_mode & stat.S_IXUSR
+    ran = await shell_call(dispatcher, ["./main"])
+    assert "built\n" == ran["stdout"]
+
+
+async def test_a_shell_result_says_contained(shell: tuple[Dispatcher, Path]) -> None:
+    """Every shell result of the contained launcher carries ``contained: true``."""
+    dispatcher, _ = shell
+    failed = await shell_call(dispatcher, ["sh", "-c", "exit 3"])
+    assert (False, True) == (failed["ok"], failed["contained"])
+    refused = await shell_call(dispatcher, ["spice-no-such-program"])
+    assert (False, True) == (refused["ok"], refused["contained"])
+
+
+def test_errno_names_used_here_exist() -> None:
+    """The errno names the assertions compare with are the platform's."""
+    assert {"EACCES", "EPERM", "EXDEV"} <= set(errno.errorcode.values())
