@@ -29,7 +29,7 @@ from spice.agent.coding._stdio import (
 )
 from spice.agent.dispatch import Dispatcher
 
-EXAMPLES: Final = 100
+EXAMPLES: Final = 300
 INVALID_REQUEST: Final = -32600
 PIPELINED_BYTES: Final = 256 * 1024
 PIPELINED_REQUESTS: Final = 600
@@ -145,41 +145,44 @@ def test_every_frame_that_is_not_a_notification_gets_exactly_one_answer(tmp_path
         probe()
         last = "sentinel-last"
         peer.send(request(last, "ping"))
-        assert [last] == [m.get("id") for m in peer.messages() if "method" not in m][:1]
+        assert last == next(m for m in peer.messages() if "method" not in m).get("id")
         _rest, code, _err = peer.finish()
     assert 0 == code
 
 
-@pytest.mark.parametrize(
-    "frame",
-    [
-        b"{}",
-        b'{"jsonrpc":"2.0","id":true,"method":"ping"}',
-        b'{"jsonrpc":"2.0","id":1.5,"method":"ping"}',
-        b'{"jsonrpc":"2.0","id":1.0,"method":"tools/list"}',
-        b'{"jsonrpc":"2.0","id":{"a":1},"method":"ping"}',
-        b'{"jsonrpc":"2.0","id":[1],"method":"ping"}',
-        b'{"jsonrpc":"2.0","id":null,"method":"ping"}',
-        b'{"jsonrpc":"2.0","id":false,"method":"tools/call","params":{"name":"read"}}',
-        b'{"jsonrpc":"2.0","id":7}',
-    ],
+FORBIDDEN_ID_FRAMES: Final = (
+    b"{}",
+    b'{"jsonrpc":"2.0","id":true,"method":"ping"}',
+    b'{"jsonrpc":"2.0","id":1.5,"method":"ping"}',
+    b'{"jsonrpc":"2.0","id":1.0,"method":"tools/list"}',
+    b'{"jsonrpc":"2.0","id":{"a":1},"method":"ping"}',
+    b'{"jsonrpc":"2.0","id":[1],"method":"ping"}',
+    b'{"jsonrpc":"2.0","id":null,"method":"ping"}',
+    b'{"jsonrpc":"2.0","id":false,"method":"tools/call","params":{"name":"read"}}',
+    b'{"jsonrpc":"2.0","id":7}',
 )
+
+
 def test_a_request_whose_id_json_rpc_forbids_is_an_invalid_request_with_a_null_id(
-    tmp_path: Path, frame: bytes
+    tmp_path: Path,
 ) -> None:
     """``{}`` and ids that are not strings or integers get Invalid Request, ``id: null``."""
+    seen: list[list[tuple[object, object]]] = []
     with RawPeer(lay_out(tmp_path / "root")) as peer:
         peer.initialize()
-        peer.write(frame + b"\n" + encode(request("after", "ping")))
-        answers: list[dict[str, Any]] = []
-        for message in peer.messages():
-            if "method" not in message:
-                answers.append(message)
-            if "after" == message.get("id"):
-                break
-    assert [(None, INVALID_REQUEST), ("after", None)] == [
-        (m["id"], m.get("error", {}).get("code")) for m in answers
-    ]
+        for number, frame in enumerate(FORBIDDEN_ID_FRAMES):
+            after = f"after-{number}"
+            peer.write(frame + b"\n" + encode(request(after, "ping")))
+            answers: list[tuple[object, object]] = []
+            for message in peer.messages():
+                if "method" not in message:
+                    answers.append((message["id"], message.get("error", {}).get("code")))
+                if after == message.get("id"):
+                    break
+            seen.append(answers)
+    assert [
+        [(None, INVALID_REQUEST), (f"after-{n}", None)] for n in range(len(FORBIDDEN_ID_FRAMES))
+    ] == seen
 
 
 def test_a_well_formed_notification_with_an_id_free_shape_gets_no_answer(tmp_path: Path) -> None:
