@@ -3,8 +3,9 @@
 Under a coverage run that measures subprocesses (``[tool.coverage.run] patch``), the
 per-call supervisor is started without ``-I -S``, by its module name, and with coverage's
 variable, so that coverage starts in it (through the ``.pth`` file it installs) and its
-code is measured like any other. Its behaviour is the same: the command's environment reaches it through the
-spec file, never through its own environment. Outside a coverage run nothing changes.
+code is measured like any other. Its behaviour is the same: the command's environment
+reaches it through the spec file, never through its own environment. Outside a coverage
+run nothing changes.
 """
 
 from __future__ import annotations
@@ -19,9 +20,11 @@ from spice.agent.coding import _posix_launcher as launcher_module
 COVERAGE_VARIABLE = "COVERAGE_PROCESS_CONFIG"
 MEASURED_FLAGS = (
     "-c",
-    "import sys\n"
-    "from spice.agent.coding import _posix_sandbox\n"
-    "_posix_sandbox.supervise(int(sys.argv[2]), int(sys.argv[3]))\n",
+    (
+        "import sys\n"
+        "from spice.agent.coding import _posix_sandbox\n"
+        "_posix_sandbox.supervise(int(sys.argv[2]), int(sys.argv[3]))\n"
+    ),
 )
 """The supervisor run by its module name (coverage measures ``spice`` by module, and a
 script runs as ``__main__``); ``argv`` is then ``-c PATH SPEC_FD REPORT_FD``."""
