@@ -171,7 +171,8 @@ async def story(worktree: Path, errlog_path: Path) -> None:
             tests = content(await call("shell", {"argv": ["python3", "-m", "unittest"]}))
             expect(tests.get("ok") is True and tests.get("exit_code") == 0, "the tests pass")
             last = [line for line in str(tests.get("stderr", "")).splitlines() if line][-2:]
-            say(f"   exit_code={tests['exit_code']}: {' / '.join(last)}")
+            contained = tests.get("contained")
+            say(f"   exit_code={tests['exit_code']} contained={contained}: {' / '.join(last)}")
 
             say("\n7. shell: sleep 30, with timeout_seconds 1")
             sleeper = await call("shell", {"argv": ["sleep", "30"], "timeout_seconds": 1})

@@ -12,7 +12,9 @@ SECURITY_WARNING: Final = (
     "Security warning: the Spice coding tools read and write files, run processes, and "
     "use network and environment access with your operating-system user's privileges. "
     "They provide no sandbox and no approval prompt; a process started by the shell tool "
-    "is not confined to the worktree. Run them only on worktrees and with agents you trust."
+    "is not confined to the worktree unless the application's launcher confines it (each "
+    "shell result says whether it was contained), and even then it can read what the user "
+    "can. Run them only on worktrees and with agents you trust."
 )
 
 ROOT_ENVIRONMENT_VARIABLE: Final = "SPICE_AGENT_WORKTREE"
