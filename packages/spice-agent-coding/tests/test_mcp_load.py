@@ -7,6 +7,7 @@ process over real pipes with a tool that waits to be released.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import os
 import threading
@@ -14,11 +15,12 @@ from pathlib import Path
 from typing import Any, Final
 
 import pytest
-from app_fakes import GatedTool
+from app_fakes import BlockingTool, FailingTool, GatedTool, ProblemTool
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from raw_peer import RawPeer, encode, request, tool_call, vm_bytes
 from test_mcp_pipes import INITIALIZE, INITIALIZED, exchange, pipes, write_all
+from test_mcp_shutdown import initialized, piped
 
 from spice.agent.coding import mcp_server
 from spice.agent.coding._stdio import (
@@ -385,3 +387,40 @@ async def test_a_request_with_a_boolean_id_is_answered_by_the_transport_in_proce
     _init, invalid, ping = await exchange(chunks, [1, None, 2])
     assert INVALID_REQUEST == invalid["error"]["code"]
     assert {} == ping["result"]
+
+
+@pytest.mark.parametrize("outcome", ["answered", "execution_error", "cancelled"])
+async def test_a_finished_call_leaves_no_garbage_cycle_holding_its_arguments(
+    outcome: str,
+) -> None:
+    """Answered, failed with an ``ExecutionError`` or cancelled: nothing cyclic keeps the call."""
+    blocking = BlockingTool()
+    dispatcher = Dispatcher([ProblemTool(), FailingTool(), blocking])
+    name = {"answered": "problem", "execution_error": "failing", "cancelled": "blocking"}[outcome]
+    async with piped(dispatcher) as server:
+        await server.write(initialized())
+        await server.message()
+        gc.collect()
+        gc.disable()
+        try:
+            await server.write(encode(tool_call(2, name, {"text": PADDING}, progressToken=2)))
+            if outcome == "cancelled":
+                async with asyncio.timeout(30):
+                    await blocking.started.wait()
+                cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled"}
+                await server.write(encode({**cancel, "params": {"requestId": 2}}))
+                async with asyncio.timeout(30):
+                    await blocking.cancelled.wait()
+            await server.write(encode(request("after", "ping")))
+            while "after" != (await server.message()).get("id"):
+                pass
+            gc.set_debug(gc.DEBUG_SAVEALL)
+            gc.collect()
+            kept = [type(found).__name__ for found in gc.garbage]
+        finally:
+            gc.set_debug(0)
+            gc.garbage.clear()
+            gc.enable()
+        server.close()
+        await server.answers()
+    assert [] == [kind for kind in kept if kind in {"Call", "CallToolRequestParams"}]

@@ -232,8 +232,8 @@ async def _outcome(
     """
     try:
         while True:
-            done, _ = await asyncio.wait({task}, timeout=heartbeat_seconds)
-            if done:
+            await asyncio.wait({task}, timeout=heartbeat_seconds)
+            if task.done():
                 break
             await reporter.heartbeat()
     except asyncio.CancelledError:
@@ -241,7 +241,12 @@ async def _outcome(
         with anyio.CancelScope(shield=True), anyio.move_on_after(CANCELLED_CALL_SECONDS):
             await asyncio.wait({task})
         raise  # the same cancellation, even if the call ended some other way meanwhile
-    return task.result()
+    try:
+        return task.result()
+    finally:
+        # The task holds its exception, whose traceback holds this frame: without this
+        # the cycle would keep the call and its arguments alive until a collection.
+        del task
 
 
 def serving(
