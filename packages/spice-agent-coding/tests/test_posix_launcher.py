@@ -124,13 +124,15 @@ async def run(given: Spec) -> tuple[PosixProcess, Collect, Collect]:
 
 @pytest.fixture(params=["pidfd", "poll", "reap"])
 def exit_watch(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Run a test with each exit watch: pidfd, waitid polling, waitpid polling (macOS)."""
+    """Each exit watch: pidfd, waitid polling, waitpid polling without a supervisor (macOS)."""
     if request.param in {"poll", "reap"}:
         # Kernels and systems without pidfd_open (macOS, Linux < 5.3).
         monkeypatch.setattr(launcher_module, "_open_pidfd", lambda _pid: None)
     if request.param == "reap":
-        # CPython has no os.waitid on macOS: exits are seen by reaping.
+        # CPython has no os.waitid on macOS: exits are seen by reaping. Nor is there a
+        # supervisor there (no subreaper, no parent-death signal): the command leads.
         monkeypatch.setattr(launcher_module, "_has_waitid", lambda: False)
+        monkeypatch.setattr(launcher_module, "_supervisor_available", lambda: False)
     return str(request.param)
 
 
@@ -583,3 +585,41 @@ async def test_a_signal_the_child_ignores_is_not_a_stop(exit_watch: str) -> None
         await process.wait()
     assert Outcome.signaled() == process.result()
     assert await procutil.group_gone(process.pid)
+
+
+# -- the supervisor's seams ------------------------------------------------------------------
+
+
+def test_tmpdir_tmp_and_temp_point_at_the_calls_directory() -> None:
+    """TMPDIR is always set; TMP and TEMP are replaced only when the allow-list passed them."""
+    entries = ("PATH=/bin", "TMPDIR=/tmp", "TEMP=/var/tmp")
+    assert ["PATH=/bin", "TMPDIR=/p", "TEMP=/p"] == launcher_module._with_temporary(entries, "/p")
+    assert ["TMPDIR=/p"] == launcher_module._with_temporary((), "/p")
+
+
+def test_a_contained_launcher_needs_the_supervisor(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where no supervisor can run, containment is refused at construction."""
+    from spice.agent.coding._containment import Containment  # noqa: PLC0415
+
+    monkeypatch.setattr(launcher_module, "_supervisor_available", lambda: False)
+    with pytest.raises(ValueError, match="supervisor"):
+        PosixLauncher(Containment("workspace", "workspace", 1), "/")
+    assert PosixLauncher().contained is False
+
+
+async def test_a_supervisor_that_dies_without_a_word_is_a_launch_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """EOF on the report before ``S``: nothing started, the supervisor is joined."""
+    monkeypatch.setattr(launcher_module, "_SUPERVISOR_FLAGS", ("-c", "raise SystemExit(3)"))
+    before = procutil.open_descriptors()
+    with pytest.raises(LaunchError) as caught:
+        await PosixLauncher().start(spec("/bin/true"))
+    assert caught.value.process is None
+    assert before == procutil.open_descriptors()
+
+
+async def test_a_supervised_process_says_so() -> None:
+    """The process under a supervisor reports ``supervised``; its pid leads the group."""
+    process, _, _ = await run(spec("/bin/true"))
+    assert process.supervised is True

@@ -638,11 +638,16 @@ class PosixProcess:
             self._joined = True
 
     async def _end_group(self) -> None:
-        # The leader's exit is bounded by EXIT_BOUND_SECONDS in each phase of the join.
-        await self._let_the_supervisor_end(min(END_BOUND_SECONDS, EXIT_BOUND_SECONDS))
         self._observe()
         if self._reaped:
             # Without waitid the exit is seen by reaping, which kills the group at once.
+            return
+        gone_before = self._leader_gone.is_set()
+        if self._pinned:
+            # The leader's exit is bounded by EXIT_BOUND_SECONDS in each phase of the join.
+            await self._let_the_supervisor_end(min(END_BOUND_SECONDS, EXIT_BOUND_SECONDS))
+            self._observe()
+        if self._reaped:
             return
         if not self._pinned:
             # Terminal: the pipes are still drained and closed, but what is left of the
@@ -657,8 +662,13 @@ class PosixProcess:
         except OSError:
             raise ProcessFailure(Operation.WAIT, retryable=True) from None
         self._watch()
+        bound = EXIT_BOUND_SECONDS
+        if bound <= 0 and not gone_before:
+            # No time at all: a leader that had not exited when the join began has not
+            # exited within the bound (decided here, not by how fast it died meanwhile).
+            raise ProcessFailure(Operation.WAIT, retryable=True)
         try:
-            async with asyncio.timeout(EXIT_BOUND_SECONDS):
+            async with asyncio.timeout(bound):
                 await self._leader_gone.wait()
         except TimeoutError:
             raise ProcessFailure(Operation.WAIT, retryable=True) from None

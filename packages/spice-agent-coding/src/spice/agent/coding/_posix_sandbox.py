@@ -29,14 +29,40 @@ and ``exec`` without the deadlocks that ``preexec_fn`` risks in the threaded ser
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import os
 import signal
 import sys
 import time
-from collections.abc import Iterable, Sequence
-from typing import Final, NoReturn
+
+# Every command pays this module's imports (the supervisor's start): ``typing``,
+# ``collections.abc`` and ``contextlib`` are left out at run time (annotations are strings).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
+    from types import TracebackType
+    from typing import Final, NoReturn
+
+
+class _suppress:  # noqa: N801 - reads as contextlib.suppress, which it replaces
+    """``contextlib.suppress`` without importing ``contextlib``."""
+
+    __slots__ = ("_kinds",)
+
+    def __init__(self, *kinds: type[BaseException]) -> None:
+        self._kinds = kinds
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> bool:
+        return kind is not None and issubclass(kind, self._kinds)
+
 
 # -- prctl -------------------------------------------------------------------------------
 
@@ -421,7 +447,7 @@ def _read_all(fd: int) -> bytes:
 
 
 def _report(fd: int, kind: int, value: int = 0) -> None:
-    with contextlib.suppress(OSError):  # the server is gone: nobody to tell
+    with _suppress(OSError):  # the server is gone: nobody to tell
         os.write(fd, bytes((kind, value & 0xFF)))
 
 
@@ -440,7 +466,7 @@ def _child(
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         os.execve(spec.executable, spec.arguments, spec.environment)  # noqa: S606 - the point
     except BaseException:  # noqa: BLE001 - any failure here means "not started"
-        with contextlib.suppress(OSError):
+        with _suppress(OSError):
             os.write(status, b"F")
     os._exit(_CANNOT_START)
 
@@ -479,7 +505,7 @@ class _Supervisor:
         """A stop reached our group; pass it on if the command has left the group."""
         if self.status is not None:
             return
-        with contextlib.suppress(OSError):
+        with _suppress(OSError):
             if os.getpgid(self.command) != os.getpgid(0):
                 os.kill(self.command, signal.SIGTERM)
 
@@ -493,7 +519,7 @@ class _Supervisor:
             if not alive:
                 return
             for pid in alive:
-                with contextlib.suppress(OSError):
+                with _suppress(OSError):
                     os.kill(pid, signal.SIGKILL)
             if time.monotonic() >= deadline:
                 return
@@ -554,7 +580,7 @@ class _Supervisor:
             os._exit(os.WEXITSTATUS(status))
         # Not reaped within the sweep's bound: it has SIGKILL pending, so it died of that.
         number = signal.SIGKILL if status is None else os.WTERMSIG(status)
-        with contextlib.suppress(OSError, ValueError):
+        with _suppress(OSError, ValueError):
             if number not in {signal.SIGKILL, signal.SIGSTOP}:
                 signal.signal(number, signal.SIG_DFL)
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {number})
@@ -594,7 +620,7 @@ def supervise(spec_fd: int, report: int) -> NoReturn:
     supervisor = _Supervisor(spec, report)
     supervisor.command = command
     if failed:
-        with contextlib.suppress(ChildProcessError):
+        with _suppress(ChildProcessError):
             os.waitpid(command, 0)
         _report(report, REPORT_FAILED)
         os._exit(_CANNOT_START)

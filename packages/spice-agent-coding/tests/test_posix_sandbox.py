@@ -1,0 +1,179 @@
+"""``_posix_sandbox`` in process: the ABI probe, the ruleset, ``prctl`` and the spec format.
+
+The supervisor's own life (fork, restrict, exec, sweep) runs in its own process and is
+proven from outside by ``test_posix_launcher.py``, ``test_containment.py`` and
+``test_lifetime.py``; here are the parts that can run inside the test process.
+"""
+
+from __future__ import annotations
+
+import builtins
+import ctypes
+import errno
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from spice.agent.coding import _posix_sandbox as sandbox
+
+ABI = sandbox.landlock_abi()
+needs_landlock = pytest.mark.skipif(ABI < 1, reason="the kernel has no Landlock")
+
+no_nul = st.binary(max_size=40).filter(lambda b: b"\0" not in b)
+
+
+@given(
+    server=st.integers(1, 1 << 22),
+    abi=st.integers(0, 9),
+    writable=st.lists(no_nul.filter(bool), max_size=3),
+    allow_network=st.booleans(),
+    executable=no_nul.filter(bool),
+    arguments=st.lists(no_nul, max_size=5),
+    names=st.lists(no_nul.filter(lambda b: bool(b) and b"=" not in b), max_size=4, unique=True),
+    temporary=no_nul,
+)
+def test_the_spec_survives_its_encoding(
+    server: int,
+    abi: int,
+    writable: list[bytes],
+    allow_network: bool,
+    executable: bytes,
+    arguments: list[bytes],
+    names: list[bytes],
+    temporary: bytes,
+) -> None:
+    """Every field, empty arguments and ``=`` inside values included, comes back as given."""
+    environment = [name + b"=" + name + b"=x" for name in names]
+    blob = sandbox.encode_spec(
+        server, abi, writable, allow_network, executable, arguments, environment, temporary
+    )
+    spec = sandbox._Spec(blob)
+    assert (server, abi, writable, allow_network, temporary) == (
+        spec.server,
+        spec.abi,
+        spec.writable,
+        spec.allow_network,
+        spec.temporary,
+    )
+    assert [executable, *arguments] == spec.arguments
+    assert {name: name + b"=x" for name in names} == spec.environment
+
+
+def test_a_spec_of_another_version_is_refused() -> None:
+    """The supervisor reads only its own format."""
+    with pytest.raises(ValueError, match="spec"):
+        sandbox._Spec(b"other\x001")
+
+
+@pytest.mark.parametrize(
+    ("abi", "refer", "truncate", "ioctl"),
+    [
+        (1, False, False, False),
+        (2, True, False, False),
+        (3, True, True, False),
+        (5, True, True, True),
+    ],
+)
+def test_each_abi_handles_the_write_rights_it_has(
+    abi: int, refer: bool, truncate: bool, ioctl: bool
+) -> None:
+    """Writes from ABI 1, REFER from 2, TRUNCATE from 3, IOCTL_DEV from 5; reads never."""
+    handled = sandbox.handled_fs(abi)
+    assert handled & sandbox.FS_WRITE_FILE
+    assert (refer, truncate, ioctl) == (
+        bool(handled & sandbox.FS_REFER),
+        bool(handled & sandbox.FS_TRUNCATE),
+        bool(handled & sandbox.FS_IOCTL_DEV),
+    )
+    reads = sandbox.FS_READ_FILE | sandbox.FS_READ_DIR | sandbox.FS_EXECUTE
+    assert 0 == handled & reads
+
+
+def test_the_probe_answers_zero_on_another_architecture(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Syscall numbers differ on alpha, ia64 and mips: no Landlock is assumed there."""
+    real = os.uname()
+    fake = os.uname_result((real.sysname, real.nodename, real.release, real.version, "mips"))
+    monkeypatch.setattr(os, "uname", lambda: fake)
+    assert 0 == sandbox.landlock_abi()
+
+
+def test_the_probe_answers_zero_off_linux(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not Linux: no Landlock, no dumpability switch, no subreaper."""
+    monkeypatch.setattr(sys, "platform", "darwin")
+    assert (0, False, False) == (
+        sandbox.landlock_abi(),
+        sandbox.set_dumpable(False),
+        sandbox.become_subreaper(),
+    )
+
+
+def test_a_refusing_prctl_is_reported_not_raised(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kernel (or seccomp) that refuses prctl: both helpers answer False."""
+
+    def refuse(option: int, value: int) -> None:
+        raise PermissionError(option, value)
+
+    monkeypatch.setattr(sandbox, "prctl", refuse)
+    assert (False, False) == (sandbox.set_dumpable(False), sandbox.become_subreaper())
+
+
+def test_a_failing_syscall_raises_with_its_errno() -> None:
+    """An invalid ruleset fd is EBADF from the kernel, raised as OSError."""
+    with pytest.raises(OSError, match="descriptor") as caught:
+        sandbox._syscall(sandbox._SYS_RESTRICT_SELF, ctypes.c_int(-1), ctypes.c_uint32(0))
+    assert errno.EBADF == caught.value.errno
+
+
+@needs_landlock
+def test_a_ruleset_is_built_for_real_and_closed_on_exec(tmp_path: Path) -> None:
+    """The kernel accepts the rules; the fd is close-on-exec; nothing restricts us yet."""
+    ruleset = sandbox.build_ruleset(ABI, [os.fsencode(tmp_path)], allow_network=False)
+    try:
+        assert not os.get_inheritable(ruleset)
+    finally:
+        os.close(ruleset)
+    (tmp_path.parent / "still-writable").write_text("x")
+    (tmp_path.parent / "still-writable").unlink()
+
+
+@needs_landlock
+def test_a_missing_writable_path_fails_the_ruleset(tmp_path: Path) -> None:
+    """A root that does not exist cannot be allowed: FileNotFoundError, no fd left."""
+    before = len(os.listdir("/proc/self/fd"))
+    with pytest.raises(FileNotFoundError):
+        sandbox.build_ruleset(ABI, [os.fsencode(tmp_path / "gone")], allow_network=True)
+    assert before == len(os.listdir("/proc/self/fd"))
+
+
+@pytest.fixture
+def child() -> Iterator[int]:
+    """A sleeping child of this process, ended and reaped afterwards."""
+    process = subprocess.Popen(["/bin/sleep", "60"])
+    yield process.pid
+    process.kill()
+    process.wait()
+
+
+def test_children_lists_a_direct_child(child: int) -> None:
+    """The kernel's children list names the child we started."""
+    assert child in sandbox.children(os.getpid())
+
+
+def test_children_falls_back_to_a_proc_scan(child: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without CONFIG_PROC_CHILDREN the /proc/*/stat scan finds the same child."""
+    real_open = builtins.open
+
+    def no_children_file(path: str, mode: str = "r") -> IO[bytes]:
+        if path.endswith("/children"):
+            raise FileNotFoundError(path)
+        return real_open(path, "rb")
+
+    monkeypatch.setattr(builtins, "open", no_children_file)
+    assert child in sandbox.children(os.getpid())
