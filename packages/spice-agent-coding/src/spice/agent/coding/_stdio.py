@@ -337,7 +337,6 @@ async def _deliver(line: bytes, wire: _Wire) -> None:
     await wire.in_flight.room()
     hook = wire.in_flight.admit(message.id)
     metadata = ServerMessageMetadata(on_request_unanswered=hook)
-    del line
     await wire.send.send(SessionMessage(message, metadata=metadata))
 
 
