@@ -352,6 +352,19 @@ def test_auto_without_landlock_warns_and_runs_uncontained(
         sandbox["abi"],
     )
     assert [] == sandbox["enforced"]
+    assert sandbox["process_lifetime"].startswith("commands and their descendants end")
+
+
+def test_the_report_says_when_the_lifetime_is_not_guaranteed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Without the supervisor (macOS) the tools report does not promise it."""
+    from spice.agent.coding import _posix_launcher as launcher_module  # noqa: PLC0415
+
+    monkeypatch.setattr(launcher_module, "_supervisor_available", lambda: False)
+    report = PosixLauncher().report()
+    assert str(report["process_lifetime"]).startswith("not guaranteed here")
+    assert (False, "off") == (report["contained"], report["mode"])
 
 
 @pytest.mark.skipif(ABI < 1, reason="the kernel has no Landlock")

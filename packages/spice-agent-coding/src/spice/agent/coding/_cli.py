@@ -150,7 +150,7 @@ def _composed(
 
 async def _tools(settings: Settings, launcher: PosixLauncher) -> int:
     async with _composed(settings, launcher) as dispatcher:
-        _out(tools_json(dispatcher, launcher.sandbox.report()))
+        _out(tools_json(dispatcher, launcher.report()))
     return EXIT_OK
 
 

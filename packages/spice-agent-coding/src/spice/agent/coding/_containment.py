@@ -117,14 +117,12 @@ class Containment:
                 "reads",
                 "execution",
                 "file metadata (chmod, chown, utimes, xattrs)",
-                "UDP and non-TCP sockets",
+                "UDP and other non-TCP sockets",
+                "connections to existing named UNIX sockets",
+                "system calls (no seccomp)",
             ]
             if self.contained
             else ["everything"],
-            "process_lifetime": (
-                "commands and their descendants end with their call "
-                "and within 2 s of the server's death"
-            ),
         }
 
 

@@ -836,6 +836,18 @@ class PosixLauncher:
         """The policy this launcher applies."""
         return self._containment
 
+    def report(self) -> dict[str, object]:
+        """The ``tools`` output's ``sandbox`` object: the policy and the lifetime guarantee."""
+        report = self._containment.report()
+        report["process_lifetime"] = (
+            "commands and their descendants end with their call and within "
+            f"{SERVER_DEATH_BOUND_SECONDS:g} s of the server's death"
+            if self._supervised
+            else "not guaranteed here: a descendant that leaves the process group, or "
+            "any command when the server is killed, may outlive its call"
+        )
+        return report
+
     async def start(self, spec: Spec) -> PosixProcess:
         """Start ``spec``; raise ``LaunchError`` (carrying the process if one was created).
 
