@@ -638,3 +638,19 @@ async def test_the_command_gets_the_signal_state_a_direct_child_would() -> None:
     direct = (await asyncio.to_thread(subprocess.check_output, argv)).decode()
     assert _signal_masks(direct) == _signal_masks(out.data.decode())
     assert 0 == _signal_masks(out.data.decode())["SigBlk"]
+
+
+async def test_a_stop_reaches_a_command_that_left_the_group() -> None:
+    """``setsid sleep``: the group's SIGTERM misses it; the supervisor forwards the stop."""
+    process = await start(spec("/usr/bin/setsid", "/bin/sleep", "60"))
+    assert await procutil.until(lambda: _command_left_the_group(process.pid))
+    await process.request_stop()
+    async with asyncio.timeout(BOUND):
+        await process.wait_exit()
+        await process.wait()
+    assert Outcome.signaled() == process.result()
+
+
+def _command_left_the_group(supervisor: int) -> bool:
+    children = [p for p in procutil.all_processes() if p.ppid == supervisor and p.alive]
+    return len(children) == 1 and children[0].pgid != supervisor
