@@ -545,3 +545,29 @@ async def test_a_shell_result_says_contained(shell: tuple[Dispatcher, Path]) -> 
 def test_errno_names_used_here_exist() -> None:
     """The errno names the assertions compare with are the platform's."""
     assert {"EACCES", "EPERM", "EXDEV"} <= set(errno.errorcode.values())
+
+
+async def test_no_new_privs_is_set_only_in_the_contained_mode(layout: tuple[Path, Path]) -> None:
+    """Landlock needs no_new_privs (setuid programs gain nothing); off keeps the server's."""
+    root, _ = layout
+    argv = ("/bin/grep", "NoNewPrivs", "/proc/self/status")
+    contained_out = (await run(PosixLauncher(contained(), str(root)), root, *argv))[1]
+    off_out = (await run(PosixLauncher(), root, *argv))[1]
+    ours = _no_new_privs()
+    assert (["NoNewPrivs:", "1"], ["NoNewPrivs:", ours]) == (
+        contained_out.split(),
+        off_out.split(),
+    )
+
+
+def _no_new_privs() -> str:
+    with open("/proc/self/status", encoding="ascii") as status:
+        line = next(line for line in status if line.startswith("NoNewPrivs:"))
+    return line.split()[1]
+
+
+async def test_dev_shm_is_not_writable_contained(layout: tuple[Path, Path]) -> None:
+    """/dev/shm is shared with the machine: POSIX shared memory fails (docs/decisions.md)."""
+    root, _ = layout
+    code = f"attempt(lambda: open('/dev/shm/spice-test-{os.getpid()}', 'w'))\n"
+    assert ["EACCES"] == await python(PosixLauncher(contained(), str(root)), root, code)

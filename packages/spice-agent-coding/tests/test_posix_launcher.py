@@ -7,6 +7,7 @@ import contextlib
 import json
 import os
 import signal
+import subprocess
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -623,3 +624,17 @@ async def test_a_supervised_process_says_so() -> None:
     """The process under a supervisor reports ``supervised``; its pid leads the group."""
     process, _, _ = await run(spec("/bin/true"))
     assert process.supervised is True
+
+
+def _signal_masks(text: str) -> dict[str, int]:
+    fields = dict(line.split(":", 1) for line in text.splitlines() if line.startswith("Sig"))
+    return {name: int(fields[name], 16) for name in ("SigBlk", "SigIgn")}
+
+
+async def test_the_command_gets_the_signal_state_a_direct_child_would() -> None:
+    """No signal blocked, SIGPIPE and SIGXFSZ at their defaults: the supervisor leaves none."""
+    argv = ["/bin/cat", "/proc/self/status"]
+    _, out, _ = await run(spec(*argv))
+    direct = (await asyncio.to_thread(subprocess.check_output, argv)).decode()
+    assert _signal_masks(direct) == _signal_masks(out.data.decode())
+    assert 0 == _signal_masks(out.data.decode())["SigBlk"]
