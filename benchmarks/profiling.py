@@ -10,7 +10,8 @@ before the profiler starts), and the server's profile is printed, first summed b
 the time goes (the SDK and its stack, ours, the event loop, JSON, waits), then by function
 (``read`` and ``replace`` figures only; the main thread only). ``start-serve`` and
 ``start-call`` print what the start-up imports cost, by top-level package
-(``python -X importtime``).
+(``python -X importtime``); ``serve-timeline`` prints when a ``serve`` start finished
+its imports and wrote its first two answers (3 starts, or ``--calls N``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import asyncio
 import cProfile
 import hashlib
 import io
+import os
 import pstats
 import shutil
 import subprocess
@@ -219,15 +221,68 @@ def import_profile(command: str) -> list[tuple[str, float]]:
     return sorted(totals.items(), key=lambda item: -item[1])
 
 
+TIMELINE: Final = """
+import sys, time
+start = time.perf_counter()
+marks = []
+import spice.agent.coding._cli as cli
+import spice.agent.coding._stdio as stdio
+marks.append(("imports done", time.perf_counter()))
+encode = stdio.frame
+def frame(message):
+    data = encode(message)
+    marks.append((f"answer {len(marks)} written", time.perf_counter()))
+    if len(marks) == 3:
+        line = " | ".join(f"{name} at {(t - start) * 1e3:.1f} ms" for name, t in marks)
+        sys.stderr.write("timeline: " + line + "\\n")
+    return data
+stdio.frame = frame
+sys.exit(cli.main(sys.argv[1:]))
+"""
+"""``serve`` with a clock: when its imports are done and when its first two answers
+(``initialize``, ``tools/list``) are written, from the interpreter's first line."""
+
+HANDSHAKE: Final = (
+    b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":'
+    b'"2025-06-18","capabilities":{},"clientInfo":{"name":"timeline","version":"0"}}}\n'
+    b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n'
+    b'{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{}}\n'
+)
+
+
+def serve_timeline(root: Path) -> str:
+    """One ``serve`` start: its timeline line (imports, then the two answers)."""
+    done = subprocess.run(
+        [sys.executable, "-c", TIMELINE, "--root", str(root), "serve"],
+        input=HANDSHAKE,
+        capture_output=True,
+        timeout=120,
+        check=False,
+        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+    )
+    for line in done.stderr.decode("utf-8", "replace").splitlines():
+        if line.startswith("timeline: "):
+            return line.removeprefix("timeline: ")
+    return "no timeline (the server did not answer twice)"
+
+
 def main(argv: list[str] | None = None) -> int:
     """Profile the chosen figure and print the top functions."""
     parser = argparse.ArgumentParser(description="profile one in-process figure")
-    parser.add_argument("figure", choices=(*FIGURES, *(f"start-{c}" for c in STARTUP_IMPORTS)))
+    parser.add_argument(
+        "figure",
+        choices=(*FIGURES, *(f"start-{c}" for c in STARTUP_IMPORTS), "serve-timeline"),
+    )
     parser.add_argument("--calls", type=int, default=DEFAULT_CALLS)
     parser.add_argument("--sort", choices=("cumulative", "tottime"), default="tottime")
     parser.add_argument("--serve", action="store_true", help="profile the MCP server side")
     parser.add_argument("--concurrency", type=int, default=1, help="calls in flight (--serve)")
     options = parser.parse_args(argv)
+    if options.figure == "serve-timeline":
+        with tempfile.TemporaryDirectory(prefix="spice-timeline-") as scratch:
+            for _ in range(options.calls if options.calls != DEFAULT_CALLS else 3):
+                print(serve_timeline(Path(scratch)))
+        return 0
     if options.figure.startswith("start-"):
         rows = import_profile(options.figure.removeprefix("start-"))
         total = sum(ms for _, ms in rows)
