@@ -42,6 +42,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
 from typing import Final, final
 
 from spice.agent.process import LaunchError, Operation, Outcome, ProcessFailure, Sink, Spec
@@ -778,6 +779,90 @@ async def _settle(work: Awaitable[None]) -> None:
         raise cancelled
 
 
+@final
+@dataclass(frozen=True, slots=True)
+class _Standard:
+    """A child's standard streams and held workdir: the child's ends and the parent's."""
+
+    stdin: int
+    stdout: int
+    stderr: int
+    directory: int
+    stdin_write: int | None
+    stdout_read: int
+    stderr_read: int
+
+
+@final
+class _Ends:
+    """The descriptors of one start.
+
+    The child's ends are closed after the fork whatever happens; the parent's are kept
+    for the process, or closed when the start fails.
+    """
+
+    def __init__(self) -> None:
+        self.loop = asyncio.get_running_loop()  # before anything is created
+        self.parent: list[int] = []
+        self.child: list[int] = []
+
+    def pipe(self, *, parent_reads: bool) -> tuple[int, int]:
+        """A pipe whose read end (or, for the child's input, write end) is the parent's."""
+        read, write = os.pipe()
+        self.parent.append(read if parent_reads else write)
+        self.child.append(write if parent_reads else read)
+        return read, write
+
+    def standard(self, spec: Spec) -> _Standard:
+        """Output pipes, an input pipe when ``spec`` has input, and the held workdir."""
+        stdout_read, stdout_write = self.pipe(parent_reads=True)
+        stderr_read, stderr_write = self.pipe(parent_reads=True)
+        stdin: int = subprocess.DEVNULL
+        stdin_write: int | None = None
+        if spec.stdin:
+            stdin, stdin_write = self.pipe(parent_reads=False)
+        directory = _open_no_follow(spec.working_directory)
+        self.parent.append(directory)
+        return _Standard(
+            stdin, stdout_write, stderr_write, directory, stdin_write, stdout_read, stderr_read
+        )
+
+    def close_parent(self) -> None:
+        for fd in self.parent:
+            _close_quietly(fd)
+
+    def close_child(self) -> None:
+        for fd in self.child:
+            _close_quietly(fd)
+
+    def process(
+        self,
+        popen: subprocess.Popen[bytes],
+        spec: Spec,
+        standard: _Standard,
+        *,
+        report: int | None = None,
+        temporary: str | None = None,
+    ) -> PosixProcess:
+        """The started child as a ``PosixProcess``; the workdir it entered is let go."""
+        _close_quietly(standard.directory)
+        _LEADERS.add(popen.pid)
+        loop = self.loop
+        return PosixProcess(
+            loop,
+            popen,
+            (
+                _OutputPump(loop, standard.stdout_read, spec.stdout),
+                _OutputPump(loop, standard.stderr_read, spec.stderr),
+            ),
+            None
+            if standard.stdin_write is None
+            else _InputPump(loop, standard.stdin_write, spec.stdin),
+            report=report,
+            temporary=temporary,
+        )
+
+
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
@@ -880,29 +965,12 @@ class PosixLauncher:
         raise LaunchError from None
 
     def _spawn_supervisor(self, spec: Spec) -> PosixProcess:
-        loop = asyncio.get_running_loop()
-        parent_ends: list[int] = []
-        child_ends: list[int] = []
+        ends = _Ends()
         temporary: str | None = None
         try:
-            stdout_read, stdout_write = os.pipe()
-            parent_ends.append(stdout_read)
-            child_ends.append(stdout_write)
-            stderr_read, stderr_write = os.pipe()
-            parent_ends.append(stderr_read)
-            child_ends.append(stderr_write)
-            stdin: int = subprocess.DEVNULL
-            stdin_write: int | None = None
-            if spec.stdin:
-                stdin, stdin_write = os.pipe()
-                child_ends.append(stdin)
-                parent_ends.append(stdin_write)
-            report_read, report_write = os.pipe()
-            parent_ends.append(report_read)
-            child_ends.append(report_write)
+            standard = ends.standard(spec)
+            report_read, report_write = ends.pipe(parent_reads=True)
             os.set_blocking(report_read, False)
-            directory = _open_no_follow(spec.working_directory)
-            parent_ends.append(directory)
             environment: Iterable[str] = spec.environment
             writable: list[bytes] = []
             if self._containment.contained and self._root is not None:
@@ -920,17 +988,17 @@ class PosixLauncher:
                 b"" if temporary is None else os.fsencode(temporary),
             )
             memory = os.memfd_create("spice-command", os.MFD_CLOEXEC)
-            child_ends.append(memory)
+            ends.child.append(memory)
             _write_all(memory, blob)
             os.lseek(memory, 0, os.SEEK_SET)
             python = sys.executable
             popen = subprocess.Popen(  # noqa: S603 - argv list, no shell; see start
                 [python, *_SUPERVISOR_FLAGS, SUPERVISOR_PATH, str(memory), str(report_write)],
                 executable=python,
-                stdin=stdin,
-                stdout=stdout_write,
-                stderr=stderr_write,
-                cwd=_entry(directory, spec.working_directory),
+                stdin=standard.stdin,
+                stdout=standard.stdout,
+                stderr=standard.stderr,
+                cwd=_entry(standard.directory, spec.working_directory),
                 env=_SUPERVISOR_ENVIRONMENT,
                 close_fds=True,
                 pass_fds=(memory, report_write),
@@ -938,79 +1006,38 @@ class PosixLauncher:
                 restore_signals=True,
             )
         except Exception:  # noqa: BLE001 - every start failure is one LaunchError, no OS text
-            for fd in parent_ends:
-                _close_quietly(fd)
+            ends.close_parent()
             if temporary is not None:
                 shutil.rmtree(temporary, ignore_errors=True)
             raise LaunchError from None
         finally:
-            for fd in child_ends:
-                _close_quietly(fd)
-        _close_quietly(directory)
-        _LEADERS.add(popen.pid)
-        return PosixProcess(
-            loop,
-            popen,
-            (
-                _OutputPump(loop, stdout_read, spec.stdout),
-                _OutputPump(loop, stderr_read, spec.stderr),
-            ),
-            None if stdin_write is None else _InputPump(loop, stdin_write, spec.stdin),
-            report=report_read,
-            temporary=temporary,
-        )
+            ends.close_child()
+        return ends.process(popen, spec, standard, report=report_read, temporary=temporary)
 
     def _start_direct(self, spec: Spec) -> PosixProcess:
         """Without a supervisor (not Linux): the command itself leads its group."""
-        loop = asyncio.get_running_loop()
-        parent_ends: list[int] = []
-        child_ends: list[int] = []
+        ends = _Ends()
         try:
-            stdout_read, stdout_write = os.pipe()
-            parent_ends.append(stdout_read)
-            child_ends.append(stdout_write)
-            stderr_read, stderr_write = os.pipe()
-            parent_ends.append(stderr_read)
-            child_ends.append(stderr_write)
-            stdin: int = subprocess.DEVNULL
-            stdin_write: int | None = None
-            if spec.stdin:
-                stdin, stdin_write = os.pipe()
-                child_ends.append(stdin)
-                parent_ends.append(stdin_write)
-            directory = _open_no_follow(spec.working_directory)
-            parent_ends.append(directory)
+            standard = ends.standard(spec)
             # Inline on purpose (see start): fork/exec is short and must not be cut.
             popen = subprocess.Popen(  # noqa: S603 - argv list, no shell; see start
                 [spec.executable, *spec.arguments],
                 executable=spec.executable,
-                stdin=stdin,
-                stdout=stdout_write,
-                stderr=stderr_write,
-                cwd=_entry(directory, spec.working_directory),
+                stdin=standard.stdin,
+                stdout=standard.stdout,
+                stderr=standard.stderr,
+                cwd=_entry(standard.directory, spec.working_directory),
                 env=_environment(spec.environment),
                 close_fds=True,
                 start_new_session=True,
                 restore_signals=True,
             )
         except Exception:  # noqa: BLE001 - every start failure is one LaunchError, no OS text
-            for fd in parent_ends:
-                _close_quietly(fd)
+            ends.close_parent()
             raise LaunchError from None
         finally:
-            for fd in child_ends:
-                _close_quietly(fd)
-        _close_quietly(directory)
-        _LEADERS.add(popen.pid)
-        process = PosixProcess(
-            loop,
-            popen,
-            (
-                _OutputPump(loop, stdout_read, spec.stdout),
-                _OutputPump(loop, stderr_read, spec.stderr),
-            ),
-            None if stdin_write is None else _InputPump(loop, stdin_write, spec.stdin),
-        )
+            ends.close_child()
+        process = ends.process(popen, spec, standard)
         try:
             _attach(process)
         except Exception:  # noqa: BLE001 - the child exists: hand it over with the error
