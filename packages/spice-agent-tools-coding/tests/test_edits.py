@@ -139,7 +139,7 @@ def test_failures_name_the_edit_index_and_the_count() -> None:
     assert isinstance(missing, EditFailure)
     assert isinstance(ambiguous, EditFailure)
     assert ("edit_not_found", 1) == (missing.code, missing.index)
-    assert missing.message.startswith("edit 1:")
+    assert missing.message.startswith("edit 1: old_text occurs 0 times")
     assert ("edit_ambiguous", 1, 3) == (ambiguous.code, ambiguous.index, ambiguous.occurrences)
     assert ambiguous.message.startswith("edit 1: old_text occurs 3 times")
 

@@ -97,8 +97,8 @@ def count_positions(text: str, old: str) -> int:
 def _not_found(index: int) -> EditFailure:
     return EditFailure(
         NOT_FOUND,
-        f"edit {index}: old_text was not found; read the file again and copy the text "
-        "exactly, with its whitespace and line endings",
+        f"edit {index}: old_text occurs 0 times (not found); read the file again and copy "
+        "the text exactly, with its whitespace and line endings",
         index,
         0,
     )
