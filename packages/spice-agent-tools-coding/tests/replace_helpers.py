@@ -27,6 +27,23 @@ from spice.agent.tools.coding._config import DEFAULT_BYTES
 from spice.agent.tools.coding._replace import ReplaceTool
 
 WAIT_SECONDS: Final = 5.0
+SUCCESS_KEYS: Final = frozenset(
+    {
+        "ok",
+        "path",
+        "bytes",
+        "sha256",
+        "created",
+        "changed",
+        "committed",
+        "durable",
+        "temporary_cleaned",
+        "hard_links_split",
+        "owner_changed",
+    }
+)
+"""The fields of every successful replace answer (the edit form adds its own three)."""
+EDIT_SUCCESS_KEYS: Final = SUCCESS_KEYS | {"edits_applied", "diff", "diff_truncated"}
 """Bound on every wait of a test for the worker thread."""
 INJECTED: Final = "injected fault"
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from replace_helpers import (
     INJECTED,
+    SUCCESS_KEYS,
     Recording,
     content_of,
     create_arguments,
@@ -32,19 +33,6 @@ from spice.agent.tools.coding._replace import ReplaceTool
 OLD = b"old content\n"
 NEW = "new content \u00e9\n"
 NEW_BYTES = NEW.encode("utf-8")
-SUCCESS_KEYS = {
-    "ok",
-    "path",
-    "bytes",
-    "sha256",
-    "created",
-    "changed",
-    "committed",
-    "durable",
-    "temporary_cleaned",
-    "hard_links_split",
-    "owner_changed",
-}
 
 
 @pytest.fixture

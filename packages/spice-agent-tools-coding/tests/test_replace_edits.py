@@ -13,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from replace_helpers import (
+    EDIT_SUCCESS_KEYS,
     INJECTED,
     WAIT_SECONDS,
     Pause,
@@ -36,22 +37,6 @@ DIFF: Final = (
     "--- a/f.py\n+++ b/f.py\n@@ -1,5 +1,5 @@\n def greet(name):\n"
     "-    return 'Helo, ' + name\n+    return 'Hello, ' + name\n \n \n print(greet('w'))\n"
 )
-SUCCESS_KEYS: Final = {
-    "ok",
-    "path",
-    "bytes",
-    "sha256",
-    "created",
-    "changed",
-    "committed",
-    "durable",
-    "temporary_cleaned",
-    "hard_links_split",
-    "owner_changed",
-    "edits_applied",
-    "diff",
-    "diff_truncated",
-}
 
 
 @pytest.fixture
@@ -414,7 +399,7 @@ async def test_a_failed_post_commit_fsync_keeps_the_edit_fields(root: Path) -> N
         content["committed"],
         content["durable"],
     )
-    assert SUCCESS_KEYS | {"code", "message"} == set(content)
+    assert EDIT_SUCCESS_KEYS | {"code", "message"} == set(content)
     assert DIFF == content["diff"]
     assert FIXED == (root / "f.py").read_bytes()
 
