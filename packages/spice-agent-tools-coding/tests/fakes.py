@@ -292,6 +292,26 @@ def partial_start(process: FakeProcess) -> LaunchError:
     return LaunchError(process)
 
 
+SHELL_FIELDS: tuple[str, ...] = (
+    "workdir",
+    "exit_code",
+    "stdout",
+    "stderr",
+    "encoding",
+    "stdout_bytes",
+    "stderr_bytes",
+    "output_truncated",
+    "timed_out",
+    "managed_cleanup_completed",
+    "stdout_omitted_bytes",
+    "stderr_omitted_bytes",
+    "stdout_omitted_at",
+    "stderr_omitted_at",
+    "contained",
+)
+"""Every shell result has exactly these fields after ``ok`` (failures add code and message)."""
+
+
 def shell_call(arguments: Mapping[str, object] | str, *, name: str = "shell") -> Call:
     """A call of the shell tool with ``arguments`` (a mapping or raw JSON text)."""
     text = arguments if isinstance(arguments, str) else json.dumps(arguments)

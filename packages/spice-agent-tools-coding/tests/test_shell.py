@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from fakes import (
+    SHELL_FIELDS,
     FakeLauncher,
     FakeProcess,
     FakeResolver,
@@ -53,24 +54,7 @@ PATIENCE = 30
 """Hang guard (seconds) for waits that end at once on a working implementation."""
 NEVER = RetryDisposition.NEVER
 
-SUCCESS_KEYS = {
-    "ok",
-    "workdir",
-    "exit_code",
-    "stdout",
-    "stderr",
-    "encoding",
-    "stdout_bytes",
-    "stderr_bytes",
-    "output_truncated",
-    "timed_out",
-    "managed_cleanup_completed",
-    "stdout_omitted_bytes",
-    "stderr_omitted_bytes",
-    "stdout_omitted_at",
-    "stderr_omitted_at",
-    "contained",
-}
+SUCCESS_KEYS = {"ok", *SHELL_FIELDS}
 
 
 def make(

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from fakes import (
+    SHELL_FIELDS,
     AnsweringLauncher,
     ContainedLauncher,
     FakeLauncher,
@@ -52,24 +53,6 @@ FAST = Timing(join_seconds=5.0, backoff_seconds=0.0, backoff_limit_seconds=0.0, 
 PATIENCE = 30
 """Hang guard (seconds) for waits that end at once on a working implementation."""
 
-SHELL_FIELDS = (
-    "workdir",
-    "exit_code",
-    "stdout",
-    "stderr",
-    "encoding",
-    "stdout_bytes",
-    "stderr_bytes",
-    "output_truncated",
-    "timed_out",
-    "managed_cleanup_completed",
-    "stdout_omitted_bytes",
-    "stderr_omitted_bytes",
-    "stdout_omitted_at",
-    "stderr_omitted_at",
-    "contained",
-)
-"""Every shell result has exactly these fields after ``ok`` (failures add code and message)."""
 
 NOTHING_RAN = {
     "exit_code": -1,
