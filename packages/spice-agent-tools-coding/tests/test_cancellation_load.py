@@ -251,7 +251,7 @@ async def test_a_replace_cancelled_before_it_starts_its_worker_starts_none(
 async def test_a_read_cancelled_before_it_starts_its_worker_starts_none(
     root: Path, starter: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """read: no page is read after an observed cancellation; definitive, no result."""
+    """read: no page is read after an observed cancellation, on the loop or in a worker."""
     (root / "f.txt").write_bytes(OLD)
     started: list[str] = []
     real_read = _read._read_page
@@ -260,7 +260,14 @@ async def test_a_read_cancelled_before_it_starts_its_worker_starts_none(
         started.append("worker")
         return real_read(*args)  # type: ignore[arg-type]
 
+    real_inline = _read._read_inline
+
+    def read_inline(*args: object) -> object:
+        started.append("inline")
+        return real_inline(*args)  # type: ignore[arg-type]
+
     monkeypatch.setattr(_read, "_read_page", read_page)
+    monkeypatch.setattr(_read, "_read_inline", read_inline)
     tool = new_read(Config(str(root)))
 
     async def execute(reporter: Reporter | None) -> Result:

@@ -29,7 +29,7 @@ from spice.agent.tool import (
 )
 from spice.agent.tools.coding import Config, new_read
 from spice.agent.tools.coding._config import MAXIMUM_BYTES
-from spice.agent.tools.coding._read import PROGRESS
+from spice.agent.tools.coding._read import INLINE_READ_BYTES, PROGRESS
 
 REPORTER_TEXT = "reporter-text-\u2603"
 HAS_FD_DIR = os.path.isdir("/proc/self/fd")
@@ -483,8 +483,11 @@ class CancelAfterReporting:
 
 
 async def test_cancellation_while_the_worker_reads_settles_its_descriptors(root: Path) -> None:
-    """Cancelled while the worker thread runs: definitive/allowed, and no descriptor left."""
-    (root / "f").write_bytes(b"x" * 4096)
+    """Cancelled while the worker thread runs: definitive/allowed, and no descriptor left.
+
+    The file is larger than ``INLINE_READ_BYTES``, so the read is a worker thread's.
+    """
+    (root / "f").write_bytes(b"x" * (INLINE_READ_BYTES + 1))
     tool = new_read(Config(root))
     await tool.execute(Call("warm", "read", '{"path": "f"}'))  # starts the worker pool
     before = len(os.listdir("/proc/self/fd")) if HAS_FD_DIR else None

@@ -13,7 +13,7 @@ from replace_helpers import make_tool, run
 
 from spice.agent.tool import Call
 from spice.agent.tools.coding import Config, new_read
-from spice.agent.tools.coding._read import _whole_file
+from spice.agent.tools.coding._read import _pread, _pread_cached, _Reader, _whole_file
 
 PAGE: Final = 64
 BOUND: Final = 256
@@ -98,15 +98,20 @@ def test_the_description_tells_the_model_about_file_sha256(tmp_path: Path) -> No
     ("seen", "actual", "expected"),
     [(150, 150, 150), (10, 150, 150), (10, BOUND, BOUND), (10, BOUND + 1, None), (0, 0, 0)],
 )
+@pytest.mark.parametrize("reader", [_pread, _pread_cached], ids=["worker", "inline"])
 def test_the_whole_file_is_read_in_a_buffer_of_its_size_and_again_if_it_grew(
-    tmp_path: Path, seen: int, actual: int, expected: int | None
+    tmp_path: Path, seen: int, actual: int, expected: int | None, reader: _Reader
 ) -> None:
-    """A file larger than fstat said (it grew) is read again up to the bound; past it, none."""
+    """A file larger than fstat said (it grew) is read again up to the bound; past it, none.
+
+    Both routes' readers: the worker's, and the event loop's (from the page cache, which
+    holds a file just written).
+    """
     path = tmp_path / "f.bin"
     path.write_bytes(b"x" * actual)
     fd = os.open(path, os.O_RDONLY)
     try:
-        whole = _whole_file(fd, seen, BOUND)
+        whole = _whole_file(fd, seen, BOUND, reader)
     finally:
         os.close(fd)
     assert expected == (None if whole is None else len(whole))

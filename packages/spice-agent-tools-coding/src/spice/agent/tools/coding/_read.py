@@ -1,11 +1,19 @@
 """The ``read`` tool: one byte page of a regular file inside the worktree.
 
 Confinement is ``_root``'s job (see its module docstring); this module decodes the
-arguments, runs the blocking file work in a worker thread, and shapes the page:
+arguments, does the file work, and shapes the page:
 UTF-8 text when the bytes are valid UTF-8 (a page the limit would cut inside a
 character ends at the previous character boundary), base64 otherwise or when the
 JSON-escaped text would break the payload bound. ``os.pread`` reads only the page,
 so the cost never depends on the file's size.
+
+Where the file work runs: a read that can be answered from the kernel's caches on a
+local file system, touching at most ``INLINE_READ_BYTES``, runs on the event loop
+(``_root.open_cached_regular`` opens without waiting, ``RWF_NOWAIT`` reads without
+waiting); any step that would wait sends the whole call to a worker thread, which
+starts again from the root. A read therefore never blocks the loop, and the thread hop
+(most of a small read's cost when calls are in flight) is paid only where it buys
+something.
 """
 
 from __future__ import annotations
@@ -15,6 +23,7 @@ import base64
 import hashlib
 import os
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final, final
 
@@ -36,7 +45,7 @@ from spice.agent.tool import (
 from ._arguments import ArgumentError, decode_object, take_integer, take_string
 from ._config import Config
 from ._results import attach, failure, report_progress
-from ._root import PathError, clean_path, open_beneath, open_root
+from ._root import PathError, clean_path, open_beneath, open_cached_regular, open_root
 from ._settling import deliver_cancellation, settle
 
 NAME: Final = "read"
@@ -69,6 +78,10 @@ PROGRESS: Final = "reading a file"
 LOOKAHEAD_BYTES: Final = 3
 """Bytes read past the page to tell a cut character from invalid UTF-8 (a UTF-8 character
 has at most 4 bytes)."""
+INLINE_READ_BYTES: Final = 65_536
+"""Most bytes a call may read on the event loop (the page, or the whole file when it is
+hashed for ``file_sha256``); a larger read runs in a worker thread, where hashing and
+copying overlap the loop's other work."""
 SETTLE_SECONDS: Final = 5.0
 """How long a cancelled call waits for its worker thread to close its descriptors."""
 READ_FAILED: Final = "the file could not be read"
@@ -76,6 +89,7 @@ UNEXPECTED: Final = "the read failed unexpectedly; nothing was changed"
 _STATE: Final = ExecutionState.DEFINITIVE
 _RETRY: Final = RetryDisposition.ALLOWED
 _PROPERTIES: Final = frozenset({"path", "offset", "limit"})
+_RWF_NOWAIT: Final = getattr(os, "RWF_NOWAIT", 0)
 
 
 def _schema(max_read_bytes: int) -> dict[str, object]:
@@ -183,6 +197,12 @@ class _Read:
         except asyncio.CancelledError as cancelled:
             attach(cancelled, Interruption(call.id, _STATE, _RETRY))
             raise
+        try:
+            outcome = _read_inline(self._config.root, request, call.id)
+        except Exception:  # noqa: BLE001 - a bug or host fault is a host failure
+            raise ExecutionError(call.id, _STATE, _RETRY, UNEXPECTED) from None
+        if outcome is not None:
+            return _answer(call, outcome)
         # The executor's own future (not a task around ``to_thread``): one hop, no extra task.
         worker = asyncio.get_running_loop().run_in_executor(
             None, _read_page, self._config.root, request, call.id
@@ -195,9 +215,13 @@ class _Read:
             raise
         except Exception:  # noqa: BLE001 - a bug or host fault in the worker is a host failure
             raise ExecutionError(call.id, _STATE, _RETRY, UNEXPECTED) from None
-        if isinstance(outcome, _Failure):
-            return failure(call, outcome.code, outcome.message, _STATE, _RETRY)
-        return outcome
+        return _answer(call, outcome)
+
+
+def _answer(call: Call, outcome: Result | _Failure) -> Result:
+    if isinstance(outcome, _Failure):
+        return failure(call, outcome.code, outcome.message, _STATE, _RETRY)
+    return outcome
 
 
 async def _settle(worker: asyncio.Future[Result | _Failure]) -> None:
@@ -234,8 +258,40 @@ def _decode(arguments: str, config: Config) -> _Request:
     return _Request(path, offset, limit, config.max_write_bytes)
 
 
+class _WouldWait(Exception):
+    """A step of the event-loop route would wait (data not in the page cache), or cannot tell."""
+
+
+def _read_inline(root: str, request: _Request, call_id: str) -> Result | _Failure | None:
+    """The call's answer when it can be had without waiting, else ``None`` (use a worker).
+
+    Closes the descriptor it opens. ``None`` also for every failure to open or read:
+    the worker's route starts again and gives the authoritative answer.
+    """
+    fd = open_cached_regular(root, request.path)
+    if fd is None:
+        return None
+    try:
+        info = os.fstat(fd)
+        if _bytes_to_read(info.st_size, request) > INLINE_READ_BYTES:
+            return None
+        return _page(fd, info, request, call_id, _pread_cached)
+    except (_WouldWait, OSError):
+        return None
+    finally:
+        os.close(fd)
+
+
+def _bytes_to_read(size: int, request: _Request) -> int:
+    """What ``_page`` reads of a file of ``size`` bytes: all of it when it is hashed, else the
+    page and its lookahead."""
+    if size <= request.hash_limit:
+        return size
+    return min(request.limit, max(size - request.offset, 0)) + LOOKAHEAD_BYTES
+
+
 def _read_page(root: str, request: _Request, call_id: str) -> Result | _Failure:
-    """The blocking part of a call, run in a worker thread; closes every descriptor it opens.
+    """The blocking route of a call, run in a worker thread; closes every descriptor it opens.
 
     A page's answer is built here, encoded once (see ``_shape``).
     """
@@ -248,19 +304,24 @@ def _read_page(root: str, request: _Request, call_id: str) -> Result | _Failure:
     except PathError as error:
         return _Failure(error.code, error.message)
     try:
-        return _page(fd, request, call_id)
+        return _page(fd, os.fstat(fd), request, call_id, _pread)
     except OSError:
         return _Failure("read_failed", READ_FAILED)
     finally:
         os.close(fd)
 
 
-def _page(fd: int, request: _Request, call_id: str) -> Result | _Failure:
-    info = os.fstat(fd)
+_Reader = Callable[[int, int, int], bytes]
+"""``(fd, count, offset) -> bytes``: ``count`` bytes at ``offset``, fewer only at the end."""
+
+
+def _page(
+    fd: int, info: os.stat_result, request: _Request, call_id: str, pread: _Reader
+) -> Result | _Failure:
     if not stat.S_ISREG(info.st_mode):  # open_beneath(regular=True) already made sure
         return _Failure("not_regular", "the path is not a regular file")
     size = info.st_size
-    whole = _whole_file(fd, size, request.hash_limit)
+    whole = _whole_file(fd, size, request.hash_limit, pread)
     if whole is not None:
         size = len(whole)  # the page comes from the same bytes the digest covers
     offset = request.offset
@@ -269,14 +330,14 @@ def _page(fd: int, request: _Request, call_id: str) -> Result | _Failure:
     want = min(request.limit, size - offset)
     extra = min(LOOKAHEAD_BYTES, size - offset - want)
     if whole is None:
-        data, digest = _pread(fd, want + extra, offset), None
+        data, digest = pread(fd, want + extra, offset), None
     else:
         data, digest = whole[offset : offset + want + extra], hashlib.sha256(whole).hexdigest()
     page, lookahead = data[:want], data[want:]
     return _shape(call_id, request.path, offset, size, page, lookahead, digest)
 
 
-def _whole_file(fd: int, size: int, limit: int) -> bytes | None:
+def _whole_file(fd: int, size: int, limit: int, pread: _Reader) -> bytes | None:
     """All of a file of at most ``limit`` bytes (through ``fd``), else ``None``.
 
     At most ``limit + 1`` bytes are read, so a file that grew past the bound meanwhile
@@ -287,23 +348,43 @@ def _whole_file(fd: int, size: int, limit: int) -> bytes | None:
     # What fstat saw plus one byte first: a small file costs a buffer of its own size, not
     # one of the bound's (a 256 KiB buffer for a 4 KiB file costs more than the read).
     # A file that grew meanwhile is read again, up to the bound.
-    data = _pread(fd, size + 1, 0)
+    data = pread(fd, size + 1, 0)
     if len(data) > size:
-        data = _pread(fd, limit + 1, 0)
+        data = pread(fd, limit + 1, 0)
     return data if len(data) <= limit else None
 
 
-def _pread(fd: int, count: int, offset: int) -> bytes:
+def _pread(fd: int, count: int, offset: int, once: _Reader = os.pread) -> bytes:
     """Read ``count`` bytes at ``offset`` (fewer only at end of file)."""
     chunks: list[bytes] = []
     while count > 0:
-        chunk = os.pread(fd, count, offset)
+        chunk = once(fd, count, offset)
         if not chunk:
             break
         chunks.append(chunk)
         count -= len(chunk)
         offset += len(chunk)
     return b"".join(chunks)
+
+
+def _pread_cached(fd: int, count: int, offset: int) -> bytes:
+    """``_pread`` from the page cache only: ``_WouldWait`` where the data would need I/O."""
+    return _pread(fd, count, offset, _pread_nowait)
+
+
+def _pread_nowait(fd: int, count: int, offset: int) -> bytes:
+    """One ``preadv2(RWF_NOWAIT)``: the bytes the page cache holds there (``b""`` at the end).
+
+    ``EAGAIN`` (not cached) and ``EOPNOTSUPP`` (a file system that cannot tell) are
+    ``_WouldWait``, like any other refusal: the worker's route decides.
+    """
+    buffer = bytearray(count)
+    try:
+        got = os.preadv(fd, (buffer,), offset, _RWF_NOWAIT)
+    except OSError:
+        raise _WouldWait from None
+    del buffer[got:]
+    return bytes(buffer)
 
 
 def _text_prefix(page: bytes, lookahead: bytes) -> bytes | None:

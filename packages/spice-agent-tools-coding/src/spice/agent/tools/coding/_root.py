@@ -59,6 +59,13 @@ How a path is opened
      links (the kernel's own ``MAXSYMLINKS``) the walk stops with ``path_escape``
      (a loop or an over-long chain cannot be shown to stay inside).
 
+   * *Non-blocking route (Linux, ``read`` only)*: :func:`open_cached_regular` opens a
+     regular file with the fast path's flags plus ``RESOLVE_CACHED`` (the kernel refuses
+     any lookup that needs I/O) and ``RESOLVE_NO_XDEV`` (never into another mount), on a
+     root whose file system is local (``LOCAL_FILESYSTEMS``), so ``read`` can do its work
+     on the event loop. It answers with a descriptor or declines with ``None``, never an
+     error: every refusal goes to the routes above, in a worker thread.
+
 4. **The final open** never follows a symlink by itself (``O_NOFOLLOW``) and
    never blocks (``O_NONBLOCK``). With ``regular=True`` (``read``) the object is
    first inspected without opening it for I/O (``fstatat(AT_SYMLINK_NOFOLLOW)``
@@ -782,6 +789,9 @@ class _OpenHow(ctypes.Structure):
     )
 
 
+_OPENAT2_NUMBER: Final = ctypes.c_long(_SYS_OPENAT2)
+_OPEN_HOW_SIZE: Final = ctypes.c_size_t(ctypes.sizeof(_OpenHow))
+
 _state_lock: Final = threading.Lock()
 _syscall: Callable[..., int] | None = None
 _fast_state: bool | None = None  # None: not probed yet; False: portable for good.
@@ -824,11 +834,11 @@ def _openat2(dir_fd: int, path: str, flags: int, mode: int, resolve: int) -> int
         return -errno.ENOSYS
     how = _OpenHow(flags, mode, resolve)
     result = function(
-        ctypes.c_long(_SYS_OPENAT2),
+        _OPENAT2_NUMBER,
         ctypes.c_int(dir_fd),
         ctypes.c_char_p(os.fsencode(path)),
         ctypes.byref(how),
-        ctypes.c_size_t(ctypes.sizeof(how)),
+        _OPEN_HOW_SIZE,
     )
     if result < 0:
         return -(ctypes.get_errno() or errno.EIO)
@@ -912,3 +922,132 @@ def _fast_open_directory(root_fd: int, cleaned: str, follow_symlinks: bool) -> i
         if error.code == "not_found":
             return None  # the walk decides, and creates when asked to
         raise
+
+
+# --------------------------------------------------------------------------------------
+# The non-blocking route: open a regular file only when the kernel can do it from its
+# caches, on a local file system, so ``read`` can skip its worker thread.
+
+LOCAL_FILESYSTEMS: Final = frozenset(
+    {
+        0xEF53,  # ext2, ext3, ext4
+        0x58465342,  # xfs
+        0x9123683E,  # btrfs
+        0x2FC12FC1,  # zfs
+        0xF2F52010,  # f2fs
+        0x01021994,  # tmpfs
+        0x794C7630,  # overlayfs (containers: its layers are local in practice)
+    }
+)
+"""``statfs`` types on which opening a cached regular file for reading waits on nothing.
+
+No server or user-space daemon stands behind an open (NFS, SMB, FUSE, 9p and every
+type not listed are left to the worker thread), and a read's data is checked
+separately (``RWF_NOWAIT``).
+"""
+
+_RESOLVE_NO_XDEV: Final = 0x01
+_RESOLVE_CACHED: Final = 0x20
+_AT_FDCWD: Final = -100
+_CACHED: Final = _BENEATH | _RESOLVE_CACHED | _RESOLVE_NO_XDEV
+_STATFS_BYTES: Final = 256
+"""Room for ``struct statfs`` (120 bytes on 64-bit Linux)."""
+
+_cached_state: bool | None = None  # None: not tried yet; False: not usable in this process.
+_fstatfs: Callable[..., int] | None = None
+
+
+def _load_fstatfs() -> Callable[..., int] | None:
+    """libc's ``fstatfs``, where ``f_type`` is the first field and a C ``long``."""
+    if platform.machine().lower() == "s390x":  # its f_type is a 32-bit int
+        return None
+    try:
+        function = ctypes.CDLL(None, use_errno=True).fstatfs
+    except (OSError, AttributeError):
+        return None
+    function.restype = ctypes.c_int
+    return function
+
+
+def _on_local_filesystem(fd: int) -> bool:
+    """Whether ``fd`` lies on a file system of ``LOCAL_FILESYSTEMS``."""
+    function = _fstatfs
+    if function is None:
+        return False
+    buffer = ctypes.create_string_buffer(_STATFS_BYTES)
+    if function(ctypes.c_int(fd), buffer) != 0:
+        return False
+    kind = ctypes.c_long.from_buffer(buffer).value & 0xFFFFFFFF
+    return kind in LOCAL_FILESYSTEMS
+
+
+def _cached_open(dir_fd: int, path: str, flags: int, resolve: int) -> int | None:
+    """One ``openat2`` that must not wait: a descriptor, or ``None`` for any refusal.
+
+    ``EINVAL`` is a kernel without ``RESOLVE_CACHED`` (before 5.12): the route is off for
+    good in this process.
+    """
+    global _cached_state  # noqa: PLW0603 - one process-wide decision
+    answer = _openat2(dir_fd, path, flags | os.O_CLOEXEC, 0, resolve)
+    if answer >= 0:
+        return answer
+    if -answer == errno.EINVAL:
+        _cached_state = False
+    return None
+
+
+def _cached_route_enabled() -> bool:
+    """``openat2`` is in use, nothing forces the portable walk, and the kernel has not refused."""
+    global _cached_state, _fstatfs  # noqa: PLW0603 - one process-wide decision, under a lock
+    if _portable_forced or not _fast_state or _cached_state is False:
+        return False
+    if _cached_state is None:
+        with _state_lock:
+            if _cached_state is None:
+                _fstatfs = _load_fstatfs()
+                _cached_state = _fstatfs is not None
+    return _cached_state
+
+
+def open_cached_regular(root: str, cleaned: str) -> int | None:
+    """Open the regular file ``cleaned`` beneath ``root`` for reading without ever waiting.
+
+    Returns a descriptor (the caller's) only when every step could be answered from the
+    kernel's caches on a local file system, else ``None``, never an error: the caller
+    then takes the blocking route (``open_root`` and ``open_beneath`` in a worker thread),
+    which is the authority for every answer. The steps are the fast path's
+    (``RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS``: symlinks followed only inside the root;
+    an ``O_PATH`` look first, so nothing but a regular file is opened for I/O; the same
+    ``(st_dev, st_ino)`` after the open), plus ``RESOLVE_CACHED`` (``EAGAIN`` instead of
+    any lookup that needs I/O) and ``RESOLVE_NO_XDEV`` (never into another mount, which
+    could be a network or FUSE file system). A root on a file system outside
+    ``LOCAL_FILESYSTEMS`` is never opened this way: there an open itself may wait on a
+    server. Only on Linux with ``openat2``, once the fast path has been probed.
+    """
+    if not _cached_route_enabled():
+        return None
+    root_fd = _cached_open(_AT_FDCWD, root, _O_PATH | os.O_DIRECTORY, _RESOLVE_CACHED)
+    if root_fd is None:
+        return None
+    try:
+        if not _on_local_filesystem(root_fd):
+            return None
+        probe = _cached_open(root_fd, cleaned, _O_PATH, _CACHED)
+        if probe is None:
+            return None
+        try:
+            seen = os.fstat(probe)
+        finally:
+            os.close(probe)
+        if not stat.S_ISREG(seen.st_mode):
+            return None
+        flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_LARGEFILE", 0)
+        fd = _cached_open(root_fd, cleaned, flags, _CACHED)
+        if fd is None:
+            return None
+        try:
+            return _same_regular_file(fd, seen)
+        except PathError:
+            return None
+    finally:
+        os.close(root_fd)

@@ -1,0 +1,283 @@
+"""The non-blocking route of ``_root``: ``open_cached_regular`` opens what the authority
+opens, or declines; it never answers differently and never waits.
+
+Everything here is real: the confinement tree of ``test_root``, a real second mount
+(``/dev/shm``), a real non-local file system (``/proc``), the kernel's real caches.
+Only a kernel refusing ``RESOLVE_CACHED`` is injected, through the ``syscall`` seam.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import os
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from coding_strategies import path_strings
+from hypothesis import HealthCheck, given, settings
+from test_root import CONFINEMENT_TABLE, INNER, INSIDE, Tree, build_tree, describe
+
+from spice.agent.tools.coding import _root
+from spice.agent.tools.coding._root import (
+    LOCAL_FILESYSTEMS,
+    PathError,
+    clean_path,
+    open_cached_regular,
+    open_root,
+)
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="openat2 exists only on Linux")
+
+ANSWERED = (
+    "file.txt",
+    "sub/inner.txt",
+    "link_inside",
+    "link_updown",
+    "sub/up_ok",
+    "link_dot/file.txt",
+)
+"""Paths of the table the route must answer once the caches are warm (not vacuous)."""
+
+DECLINED = (
+    "link_escape",
+    "link_abs_outside",
+    "link_sibling",
+    "proc_root",
+    "link_dev_zero",
+    "fifo",
+    "sub",
+    "dangling",
+    "missing.txt",
+    "loop_a",
+    "file.txt/x",
+)
+"""Paths the route must leave to the authority: escapes, non-regular files, failures."""
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Iterator[Tree]:
+    """The confinement tree, probed once by the authority so the fast path is on."""
+    built = build_tree(tmp_path)
+    fd = open_root(str(built.root))
+    try:
+        for raw, _expected in CONFINEMENT_TABLE:
+            describe(fd, raw)  # the authority's answers warm the caches too
+    finally:
+        os.close(fd)
+    yield built
+    (built.root / "xonly").chmod(0o755)
+
+
+def cached_bytes(root: Path | str, raw: str) -> bytes | None:
+    """What the route opens ``raw`` to, or ``None`` when it declines."""
+    fd = open_cached_regular(str(root), clean_path(raw))
+    if fd is None:
+        return None
+    try:
+        return os.read(fd, 1 << 16)
+    finally:
+        os.close(fd)
+
+
+def authority(root: Path | str, raw: str) -> bytes | tuple[str, str]:
+    fd = open_root(str(root))
+    try:
+        return describe(fd, raw)
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.parametrize(("raw", "expected"), CONFINEMENT_TABLE)
+def test_the_route_opens_what_the_authority_opens_or_declines(
+    tree: Tree, raw: str, expected: bytes | str
+) -> None:
+    """Every path of the confinement table: the same bytes as the authority, or ``None``."""
+    try:
+        clean_path(raw)
+    except PathError:  # clean_path's own refusals, before any route
+        assert "invalid_arguments" == expected
+        return
+    answer = cached_bytes(tree.root, raw)
+    if answer is not None:
+        assert authority(tree.root, raw) == answer == expected
+
+
+@pytest.mark.parametrize("raw", ANSWERED)
+def test_cached_files_inside_the_root_are_answered(tree: Tree, raw: str) -> None:
+    """A regular file (directly or through an inside symlink) opens on the route."""
+    assert cached_bytes(tree.root, raw) in {INSIDE, INNER}
+
+
+@pytest.mark.parametrize("raw", DECLINED)
+def test_escapes_special_files_and_failures_are_left_to_the_authority(tree: Tree, raw: str) -> None:
+    """The route never gives an answer of its own for these: the authority does."""
+    assert cached_bytes(tree.root, raw) is None
+    assert not isinstance(authority(tree.root, raw), bytes)
+
+
+@settings(
+    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(raw=path_strings)
+def test_any_path_gives_the_authoritys_bytes_or_nothing(tree: Tree, raw: str) -> None:
+    """Generated paths against the whole tree: the route never disagrees with the authority."""
+    try:
+        answer = cached_bytes(tree.root, raw)
+    except PathError:
+        return
+    if answer is not None:
+        assert authority(tree.root, raw) == answer
+
+
+def test_a_path_into_another_mount_is_declined(tmp_path: Path) -> None:
+    """``/dev/shm`` is its own mount: from the root ``/`` the route never enters it."""
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or shm.stat().st_dev == Path("/").stat().st_dev:
+        pytest.skip("/dev/shm is not a separate mount here")
+    with tempfile.NamedTemporaryFile(dir=shm, prefix="spice-cached-") as handle:
+        handle.write(INSIDE)
+        handle.flush()
+        relative = str(Path(handle.name).relative_to("/"))
+        assert INSIDE == authority("/", relative)  # warm, and readable the slow way
+        assert cached_bytes("/", relative) is None
+        assert INSIDE == cached_bytes(shm, Path(handle.name).name)  # tmpfs is local
+
+
+def test_a_root_on_a_file_system_that_is_not_local_is_declined() -> None:
+    """``/proc`` is not in ``LOCAL_FILESYSTEMS``: a file there is left to the worker."""
+    assert isinstance(authority("/proc/sys/kernel", "ostype"), bytes)
+    assert cached_bytes("/proc/sys/kernel", "ostype") is None
+
+
+def test_the_file_system_type_is_read_as_stat_reads_it(tree: Tree) -> None:
+    """``fstatfs``'s ``f_type`` here equals what ``stat -f`` says; ``/proc`` is not local."""
+    assert _root._cached_route_enabled()
+    fd = os.open(tree.root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        assert _root._on_local_filesystem(fd) == (_statfs_type(fd) in LOCAL_FILESYSTEMS)
+    finally:
+        os.close(fd)
+    proc = os.open("/proc", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        assert not _root._on_local_filesystem(proc)
+    finally:
+        os.close(proc)
+
+
+def _statfs_type(fd: int) -> int:
+    """``f_type`` as ``stat -f`` reports it, read independently of the module."""
+    import subprocess  # noqa: PLC0415 - only this helper needs it
+
+    kind = subprocess.run(
+        ["stat", "-f", "-c", "%t", f"/proc/self/fd/{fd}"],
+        capture_output=True,
+        text=True,
+        check=True,
+        pass_fds=(fd,),
+    ).stdout.strip()
+    return int(kind, 16)
+
+
+def test_the_portable_switch_turns_the_route_off(tree: Tree) -> None:
+    """Under ``portable_only`` (and wherever openat2 is not in use) nothing opens here."""
+    assert INSIDE == cached_bytes(tree.root, "file.txt")
+    with _root.portable_only():
+        assert cached_bytes(tree.root, "file.txt") is None
+
+
+def test_a_cold_dentry_cache_is_declined(tmp_path: Path) -> None:
+    """After the kernel drops its dentries, the route declines (``RESOLVE_CACHED``)."""
+    if os.geteuid() != 0:
+        pytest.skip("dropping the kernel's caches needs root")
+    deep = tmp_path / "cold" / "a" / "b"
+    deep.mkdir(parents=True)
+    (deep / "c.txt").write_bytes(INSIDE)
+    os.sync()
+    try:
+        Path("/proc/sys/vm/drop_caches").write_text("2\n")
+    except OSError:
+        pytest.skip("/proc/sys/vm/drop_caches is not writable here")
+    assert cached_bytes(tmp_path, "cold/a/b/c.txt") is None
+    assert INSIDE == authority(tmp_path, "cold/a/b/c.txt")  # the authority reads it
+    assert INSIDE == cached_bytes(tmp_path, "cold/a/b/c.txt")  # and warms the caches
+
+
+def test_a_kernel_without_resolve_cached_turns_the_route_off_for_good(
+    tree: Tree, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``EINVAL`` for ``RESOLVE_CACHED`` (Linux 5.6 to 5.11): declined now and from then on."""
+    real = _root._syscall
+    assert real is not None
+    calls: list[int] = []
+
+    def syscall(number: object, dir_fd: object, path: object, how: object, size: object) -> int:
+        if how._obj.resolve & _root._RESOLVE_CACHED:  # type: ignore[attr-defined]  # byref's struct
+            calls.append(1)
+            ctypes.set_errno(errno.EINVAL)
+            return -1
+        return int(real(number, dir_fd, path, how, size))
+
+    monkeypatch.setattr(_root, "_syscall", syscall)
+    monkeypatch.setattr(_root, "_cached_state", None)
+    assert cached_bytes(tree.root, "file.txt") is None
+    assert _root._cached_state is False
+    assert cached_bytes(tree.root, "file.txt") is None
+    assert [1] == calls  # the second call never asked the kernel
+    assert INSIDE == authority(tree.root, "file.txt")  # the authority is untouched
+
+
+def test_without_fstatfs_the_route_is_off(tree: Tree, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No way to tell the file system's type (no libc ``fstatfs``): never this route."""
+    monkeypatch.setattr(_root, "_load_fstatfs", lambda: None)
+    monkeypatch.setattr(_root, "_fstatfs", _root._fstatfs)  # restored after the test
+    monkeypatch.setattr(_root, "_cached_state", None)
+    assert cached_bytes(tree.root, "file.txt") is None
+    assert _root._cached_state is False
+
+
+def test_a_failing_fstatfs_declines(tree: Tree, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``fstatfs`` failing (it cannot, short of a kernel fault): declined, not guessed."""
+
+    def fstatfs(fd: object, buffer: object) -> int:
+        ctypes.set_errno(errno.EIO)
+        return -1
+
+    monkeypatch.setattr(_root, "_fstatfs", fstatfs)
+    monkeypatch.setattr(_root, "_cached_state", True)
+    assert cached_bytes(tree.root, "file.txt") is None
+
+
+def test_a_file_swapped_between_the_look_and_the_open_is_declined(
+    tree: Tree, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ``O_PATH`` look and the open must see one file; a swap in between is declined."""
+    real = _root._cached_open
+    opened: list[str] = []
+
+    def cached_open(dir_fd: int, path: str, flags: int, resolve: int) -> int | None:
+        if path == "file.txt" and not flags & _root._O_PATH:
+            opened.append(path)
+            os.replace(tree.root / "sub" / "inner.txt", tree.root / "file.txt")
+        return real(dir_fd, path, flags, resolve)
+
+    monkeypatch.setattr(_root, "_cached_open", cached_open)
+    assert cached_bytes(tree.root, "file.txt") is None
+    assert ["file.txt"] == opened
+
+
+def test_no_descriptor_is_left_open_by_any_answer(tree: Tree) -> None:
+    """Answered or declined, the route closes every descriptor but the one it returns."""
+    if not Path("/proc/self/fd").is_dir():
+        pytest.skip("counting descriptors needs /proc/self/fd")
+    before = len(os.listdir("/proc/self/fd"))
+    for _ in range(3):
+        for raw, _expected in CONFINEMENT_TABLE:
+            with contextlib.suppress(PathError):
+                cached_bytes(tree.root, raw)
+        assert cached_bytes("/proc/sys/kernel", "ostype") is None
+    assert before == len(os.listdir("/proc/self/fd"))
