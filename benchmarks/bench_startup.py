@@ -2,11 +2,16 @@
 ``serve`` from spawn to its first ``tools/list`` answer beside the reference server.
 
 The CLI floor is the same interpreter starting and doing nothing; the difference is
-what importing and composing the application costs a one-shot caller. The server
-figure is measured through both clients of ``_clients`` (raw JSON-RPC and ``mcp``),
-each round spawning every (server, client) pair once in a rotating order. Every child
-runs with ``PYTHONDONTWRITEBYTECODE=1``: it starts with the bytecode the install
-compiled (``make bootstrap``) and leaves none behind; the notes say whether it was there.
+what importing and composing the application costs a one-shot caller. Two more floors
+stand beside it, as figures of their own (``FLOOR_LADDER``): the least any ``asyncio``
+program that reads one file in a worker thread costs, and that with the contract
+imported first; they show how much of issue 15's 6x a one-shot ``call`` can ever
+have. All of these run in one rotation. The server figure is measured through both
+clients of ``_clients`` (raw JSON-RPC and ``mcp``), each round spawning every (server,
+client) pair once in a rotating order, and beside the peer's start stands the import
+of the MCP SDK alone (``SDK_IMPORT``), in the same rounds. Every child runs with
+``PYTHONDONTWRITEBYTECODE=1``: it starts with the bytecode the install compiled (``make
+bootstrap``) and leaves none behind; the notes say whether it was there.
 """
 
 from __future__ import annotations
@@ -57,6 +62,31 @@ TARGETS: Final = (
         for kind in CLIENT_KINDS
     ),
 )
+_READ_ONE_FILE: Final = (
+    "async def main():\n"
+    "    await asyncio.to_thread(lambda: open(sys.argv[1], 'rb').read())\n"
+    "asyncio.run(main())\n"
+)
+FLOOR_LADDER: Final = (
+    (
+        "floor: asyncio.run of one file read in a worker thread",
+        "import asyncio, sys\n" + _READ_ONE_FILE,
+    ),
+    (
+        "floor: that, after importing the contract (spice.agent.*)",
+        "import asyncio, sys\n"
+        "import spice.agent.dispatch, spice.agent.lifecycle, spice.agent.process\n"
+        "import spice.agent.tool\n" + _READ_ONE_FILE,
+    ),
+)
+"""Programs below which a one-shot ``call read`` cannot go: (figure name, ``-c`` script)."""
+SDK_IMPORT: Final = "import mcp.server, mcp.shared.message, mcp.types"
+"""What ``serve`` imports of the MCP SDK before it can answer (``_stdio``, ``_mcp``)."""
+SDK_FLOOR: Final = "serve floor: importing the MCP SDK alone, vs the peer's whole start ({client})"
+SDK_FLOOR_NOTE: Final = (
+    f"python -c '{SDK_IMPORT}'; at or above 2.00x, no server that imports the SDK meets "
+    "issue 15's start-up target"
+)
 BYTECODE_WITNESSES: Final = ("mcp", "pydantic", "spice.agent.coding._cli")
 """Modules whose cached bytecode says whether the install compiled it."""
 
@@ -100,15 +130,25 @@ async def time_to_tools(side: Side, kind: ClientKind) -> float:
 
 
 async def _serve_startup(
-    sides: tuple[Side, Side], repeats: int
-) -> dict[tuple[int, ClientKind], list[float] | str]:
-    slots = [(index, kind) for kind in CLIENT_KINDS for index in range(len(sides))]
+    sides: tuple[Side, Side], repeats: int, cwd: Path
+) -> tuple[dict[tuple[int, ClientKind], list[float] | str], list[float]]:
+    """Spawn-to-``tools/list`` samples per (side, client), and the SDK import's, rotated."""
+    slots: list[tuple[int, ClientKind] | None] = [
+        (index, kind) for kind in CLIENT_KINDS for index in range(len(sides))
+    ]
+    slots.append(None)  # the SDK's import alone
     samples: dict[tuple[int, ClientKind], list[float] | str] = {
-        slot: sides[slot[0]].error or [] for slot in slots
+        slot: sides[slot[0]].error or [] for slot in slots if slot is not None
     }
+    sdk: list[float] = []
     for index in range(repeats + 1):
         shift = index % len(slots)
         for slot in slots[shift:] + slots[:shift]:
+            if slot is None:
+                elapsed = await asyncio.to_thread(wall, [sys.executable, "-c", SDK_IMPORT], cwd)
+                if index > 0:
+                    sdk.append(elapsed)
+                continue
             collected = samples[slot]
             if isinstance(collected, str):
                 continue
@@ -119,14 +159,16 @@ async def _serve_startup(
                 continue
             if index > 0:
                 collected.append(elapsed)
-    return samples
+    return samples, sdk
 
 
 def serve_figures(settings: Settings) -> list[Figure]:
     """``serve``: spawn to first ``tools/list`` answer beside the peer, through both clients."""
     base = Path(tempfile.mkdtemp(prefix="spice-bench-start-")).resolve()
     try:
-        samples = asyncio.run(_serve_startup((ours(base), peer(base)), settings.process_repeats))
+        samples, sdk = asyncio.run(
+            _serve_startup((ours(base), peer(base)), settings.process_repeats, base)
+        )
     finally:
         shutil.rmtree(base, ignore_errors=True)
     note = bytecode_note()
@@ -134,6 +176,7 @@ def serve_figures(settings: Settings) -> list[Figure]:
     for kind in CLIENT_KINDS:
         mine, theirs = samples[0, kind], samples[1, kind]
         reasons = [x for x in (mine, theirs) if isinstance(x, str)]
+        peer_start = milliseconds(theirs) if isinstance(theirs, list) and theirs else None
         figures.append(
             Figure(
                 SECTION,
@@ -141,9 +184,21 @@ def serve_figures(settings: Settings) -> list[Figure]:
                 milliseconds(mine) if isinstance(mine, list) and mine else None,
                 "peer",
                 PEER_NAME,
-                milliseconds(theirs) if isinstance(theirs, list) and theirs else None,
+                peer_start,
                 unavailable="; ".join(reasons) or None,
                 notes=(note,),
+            )
+        )
+        figures.append(
+            Figure(
+                SECTION,
+                SDK_FLOOR.format(client=CLIENT_LABELS[kind]),
+                milliseconds(sdk),
+                "peer",
+                PEER_NAME,
+                peer_start,
+                unavailable=theirs if isinstance(theirs, str) else None,
+                notes=(SDK_FLOOR_NOTE,),
             )
         )
     return figures
@@ -155,59 +210,58 @@ def run(settings: Settings) -> list[Figure]:
 
 
 def cli_figures(settings: Settings) -> list[Figure]:
-    """``call read`` and ``tools`` beside ``python -c pass``, in rotation."""
+    """``call read`` and ``tools`` beside ``python -c pass``, with the floor ladder, in rotation."""
     root = Path(tempfile.mkdtemp(prefix="spice-bench-cli-")).resolve()
     write_text(root / "a.txt", 4096)
     script = str(spice_coding())
-    cases = (
-        (
-            CALL_READ,
-            [script, "--root", str(root), "call", "read", '{"path":"a.txt"}'],
-        ),
+    subjects = (
+        (CALL_READ, [script, "--root", str(root), "call", "read", '{"path":"a.txt"}']),
         ("spice-coding tools", [script, "--root", str(root), "tools"]),
+        *((name, [sys.executable, "-c", text, "a.txt"]) for name, text in FLOOR_LADDER),
     )
-    floor_argv = [sys.executable, "-c", "pass"]
-    stdlib_argv = [sys.executable, "-c", STDLIB_IMPORTS]
-    figures: list[Figure] = []
+    # Slot 0 is the floor, 1 the stdlib-imports floor, then the subjects. The floors run
+    # every round and their failure stops the section; a subject runs until it fails.
+    commands = [[sys.executable, "-c", "pass"], [sys.executable, "-c", STDLIB_IMPORTS]]
+    commands += [argv for _, argv in subjects]
+    samples: list[list[float]] = [[] for _ in commands]
+    errors: dict[int, str] = {}
     try:
-        for name, argv in cases:
-            # Slot 0 is ours, 1 the floor, 2 the stdlib-imports floor; the floors run
-            # every round, ours until it fails (a stub exits non-zero).
-            commands = (argv, floor_argv, stdlib_argv)
-            samples: tuple[list[float], list[float], list[float]] = ([], [], [])
-            error: str | None = None
-            for index in range(settings.process_repeats + 1):
-                shift = index % len(commands)
-                for which in (*range(shift, len(commands)), *range(shift)):
-                    if which == 0 and error is not None:
-                        continue
-                    try:
-                        elapsed = wall(commands[which], root)
-                    except (Unavailable, OSError, subprocess.SubprocessError) as failure:
-                        if which != 0:
-                            raise
-                        error = pending_reason(failure)
-                        continue
-                    if index > 0:
-                        samples[which].append(elapsed)
-            stdlib = milliseconds(samples[2])
-            note = f"python -c '{STDLIB_IMPORTS}': {number(stdlib.median)} ms"
-            if error is None:
-                note += f", ours/that {milliseconds(samples[0]).median / stdlib.median:.2f}x"
-            figures.append(
-                Figure(
-                    SECTION,
-                    name,
-                    milliseconds(samples[0]) if error is None else None,
-                    "floor",
-                    FLOOR_NAME,
-                    milliseconds(samples[1]),
-                    unavailable=error,
-                    notes=(note,),
-                )
-            )
+        for index in range(settings.process_repeats + 1):
+            shift = index % len(commands)
+            for which in (*range(shift, len(commands)), *range(shift)):
+                if which in errors:
+                    continue
+                try:
+                    elapsed = wall(commands[which], root)
+                except (Unavailable, OSError, subprocess.SubprocessError) as failure:
+                    if which < 2:
+                        raise
+                    errors[which] = pending_reason(failure)
+                    continue
+                if index > 0:
+                    samples[which].append(elapsed)
     finally:
         shutil.rmtree(root, ignore_errors=True)
+    floor, stdlib = milliseconds(samples[0]), milliseconds(samples[1])
+    figures: list[Figure] = []
+    for offset, (name, _argv) in enumerate(subjects):
+        which = offset + 2
+        mine = None if which in errors else milliseconds(samples[which])
+        note = f"python -c '{STDLIB_IMPORTS}': {number(stdlib.median)} ms"
+        if mine is not None:
+            note += f", this/that {mine.median / stdlib.median:.2f}x"
+        figures.append(
+            Figure(
+                SECTION,
+                name,
+                mine,
+                "floor",
+                FLOOR_NAME,
+                floor,
+                unavailable=errors.get(which),
+                notes=(note,),
+            )
+        )
     return figures
 
 
