@@ -71,8 +71,8 @@ FULL: Final = Settings(
     slow_repeats=15,
     process_repeats=10,
     memory_repeats=3,
-    mcp_batches=7,
-    mcp_batch_calls=24,
+    mcp_batches=11,
+    mcp_batch_calls=96,
 )
 """The ``make bench`` set: a few minutes on 2 cores."""
 
