@@ -12,6 +12,8 @@ import contextlib
 import ctypes
 import errno
 import os
+import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -178,12 +180,20 @@ def test_a_root_on_a_file_system_that_is_not_local_is_declined() -> None:
     assert cached_bytes("/proc/sys/kernel", "ostype") is None
 
 
-def test_the_file_system_type_is_read_as_stat_reads_it(tree: Tree) -> None:
-    """``fstatfs``'s ``f_type`` here equals what ``stat -f`` says; ``/proc`` is not local."""
+def test_the_file_system_type_is_the_one_findmnt_reports(tree: Tree) -> None:
+    """The mount table's type of the tree equals ``findmnt``'s; ``/proc`` is not local."""
+    if shutil.which("findmnt") is None:
+        pytest.skip("findmnt (util-linux) is not installed")
     assert _root._cached_route_enabled()
+    kind = subprocess.run(
+        ["findmnt", "-n", "-o", "FSTYPE", "-T", str(tree.root)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     fd = os.open(tree.root, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        assert _root._on_local_filesystem(fd) == (_statfs_type(fd) in LOCAL_FILESYSTEMS)
+        assert _root._on_local_filesystem(fd) == (kind in LOCAL_FILESYSTEMS)
     finally:
         os.close(fd)
     proc = os.open("/proc", os.O_RDONLY | os.O_DIRECTORY)
@@ -193,18 +203,65 @@ def test_the_file_system_type_is_read_as_stat_reads_it(tree: Tree) -> None:
         os.close(proc)
 
 
-def _statfs_type(fd: int) -> int:
-    """``f_type`` as ``stat -f`` reports it, read independently of the module."""
-    import subprocess  # noqa: PLC0415 - only this helper needs it
+def test_a_closed_descriptor_has_no_mount() -> None:
+    """``fdinfo`` of a descriptor that is not open: no mount ID, so never local."""
+    fd = os.open("/", os.O_RDONLY | os.O_DIRECTORY)
+    os.close(fd)
+    assert _root._mount_id(fd) is None
+    assert not _root._on_local_filesystem(fd)
 
-    kind = subprocess.run(
-        ["stat", "-f", "-c", "%t", f"/proc/self/fd/{fd}"],
-        capture_output=True,
-        text=True,
-        check=True,
-        pass_fds=(fd,),
-    ).stdout.strip()
-    return int(kind, 16)
+
+MOUNT_CHANGE = """
+import os, subprocess, sys
+from spice.agent.tools.coding import _root
+point = sys.argv[1]
+def answer():
+    fd = _root.open_root(point)  # the authority, once: probes the fast path, warms the caches
+    os.close(_root.open_beneath(fd, "f.txt", os.O_RDONLY, follow_final=True, regular=True))
+    ident = _root._mount_id(fd)
+    os.close(fd)
+    got = _root.open_cached_regular(point, "f.txt")
+    if got is not None:
+        os.close(got)
+    return got is not None, ident
+subprocess.run(["mount", "-t", "tmpfs", "none", point], check=True)
+open(os.path.join(point, "f.txt"), "w").write("x")
+first, before = answer()
+subprocess.run(["umount", point], check=True)
+subprocess.run(["mount", "-t", "ramfs", "none", point], check=True)  # often the same mount ID
+open(os.path.join(point, "f.txt"), "w").write("x")
+second, after = answer()
+print(first, second, "reused" if before == after else "new")
+"""
+
+
+def test_a_changed_mount_table_is_read_again(tmp_path: Path) -> None:
+    """A tmpfs (local) replaced by a ramfs (not listed) at the same place: declined at once.
+
+    Real mounts in a private mount namespace (``unshare -m``, as root); the kernel often
+    gives the new mount the old one's ID, which only a fresh read of the table tells apart.
+    """
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare(1) for a private mount namespace")
+    point = tmp_path / "mnt"
+    point.mkdir()
+    try:
+        ran = subprocess.run(
+            ["unshare", "-m", sys.executable, "-c", MOUNT_CHANGE, str(point)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    except OSError:
+        pytest.skip("unshare could not run")
+    if ran.returncode != 0 and "unshare" in ran.stderr and "Operation not permitted" in ran.stderr:
+        pytest.skip("mount namespaces are not permitted here")
+    assert 0 == ran.returncode
+    first, second, identity = ran.stdout.split()
+    assert ("True", "False") == (first, second)
+    if identity != "reused":  # a new ID is declined as unknown, which proves less
+        pytest.skip("the kernel gave the new mount a new ID: the reuse case did not arise")
 
 
 def test_the_portable_switch_turns_the_route_off(tree: Tree) -> None:
@@ -255,25 +312,40 @@ def test_a_kernel_without_resolve_cached_turns_the_route_off_for_good(
     assert INSIDE == authority(tree.root, "file.txt")  # the authority is untouched
 
 
-def test_without_fstatfs_the_route_is_off(tree: Tree, monkeypatch: pytest.MonkeyPatch) -> None:
-    """No way to tell the file system's type (no libc ``fstatfs``): never this route."""
-    monkeypatch.setattr(_root, "_load_fstatfs", lambda: None)
-    monkeypatch.setattr(_root, "_fstatfs", _root._fstatfs)  # restored after the test
+def test_without_a_mount_table_the_route_is_off(
+    tree: Tree, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No ``/proc/self/mountinfo`` (procfs not mounted): the type is unknown, never this route."""
+    monkeypatch.setattr(_root._MountTypes, "open", classmethod(lambda cls: None))
+    monkeypatch.setattr(_root, "_mounts", _root._mounts)  # restored after the test
     monkeypatch.setattr(_root, "_cached_state", None)
     assert cached_bytes(tree.root, "file.txt") is None
     assert _root._cached_state is False
 
 
-def test_a_failing_fstatfs_declines(tree: Tree, monkeypatch: pytest.MonkeyPatch) -> None:
-    """``fstatfs`` failing (it cannot, short of a kernel fault): declined, not guessed."""
-
-    def fstatfs(fd: object, buffer: object) -> int:
-        ctypes.set_errno(errno.EIO)
-        return -1
-
-    monkeypatch.setattr(_root, "_fstatfs", fstatfs)
-    monkeypatch.setattr(_root, "_cached_state", True)
+def test_a_mount_table_past_its_bound_turns_the_route_off(
+    tree: Tree, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A table larger than ``MAXIMUM_MOUNTINFO_BYTES`` is not read: no type, so declined."""
+    monkeypatch.setattr(_root, "MAXIMUM_MOUNTINFO_BYTES", 16)
+    monkeypatch.setattr(_root, "_mounts", _root._mounts)
+    monkeypatch.setattr(_root, "_cached_state", None)
+    assert _root._MountTypes.open() is None
     assert cached_bytes(tree.root, "file.txt") is None
+    assert _root._cached_state is False
+
+
+def test_a_mount_table_within_its_bound_is_read(tree: Tree) -> None:
+    """The same table with the real bound: every mount of this process has a type."""
+    mounts = _root._MountTypes.open()
+    assert mounts is not None
+    fd = os.open(tree.root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        ident = _root._mount_id(fd)
+        assert ident is not None
+        assert mounts.type_of(ident)
+    finally:
+        os.close(fd)
 
 
 def test_a_file_swapped_between_the_look_and_the_open_is_declined(

@@ -62,7 +62,8 @@ How a path is opened
    * *Non-blocking route (Linux, ``read`` only)*: :func:`open_cached_regular` opens a
      regular file with the fast path's flags plus ``RESOLVE_CACHED`` (the kernel refuses
      any lookup that needs I/O) and ``RESOLVE_NO_XDEV`` (never into another mount), on a
-     root whose file system is local (``LOCAL_FILESYSTEMS``), so ``read`` can do its work
+     root whose mount is of a local type (``LOCAL_FILESYSTEMS``, learnt from procfs,
+     never from the file system itself), so ``read`` can do its work
      on the event loop. It answers with a descriptor or declines with ``None``, never an
      error: every refusal goes to the routes above, in a worker thread.
 
@@ -104,6 +105,7 @@ import errno
 import os
 import platform
 import posixpath
+import select
 import stat
 import sys
 import threading
@@ -929,55 +931,121 @@ def _fast_open_directory(root_fd: int, cleaned: str, follow_symlinks: bool) -> i
 # caches, on a local file system, so ``read`` can skip its worker thread.
 
 LOCAL_FILESYSTEMS: Final = frozenset(
-    {
-        0xEF53,  # ext2, ext3, ext4
-        0x58465342,  # xfs
-        0x9123683E,  # btrfs
-        0x2FC12FC1,  # zfs
-        0xF2F52010,  # f2fs
-        0x01021994,  # tmpfs
-        0x794C7630,  # overlayfs (containers: its layers are local in practice)
-    }
+    {"ext2", "ext3", "ext4", "xfs", "btrfs", "zfs", "f2fs", "tmpfs", "overlay"}
 )
-"""``statfs`` types on which opening a cached regular file for reading waits on nothing.
+"""File system types (as ``/proc/self/mountinfo`` names them) on which opening a cached
+regular file for reading waits on nothing.
 
-No server or user-space daemon stands behind an open (NFS, SMB, FUSE, 9p and every
-type not listed are left to the worker thread), and a read's data is checked
-separately (``RWF_NOWAIT``).
+No server or user-space daemon stands behind an open there (NFS, SMB, FUSE, 9p and every
+type not listed are left to the worker thread); a read's data is checked separately
+(``RWF_NOWAIT``). Overlayfs is trusted because its layers are local where it is met
+(containers).
 """
 
+MAXIMUM_MOUNTINFO_BYTES: Final = 4 * 1024 * 1024
+"""Largest mount table read; a larger one turns the non-blocking route off."""
+
+_FDINFO_BYTES: Final = 4096
 _RESOLVE_NO_XDEV: Final = 0x01
 _RESOLVE_CACHED: Final = 0x20
 _AT_FDCWD: Final = -100
 _CACHED: Final = _BENEATH | _RESOLVE_CACHED | _RESOLVE_NO_XDEV
-_STATFS_BYTES: Final = 256
-"""Room for ``struct statfs`` (120 bytes on 64-bit Linux)."""
 
 _cached_state: bool | None = None  # None: not tried yet; False: not usable in this process.
-_fstatfs: Callable[..., int] | None = None
 
 
-def _load_fstatfs() -> Callable[..., int] | None:
-    """libc's ``fstatfs``, where ``f_type`` is the first field and a C ``long``."""
-    if platform.machine().lower() == "s390x":  # its f_type is a 32-bit int
+@final
+class _MountTypes:
+    """The file system type of each mount of this process, by mount ID.
+
+    Read from ``/proc/self/mountinfo`` and read again whenever the kernel reports (by
+    ``poll``) that the mount table changed, so a mount ID reused by a new mount is never
+    taken for the old one. Only procfs is read: asking the file system itself
+    (``fstatfs``, even ``fstat``) could wait on an NFS server or a FUSE daemon.
+    """
+
+    __slots__ = ("_fd", "_lock", "_poll", "_types")
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+        self._lock = threading.Lock()
+        self._poll = select.poll()
+        self._poll.register(fd, select.POLLPRI | select.POLLERR)
+        self._poll.poll(0)  # the table as it is now is the one read below
+        self._types = self._read()
+
+    @classmethod
+    def open(cls) -> _MountTypes | None:
+        """The table of this process, or ``None`` where procfs cannot give it."""
+        try:
+            fd = os.open("/proc/self/mountinfo", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return None
+        try:
+            return cls(fd)
+        except (OSError, ValueError):
+            os.close(fd)
+            return None
+
+    def type_of(self, mount_id: int) -> str | None:
+        """The type of the mount ``mount_id``, from a table no older than the last change."""
+        with self._lock:
+            if self._poll.poll(0):
+                self._types = self._read()
+            return self._types.get(mount_id)
+
+    def _read(self) -> dict[int, str]:
+        os.lseek(self._fd, 0, os.SEEK_SET)
+        chunks: list[bytes] = []
+        size = 0
+        while chunk := os.read(self._fd, 65_536):
+            size += len(chunk)
+            if size > MAXIMUM_MOUNTINFO_BYTES:
+                raise ValueError("the mount table is larger than the bound")
+            chunks.append(chunk)
+        types: dict[int, str] = {}
+        for line in b"".join(chunks).splitlines():
+            ident, _, rest = line.partition(b" ")
+            _, separator, tail = rest.partition(b" - ")
+            if separator and ident.isdigit():
+                types[int(ident)] = tail.partition(b" ")[0].decode("ascii", "replace")
+        return types
+
+
+_mounts: _MountTypes | None = None
+
+
+def _mount_id(fd: int) -> int | None:
+    """The mount ID of ``fd`` (``mnt_id`` of ``/proc/self/fdinfo/FD``), or ``None``."""
+    try:
+        info = os.open(f"/proc/self/fdinfo/{fd}", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
         return None
     try:
-        function = ctypes.CDLL(None, use_errno=True).fstatfs
-    except (OSError, AttributeError):
+        text = os.read(info, _FDINFO_BYTES)
+    except OSError:
         return None
-    function.restype = ctypes.c_int
-    return function
+    finally:
+        os.close(info)
+    for line in text.splitlines():
+        if line.startswith(b"mnt_id:"):
+            value = line[len(b"mnt_id:") :].strip()
+            return int(value) if value.isdigit() else None
+    return None
 
 
 def _on_local_filesystem(fd: int) -> bool:
-    """Whether ``fd`` lies on a file system of ``LOCAL_FILESYSTEMS``."""
-    function = _fstatfs
-    if function is None:
+    """Whether ``fd`` lies on a mount whose type is in ``LOCAL_FILESYSTEMS``."""
+    mounts = _mounts
+    if mounts is None:
         return False
-    buffer = ctypes.create_string_buffer(_STATFS_BYTES)
-    if function(ctypes.c_int(fd), buffer) != 0:
+    ident = _mount_id(fd)
+    if ident is None:
         return False
-    kind = ctypes.c_long.from_buffer(buffer).value & 0xFFFFFFFF
+    try:
+        kind = mounts.type_of(ident)
+    except (OSError, ValueError):
+        return False
     return kind in LOCAL_FILESYSTEMS
 
 
@@ -998,14 +1066,14 @@ def _cached_open(dir_fd: int, path: str, flags: int, resolve: int) -> int | None
 
 def _cached_route_enabled() -> bool:
     """``openat2`` is in use, nothing forces the portable walk, and the kernel has not refused."""
-    global _cached_state, _fstatfs  # noqa: PLW0603 - one process-wide decision, under a lock
+    global _cached_state, _mounts  # noqa: PLW0603 - one process-wide decision, under a lock
     if _portable_forced or not _fast_state or _cached_state is False:
         return False
     if _cached_state is None:
         with _state_lock:
             if _cached_state is None:
-                _fstatfs = _load_fstatfs()
-                _cached_state = _fstatfs is not None
+                _mounts = _MountTypes.open()
+                _cached_state = _mounts is not None
     return _cached_state
 
 
@@ -1020,9 +1088,10 @@ def open_cached_regular(root: str, cleaned: str) -> int | None:
     an ``O_PATH`` look first, so nothing but a regular file is opened for I/O; the same
     ``(st_dev, st_ino)`` after the open), plus ``RESOLVE_CACHED`` (``EAGAIN`` instead of
     any lookup that needs I/O) and ``RESOLVE_NO_XDEV`` (never into another mount, which
-    could be a network or FUSE file system). A root on a file system outside
-    ``LOCAL_FILESYSTEMS`` is never opened this way: there an open itself may wait on a
-    server. Only on Linux with ``openat2``, once the fast path has been probed.
+    could be a network or FUSE file system). Beneath a root whose mount is not of a type
+    in ``LOCAL_FILESYSTEMS`` nothing is opened this way (the root itself is only looked
+    up, ``O_PATH`` from the caches, to learn its mount): there an open itself may wait on
+    a server. Only on Linux with ``openat2``, once the fast path has been probed.
     """
     if not _cached_route_enabled():
         return None
