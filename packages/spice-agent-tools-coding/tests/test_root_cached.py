@@ -335,6 +335,19 @@ def test_a_mount_table_past_its_bound_turns_the_route_off(
     assert _root._cached_state is False
 
 
+def test_the_route_holds_one_descriptor_for_the_process(tree: Tree) -> None:
+    """The mount table stays open once (to be polled), whatever the number of calls."""
+    if not Path("/proc/self/fd").is_dir():
+        pytest.skip("counting descriptors needs /proc/self/fd")
+    assert _root._cached_route_enabled()
+    held = _root._mounts
+    assert held is not None
+    before = len(os.listdir("/proc/self/fd"))
+    for _ in range(20):
+        answered(tree.root, "file.txt")
+    assert (before, held) == (len(os.listdir("/proc/self/fd")), _root._mounts)
+
+
 def test_a_mount_table_within_its_bound_is_read(tree: Tree) -> None:
     """The same table with the real bound: every mount of this process has a type."""
     mounts = _root._MountTypes.open()
@@ -376,6 +389,7 @@ def test_no_descriptor_is_left_open_by_any_answer(tree: Tree) -> None:
     """Answered or declined, the route closes every descriptor but the one it returns."""
     if not Path("/proc/self/fd").is_dir():
         pytest.skip("counting descriptors needs /proc/self/fd")
+    assert _root._cached_route_enabled()  # its one mount-table descriptor is held from here
     before = len(os.listdir("/proc/self/fd"))
     for _ in range(3):
         for raw, _expected in CONFINEMENT_TABLE:
