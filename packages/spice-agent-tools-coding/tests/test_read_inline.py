@@ -5,6 +5,8 @@ Which route a call took is seen through the event loop's own seam: its default e
 (``loop.set_default_executor``), which counts the work handed to a thread. The files,
 the page cache, the second mount and the non-local file system are real; only faults
 the machine cannot produce on demand (``preadv`` failing) are injected, at ``os``.
+That a cancelled call starts neither route is tested with the other cancellation cases
+(``test_cancellation_load.test_a_read_cancelled_before_it_starts_its_worker_starts_none``).
 """
 
 from __future__ import annotations
@@ -28,10 +30,7 @@ from spice.agent.tool import (
     Call,
     ExecutionError,
     ExecutionState,
-    Progress,
     Result,
-    RetryDisposition,
-    interruption_of,
 )
 from spice.agent.tools.coding import Config, _read, _root, new_read
 from spice.agent.tools.coding._config import DEFAULT_BYTES
@@ -250,49 +249,6 @@ def test_any_content_and_page_gives_the_workers_answer(
     if limit is not None:
         arguments["limit"] = limit
     asyncio.run(both_routes(root, arguments, max_write_bytes=64))
-
-
-class CancelWhileReporting:
-    """A reporter that cancels the calling task, which then meets it before any read."""
-
-    def __init__(self) -> None:
-        self.task: asyncio.Task[Result] | None = None
-
-    async def report(self, progress: Progress) -> None:
-        assert self.task is not None
-        self.task.cancel()
-
-
-async def test_a_cancelled_call_reads_nothing_on_either_route(
-    root: Path, executor: Counting, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Cancellation: observed before the file work, so neither route starts."""
-    (root / "f.txt").write_text("x")
-    await warm(root, "f.txt")
-    started: list[str] = []
-    real_inline = _read._read_inline
-
-    def inline(*args: object) -> object:
-        started.append("inline")
-        return real_inline(*args)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(_read, "_read_inline", inline)
-    before = executor.submitted
-    reporter = CancelWhileReporting()
-    tool = new_read(Config(str(root)))
-    reporter.task = asyncio.create_task(
-        tool.execute(Call("c", "read", '{"path": "f.txt"}'), reporter)
-    )
-    with pytest.raises(asyncio.CancelledError) as caught:
-        async with asyncio.timeout(5):
-            await reporter.task
-    interruption = interruption_of(caught.value)
-    assert interruption is not None
-    assert (ExecutionState.DEFINITIVE, RetryDisposition.ALLOWED) == (
-        interruption.state,
-        interruption.retry,
-    )
-    assert ([], before) == (started, executor.submitted)
 
 
 async def test_a_failing_cached_read_falls_back_to_the_worker(
