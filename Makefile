@@ -49,13 +49,19 @@ $(INSPECTOR)/node_modules/.package-lock.json: $(INSPECTOR)/package.json $(INSPEC
 	  echo "npm is missing: the Inspector example test will be skipped" >&2; \
 	fi
 
-# strace drives the crash-consistency tests of replace; installed from Debian when missing.
+# strace drives the crash-consistency tests of replace, bubblewrap the sandbox's namespace
+# path; both installed from Debian when missing (without root, a missing bwrap is only noted).
 system-packages:
-	@if ! command -v strace >/dev/null 2>&1; then \
+	@missing=""; \
+	command -v strace >/dev/null 2>&1 || missing="$$missing strace"; \
+	command -v bwrap >/dev/null 2>&1 || missing="$$missing bubblewrap"; \
+	if [ -n "$$missing" ]; then \
 	  if command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq strace >/dev/null; \
-	  else \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	  elif echo "$$missing" | grep -q strace; then \
 	    echo "strace is missing: install it with your package manager" >&2; exit 1; \
+	  else \
+	    echo "bubblewrap is missing: the namespace tests will be skipped (install it to run them)" >&2; \
 	  fi; \
 	fi
 

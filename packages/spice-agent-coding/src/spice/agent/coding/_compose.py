@@ -69,7 +69,13 @@ def launcher_for(settings: Settings, probe: Callable[[], int] | None = None) -> 
     ``probe`` replaces the kernel's Landlock answer, for tests). Raises
     ``ContainmentUnavailable`` for ``workspace`` where the kernel has no Landlock.
     """
-    containment = resolve_containment(settings.sandbox, settings.allow_network, probe)
+    containment = resolve_containment(
+        settings.sandbox,
+        settings.allow_network,
+        probe,
+        root=settings.config.root,
+        allow_write=settings.allow_write,
+    )
     return PosixLauncher(containment, settings.config.root)
 
 

@@ -14,11 +14,15 @@ simulate a kernel without Landlock.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+import os
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Final, final
 
+from . import _bwrap
 from . import _posix_sandbox as sandbox
+from ._bwrap import Namespaces
 
 SANDBOX_ENVIRONMENT_VARIABLE: Final = "SPICE_AGENT_SANDBOX"
 AUTO: Final = "auto"
@@ -27,7 +31,7 @@ DISABLED: Final = "off"
 MODES: Final = (AUTO, WORKSPACE, DISABLED)
 DEFAULT_MODE: Final = AUTO
 
-MAXIMUM_SENTENCE_BYTES: Final = 400
+MAXIMUM_SENTENCE_BYTES: Final = 800
 """Bound of the sentence the shell's description gets about what is confined."""
 
 NO_LANDLOCK: Final = "the kernel has no Landlock: --sandbox workspace cannot be enforced"
@@ -36,11 +40,43 @@ AUTO_WITHOUT_LANDLOCK: Final = (
 )
 
 
+ROOT_IS_SLASH: Final = "the worktree root is /: --sandbox workspace would confine nothing"
+INTERPRETER_BENEATH_ROOT: Final = (
+    "the server's Python lies beneath the worktree root: a command could change the "
+    "sandbox's code, so --sandbox workspace cannot be enforced"
+)
+AUTO_UNSAFE_ROOT: Final = "warning: {reason}; shell commands run uncontained (--sandbox off)"
+
+NO_SECCOMP: Final = "no seccomp filter in this build"
+NOT_CONTAINED_WITHOUT_NAMESPACES: Final = (
+    "without namespaces and a seccomp filter, other processes, TCP through MPTCP, "
+    "Fast Open and listen(), UDP, SysV IPC and the keyring stay reachable"
+)
+
+
 class ContainmentUnavailable(Exception):
     """``workspace`` was asked for where the kernel cannot enforce it."""
 
-    def __init__(self) -> None:
-        super().__init__(NO_LANDLOCK)
+    def __init__(self, reason: str = NO_LANDLOCK) -> None:
+        super().__init__(reason)
+
+
+def unsafe_root(root: str, interpreter: str, prefixes: Sequence[str]) -> str | None:
+    """Why ``root`` cannot be contained (``/``, or it holds the interpreter), else ``None``."""
+    if os.path.realpath(root) == os.sep:
+        return ROOT_IS_SLASH
+    if any(_bwrap.beneath(path, root) for path in (interpreter, *prefixes) if path):
+        return INTERPRETER_BENEATH_ROOT
+    return None
+
+
+def _seccomp_layer() -> bool:
+    """Whether this build installs a seccomp filter on every contained command.
+
+    The filter (contract 10.1) is a separate module; until it is part of the build
+    this answers ``False`` and ``contained`` relies on the namespaces alone.
+    """
+    return False
 
 
 @final
@@ -58,6 +94,9 @@ class Containment:
     abi: int = 0
     allow_network: bool = False
     warning: str | None = None
+    namespaces: Namespaces = field(default_factory=Namespaces)
+    allow_write: tuple[str, ...] = ()
+    seccomp: bool = False
 
     def __post_init__(self) -> None:
         if self.mode not in {WORKSPACE, DISABLED} or self.requested not in MODES:
@@ -66,14 +105,25 @@ class Containment:
             raise ValueError("workspace containment needs a Landlock ABI")
 
     @property
-    def contained(self) -> bool:
-        """True when commands run under the Landlock policy."""
+    def confined(self) -> bool:
+        """True when commands run under the layers of ``workspace`` (Landlock at least)."""
         return self.mode == WORKSPACE
+
+    @property
+    def contained(self) -> bool:
+        """What a shell result's ``contained`` says (contract 10.1), and only when true.
+
+        Writes confined (Landlock), the network denied unless allowed, other processes
+        unreachable, no capabilities, and cleanup of the whole tree: the namespaces
+        give all of it beside Landlock; without them, only a seccomp filter with the
+        capabilities dropped would.
+        """
+        return self.confined and (self.namespaces.made or self.seccomp)
 
     @property
     def enforced(self) -> tuple[str, ...]:
         """The Landlock rules applied to every command (empty when off)."""
-        return sandbox.enforced_rules(self.abi, self.allow_network) if self.contained else ()
+        return sandbox.enforced_rules(self.abi, self.allow_network) if self.confined else ()
 
     @property
     def missing(self) -> tuple[str, ...]:
@@ -82,47 +132,74 @@ class Containment:
 
     @property
     def sentence(self) -> str | None:
-        """What the sandbox confines, one fixed sentence for the shell's description."""
-        if not self.contained:
+        """What the sandbox confines and what not, for the shell's description."""
+        if not self.confined:
             return None
-        rules = set(self.enforced)
-        parts = [
-            (
-                "Sandbox: the program and its children may write only beneath the worktree "
-                "root, in $TMPDIR (private to the call, removed after it) and to "
-                "/dev/null-like devices"
+        places = "in $TMPDIR (private to the call, removed after it)"
+        if self.namespaces.made:
+            places += ", in a private /dev/shm"
+        extra = ", ".join(self.allow_write)
+        if extra:
+            places += f", in {extra}"
+        if self.contained:
+            net = "with the host's network" if self.allow_network else "without network"
+            isolation = (
+                f"; they run {net}, without capabilities, cannot reach other processes, "
+                "and end with the call"
             )
-        ]
-        if {"tcp_bind", "tcp_connect"} <= rules:
-            parts.append("may not open or accept TCP connections")
-        if "signal_scope" in rules:
-            parts.append("may not signal processes outside the call")
-        return (
-            "; ".join(parts) + "; reads are not confined. A write elsewhere fails with a "
-            "permission error: do not retry it."
+        else:
+            isolation = "; the network and other processes are NOT fully isolated (see tools)"
+        text = (
+            "Sandbox: the program and its children may write only beneath the worktree "
+            f"root, {places} and to /dev/null-like devices{isolation}. Not confined: "
+            "reads; a file hard-linked into the worktree (the same file outside); "
+            ".git/config, hooks and build files, which run later outside the sandbox. "
+            "A write elsewhere fails with a permission error: do not retry it."
         )
+        if len(text.encode()) > MAXIMUM_SENTENCE_BYTES and extra:
+            return text.replace(f", in {extra}", ", in the --allow-write directories")
+        return text
 
     def report(self) -> dict[str, object]:
-        """The ``sandbox`` object of the ``tools`` output."""
+        """The ``sandbox`` object of the ``tools`` output: each layer, and what is open."""
+        not_confined = [
+            "reads",
+            "execution",
+            "file metadata (chmod, chown, utimes, xattrs)",
+            "a file hard-linked into the worktree (the same file outside it)",
+            "changes to .git/config, hooks and build files that run later outside",
+        ]
+        if self.confined and not self.contained:
+            not_confined.append(NOT_CONTAINED_WITHOUT_NAMESPACES)
+        if self.confined and self.allow_network:
+            not_confined.append("the network (--allow-network)")
         return {
             "mode": self.mode,
             "requested": self.requested,
             "contained": self.contained,
-            "mechanism": "landlock" if self.contained else None,
+            "mechanism": "landlock" if self.confined else None,
             "abi": self.abi,
-            "network": "denied" if "tcp_connect" in self.enforced else "allowed",
+            "network": "denied" if self.confined and not self.allow_network else "allowed",
             "enforced": list(self.enforced),
             "missing": list(self.missing),
-            "not_confined": [
-                "reads",
-                "execution",
-                "file metadata (chmod, chown, utimes, xattrs)",
-                "UDP and other non-TCP sockets",
-                "connections to existing named UNIX sockets",
-                "system calls (no seccomp)",
-            ]
-            if self.contained
-            else ["everything"],
+            "allow_write": list(self.allow_write),
+            "layers": {
+                "namespaces": (
+                    {"made": True, "bwrap": self.namespaces.bwrap}
+                    if self.confined and self.namespaces.made
+                    else {"made": False, "reason": self.namespaces.reason or "sandbox off"}
+                ),
+                "landlock": {"abi": self.abi, "rules": list(self.enforced)},
+                "seccomp": self.seccomp if self.confined else False,
+                "capabilities": (
+                    "none (dropped by bwrap)"
+                    if self.confined and self.namespaces.made
+                    else "dropped by the seccomp layer"
+                    if self.confined and self.seccomp
+                    else "not dropped"
+                ),
+            },
+            "not_confined": not_confined if self.confined else ["everything"],
         }
 
 
@@ -142,19 +219,41 @@ def resolve_containment(
     mode: str = DEFAULT_MODE,
     allow_network: bool = False,
     probe: Callable[[], int] | None = None,
+    root: str | None = None,
+    allow_write: Sequence[str] = (),
+    namespaces: Callable[[str], Namespaces] | None = None,
 ) -> Containment:
-    """The effective ``Containment`` for ``mode`` on this kernel.
+    """The effective ``Containment`` for ``mode`` on this kernel and worktree ``root``.
 
     ``probe`` answers the Landlock ABI (0 = none); by default the real kernel is asked.
-    Raises ``ContainmentUnavailable`` for ``workspace`` without Landlock and
-    ``ValueError`` for an unknown mode.
+    ``namespaces`` finds and probes ``bwrap`` (``_bwrap.resolve_namespaces``); without
+    a ``root`` no namespaces are tried. Raises ``ContainmentUnavailable`` for
+    ``workspace`` without Landlock, with a root of ``/`` or one holding the server's
+    interpreter, and ``ValueError`` for an unknown mode.
     """
     requested = parse_mode(mode)
     abi = (sandbox.landlock_abi if probe is None else probe)()
+    writes = tuple(allow_write)
     if requested == DISABLED:
-        return Containment(DISABLED, requested, abi, allow_network)
-    if abi >= 1:
-        return Containment(WORKSPACE, requested, abi, allow_network)
-    if requested == WORKSPACE:
-        raise ContainmentUnavailable
-    return Containment(DISABLED, requested, abi, allow_network, AUTO_WITHOUT_LANDLOCK)
+        return Containment(DISABLED, requested, abi, allow_network, allow_write=writes)
+    if abi < 1:
+        if requested == WORKSPACE:
+            raise ContainmentUnavailable
+        return Containment(
+            DISABLED, requested, abi, allow_network, AUTO_WITHOUT_LANDLOCK, allow_write=writes
+        )
+    if root is not None:
+        reason = unsafe_root(root, os.path.realpath(sys.executable), (sys.prefix, sys.base_prefix))
+        if reason is not None:
+            if requested == WORKSPACE:
+                raise ContainmentUnavailable(reason)
+            warning = AUTO_UNSAFE_ROOT.format(reason=reason)
+            return Containment(DISABLED, requested, abi, allow_network, warning, allow_write=writes)
+    made = (
+        Namespaces(None, "no worktree root was given")
+        if root is None
+        else (_bwrap.resolve_namespaces if namespaces is None else namespaces)(root)
+    )
+    return Containment(
+        WORKSPACE, requested, abi, allow_network, None, made, writes, _seccomp_layer()
+    )

@@ -47,6 +47,7 @@ from typing import Final, final
 
 from spice.agent.process import LaunchError, Operation, Outcome, ProcessFailure, Sink, Spec
 
+from . import _bwrap
 from . import _posix_sandbox as sandbox
 from ._containment import OFF, Containment
 
@@ -83,8 +84,25 @@ TMPDIR_PREFIX: Final = "spice-call-"
 SUPERVISOR_PATH: Final = os.path.join(
     os.path.dirname(os.path.abspath(__file__)), "_posix_sandbox.py"
 )
-_SUPERVISOR_FLAGS: tuple[str, ...] = ("-I", "-S")
-"""Isolated (no PYTHON* variables, no user site) and without ``site``: fast and hermetic."""
+
+
+def _read_source(path: str) -> bytes | None:
+    try:
+        with open(path, "rb") as file:
+            return file.read()
+    except OSError:
+        return None
+
+
+SUPERVISOR_SOURCE: Final = _read_source(SUPERVISOR_PATH)
+"""The supervisor's code, read once when the server starts (contract 10.1): every call
+runs it with ``-c``, never again from a path a command could write."""
+
+INTERPRETER: Final = os.path.realpath(sys.executable) if sys.executable else ""
+"""The interpreter the supervisor runs on, resolved once at start (not a venv's symlink)."""
+
+_SUPERVISOR_FLAGS: tuple[str, ...] = ("-I", "-S", "-c")
+"""Isolated (no PYTHON* variables, no user site), without ``site``, the code as text."""
 
 _SUPERVISOR_ENVIRONMENT: dict[str, str] = {}
 """The supervisor's own environment (the command's comes through the spec file)."""
@@ -116,9 +134,9 @@ def _supervisor_available() -> bool:
     """Whether commands run under the per-call supervisor (Linux with an interpreter)."""
     return (
         sys.platform.startswith("linux")
-        and bool(sys.executable)
+        and bool(INTERPRETER)
         and hasattr(os, "memfd_create")
-        and os.path.isfile(SUPERVISOR_PATH)
+        and SUPERVISOR_SOURCE is not None
     )
 
 
@@ -141,24 +159,30 @@ def _server_children() -> list[int]:
     return found
 
 
-async def _sweep_orphans() -> None:
-    """End (SIGKILL) and reap every child of ours that is not a live leader (bounded)."""
+async def _sweep_orphans() -> bool:
+    """End and reap every child of ours that is not a live leader, with its whole subtree.
+
+    Each round freezes (SIGSTOP) every orphan and its descendants, then kills them all
+    (bounded). Returns whether none is left.
+    """
     if not _adopting:
-        return
+        return True
     loop = asyncio.get_running_loop()
     deadline = loop.time() + ORPHAN_SWEEP_SECONDS
     while True:
         orphans = [pid for pid in _server_children() if pid not in _LEADERS]
         if not orphans:
-            return
-        for pid in orphans:
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
+            return True
+        tree = [*orphans, *(pid for orphan in orphans for pid in sandbox.descendants(orphan))]
+        for number in (signal.SIGSTOP, signal.SIGKILL):
+            for pid in tree:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, number)
         for pid in orphans:
             with contextlib.suppress(OSError):
                 os.waitpid(pid, os.WNOHANG)  # noqa: ASYNC222 - WNOHANG never blocks
         if loop.time() >= deadline:
-            return
+            return not [pid for pid in _server_children() if pid not in _LEADERS]
         await asyncio.sleep(_ORPHAN_POLL_SECONDS)
 
 
@@ -634,9 +658,10 @@ class PosixProcess:
                 return
             if not self._reaped:
                 await self._end_group()
-            if self._supervisor and not self._clean:
-                # The supervisor died before it ended its tree: its orphans came here.
-                await _sweep_orphans()
+            if self._supervisor and not self._clean and not await _sweep_orphans():
+                # The supervisor died or ran out of time before it ended its tree, and
+                # what came here is not all gone: not clean, the join is tried again.
+                raise ProcessFailure(Operation.WAIT, retryable=True)
             await self._remove_temporary()
             await self._drain()
             self._close_report()
@@ -898,12 +923,12 @@ class PosixLauncher:
     def __init__(self, containment: Containment = OFF, root: str | None = None) -> None:
         if not isinstance(containment, Containment):
             raise TypeError("containment must be a Containment")
-        if containment.contained and (root is None or not os.path.isabs(root)):
+        if containment.confined and (root is None or not os.path.isabs(root)):
             raise ValueError("a contained launcher needs the absolute worktree root")
         self._containment = containment
         self._root = root
         self._supervised = _supervisor_available()
-        if containment.contained and not self._supervised:
+        if containment.confined and not self._supervised:
             raise ValueError("containment needs the supervisor, which is unavailable here")
 
     @property
@@ -972,29 +997,41 @@ class PosixLauncher:
             report_read, report_write = ends.pipe(parent_reads=True)
             os.set_blocking(report_read, False)
             environment: Iterable[str] = spec.environment
-            writable: list[bytes] = []
-            if self._containment.contained and self._root is not None:
+            writable: list[str] = []
+            wrapper: list[str] = []
+            confined = self._containment.confined and self._root is not None
+            if confined and self._root is not None:
                 temporary = tempfile.mkdtemp(prefix=TMPDIR_PREFIX)
                 environment = _with_temporary(spec.environment, temporary)
-                writable = [os.fsencode(self._root), os.fsencode(temporary)]
+                writable = [self._root, temporary, *self._containment.allow_write]
+                bwrap = self._containment.namespaces.bwrap
+                if bwrap is not None:
+                    wrapper = _bwrap.wrapper(bwrap, writable, self._containment.allow_network)
             blob = sandbox.encode_spec(
                 os.getpid(),
-                self._containment.abi if self._containment.contained else 0,
-                writable,
+                self._containment.abi if confined else 0,
+                [os.fsencode(path) for path in writable],
                 self._containment.allow_network,
                 os.fsencode(spec.executable),
                 [os.fsencode(argument) for argument in spec.arguments],
                 [os.fsencode(entry) for entry in environment],
                 b"" if temporary is None else os.fsencode(temporary),
+                [os.fsencode(argument) for argument in wrapper],
+                SUPERVISOR_SOURCE if wrapper and SUPERVISOR_SOURCE is not None else b"",
             )
             memory = os.memfd_create("spice-command", os.MFD_CLOEXEC)
             ends.child.append(memory)
             _write_all(memory, blob)
             os.lseek(memory, 0, os.SEEK_SET)
-            python = sys.executable
             popen = subprocess.Popen(  # noqa: S603 - argv list, no shell; see start
-                [python, *_SUPERVISOR_FLAGS, SUPERVISOR_PATH, str(memory), str(report_write)],
-                executable=python,
+                [
+                    INTERPRETER,
+                    *_SUPERVISOR_FLAGS,
+                    SUPERVISOR_SOURCE or b"",
+                    str(memory),
+                    str(report_write),
+                ],
+                executable=INTERPRETER,
                 stdin=standard.stdin,
                 stdout=standard.stdout,
                 stderr=standard.stderr,

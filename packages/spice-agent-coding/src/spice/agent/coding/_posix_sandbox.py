@@ -330,6 +330,32 @@ def become_subreaper() -> bool:
     return True
 
 
+def descendants(pid: int) -> list[int]:
+    """Every live descendant of ``pid`` (any depth, any thread's children), from ``/proc``.
+
+    One pass over ``/proc/*/stat`` builds the parent links (a process's parent is its
+    parent's thread group), then the tree below ``pid`` is collected.
+    """
+    below: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as file:
+                raw = file.read()
+        except OSError:
+            continue
+        parent = int(raw[raw.rindex(b")") + 2 :].split()[1])
+        below.setdefault(parent, []).append(int(name))
+    found: list[int] = []
+    pending = [pid]
+    while pending:
+        for child in below.get(pending.pop(), ()):
+            found.append(child)
+            pending.append(child)
+    return found
+
+
 def children(pid: int) -> list[int]:
     """The direct children of ``pid`` (single-threaded), from ``/proc``."""
     try:
@@ -353,7 +379,7 @@ def children(pid: int) -> list[int]:
 
 # -- the supervisor ----------------------------------------------------------------------
 
-SPEC_VERSION: Final = b"spice-supervisor-1"
+SPEC_VERSION: Final = b"spice-supervisor-2"
 END_SIGNAL: Final = signal.SIGHUP
 """What the server sends the supervisor for "end the whole tree now" (and its death signal)."""
 
@@ -372,6 +398,15 @@ REPORT_FAILED: Final = ord("F")
 REPORT_EXITED: Final = ord("X")
 REPORT_KILLED: Final = ord("K")
 REPORT_DONE: Final = ord("D")
+REPORT_LEFT: Final = ord("L")
+"""The sweep's bound ran out with processes of the call still alive (never ``D`` then)."""
+
+INNER: Final = "inner"
+"""``argv[1]`` of the inner stage: run inside the namespaces by ``bwrap``, it applies
+Landlock (and the rest of the per-command confinement) and ``execve``\\s the command."""
+
+SHARED_MEMORY: Final = b"/dev/shm"
+"""The private, writable ``/dev/shm`` of the namespace path (a Landlock rule inside)."""
 
 
 def encode_spec(
@@ -383,12 +418,17 @@ def encode_spec(
     arguments: Sequence[bytes],
     environment: Sequence[bytes],
     temporary: bytes = b"",
+    wrapper: Sequence[bytes] = (),
+    inner_source: bytes = b"",
 ) -> bytes:
     """The supervisor's input: NUL-separated fields (none of them may contain NUL).
 
     ``abi`` 0 means no Landlock (mode ``off``); ``writable`` is then ignored.
     ``temporary`` is the call's private TMPDIR, which the supervisor removes itself
-    when the server dies (otherwise the server's join does).
+    when the server dies (otherwise the server's join does). ``wrapper`` is the
+    ``bwrap`` argv (ending in ``--``) of the namespace path, empty without namespaces;
+    ``inner_source`` is this module's source as the server read it at start, which the
+    inner stage runs (``python -I -S -c``) inside the namespaces.
     """
     fields = [
         SPEC_VERSION,
@@ -398,6 +438,9 @@ def encode_spec(
         temporary,
         str(len(writable)).encode(),
         *writable,
+        str(len(wrapper)).encode(),
+        *wrapper,
+        inner_source,
         executable,
         str(len(arguments)).encode(),
         *arguments,
@@ -413,8 +456,10 @@ class _Spec:
         "arguments",
         "environment",
         "executable",
+        "inner_source",
         "server",
         "temporary",
+        "wrapper",
         "writable",
     )
 
@@ -429,6 +474,10 @@ class _Spec:
         count = int(fields[5])
         self.writable = fields[6 : 6 + count]
         rest = fields[6 + count :]
+        wrapper_count = int(rest[0])
+        self.wrapper = rest[1 : 1 + wrapper_count]
+        self.inner_source = rest[1 + wrapper_count]
+        rest = rest[2 + wrapper_count :]
         self.executable = rest[0]
         argument_count = int(rest[1])
         self.arguments = [self.executable, *rest[2 : 2 + argument_count]]
@@ -451,23 +500,73 @@ def _report(fd: int, kind: int, value: int = 0) -> None:
         os.write(fd, bytes((kind, value & 0xFF)))
 
 
+def confine_command(spec: _Spec) -> None:
+    """The per-command confinement beside Landlock (seccomp, capabilities): the hook.
+
+    Called right after ``restrict_self`` (``no_new_privs`` is set), in the forked child
+    without namespaces and in the inner stage with them, just before ``execve``.
+    """
+
+
 def _child(
-    spec: _Spec, ruleset: int | None, status: int, mask: Iterable[int], parent: int
+    spec: _Spec,
+    ruleset: int | None,
+    status: int,
+    mask: Iterable[int],
+    parent: int,
+    spec_fd: int,
 ) -> NoReturn:
-    """In the forked child: the command's last preparations, then ``execve``."""
+    """In the forked child: the command's last preparations, then ``execve``.
+
+    With namespaces it ``execve``\\s ``bwrap`` instead, which runs the inner stage (this
+    module's source, read by the server at start) on the same spec descriptor.
+    """
     try:
         for number in (signal.SIGPIPE, signal.SIGXFSZ):
             signal.signal(number, signal.SIG_DFL)
         prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
         if os.getppid() != parent:
             os._exit(_CANNOT_START)  # the supervisor died before the death signal was set
+        if spec.wrapper:
+            os.lseek(spec_fd, 0, os.SEEK_SET)
+            os.set_inheritable(spec_fd, True)  # noqa: FBT003 - os's positional-only flag
+            inner = [sys.executable.encode(), b"-I", b"-S", b"-c", spec.inner_source]
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+            os.execve(  # noqa: S606 - the point
+                spec.wrapper[0],
+                [*spec.wrapper, *inner, INNER.encode(), str(spec_fd).encode()],
+                {},
+            )
         if ruleset is not None:
             restrict_self(ruleset)
+            confine_command(spec)
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         os.execve(spec.executable, spec.arguments, spec.environment)  # noqa: S606 - the point
     except BaseException:  # noqa: BLE001 - any failure here means "not started"
         with _suppress(OSError):
             os.write(status, b"F")
+    os._exit(_CANNOT_START)
+
+
+def inner(spec_fd: int) -> NoReturn:
+    """The inner stage, inside the namespaces: Landlock and the rest, then the command.
+
+    Landlock is applied here, not before ``bwrap`` (a Landlock domain may not mount),
+    with the paths as the new mount namespace shows them (the same inodes, bound) plus
+    its private ``/dev/shm``.
+    """
+    try:
+        spec = _Spec(_read_all(spec_fd))
+        os.close(spec_fd)
+        if spec.abi > 0:
+            ruleset = build_ruleset(spec.abi, [*spec.writable, SHARED_MEMORY], spec.allow_network)
+            restrict_self(ruleset)
+            os.close(ruleset)
+            confine_command(spec)
+        os.execve(spec.executable, spec.arguments, spec.environment)  # noqa: S606 - the point
+    except BaseException:  # noqa: BLE001 - any failure here means "not started"
+        with _suppress(OSError):
+            os.write(2, b"spice: the contained command could not start\n")
     os._exit(_CANNOT_START)
 
 
@@ -509,20 +608,29 @@ class _Supervisor:
             if os.getpgid(self.command) != os.getpgid(0):
                 os.kill(self.command, signal.SIGTERM)
 
-    def sweep(self) -> None:
-        """SIGKILL every descendant, round after round, and reap them (bounded)."""
+    def sweep(self) -> bool:
+        """End the whole subtree, round after round, and reap it; ``True`` once none is left.
+
+        Each round freezes every descendant (``SIGSTOP``, so none forks again), walks
+        the tree once more for those forked meanwhile, and kills them all; orphans come
+        back to this subreaper and are reaped here. Bounded by ``SWEEP_BOUND_SECONDS``.
+        """
         me = os.getpid()
         deadline = time.monotonic() + SWEEP_BOUND_SECONDS
         while True:
             self.reap()
-            alive = children(me)
-            if not alive:
-                return
-            for pid in alive:
+            tree = descendants(me)
+            if not tree:
+                return True
+            for pid in tree:
+                with _suppress(OSError):
+                    os.kill(pid, signal.SIGSTOP)
+            for pid in {*tree, *descendants(me)}:
                 with _suppress(OSError):
                     os.kill(pid, signal.SIGKILL)
             if time.monotonic() >= deadline:
-                return
+                self.reap()
+                return not descendants(me)
             signal.sigtimedwait({signal.SIGCHLD}, _SWEEP_WAIT_SECONDS)
 
     def run(self) -> NoReturn:
@@ -548,9 +656,9 @@ class _Supervisor:
                 self.forward_stop()
             elif received.si_signo == END_SIGNAL:
                 break
-        self.sweep()
+        emptied = self.sweep()
         self.remove_temporary()
-        _report(self.report, REPORT_DONE)
+        _report(self.report, REPORT_DONE if emptied else REPORT_LEFT)
         self.mirror()
 
     def remove_temporary(self) -> None:
@@ -592,7 +700,6 @@ def supervise(spec_fd: int, report: int) -> NoReturn:
     """The supervisor's whole life (see the module docstring)."""
     os.set_inheritable(report, False)  # noqa: FBT003 - os's positional-only flag
     spec = _Spec(_read_all(spec_fd))
-    os.close(spec_fd)
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, _WATCHED)
     prctl(PR_SET_PDEATHSIG, END_SIGNAL)
     if os.getppid() != spec.server:
@@ -600,19 +707,22 @@ def supervise(spec_fd: int, report: int) -> NoReturn:
     prctl(PR_SET_CHILD_SUBREAPER, 1)
     prctl(PR_SET_DUMPABLE, 0)
     ruleset: int | None = None
-    if spec.abi > 0:
-        try:
+    try:
+        if spec.abi > 0 and not spec.wrapper:
             ruleset = build_ruleset(spec.abi, spec.writable, spec.allow_network)
-        except OSError:
-            _report(report, REPORT_FAILED)
-            os._exit(_CANNOT_START)
+        for path in spec.writable if spec.wrapper else ():
+            os.close(os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC))
+    except OSError:
+        _report(report, REPORT_FAILED)
+        os._exit(_CANNOT_START)
     status_read, status_write = os.pipe()
     parent = os.getpid()
     command = os.fork()
     if command == 0:
         os.close(status_read)
-        _child(spec, ruleset, status_write, mask, parent)
+        _child(spec, ruleset, status_write, mask, parent, spec_fd)
     os.close(status_write)
+    os.close(spec_fd)
     if ruleset is not None:
         os.close(ruleset)
     failed = os.read(status_read, 1)
@@ -634,4 +744,6 @@ def supervise(spec_fd: int, report: int) -> NoReturn:
 
 
 if __name__ == "__main__":
+    if sys.argv[1] == INNER:
+        inner(int(sys.argv[2]))
     supervise(int(sys.argv[1]), int(sys.argv[2]))
