@@ -148,7 +148,14 @@ class Containment:
                 "and end with the call"
             )
         else:
-            isolation = "; the network and other processes are NOT fully isolated (see tools)"
+            rules = set(self.enforced)
+            parts = []
+            if {"tcp_bind", "tcp_connect"} <= rules:
+                parts.append("plain TCP connect and bind are refused")
+            if "signal_scope" in rules:
+                parts.append("they may not signal processes outside the call")
+            parts.append("the network and other processes are NOT fully isolated (see tools)")
+            isolation = "; " + "; ".join(parts)
         text = (
             "Sandbox: the program and its children may write only beneath the worktree "
             f"root, {places} and to /dev/null-like devices{isolation}. Not confined: "

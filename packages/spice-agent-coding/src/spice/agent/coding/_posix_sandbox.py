@@ -144,6 +144,8 @@ DEVICES: Final = (
 """Character devices (and the pts directory) a contained command may write to."""
 
 _DEVICE_ACCESS: Final = FS_WRITE_FILE | FS_TRUNCATE | FS_IOCTL_DEV
+_DEVICE_NODES: Final = FS_MAKE_CHAR | FS_MAKE_BLOCK
+"""Never granted anywhere (contract 10.1): a device node made by root reaches any disk."""
 
 
 def handled_fs(abi: int) -> int:
@@ -293,7 +295,7 @@ def build_ruleset(abi: int, writable: Sequence[bytes], allow_network: bool) -> i
     )
     try:
         for path in writable:
-            _add_path_rule(ruleset, path, handled, required=True)
+            _add_path_rule(ruleset, path, handled & ~_DEVICE_NODES, required=True)
         for device in DEVICES:
             _add_path_rule(ruleset, device, _DEVICE_ACCESS & handled, required=False)
     except BaseException:
