@@ -19,7 +19,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import pytest
 from procutil import Collect
@@ -297,7 +297,7 @@ def test_n4_a_worktree_holding_the_servers_code_cannot_switch_containment_off(
         {"argv": [PYTHON, "-c", disable]},
         {"argv": [PYTHON, "-c", escape]},
     ]
-    frames = [
+    frames: list[Any] = [
         {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
             "protocolVersion": "2025-11-25", "capabilities": {},
             "clientInfo": {"name": "t", "version": "0"}}},
