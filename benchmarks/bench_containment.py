@@ -71,18 +71,23 @@ def _launched(launcher: PosixLauncher, argv: list[str], cwd: Path) -> Callable[[
 
 async def _measure(settings: Settings, name: str, argv: list[str], cwd: Path) -> list[Figure]:
     contained = None
+    namespaced = None
     reason = ""
     if landlock_abi() >= 1:
         contained = PosixLauncher(resolve_containment("workspace"), str(cwd))
+        policy = resolve_containment("workspace", root=str(cwd))
+        if policy.namespaces.made:
+            namespaced = PosixLauncher(policy, str(cwd))
     else:
         reason = "the kernel has no Landlock"
     off = PosixLauncher(OFF, str(cwd))
     repeats = settings.repeats if name == "true" else settings.slow_repeats
-    floor_s, off_s, contained_s = await rotate(
+    floor_s, off_s, contained_s, namespaced_s = await rotate(
         [
             _floor(argv, cwd),
             _launched(off, argv, cwd),
             None if contained is None else _launched(contained, argv, cwd),
+            None if namespaced is None else _launched(namespaced, argv, cwd),
         ],
         settings.warmup,
         repeats,
@@ -116,6 +121,30 @@ async def _measure(settings: Settings, name: str, argv: list[str], cwd: Path) ->
             "sandbox off",
             uncontained,
             notes=("the cost of Landlock and the TMPDIR alone",),
+        )
+    )
+    if namespaced is None:
+        figures.append(unavailable(SECTION, f"{name}: namespaces + Landlock", "no namespaces"))
+        return figures
+    figures.append(
+        Figure(
+            SECTION,
+            f"{name}: namespaces + Landlock beside off",
+            milliseconds(namespaced_s),
+            "peer",
+            "sandbox off",
+            uncontained,
+            notes=("bwrap's namespaces and the inner stage",),
+        )
+    )
+    figures.append(
+        Figure(
+            SECTION,
+            f"{name}: namespaces + Landlock",
+            milliseconds(namespaced_s),
+            "floor",
+            "subprocess.run",
+            floor,
         )
     )
     return figures

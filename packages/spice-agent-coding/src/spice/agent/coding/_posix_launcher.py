@@ -35,6 +35,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
+import marshal
 import os
 import shutil
 import signal
@@ -96,13 +98,36 @@ def _read_source(path: str) -> bytes | None:
 
 SUPERVISOR_SOURCE: Final = _read_source(SUPERVISOR_PATH)
 """The supervisor's code, read once when the server starts (contract 10.1): every call
-runs it with ``-c``, never again from a path a command could write."""
+runs it compiled from a sealed memory file, never again from a path a command could write."""
+
+_SEALS: Final = (
+    getattr(fcntl, "F_SEAL_SEAL", 0)
+    | getattr(fcntl, "F_SEAL_SHRINK", 0)
+    | getattr(fcntl, "F_SEAL_GROW", 0)
+    | getattr(fcntl, "F_SEAL_WRITE", 0)
+)
+_code: list[int] = []
+"""The sealed memory file with the supervisor's compiled code (made once, on first use)."""
+
+
+def _code_fd() -> int:
+    """The sealed, close-on-exec memory file holding the supervisor's compiled code."""
+    if not _code:
+        if SUPERVISOR_SOURCE is None:
+            raise OSError("the supervisor's code is unavailable")
+        data = marshal.dumps(compile(SUPERVISOR_SOURCE, SUPERVISOR_PATH, "exec"))
+        fd = os.memfd_create("spice-supervisor", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        _write_all(fd, data)
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, _SEALS)
+        _code.append(fd)
+    return _code[0]
+
 
 INTERPRETER: Final = os.path.realpath(sys.executable) if sys.executable else ""
 """The interpreter the supervisor runs on, resolved once at start (not a venv's symlink)."""
 
-_SUPERVISOR_FLAGS: tuple[str, ...] = ("-I", "-S", "-c")
-"""Isolated (no PYTHON* variables, no user site), without ``site``, the code as text."""
+_SUPERVISOR_FLAGS: tuple[str, ...] = ("-I", "-S", "-c", sandbox.BOOTSTRAP)
+"""Isolated (no PYTHON* variables, no user site), without ``site``, the bootstrap."""
 
 _SUPERVISOR_ENVIRONMENT: dict[str, str] = {}
 """The supervisor's own environment (the command's comes through the spec file)."""
@@ -1017,20 +1042,14 @@ class PosixLauncher:
                 [os.fsencode(entry) for entry in environment],
                 b"" if temporary is None else os.fsencode(temporary),
                 [os.fsencode(argument) for argument in wrapper],
-                SUPERVISOR_SOURCE if wrapper and SUPERVISOR_SOURCE is not None else b"",
             )
             memory = os.memfd_create("spice-command", os.MFD_CLOEXEC)
             ends.child.append(memory)
             _write_all(memory, blob)
             os.lseek(memory, 0, os.SEEK_SET)
+            code = _code_fd()
             popen = subprocess.Popen(  # noqa: S603 - argv list, no shell; see start
-                [
-                    INTERPRETER,
-                    *_SUPERVISOR_FLAGS,
-                    SUPERVISOR_SOURCE or b"",
-                    str(memory),
-                    str(report_write),
-                ],
+                [INTERPRETER, *_SUPERVISOR_FLAGS, str(code), str(memory), str(report_write)],
                 executable=INTERPRETER,
                 stdin=standard.stdin,
                 stdout=standard.stdout,
@@ -1038,7 +1057,7 @@ class PosixLauncher:
                 cwd=_entry(standard.directory, spec.working_directory),
                 env=_SUPERVISOR_ENVIRONMENT,
                 close_fds=True,
-                pass_fds=(memory, report_write),
+                pass_fds=(code, memory, report_write),
                 start_new_session=True,
                 restore_signals=True,
             )

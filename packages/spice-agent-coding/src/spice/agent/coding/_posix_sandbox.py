@@ -403,6 +403,21 @@ REPORT_DONE: Final = ord("D")
 REPORT_LEFT: Final = ord("L")
 """The sweep's bound ran out with processes of the call still alive (never ``D`` then)."""
 
+BOOTSTRAP: Final = (
+    "import marshal, os, sys\n"
+    "f = int(sys.argv.pop(1))\n"
+    "os.set_inheritable(f, False)\n"
+    "d = b''\n"
+    "while c := os.pread(f, 1 << 20, len(d)):\n"
+    "    d += c\n"
+    "exec(marshal.loads(d), {'__name__': '__main__', 'SPICE_CODE_FD': f})\n"
+)
+"""What ``python -I -S -c`` runs: this module's code, compiled once by the server at start
+and kept in a sealed memory file (the descriptor is ``argv[1]``), never read from a path."""
+
+CODE_FD_GLOBAL: Final = "SPICE_CODE_FD"
+"""The global through which ``BOOTSTRAP`` hands the code's descriptor to this module."""
+
 INNER: Final = "inner"
 """``argv[1]`` of the inner stage: run inside the namespaces by ``bwrap``, it applies
 Landlock (and the rest of the per-command confinement) and ``execve``\\s the command."""
@@ -421,16 +436,13 @@ def encode_spec(
     environment: Sequence[bytes],
     temporary: bytes = b"",
     wrapper: Sequence[bytes] = (),
-    inner_source: bytes = b"",
 ) -> bytes:
     """The supervisor's input: NUL-separated fields (none of them may contain NUL).
 
     ``abi`` 0 means no Landlock (mode ``off``); ``writable`` is then ignored.
     ``temporary`` is the call's private TMPDIR, which the supervisor removes itself
     when the server dies (otherwise the server's join does). ``wrapper`` is the
-    ``bwrap`` argv (ending in ``--``) of the namespace path, empty without namespaces;
-    ``inner_source`` is this module's source as the server read it at start, which the
-    inner stage runs (``python -I -S -c``) inside the namespaces.
+    ``bwrap`` argv (ending in ``--``) of the namespace path, empty without namespaces.
     """
     fields = [
         SPEC_VERSION,
@@ -442,7 +454,6 @@ def encode_spec(
         *writable,
         str(len(wrapper)).encode(),
         *wrapper,
-        inner_source,
         executable,
         str(len(arguments)).encode(),
         *arguments,
@@ -458,7 +469,6 @@ class _Spec:
         "arguments",
         "environment",
         "executable",
-        "inner_source",
         "server",
         "temporary",
         "wrapper",
@@ -478,8 +488,7 @@ class _Spec:
         rest = fields[6 + count :]
         wrapper_count = int(rest[0])
         self.wrapper = rest[1 : 1 + wrapper_count]
-        self.inner_source = rest[1 + wrapper_count]
-        rest = rest[2 + wrapper_count :]
+        rest = rest[1 + wrapper_count :]
         self.executable = rest[0]
         argument_count = int(rest[1])
         self.arguments = [self.executable, *rest[2 : 2 + argument_count]]
@@ -530,15 +539,13 @@ def _child(
         if os.getppid() != parent:
             os._exit(_CANNOT_START)  # the supervisor died before the death signal was set
         if spec.wrapper:
+            code = int(globals().get(CODE_FD_GLOBAL, -1))
             os.lseek(spec_fd, 0, os.SEEK_SET)
             os.set_inheritable(spec_fd, True)  # noqa: FBT003 - os's positional-only flag
-            inner = [sys.executable.encode(), b"-I", b"-S", b"-c", spec.inner_source]
+            os.set_inheritable(code, True)  # noqa: FBT003 - os's positional-only flag
+            inner = [sys.executable, "-I", "-S", "-c", BOOTSTRAP, str(code), INNER, str(spec_fd)]
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-            os.execve(  # noqa: S606 - the point
-                spec.wrapper[0],
-                [*spec.wrapper, *inner, INNER.encode(), str(spec_fd).encode()],
-                {},
-            )
+            os.execve(spec.wrapper[0], [*spec.wrapper, *map(os.fsencode, inner)], {})  # noqa: S606
         if ruleset is not None:
             restrict_self(ruleset)
             confine_command(spec)
