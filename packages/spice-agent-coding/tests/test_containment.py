@@ -315,7 +315,10 @@ def _temporaries() -> list[str]:
 
 @pytest.fixture
 def listener() -> Iterator[socket.socket]:
-    """A TCP listener on 127.0.0.1 that this test process owns."""
+    """A TCP listener on 127.0.0.1 that this test process owns (loopback up, or skip)."""
+    reason = procutil.loopback_reason()
+    if reason is not None:
+        pytest.skip(reason)
     server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     server.bind(("127.0.0.1", 0))
     server.listen(8)

@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Final
 
+import procutil
 import pytest
 from procutil import Collect
 
@@ -83,6 +84,9 @@ def refused_or_reported(policy: Containment, reached: bool) -> None:
 
 @pytest.fixture
 def listener() -> Iterator[socket.socket]:
+    reason = procutil.loopback_reason()
+    if reason is not None:
+        pytest.skip(reason)
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen(8)
