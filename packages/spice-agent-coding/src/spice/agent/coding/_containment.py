@@ -31,8 +31,9 @@ DISABLED: Final = "off"
 MODES: Final = (AUTO, WORKSPACE, DISABLED)
 DEFAULT_MODE: Final = AUTO
 
-MAXIMUM_SENTENCE_BYTES: Final = 800
-"""Bound of the sentence the shell's description gets about what is confined."""
+MAXIMUM_SENTENCE_BYTES: Final = 512
+"""Bound of the sentence the shell's description gets about what is confined (the
+product's ``MAXIMUM_CONTAINMENT_BYTES``: a longer one would be dropped there)."""
 
 NO_LANDLOCK: Final = "the kernel has no Landlock: --sandbox workspace cannot be enforced"
 AUTO_WITHOUT_LANDLOCK: Final = (
@@ -135,36 +136,32 @@ class Containment:
         """What the sandbox confines and what not, for the shell's description."""
         if not self.confined:
             return None
-        places = "in $TMPDIR (private to the call, removed after it)"
+        places = "$TMPDIR (private, removed after the call)"
         if self.namespaces.made:
-            places += ", in a private /dev/shm"
+            places += ", a private /dev/shm"
         extra = ", ".join(self.allow_write)
         if extra:
-            places += f", in {extra}"
+            places += f", {extra}"
         if self.contained:
-            net = "with the host's network" if self.allow_network else "without network"
-            isolation = (
-                f"; they run {net}, without capabilities, cannot reach other processes, "
-                "and end with the call"
-            )
+            net = "the host's network" if self.allow_network else "no network"
+            isolation = f"; they have {net}, no capabilities, no access to other processes"
         else:
             rules = set(self.enforced)
             parts = []
             if {"tcp_bind", "tcp_connect"} <= rules:
-                parts.append("plain TCP connect and bind are refused")
+                parts.append("plain TCP connect/bind refused")
             if "signal_scope" in rules:
-                parts.append("they may not signal processes outside the call")
-            parts.append("the network and other processes are NOT fully isolated (see tools)")
+                parts.append("no signals out")
+            parts.append("network and other processes NOT fully isolated (see tools)")
             isolation = "; " + "; ".join(parts)
         text = (
             "Sandbox: the program and its children may write only beneath the worktree "
-            f"root, {places} and to /dev/null-like devices{isolation}. Not confined: "
-            "reads; a file hard-linked into the worktree (the same file outside); "
-            ".git/config, hooks and build files, which run later outside the sandbox. "
-            "A write elsewhere fails with a permission error: do not retry it."
+            f"root, {places} and /dev/null-like devices{isolation}. Not confined: reads; "
+            "files hard-linked into the worktree; .git/config, hooks and build files (run "
+            "later, outside). A write elsewhere fails with a permission error: do not retry it."
         )
         if len(text.encode()) > MAXIMUM_SENTENCE_BYTES and extra:
-            return text.replace(f", in {extra}", ", in the --allow-write directories")
+            return text.replace(f", {extra}", ", the --allow-write directories (see tools)")
         return text
 
     def report(self) -> dict[str, object]:
