@@ -533,8 +533,6 @@ def _before_commit(
         if (written.st_dev, written.st_ino) != (reread.st_dev, reread.st_ino):
             return Outcome("temporary_failed", TEMPORARY_FAILED)
         temporary.owner = (written.st_uid, written.st_gid)
-        if current is not None:
-            _give_metadata(syscalls, fd, current, temporary)
     except OSError:
         return Outcome("temporary_failed", TEMPORARY_FAILED)
     view = memoryview(request.data)
@@ -546,6 +544,14 @@ def _before_commit(
             view = view[count:]
     except OSError:
         return Outcome("write_failed", WRITE_FAILED)
+    # The metadata after the content: without CAP_FSETID the kernel clears setuid and
+    # setgid on every write (file_remove_privs), so a mode given before would be lost;
+    # until here the temporary stays private (PRIVATE_MODE, the runner's).
+    if current is not None:
+        try:
+            _give_metadata(syscalls, fd, current, temporary)
+        except OSError:
+            return Outcome("temporary_failed", TEMPORARY_FAILED)
     try:
         syscalls.fsync(fd)
     except OSError:
