@@ -660,14 +660,44 @@ def test_a_contained_launcher_needs_the_supervisor(monkeypatch: pytest.MonkeyPat
     assert PosixLauncher().contained is False
 
 
-async def test_a_supervisor_that_dies_without_a_word_is_a_launch_error(
+async def test_a_supervisor_that_dies_without_a_word_is_a_partial_start(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """EOF on the report before ``S``: nothing started, the supervisor is joined."""
+    """EOF on the report before any record: it may have started; the caller joins it."""
     monkeypatch.setattr(launcher_module, "_SUPERVISOR_FLAGS", ("-c", "raise SystemExit(3)"))
     before = procutil.open_descriptors()
     with pytest.raises(LaunchError) as caught:
         await PosixLauncher().start(spec("/bin/true"))
+    partial = caught.value.process
+    assert isinstance(partial, PosixProcess)
+    async with asyncio.timeout(BOUND):
+        await partial.wait()
+    assert Outcome.exited(3) == partial.result()
+    assert before == procutil.open_descriptors()
+
+
+async def test_a_supervisor_silent_past_the_start_bound_is_a_partial_start(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No word within the start bound: ``LaunchError(process)``, which joins like any other."""
+    monkeypatch.setattr(launcher_module, "_SUPERVISOR_FLAGS", ("-c", "import time; time.sleep(60)"))
+    before = procutil.open_descriptors()
+    with pytest.raises(LaunchError) as caught:
+        await bounded(start=0.05).start(spec("/bin/true"))
+    partial = caught.value.process
+    assert isinstance(partial, PosixProcess)
+    assert not partial.done()
+    async with asyncio.timeout(BOUND):
+        await partial.wait()
+    assert await procutil.group_gone(partial.pid)
+    assert before == procutil.open_descriptors()
+
+
+async def test_a_failed_start_word_is_a_bare_launch_error() -> None:
+    """``F`` (the exec failed) is the one word that says nothing was created."""
+    before = procutil.open_descriptors()
+    with pytest.raises(LaunchError) as caught:
+        await bounded(start=3600.0).start(spec("/nonexistent/tool"))
     assert caught.value.process is None
     assert before == procutil.open_descriptors()
 

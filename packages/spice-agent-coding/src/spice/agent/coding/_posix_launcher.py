@@ -1067,7 +1067,10 @@ class PosixLauncher:
         the process object exists, a cancellation can never fall between the fork and
         the ownership of the child. With a supervisor, the start then waits (bounded)
         for its word that the command itself started; a cancellation meanwhile joins
-        the supervisor (shielded, bounded) before it propagates.
+        the supervisor (shielded, bounded) before it propagates. Only its ``F`` makes a
+        bare ``LaunchError`` (nothing was created); no word within the bound, or its
+        report closing without one, is ``LaunchError(process)``: the command may have
+        started, and the caller stops and joins it.
         """
         if not self._supervised:
             return self._start_direct(spec)
@@ -1083,6 +1086,11 @@ class PosixLauncher:
             raise
         if start is _Start.STARTED:
             return process
+        if start is not _Start.FAILED:
+            # No word within the bound, or the report closed without one: the command
+            # may have started (its word can come just after the bound). Only an ``F``
+            # says nothing was; the caller stops and joins this process.
+            raise LaunchError(process) from None
         try:
             await process.wait()
         except ProcessFailure:
