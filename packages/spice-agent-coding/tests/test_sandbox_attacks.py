@@ -392,3 +392,32 @@ async def test_n8_sysv_shared_memory_outside_the_call_is_unreachable(
         refused_or_reported(policy, "REACHED" in output)
     finally:
         libc.shmctl(segment, 0, None)
+
+
+async def test_n2_the_answer_says_clean_only_when_no_process_of_the_call_is_left(
+    policy: Containment, root: Path
+) -> None:
+    """Through the shell tool with a timeout: after the answer none of the chain is left,
+    and ``managed_cleanup_completed`` is true only then (or the call is an error)."""
+    from spice.agent.coding import PosixResolver  # noqa: PLC0415
+    from spice.agent.dispatch import Dispatcher  # noqa: PLC0415
+    from spice.agent.tool import Call  # noqa: PLC0415
+    from spice.agent.tools.coding import Config, new_shell  # noqa: PLC0415
+
+    mark = f"MARK-N2T-{os.getpid()}-{time.monotonic_ns()}"
+    (root / "deep.py").write_text(CHAIN_CODE)
+    config = Config(root, environment_allowlist=("PATH",))
+    tool, cleanup = new_shell(config, PosixResolver(), PosixLauncher(policy, str(root)))
+    arguments = {"argv": [PYTHON, "deep.py", str(CHAIN), mark], "timeout_seconds": 2}
+    try:
+        async with asyncio.timeout(BOUND):
+            result = await Dispatcher([tool]).dispatch(Call("c", "shell", json.dumps(arguments)))
+        left = _marked(mark)
+        content = json.loads(result.content)
+        if isinstance(content, dict) and "managed_cleanup_completed" in content:
+            assert content["timed_out"] is True
+            assert content["managed_cleanup_completed"] is (left == 0)
+        assert left == 0
+    finally:
+        async with asyncio.timeout(BOUND):
+            await cleanup()
