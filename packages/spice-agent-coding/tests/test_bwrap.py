@@ -230,3 +230,48 @@ def test_without_namespaces_workspace_runs_but_is_not_contained(tmp_path: Path) 
     layers = report["layers"]
     assert isinstance(layers, dict)
     assert {"made": False, "reason": "none here"} == layers["namespaces"]
+
+
+# -- the inner stage -------------------------------------------------------------------------
+
+
+def _inner(tmp_path: Path, workdir: str, marker: Path) -> int:
+    """Run the real inner stage (compiled from the sealed code, as in a call); its status."""
+    from spice.agent.coding import _posix_launcher, _posix_sandbox  # noqa: PLC0415
+
+    blob = _posix_sandbox.encode_spec(
+        os.getpid(),
+        0,
+        [],
+        allow_network=False,
+        executable=b"/usr/bin/touch",
+        arguments=[os.fsencode(marker)],
+        environment=[b"PATH=/bin"],
+    )
+    spec = os.memfd_create("t")
+    os.write(spec, blob)
+    os.lseek(spec, 0, os.SEEK_SET)
+    code = _posix_launcher._code_fd()
+    try:
+        argv = [
+            _posix_launcher.INTERPRETER, "-I", "-S", "-c", _posix_sandbox.BOOTSTRAP,
+            str(code), _posix_sandbox.INNER, str(spec), workdir,
+        ]  # fmt: skip
+        return subprocess.run(
+            argv, pass_fds=(code, spec), cwd=tmp_path, capture_output=True, check=False
+        ).returncode
+    finally:
+        os.close(spec)
+
+
+def test_the_inner_stage_runs_the_command_in_the_directory_it_was_told(tmp_path: Path) -> None:
+    here = os.stat(tmp_path)
+    assert 0 == _inner(tmp_path, f"{here.st_dev}:{here.st_ino}", tmp_path / "ran")
+    assert (tmp_path / "ran").exists()
+
+
+def test_the_inner_stage_starts_nothing_in_another_directory(tmp_path: Path) -> None:
+    """bwrap enters the workdir again by name: another inode there means nothing starts."""
+    here = os.stat(tmp_path)
+    assert 127 == _inner(tmp_path, f"{here.st_dev}:{here.st_ino + 1}", tmp_path / "ran")
+    assert not (tmp_path / "ran").exists()

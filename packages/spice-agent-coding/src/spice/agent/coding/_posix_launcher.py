@@ -1164,7 +1164,8 @@ class PosixLauncher:
                 writable = [self._root, temporary, *self._containment.allow_write]
                 bwrap = self._containment.namespaces.bwrap
                 if bwrap is not None:
-                    wrapper = _bwrap.wrapper(bwrap, writable, self._containment.allow_network)
+                    real = [os.path.realpath(path) for path in writable]
+                    wrapper = _bwrap.wrapper(bwrap, real, self._containment.allow_network)
             blob = sandbox.encode_spec(
                 os.getpid(),
                 self._containment.abi if confined else 0,

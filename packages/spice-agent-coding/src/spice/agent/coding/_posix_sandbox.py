@@ -543,7 +543,9 @@ def _child(
             os.lseek(spec_fd, 0, os.SEEK_SET)
             os.set_inheritable(spec_fd, True)  # noqa: FBT003 - os's positional-only flag
             os.set_inheritable(code, True)  # noqa: FBT003 - os's positional-only flag
+            here = os.stat(".")  # the held workdir: bwrap enters it again by its name
             inner = [sys.executable, "-I", "-S", "-c", BOOTSTRAP, str(code), INNER, str(spec_fd)]
+            inner.append(f"{here.st_dev}:{here.st_ino}")
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)
             os.execve(spec.wrapper[0], [*spec.wrapper, *map(os.fsencode, inner)], {})  # noqa: S606
         if ruleset is not None:
@@ -557,16 +559,21 @@ def _child(
     os._exit(_CANNOT_START)
 
 
-def inner(spec_fd: int) -> NoReturn:
+def inner(spec_fd: int, workdir: str) -> NoReturn:
     """The inner stage, inside the namespaces: Landlock and the rest, then the command.
 
     Landlock is applied here, not before ``bwrap`` (a Landlock domain may not mount),
     with the paths as the new mount namespace shows them (the same inodes, bound) plus
-    its private ``/dev/shm``.
+    its private ``/dev/shm``. ``workdir`` is ``DEV:INO`` of the directory the supervisor
+    held: bwrap entered it again by name, so a directory swapped meanwhile (a symlink
+    out of the worktree) is caught here and nothing starts.
     """
     try:
         spec = _Spec(_read_all(spec_fd))
         os.close(spec_fd)
+        here = os.stat(".")
+        if f"{here.st_dev}:{here.st_ino}" != workdir:
+            raise OSError("the working directory changed")  # noqa: TRY301 - one path out
         if spec.abi > 0:
             ruleset = build_ruleset(spec.abi, [*spec.writable, SHARED_MEMORY], spec.allow_network)
             restrict_self(ruleset)
@@ -754,5 +761,5 @@ def supervise(spec_fd: int, report: int) -> NoReturn:
 
 if __name__ == "__main__":
     if sys.argv[1] == INNER:
-        inner(int(sys.argv[2]))
+        inner(int(sys.argv[2]), sys.argv[3])
     supervise(int(sys.argv[1]), int(sys.argv[2]))
