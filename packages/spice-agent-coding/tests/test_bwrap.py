@@ -275,3 +275,19 @@ def test_the_inner_stage_starts_nothing_in_another_directory(tmp_path: Path) -> 
     here = os.stat(tmp_path)
     assert 127 == _inner(tmp_path, f"{here.st_dev}:{here.st_ino + 1}", tmp_path / "ran")
     assert not (tmp_path / "ran").exists()
+
+
+@pytest.mark.skipif(landlock_abi() < 1, reason="the kernel has no Landlock")
+def test_the_cli_refuses_a_root_of_slash_in_one_line_and_auto_warns(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from spice.agent.coding import _cli  # noqa: PLC0415
+
+    assert 2 == _cli.main(["--root", "/", "--sandbox", "workspace", "tools"])
+    refused = capsys.readouterr()
+    assert [f"spice-coding: {ROOT_IS_SLASH}"] == refused.err.strip().splitlines()
+    assert 0 == _cli.main(["--root", "/", "--sandbox", "auto", "tools"])
+    auto = capsys.readouterr()
+    assert ROOT_IS_SLASH in auto.err
+    assert "uncontained" in auto.err
+    assert '"contained": false' in auto.out.replace('"contained":false', '"contained": false')

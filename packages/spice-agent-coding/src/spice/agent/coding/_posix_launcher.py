@@ -24,7 +24,8 @@ in short:
   reaps the leader, drains the pipes for at most ``DRAIN_BOUND_SECONDS`` and closes
   them. Nothing in it waits on a pipe held open by a descendant.
 - On Linux the leader is a per-call supervisor (``_posix_sandbox``, run as
-  ``python -I -S``) and the command is its child in the same group: it owns the whole
+  ``python -I -S -c``, its code compiled once at start) and the command is its child
+  (through ``bwrap`` where namespaces are made) in the same group: it owns the whole
   tree (a child subreaper), ends it on the join's request, on the force kill and when
   the server dies, applies the Landlock policy of ``_containment`` before ``exec``, and
   reports on a pipe whether the command started and how it ended. ``force_kill`` and

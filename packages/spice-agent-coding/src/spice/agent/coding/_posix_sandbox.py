@@ -1,11 +1,13 @@
 """Linux Landlock and process-lifetime primitives, and the per-call supervisor.
 
 Standard library only and free of package imports, on purpose: besides being imported
-by the application (the ABI probe, ``prctl``), this file is run as a script by the
-launcher, ``python -I -S _posix_sandbox.py SPEC_FD REPORT_FD``, once per command. That
-process, the *supervisor*, is single-threaded, so it may run Python between ``fork``
-and ``exec`` without the deadlocks that ``preexec_fn`` risks in the threaded server
-(see ``docs/decisions.md``). It:
+by the application (the ABI probe, ``prctl``), this module's code is run by the
+launcher once per command, ``python -I -S -c BOOTSTRAP CODE_FD SPEC_FD REPORT_FD``:
+compiled once when the server started and kept in a sealed memory file (``CODE_FD``),
+never read again from a path a command could write (contract 10.1). That process, the
+*supervisor*, is single-threaded, so it may run Python between ``fork`` and ``exec``
+without the deadlocks that ``preexec_fn`` risks in the threaded server (see
+``docs/decisions.md``). It:
 
 1. reads the command (executable, argv, environment) and the policy from the
    memory file ``SPEC_FD`` (never from its argv or environment, which other users
@@ -13,18 +15,21 @@ and ``exec`` without the deadlocks that ``preexec_fn`` risks in the threaded ser
 2. asks for ``SIGHUP`` when its parent (the server) dies (``PR_SET_PDEATHSIG``),
    becomes a child subreaper (every orphan of the call's tree is reparented to it)
    and makes itself non-dumpable;
-3. in ``workspace`` mode builds the Landlock ruleset, forks, and in the child sets
+3. without namespaces builds the Landlock ruleset, forks, and in the child sets
    ``PR_SET_PDEATHSIG(SIGKILL)``, ``no_new_privs`` and ``landlock_restrict_self``
    before it ``execve``\\s the command (so the command's domain does not include the
-   supervisor, which the command therefore cannot signal);
+   supervisor, which the command therefore cannot signal); with namespaces the child
+   ``execve``\\s ``bwrap`` instead, which runs the *inner stage* (this code again,
+   ``inner SPEC_FD DEV:INO``): Landlock inside the new mount namespace, then the command;
 4. reports on ``REPORT_FD``, two bytes a record: ``S`` started, ``F`` could not start,
-   ``X``+code exited, ``K``+signal killed, ``D`` the whole tree is gone;
+   ``X``+code exited, ``K``+signal killed, ``D`` the whole tree is gone, ``L`` the
+   sweep's bound ran out with processes left;
 5. forwards a stop (``SIGTERM``) to the command when the command has left the group,
-   and on ``SIGHUP`` (the server's "end now", or the server's death) kills every
-   descendant with ``SIGKILL`` (its direct children, round after round: killing only
-   unreaped children is safe from pid reuse, and the subreaper makes every descendant
-   a direct child in the end), reaps them, reports ``D`` and exits with the command's
-   status mirrored (a signal death as a signal death).
+   and on ``SIGHUP`` (the server's "end now", or the server's death) ends the whole
+   subtree, round after round (each round freezes every descendant with ``SIGSTOP``,
+   then kills them all; orphans come back to this subreaper and are reaped here),
+   reports ``D`` only when none is left (else ``L``), and exits with the command's
+   status mirrored (a signal death as a signal death; through ``bwrap``, 128+N).
 """
 
 from __future__ import annotations
