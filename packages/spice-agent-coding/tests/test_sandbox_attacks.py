@@ -421,3 +421,35 @@ async def test_n2_the_answer_says_clean_only_when_no_process_of_the_call_is_left
     finally:
         async with asyncio.timeout(BOUND):
             await cleanup()
+
+
+_ADD_KEY: Final = 248
+_KEYCTL: Final = 250
+_KEYCTL_SEARCH: Final = 10
+_KEYCTL_UNLINK: Final = 9
+_KEY_SPEC_USER_KEYRING: Final = -4
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="x86-64 syscall numbers")
+async def test_n8_a_key_added_inside_is_not_in_the_users_keyring(
+    policy: Containment, root: Path
+) -> None:
+    import ctypes  # noqa: PLC0415 - only this test needs it
+
+    description = f"spice-planted-{os.getpid()}-{time.monotonic_ns()}"
+    code = (
+        "import ctypes\n"
+        "c = ctypes.CDLL(None, use_errno=True)\n"
+        f"key = c.syscall({_ADD_KEY}, b'user', {description.encode()!r}, b'x', 1, "
+        f"{_KEY_SPEC_USER_KEYRING})\n"
+        "print('ADDED' if key > 0 else 'REFUSED')\n"
+    )
+    outcome, output = await run_python(policy, root, code)
+    assert Outcome.exited(0) == outcome, output
+    libc = ctypes.CDLL(None, use_errno=True)
+    found = libc.syscall(
+        _KEYCTL, _KEYCTL_SEARCH, _KEY_SPEC_USER_KEYRING, b"user", description.encode(), 0
+    )
+    if found > 0:
+        libc.syscall(_KEYCTL, _KEYCTL_UNLINK, found, _KEY_SPEC_USER_KEYRING)
+    refused_or_reported(policy, found > 0)
