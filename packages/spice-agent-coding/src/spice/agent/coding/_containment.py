@@ -144,7 +144,7 @@ class Containment:
             places += f", {extra}"
         if self.contained:
             net = "the host's network" if self.allow_network else "no network"
-            isolation = f"; they have {net}, no capabilities, no access to other processes"
+            isolation = f"; they have {net}, no capabilities, cannot see or signal other processes"
         else:
             rules = set(self.enforced)
             parts = []
@@ -173,6 +173,10 @@ class Containment:
             "a file hard-linked into the worktree (the same file outside it)",
             "changes to .git/config, hooks and build files that run later outside",
         ]
+        if self.confined and self.namespaces.made and not self.allow_network:
+            not_confined.append("named UNIX sockets outside /run (in /tmp or a home directory)")
+        else:
+            not_confined.append("connections to existing named UNIX sockets (Docker, D-Bus)")
         if self.confined and not self.contained:
             not_confined.append(NOT_CONTAINED_WITHOUT_NAMESPACES)
         if self.confined and self.allow_network:
