@@ -193,3 +193,26 @@ def loopback_reason() -> str | None:
         except OSError:
             return "loopback is down in this network namespace and cannot be brought up"
     return None if works() else "loopback does not work in this network namespace"
+
+
+def descendants_named(pid: int, name: str) -> list[int]:
+    """Live descendants of ``pid`` whose ``comm`` is ``name``, as the host sees them.
+
+    A command in a PID namespace writes its own pids (``$$``), which name other processes
+    here; the tests that watch a command's processes from outside find them this way.
+    """
+    below: dict[int, list[int]] = {}
+    for stat in all_processes():
+        below.setdefault(stat.ppid, []).append(stat.pid)
+    found: list[int] = []
+    pending = [pid]
+    while pending:
+        for child in below.get(pending.pop(), ()):
+            pending.append(child)
+            try:
+                with open(f"{PROC}/{child}/comm", encoding="utf-8") as comm:
+                    if comm.read().strip() == name and is_alive(child):
+                        found.append(child)
+            except OSError:
+                continue
+    return found
