@@ -47,7 +47,7 @@ from ._cached import open_cached_regular
 from ._config import Config
 from ._results import attach, failure, report_progress
 from ._root import PathError, clean_path, open_beneath, open_root
-from ._settling import deliver_cancellation, settle
+from .settling import deliver_cancellation, settle
 
 NAME: Final = "read"
 PATH_DESCRIPTION: Final = (
@@ -227,7 +227,7 @@ def _answer(call: Call, outcome: Result | _Failure) -> Result:
 
 async def _settle(worker: asyncio.Future[Result | _Failure]) -> None:
     """Wait (shielded, bounded) for a cancelled call's worker to finish closing its files."""
-    # Repeated cancellations are held back (``_settling``); the caller re-raises the first.
+    # Repeated cancellations are held back (``settling``); the caller re-raises the first.
     worker.add_done_callback(_consume)
     await settle(worker, SETTLE_SECONDS)
 
