@@ -1,7 +1,15 @@
 """Cancellation around work that cannot be taken back: one rule for every wait.
 
 Public, so that the application's waits follow the same rule as the tools' (the MCP
-server's call tasks, the composition root's cleanups). Four helpers:
+server's call tasks, the composition root's cleanups). Five helpers:
+
+* :func:`checkpoint`, the first thing every tool call does (through
+  ``report_progress``): one yield to the event loop, so a cancellation that is
+  scheduled but not yet delivered (a deadline already past when the call starts:
+  ``asyncio.timeout_at`` in the past schedules its cancel with ``call_soon``) ends the
+  call before it does anything, whichever route it would take. A call that could
+  complete without ever suspending (``read`` on the event loop's route) would
+  otherwise ignore it.
 
 * :func:`deliver_cancellation`, called immediately before a tool launches something
   irreversible (a worker thread, a launcher start), and at the start of every call (a
@@ -54,7 +62,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ParamSpec, TypeVar, final
 
-__all__ = ["Settled", "deliver_cancellation", "in_thread", "outlast", "settle"]
+__all__ = ["Settled", "checkpoint", "deliver_cancellation", "in_thread", "outlast", "settle"]
 
 _T = TypeVar("_T")
 _P = ParamSpec("_P")
@@ -72,6 +80,15 @@ class Settled:
     done: bool
     wakeups: int
     held: int
+
+
+async def checkpoint() -> None:
+    """Yield to the event loop once: a cancellation already scheduled is raised here.
+
+    ``CancelledError`` when the current task was (or is, by a callback that runs first)
+    cancelled; otherwise the call goes on after one event-loop iteration.
+    """
+    await asyncio.sleep(0)
 
 
 async def deliver_cancellation() -> None:
