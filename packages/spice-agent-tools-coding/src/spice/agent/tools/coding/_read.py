@@ -269,7 +269,11 @@ def _read_inline(root: str, request: _Request, call_id: str) -> Result | _Failur
     Closes the descriptor it opens. ``None`` also for every failure to open or read:
     the worker's route starts again and gives the authoritative answer.
     """
-    fd = open_cached_regular(root, request.path)
+    # The size is decided from the look, before the open: a file too large for the loop
+    # is not opened twice (an open may wait on an on-access scanner).
+    fd = open_cached_regular(
+        root, request.path, admit=lambda size: _bytes_to_read(size, request) <= INLINE_READ_BYTES
+    )
     if fd is None:
         return None
     try:
