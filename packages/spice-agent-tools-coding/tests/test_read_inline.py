@@ -244,12 +244,25 @@ async def test_failures_are_the_workers_answers(root: Path, executor: Counting, 
 def test_any_content_and_page_gives_the_workers_answer(
     root: Path, data: bytes, offset: int, limit: int | None
 ) -> None:
-    """Text, binary, cut characters, offsets past the end: the two routes agree exactly."""
+    """Text, binary, cut characters, offsets past the end: the two routes agree exactly,
+    and the loop's route did answer (no executor submission for that call)."""
     (root / "f").write_bytes(data)
     arguments: dict[str, object] = {"path": "f", "offset": offset}
     if limit is not None:
         arguments["limit"] = limit
-    asyncio.run(both_routes(root, arguments, max_write_bytes=64))
+
+    async def compare() -> None:
+        counting = Counting()
+        asyncio.get_running_loop().set_default_executor(counting)
+        try:
+            result = await on_the_loop(root, arguments, counting, max_write_bytes=64)
+            with _root.portable_only():  # the portable walk in a worker thread: the authority
+                authority = await read(root, arguments, max_write_bytes=64)
+            assert (authority.content, authority.is_error) == (result.content, result.is_error)
+        finally:
+            counting.shutdown(wait=True)
+
+    asyncio.run(compare())
 
 
 async def test_a_failing_cached_read_falls_back_to_the_worker(

@@ -55,7 +55,7 @@ from ._commit import (
     ABORTED,
     DIRECTORIES_LEFT,
     DURABILITY_UNCONFIRMED,
-    NOT_FOUND,
+    EDIT_NOT_FOUND,
     NOTHING_CHANGED,
     POSIX,
     STALE,
@@ -268,7 +268,7 @@ def _edit(
     """Read the current file, check its digest first, then apply the edits (pure rule)."""
     found = inspect(syscalls, dir_fd, leaf, limit)
     if isinstance(found, Absent):
-        return Outcome("not_found", NOT_FOUND)
+        return Outcome("not_found", EDIT_NOT_FOUND)
     if isinstance(found, Occupied):
         return Outcome(found.code, found.message)
     if found.sha256 != arguments.expected:
