@@ -11,9 +11,11 @@ Where the file work runs: a read that can be answered from the kernel's caches o
 local file system, touching at most ``INLINE_READ_BYTES``, runs on the event loop
 (``_cached.open_cached_regular`` opens without waiting, ``RWF_NOWAIT`` reads without
 waiting); any step that would wait sends the whole call to a worker thread, which
-starts again from the root. A read therefore never blocks the loop, and the thread hop
-(most of a small read's cost when calls are in flight) is paid only where it buys
-something.
+starts again from the root. A read therefore does not block the loop on I/O, and the
+thread hop (most of a small read's cost when calls are in flight) is paid only where it
+buys something. One wait no flag can refuse is an open that a fanotify permission
+listener (an on-access scanner) holds: the first such open is paid on the loop, and the
+route then stays off for a while (``_cached.SLOW_OPEN_PAUSE_SECONDS``).
 """
 
 from __future__ import annotations
