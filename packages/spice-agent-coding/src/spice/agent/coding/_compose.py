@@ -23,6 +23,7 @@ from spice.agent.starter import AutoBean, AutoConfiguration
 from spice.agent.tool import Tool
 from spice.agent.tools.coding import Config
 from spice.agent.tools.coding.autoconfigure import spice_auto_configuration
+from spice.agent.tools.coding.settling import outlast
 
 from ._containment import resolve_containment
 from ._posix import PosixLauncher, PosixResolver
@@ -142,25 +143,13 @@ async def settle(cleanups: Sequence[Cleanup]) -> bool:
 
     The work runs in its own task (each cleanup bounded by
     ``CLEANUP_TIMEOUT_SECONDS``, so the wait is bounded too); cancellations of the
-    caller are held back until the work is done, then the first is re-raised. This
-    is the policy of the product's ``_settling.settle`` (one wake-up per
-    cancellation, no polling), kept here as a copy because that module is private
-    to the tools package.
+    caller are held back until the work is done, then the first is re-raised: the
+    product's one rule, ``settling.outlast``.
     """
     if not cleanups:
         return True
     work = asyncio.get_running_loop().create_task(_cleanup_all(tuple(cleanups)))
-    cancelled: asyncio.CancelledError | None = None
-    while not work.done():
-        try:
-            await asyncio.shield(work)
-        except asyncio.CancelledError as exc:
-            if work.cancelled():
-                raise
-            if cancelled is None:
-                cancelled = exc  # the first one is re-raised; later ones are held back
-    if cancelled is not None:
-        raise cancelled
+    await outlast(work)
     return work.result()
 
 

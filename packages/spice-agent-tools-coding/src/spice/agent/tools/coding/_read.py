@@ -11,9 +11,11 @@ Where the file work runs: a read that can be answered from the kernel's caches o
 local file system, touching at most ``INLINE_READ_BYTES``, runs on the event loop
 (``_cached.open_cached_regular`` opens without waiting, ``RWF_NOWAIT`` reads without
 waiting); any step that would wait sends the whole call to a worker thread, which
-starts again from the root. A read therefore never blocks the loop, and the thread hop
-(most of a small read's cost when calls are in flight) is paid only where it buys
-something.
+starts again from the root. A read therefore does not block the loop on I/O, and the
+thread hop (most of a small read's cost when calls are in flight) is paid only where it
+buys something. One wait no flag can refuse is an open that a fanotify permission
+listener (an on-access scanner) holds: the first such open is paid on the loop, and the
+route then stays off for a while (``_cached.SLOW_OPEN_PAUSE_SECONDS``).
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ from ._cached import open_cached_regular
 from ._config import Config
 from ._results import attach, failure, report_progress
 from ._root import PathError, clean_path, open_beneath, open_root
-from ._settling import deliver_cancellation, settle
+from .settling import deliver_cancellation, settle
 
 NAME: Final = "read"
 PATH_DESCRIPTION: Final = (
@@ -227,7 +229,7 @@ def _answer(call: Call, outcome: Result | _Failure) -> Result:
 
 async def _settle(worker: asyncio.Future[Result | _Failure]) -> None:
     """Wait (shielded, bounded) for a cancelled call's worker to finish closing its files."""
-    # Repeated cancellations are held back (``_settling``); the caller re-raises the first.
+    # Repeated cancellations are held back (``settling``); the caller re-raises the first.
     worker.add_done_callback(_consume)
     await settle(worker, SETTLE_SECONDS)
 
@@ -269,7 +271,11 @@ def _read_inline(root: str, request: _Request, call_id: str) -> Result | _Failur
     Closes the descriptor it opens. ``None`` also for every failure to open or read:
     the worker's route starts again and gives the authoritative answer.
     """
-    fd = open_cached_regular(root, request.path)
+    # The size is decided from the look, before the open: a file too large for the loop
+    # is not opened twice (an open may wait on an on-access scanner).
+    fd = open_cached_regular(
+        root, request.path, admit=lambda size: _bytes_to_read(size, request) <= INLINE_READ_BYTES
+    )
     if fd is None:
         return None
     try:

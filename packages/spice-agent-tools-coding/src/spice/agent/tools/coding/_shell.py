@@ -60,7 +60,7 @@ from ._config import Config
 from ._ownership import Entry, Owner, Ticket, Timing
 from ._results import attach, encoded_size, failure, report_progress, success
 from ._root import PathError, clean_path, open_directory, open_root
-from ._settling import deliver_cancellation, settle
+from .settling import deliver_cancellation, settle
 
 NAME: Final = "shell"
 MAXIMUM_ARGV_ITEMS: Final = 128
@@ -563,11 +563,17 @@ class _Shell:
         """The caller was cancelled while the launcher was starting: settle, bounded."""
         settling = self._owner.spawn(self._abandon(starting))
         # Repeated cancellations are held back until the start settled or the bound
-        # passed (``_settling``); past the bound the settling goes on as a tracked task
+        # passed (``settling``); past the bound the settling goes on as a tracked task
         # that Cleanup waits for. The caller re-raises its first cancellation.
         settled = await settle(settling, START_SETTLE_SECONDS)
         state = _UNCERTAIN
-        if settled.done and settling.exception() is None and not settling.result():
+        # A settling task cancelled by the loop's shutdown is not settled: nothing is known.
+        if (
+            settled.done
+            and not settling.cancelled()
+            and settling.exception() is None
+            and not settling.result()
+        ):
             state = _DEFINITIVE  # the start created nothing
         attach(cancelled, Interruption(call.id, state, _RETRY))
 
@@ -656,7 +662,7 @@ class _Shell:
 async def _outlast(task: asyncio.Task[_Finished] | asyncio.Task[bool]) -> None:
     """Wait for a tracked, internally bounded task while the caller is being cancelled.
 
-    Further cancellations are held back (``_settling``) until the task is done or
+    Further cancellations are held back (``settling``) until the task is done or
     ``FINISH_SETTLE_SECONDS`` passed (then the task goes on, tracked by the owner, and
     ``Cleanup`` waits for it); the caller re-raises its first ``CancelledError``, so no
     cancellation is lost. The task reports through ownership, not here.
