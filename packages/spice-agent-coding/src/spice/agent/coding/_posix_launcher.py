@@ -37,7 +37,6 @@ import asyncio
 import contextlib
 import enum
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -705,12 +704,18 @@ class PosixProcess:
         self._streams = streams
         self._bounds = bounds
         self._temporary = temporary
+        self._temporary_left = False
         self._join_lock = asyncio.Lock()
 
     @property
     def supervised(self) -> bool:
         """Whether a per-call supervisor leads the group (and owns the command's tree)."""
         return self._report is not None
+
+    @property
+    def cleanup_completed(self) -> bool:
+        """After the join: whether what the launcher made for the call is gone (its TMPDIR)."""
+        return self._leader.state is _State.JOINED and not self._temporary_left
 
     def _attach(self) -> None:
         """Start the pumps, the report reader and the leader watch (can fail late)."""
@@ -830,11 +835,17 @@ class PosixProcess:
         leader.reap()
 
     async def _remove_temporary(self) -> None:
-        """Remove the call's private ``TMPDIR`` (its tree is gone by now)."""
+        """Remove the call's private ``TMPDIR`` (its tree is gone by now); note a failure."""
         if self._temporary is None:
             return
-        await asyncio.to_thread(shutil.rmtree, self._temporary, ignore_errors=True)
+        removed = await asyncio.to_thread(_remove_tree, self._temporary)
+        self._temporary_left = not removed
         self._temporary = None
+
+
+def _remove_tree(path: str) -> bool:
+    """Remove a call's ``TMPDIR`` whatever its command did to it; whether it is gone."""
+    return sandbox.remove_tree(path)
 
 
 def _environment(entries: Iterable[str]) -> dict[str, str]:
@@ -1130,7 +1141,7 @@ class PosixLauncher:
         except Exception:  # noqa: BLE001 - every start failure is one LaunchError, no OS text
             ends.close_parent()
             if temporary is not None:
-                shutil.rmtree(temporary, ignore_errors=True)
+                _remove_tree(temporary)
             raise LaunchError from None
         finally:
             ends.close_child()
