@@ -719,6 +719,19 @@ async def test_a_supervisor_silent_past_the_start_bound_is_a_partial_start(
     assert before == procutil.open_descriptors()
 
 
+async def test_a_supervisor_that_fails_before_its_fork_says_so(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A spec the supervisor cannot read (the fault): ``F``, so a bare ``LaunchError``."""
+    monkeypatch.setattr(posix_sandbox, "encode_spec", lambda *_fields: b"not-a-spec")
+    before = procutil.open_descriptors()
+    with pytest.raises(LaunchError) as caught:
+        await bounded(start=3600.0).start(spec("/bin/true"))
+    assert caught.value.process is None
+    assert [] == [p for p in procutil.all_processes() if p.ppid == os.getpid() and p.alive]
+    assert before == procutil.open_descriptors()
+
+
 async def test_a_failed_start_word_is_a_bare_launch_error() -> None:
     """``F`` (the exec failed) is the one word that says nothing was created."""
     before = procutil.open_descriptors()

@@ -660,9 +660,8 @@ class _Supervisor:
         os._exit(128 + number)
 
 
-def supervise(spec_fd: int, report: int) -> NoReturn:
-    """The supervisor's whole life (see the module docstring)."""
-    os.set_inheritable(report, False)  # noqa: FBT003 - os's positional-only flag
+def _prepare(spec_fd: int) -> tuple[_Spec, set[int | signal.Signals], int | None]:
+    """Before the fork: the spec, the signal mask to restore, the ruleset (or none)."""
     spec = _Spec(_read_all(spec_fd))
     os.close(spec_fd)
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, _WATCHED)
@@ -673,14 +672,26 @@ def supervise(spec_fd: int, report: int) -> NoReturn:
     prctl(PR_SET_DUMPABLE, 0)
     ruleset: int | None = None
     if spec.abi > 0:
-        try:
-            ruleset = build_ruleset(spec.abi, spec.writable, spec.allow_network)
-        except OSError:
-            _report(report, REPORT_FAILED)
-            os._exit(_CANNOT_START)
-    status_read, status_write = os.pipe()
-    parent = os.getpid()
-    command = os.fork()
+        ruleset = build_ruleset(spec.abi, spec.writable, spec.allow_network)
+    return spec, mask, ruleset
+
+
+def supervise(spec_fd: int, report: int) -> NoReturn:
+    """The supervisor's whole life (see the module docstring).
+
+    Until the fork nothing of the command exists: any failure there is reported ``F``
+    (the server then knows nothing was started). After it, only the command's own
+    start word (its status pipe closing on ``exec``) says whether it started.
+    """
+    os.set_inheritable(report, False)  # noqa: FBT003 - os's positional-only flag
+    try:
+        spec, mask, ruleset = _prepare(spec_fd)
+        status_read, status_write = os.pipe()
+        parent = os.getpid()
+        command = os.fork()
+    except BaseException:  # noqa: BLE001 - before the fork, any failure means "not started"
+        _report(report, REPORT_FAILED)
+        os._exit(_CANNOT_START)
     if command == 0:
         os.close(status_read)
         _child(spec, ruleset, status_write, mask, parent)
