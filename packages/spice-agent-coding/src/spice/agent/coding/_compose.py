@@ -11,10 +11,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final, final
+from typing import Final, final
 
 from spice.agent.dispatch import Dispatcher, Interceptor
 from spice.agent.lifecycle import Cleanup
@@ -25,11 +25,7 @@ from spice.agent.tools.coding import Config
 from spice.agent.tools.coding.autoconfigure import spice_auto_configuration
 from spice.agent.tools.coding.settling import outlast
 
-from ._containment import resolve_containment
 from ._posix import PosixLauncher, PosixResolver
-
-if TYPE_CHECKING:
-    from ._settings import Settings
 
 ROOT_ENVIRONMENT_VARIABLE: Final = "SPICE_AGENT_WORKTREE"
 """Where the worktree root comes from when no flag names it."""
@@ -60,18 +56,6 @@ def resolve_config(
         return Config(os.path.abspath(os.curdir if chosen is None else chosen))
     except (OSError, ValueError, TypeError):
         raise ValueError(UNUSABLE_ROOT) from None
-
-
-def launcher_for(settings: Settings, probe: Callable[[], int] | None = None) -> PosixLauncher:
-    """The launcher that ``serve``, ``call`` and ``tools`` run shell commands with.
-
-    The containment of contract 9.4 comes from ``settings.sandbox`` (``auto``,
-    ``workspace``, ``off``) and ``settings.allow_network`` (``resolve_containment``;
-    ``probe`` replaces the kernel's Landlock answer, for tests). Raises
-    ``ContainmentUnavailable`` for ``workspace`` where the kernel has no Landlock.
-    """
-    containment = resolve_containment(settings.sandbox, settings.allow_network, probe)
-    return PosixLauncher(containment, settings.config.root)
 
 
 @final

@@ -226,9 +226,9 @@ async def _outcome(
 ) -> Result:
     """The call's result; a heartbeat every ``heartbeat_seconds`` while it runs.
 
-    Cancelled (the client's ``notifications/cancelled``, or the server stopping): the
-    call's task is cancelled once and waited for, shielded and bounded, then the same
-    cancellation propagates.
+    On every exit before the call's end (the client's ``notifications/cancelled``, the
+    server stopping, a heartbeat that fails): the call's task is cancelled once and
+    waited for, shielded and bounded, then the same exception propagates.
     """
     try:
         while True:
@@ -236,10 +236,10 @@ async def _outcome(
             if task.done():
                 break
             await reporter.heartbeat()
-    except asyncio.CancelledError:
+    except BaseException:
         task.cancel()
         await settle(task, CANCELLED_CALL_SECONDS)  # idle even in the SDK's cancel scope
-        raise  # the same cancellation, even if the call ended some other way meanwhile
+        raise  # the same exception, even if the call ended some other way meanwhile
     try:
         return task.result()
     finally:

@@ -656,7 +656,7 @@ class _Shell:
                 clean = await _signal(process.force_kill()) and clean
                 clean = await _exited(process, FORCE_WAIT_SECONDS) and clean
         joined = await self._owner.join(entry)
-        return _Finished(joined, clean)
+        return _Finished(joined, clean and process_cleaned_up(process))
 
 
 async def _outlast(task: asyncio.Task[_Finished] | asyncio.Task[bool]) -> None:
@@ -781,6 +781,20 @@ def launcher_contained(launcher: object) -> bool:
     try:
         value = getattr(launcher, "contained", False)
     except Exception:  # noqa: BLE001 - a failing property is a launcher saying nothing
+        return False
+    return value is True
+
+
+def process_cleaned_up(process: object) -> bool:
+    """The joined process's optional ``cleanup_completed``; absent counts as ``True``.
+
+    A launcher that makes something for a call besides the process (``PosixLauncher``:
+    a private ``TMPDIR``) says there whether its join removed it. Present, anything but
+    ``True`` (or a failing read) counts as ``False``: the cleanup was not complete.
+    """
+    try:
+        value = getattr(process, "cleanup_completed", True)
+    except Exception:  # noqa: BLE001 - a failing property cannot vouch for the cleanup
         return False
     return value is True
 
