@@ -183,7 +183,7 @@ async def _serve(settings: Settings, launcher: PosixLauncher) -> int:
         loop.add_signal_handler(number, stop.set)
     try:
         async with _composed(settings, launcher) as dispatcher:
-            serving = asyncio.ensure_future(serve_stdio(dispatcher))
+            serving = asyncio.ensure_future(serve_stdio(dispatcher, config=settings.config))
             stopping = asyncio.ensure_future(stop.wait())
             try:
                 await asyncio.wait({serving, stopping}, return_when=asyncio.FIRST_COMPLETED)
