@@ -233,7 +233,7 @@ async def test_over_stdio_the_real_client_sees_the_declarations_and_the_root(
 
 
 def test_without_a_config_the_instructions_do_not_invent_a_root() -> None:
-    """A server built without the config still teaches the edits form; sizes are the payload bound."""
+    """Built without the config: still teaches edits; each size is the payload bound."""
     text = instructions_for(None)
     assert "edits" in text
     assert "{" not in text.replace("{old_text", "")
