@@ -50,15 +50,18 @@ $(INSPECTOR)/node_modules/.package-lock.json: $(INSPECTOR)/package.json $(INSPEC
 	  echo "npm is missing: the Inspector example test will be skipped" >&2; \
 	fi
 
-# strace drives the crash-consistency tests of replace; installed from Debian when missing.
+# strace drives the crash-consistency tests of replace, GNU patch checks that cut diffs
+# apply; each is installed from Debian when missing.
 system-packages:
-	@if ! command -v strace >/dev/null 2>&1; then \
-	  if command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq strace >/dev/null; \
-	  else \
-	    echo "strace is missing: install it with your package manager" >&2; exit 1; \
+	@for tool in strace patch; do \
+	  if ! command -v $$tool >/dev/null 2>&1; then \
+	    if command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+	      apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$tool >/dev/null; \
+	    else \
+	      echo "$$tool is missing: install it with your package manager" >&2; exit 1; \
+	    fi; \
 	  fi; \
-	fi
+	done
 
 format:
 	$(UV_RUN) ruff format .

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from typing import Final, final
 
 from spice.agent.process import LaunchError, Operation, Outcome, ProcessFailure, Sink, Spec
-from spice.agent.tools.coding._settling import settle
+from spice.agent.tools.coding.settling import settle
 
 from . import _posix_sandbox as sandbox
 from ._containment import OFF, Containment

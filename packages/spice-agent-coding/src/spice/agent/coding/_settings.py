@@ -36,6 +36,7 @@ __all__ = [
     "MAXIMUM_ALLOWED_NAMES",
     "MAXIMUM_NAME_LENGTH",
     "MAXIMUM_VALUE_LENGTH",
+    "MAX_EDIT_BYTES_VARIABLE",
     "MAX_OUTPUT_BYTES_VARIABLE",
     "MAX_READ_BYTES_VARIABLE",
     "MAX_WRITE_BYTES_VARIABLE",
@@ -52,6 +53,7 @@ COMMAND_TIMEOUT_VARIABLE: Final = "SPICE_AGENT_COMMAND_TIMEOUT"
 MAX_READ_BYTES_VARIABLE: Final = "SPICE_AGENT_MAX_READ_BYTES"
 MAX_WRITE_BYTES_VARIABLE: Final = "SPICE_AGENT_MAX_WRITE_BYTES"
 MAX_OUTPUT_BYTES_VARIABLE: Final = "SPICE_AGENT_MAX_OUTPUT_BYTES"
+MAX_EDIT_BYTES_VARIABLE: Final = "SPICE_AGENT_MAX_EDIT_BYTES"
 ALLOW_NETWORK_VARIABLE: Final = "SPICE_AGENT_ALLOW_NETWORK"
 
 MAXIMUM_ALLOWED_NAMES: Final = 64
@@ -74,13 +76,18 @@ _BYTES_FIELDS: Final = (
     ("max_read_bytes", "--max-read-bytes", MAX_READ_BYTES_VARIABLE),
     ("max_write_bytes", "--max-write-bytes", MAX_WRITE_BYTES_VARIABLE),
     ("max_output_bytes", "--max-output-bytes", MAX_OUTPUT_BYTES_VARIABLE),
+    ("max_edit_bytes", "--max-edit-bytes", MAX_EDIT_BYTES_VARIABLE),
 )
 
 _BYTES_HELP: Final = {
     "max_read_bytes": "bytes of one read page",
     "max_write_bytes": "bytes one replace may write",
     "max_output_bytes": "bytes of shell output kept (stdout and stderr together)",
+    "max_edit_bytes": "largest file read gives file_sha256 and replace's edits may produce",
 }
+_BYTES_RANGE: Final = {"max_edit_bytes": (67_108_864, 4_194_304)}
+"""``(most, default)`` of the byte settings whose bounds are not the usual 524288/262144
+(``Config`` judges the values; these numbers are only for the help)."""
 
 _AFTER: Final = "_after_command"
 """Suffix of the destinations of the options given after the command word."""
@@ -101,6 +108,7 @@ class Flags:
     max_read_bytes: str | None = None
     max_write_bytes: str | None = None
     max_output_bytes: str | None = None
+    max_edit_bytes: str | None = None
     sandbox: str | None = None
     allow_network: bool = False
 
@@ -154,12 +162,13 @@ def add_arguments(parser: argparse.ArgumentParser, *, after_command: bool) -> No
         f"(default ${COMMAND_TIMEOUT_VARIABLE}, else 120)",
     )
     for field, flag, variable in _BYTES_FIELDS:
+        most, usual = _BYTES_RANGE.get(field, (524_288, 262_144))
         parser.add_argument(
             flag,
             metavar="N",
             dest=field + suffix,
             default=default,
-            help=f"{_BYTES_HELP[field]}, 1 <= N <= 524288 (default ${variable}, else 262144)",
+            help=f"{_BYTES_HELP[field]}, 1 <= N <= {most} (default ${variable}, else {usual})",
         )
     parser.add_argument(
         _SANDBOX_FLAG,
@@ -193,6 +202,7 @@ def flags_of(options: argparse.Namespace) -> Flags:
         max_read_bytes=text("max_read_bytes"),
         max_write_bytes=text("max_write_bytes"),
         max_output_bytes=text("max_output_bytes"),
+        max_edit_bytes=text("max_edit_bytes"),
         sandbox=text("sandbox"),
         allow_network=bool(values.get("allow_network") or values.get("allow_network" + _AFTER)),
     )

@@ -38,6 +38,7 @@ from mcp.types.jsonrpc import (
 
 from spice.agent.dispatch import Dispatcher
 from spice.agent.tool import MAXIMUM_PAYLOAD_BYTES
+from spice.agent.tools.coding import Config
 
 from ._json import frame
 from ._mcp import serving
@@ -514,16 +515,17 @@ async def open_stdio(
                     os.close(fd)
 
 
-async def serve_stdio(dispatcher: Dispatcher) -> None:
+async def serve_stdio(dispatcher: Dispatcher, *, config: Config | None = None) -> None:
     """Serve the dispatcher's tools over MCP on this process's stdin and stdout.
 
     Returns when the client closes stdin: nothing new is admitted, calls already
     received get ``EOF_GRACE_SECONDS`` to finish and be answered, the rest are
     stopped as on cancellation. Cancel the awaiting task to stop early. Either way
     it returns only once every call has ended (bounded by ``CANCELLED_CALL_SECONDS``).
-    The caller owns the ``Cleanup`` (``compose`` runs it).
+    The caller owns the ``Cleanup`` (``compose`` runs it). With the tools' ``config``
+    the server's instructions name the root and each tool declares its largest answer.
     """
-    server, calls = serving(dispatcher)
+    server, calls = serving(dispatcher, config=config)
     try:
         async with open_stdio() as (read_stream, write_stream):
             await server.run(read_stream, write_stream, server.create_initialization_options())

@@ -299,7 +299,10 @@ EDIT_NOT_FOUND: Final = "the file does not exist; to create it, use content with
 NOT_REGULAR: Final = (
     "the target is not a regular file; symlinks, directories and special files are never replaced"
 )
-TARGET_TOO_LARGE: Final = "the current file is larger than max_write_bytes"
+TARGET_TOO_LARGE: Final = (
+    "the current file is larger than the bound of this form "
+    "(max_write_bytes for content, max_edit_bytes for edits)"
+)
 PATH_UNAVAILABLE: Final = "the target could not be inspected"
 READ_FAILED: Final = "the current file could not be read"
 STALE: Final = "the file does not have the expected sha256; read it again and retry"

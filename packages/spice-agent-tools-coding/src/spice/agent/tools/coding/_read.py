@@ -69,11 +69,15 @@ def read_description(config: Config) -> str:
         "byte `offset` (default 0): UTF-8 text, or base64 when the bytes are not valid "
         "UTF-8 or too large to escape. When `truncated` is true, call again with "
         "`offset` = `next_offset`. A complete page (the whole file from offset 0) includes "
-        f"its `sha256`. Every page of a file of at most {config.max_write_bytes} bytes (the "
-        "replace tool's write bound) includes `file_sha256`, the digest of the whole file "
-        "(equal to `sha256` for a complete page): pass either to `replace` as "
-        "`expected_sha256`, so a file read in several pages can be edited too. Larger files "
-        "have no digest. Optional arguments may be null, which means the default."
+        f"its `sha256`. Every page of a file of at most {config.max_edit_bytes} bytes "
+        "(max_edit_bytes, the replace tool's edit bound) includes `file_sha256`, the "
+        "digest of the whole file (equal to `sha256` for a complete page): pass either to "
+        "`replace` as `expected_sha256`, so a file read in several pages can be edited "
+        "too. To get only the digest, read with `limit` 1: the answer is small and still "
+        "has `file_sha256`. After a successful `replace`, its `sha256` is the next "
+        "`expected_sha256` (no need to read again). Larger files have no digest. The "
+        "digests come before `content` in the answer. Optional arguments may be null, "
+        "which means the default."
     )
 
 
@@ -134,7 +138,7 @@ class _Request:
     offset: int
     limit: int
     hash_limit: int
-    """Files of at most this many bytes (``max_write_bytes``) get ``file_sha256``."""
+    """Files of at most this many bytes (``max_edit_bytes``) get ``file_sha256``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,7 +262,7 @@ def _decode(arguments: str, config: Config) -> _Request:
         raise ArgumentError(f"limit must be at most {max_read_bytes} (max_read_bytes)")
     assert raw is not None  # noqa: S101 - take_string(required=True) never answers None
     path = clean_path(raw, root=config.root, names_root=False)
-    return _Request(path, offset, limit, config.max_write_bytes)
+    return _Request(path, offset, limit, config.max_edit_bytes)
 
 
 class _WouldWait(Exception):
@@ -476,9 +480,11 @@ def _content(
         content["next_offset"] = end
     content["truncated"] = truncated
     content["encoding"] = encoding
-    content["content"] = body
+    # The digests before the page (contract 10.2): a client that shows only the start of
+    # a long answer still shows them.
     if offset == 0 and not truncated:
         content["sha256"] = file_sha256 or hashlib.sha256(data).hexdigest()
     if file_sha256 is not None:
         content["file_sha256"] = file_sha256
+    content["content"] = body
     return content

@@ -103,11 +103,21 @@ class _Change:
 
 @final
 @dataclass(frozen=True, slots=True)
+class _Refused:
+    """An edit that could not apply: the engine's outcome and the edit rule's reason."""
+
+    outcome: Outcome
+    failure: EditFailure
+
+
+@final
+@dataclass(frozen=True, slots=True)
 class _Done:
     """What the worker did, and what it wrote (``None`` when it never got that far)."""
 
     outcome: Outcome
     change: _Change | None
+    refused: EditFailure | None = None
 
 
 @final
@@ -123,7 +133,7 @@ class ReplaceTool:
         self._lease = asyncio.Lock()
         self._definition = Definition(
             NAME,
-            description(config.max_write_bytes),
+            description(config),
             schema(config.max_write_bytes),
             Effect.MUTATING,
             ReplaySafety.IDEMPOTENT,
@@ -246,9 +256,13 @@ def _write_beneath(
     try:
         limit = config.max_write_bytes
         if isinstance(arguments.body, Edits):
+            # The edits form: the current file and the result are bounded by max_edit_bytes.
+            limit = config.max_edit_bytes
             edited = _edit(syscalls, dir_fd, leaf, arguments, arguments.body, limit)
             if isinstance(edited, Outcome):
                 return _Done(edited, None)
+            if isinstance(edited, _Refused):
+                return _Done(edited.outcome, None, edited.failure)
             change = edited
             syscalls.checkpoint(Checkpoint.EDITS_APPLIED)
         assert change is not None  # noqa: S101 - the content form set it in _work
@@ -264,7 +278,7 @@ def _write_beneath(
 
 def _edit(
     syscalls: Syscalls, dir_fd: int, leaf: str, arguments: Arguments, body: Edits, limit: int
-) -> _Change | Outcome:
+) -> _Change | Outcome | _Refused:
     """Read the current file, check its digest first, then apply the edits (pure rule)."""
     found = inspect(syscalls, dir_fd, leaf, limit)
     if isinstance(found, Absent):
@@ -279,7 +293,7 @@ def _edit(
         return Outcome("not_text", NOT_TEXT)
     edited = apply_edits(before, len(found.data), body.edits, limit)
     if isinstance(edited, EditFailure):
-        return Outcome(edited.code, edited.message)
+        return _Refused(Outcome(edited.code, edited.message), edited)
     data = edited.text.encode("utf-8")
     diff, truncated = unified_diff(arguments.path, before, edited.text)
     digest = hashlib.sha256(data).hexdigest()
@@ -361,6 +375,8 @@ def _answer(call: Call, arguments: Arguments, done: _Done) -> Result:
             return success(call, content, _DEFINITIVE, _ALLOWED)
         return failure(call, outcome.code, outcome.message, _DEFINITIVE, _ALLOWED, content)
     extra: dict[str, object] = {"path": arguments.path, "committed": False}
+    if done.refused is not None:
+        extra.update(_refusal_fields(done.refused))
     if outcome.current_sha256 is not None:
         if change is not None:  # an edit that never ran has no new digest to compare
             extra["sha256"] = change.sha256
@@ -371,6 +387,19 @@ def _answer(call: Call, arguments: Arguments, done: _Done) -> Result:
         extra["directories_cleaned"] = False
     code = outcome.code or "replace_failed"
     return failure(call, code, outcome.message, _DEFINITIVE, _ALLOWED, extra)
+
+
+def _refusal_fields(refused: EditFailure) -> dict[str, object]:
+    """Which edit failed and, for one not found, where the file holds a similar passage."""
+    fields: dict[str, object] = {"edit_index": refused.index}
+    if refused.code == "edit_ambiguous":
+        fields["occurrences"] = refused.occurrences
+    similar = refused.similar
+    if similar is not None:
+        fields["similar_line"] = similar.line
+        fields["similar_difference"] = similar.difference
+        fields["similar_text"] = similar.quote
+    return fields
 
 
 def new_replace(config: Config) -> Tool:

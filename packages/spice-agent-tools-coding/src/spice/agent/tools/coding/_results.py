@@ -20,6 +20,12 @@ from spice.agent.tool import (
 
 from .settling import checkpoint
 
+LARGE_FIELDS: Final = ("content", "diff", "stdout", "stderr")
+"""The fields that can be long, in the order they close every content object (contract
+10.2): ``ok``, ``code`` and ``message`` come first, the small fields (digests and
+``exit_code`` among them) next, so a client that shows only the start of a long answer
+still shows them."""
+
 REPORTER_FAILED: Final = "the progress reporter failed; the call did nothing"
 RESULT_UNENCODABLE: Final = "the tool's result could not be encoded within the payload bound"
 
@@ -58,6 +64,15 @@ def failure(
     return _result(call, content, problem, state, retry)
 
 
+def large_fields_last(content: Mapping[str, object]) -> dict[str, object]:
+    """``content`` in its own order, except that ``LARGE_FIELDS`` close it, in their order."""
+    ordered = {key: value for key, value in content.items() if key not in LARGE_FIELDS}
+    for key in LARGE_FIELDS:
+        if key in content:
+            ordered[key] = content[key]
+    return ordered
+
+
 def _result(
     call: Call,
     content: Mapping[str, object],
@@ -65,6 +80,7 @@ def _result(
     state: ExecutionState,
     retry: RetryDisposition,
 ) -> Result:
+    content = large_fields_last(content)
     # One encoding, never parsed back: ``from_content`` enforces the payload bound and valid
     # Unicode (ValueError) and keeps the object for the MCP layer's structuredContent.
     try:
