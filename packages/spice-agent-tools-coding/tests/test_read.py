@@ -558,7 +558,7 @@ def test_a_failing_chunk_is_an_error_not_a_short_read(tmp_path: Path) -> None:
 
     fd = os.open(path, os.O_RDONLY)
     try:
-        with pytest.raises(OSError):
+        with pytest.raises(OSError, match="injected"):
             _pread(fd, 2 * PREAD_CHUNK_BYTES, 0, once)
     finally:
         os.close(fd)
