@@ -216,7 +216,11 @@ OFF: Final = Containment(DISABLED)
 
 
 def parse_mode(value: str) -> str:
-    """A sandbox mode from a flag or the environment; ``ValueError`` when unknown."""
+    """A sandbox mode from its text (the settings' case rule: blanks and case ignored).
+
+    ``ValueError`` when it names no mode. ``_settings`` is the one caller that reads
+    text; everything after it handles the mode as a value.
+    """
     mode = value.strip().lower()
     if mode not in MODES:
         raise ValueError("the sandbox mode must be one of auto, workspace, off")
@@ -234,12 +238,15 @@ def resolve_containment(
     """The effective ``Containment`` for ``mode`` on this kernel and worktree ``root``.
 
     ``probe`` answers the Landlock ABI (0 = none); by default the real kernel is asked.
-    ``namespaces`` finds and probes ``bwrap`` (``_bwrap.resolve_namespaces``); without
-    a ``root`` no namespaces are tried. Raises ``ContainmentUnavailable`` for
-    ``workspace`` without Landlock, with a root of ``/`` or one holding the server's
-    interpreter, and ``ValueError`` for an unknown mode.
+    ``mode`` is a value of ``MODES`` (the settings parsed the text). ``namespaces``
+    finds and probes ``bwrap`` (``_bwrap.resolve_namespaces``); without a ``root`` no
+    namespaces are tried. Raises ``ContainmentUnavailable`` for ``workspace`` without
+    Landlock, with a root of ``/`` or one holding the server's interpreter, and
+    ``ValueError`` for anything else.
     """
-    requested = parse_mode(mode)
+    if mode not in MODES:
+        raise ValueError("the sandbox mode must be one of auto, workspace, off")
+    requested = mode
     abi = (sandbox.landlock_abi if probe is None else probe)()
     writes = tuple(allow_write)
     if requested == DISABLED:
