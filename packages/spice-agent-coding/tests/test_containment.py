@@ -28,11 +28,12 @@ import procutil
 import pytest
 from procutil import Collect
 
-from spice.agent.coding import PosixLauncher, PosixResolver, _bwrap
+from spice.agent.coding import PosixLauncher, PosixResolver
 from spice.agent.coding import _containment as containment_module
+from spice.agent.coding import _posix_bwrap as _bwrap
 from spice.agent.coding import _posix_launcher as launcher_module
-from spice.agent.coding._bwrap import Namespaces
 from spice.agent.coding._containment import Containment, resolve_containment
+from spice.agent.coding._posix_bwrap import Namespaces
 from spice.agent.coding._posix_launcher import TMPDIR_PREFIX, PosixProcess
 from spice.agent.coding._posix_sandbox import landlock_abi
 from spice.agent.dispatch import Dispatcher

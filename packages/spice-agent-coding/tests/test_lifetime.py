@@ -28,9 +28,10 @@ import procutil
 import pytest
 from raw_peer import SERVER, RawPeer, tool_call
 
-from spice.agent.coding import PosixLauncher, PosixResolver, _bwrap
+from spice.agent.coding import PosixLauncher, PosixResolver
 from spice.agent.coding import _cli as cli
 from spice.agent.coding import _containment as containment_module
+from spice.agent.coding import _posix_bwrap as _bwrap
 from spice.agent.coding import _posix_sandbox as posix_sandbox
 from spice.agent.coding._containment import (
     AUTO_WITHOUT_LANDLOCK,

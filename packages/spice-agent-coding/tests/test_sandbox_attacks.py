@@ -25,9 +25,10 @@ import procutil
 import pytest
 from procutil import Collect
 
-from spice.agent.coding import PosixLauncher, _bwrap
-from spice.agent.coding._bwrap import Namespaces
+from spice.agent.coding import PosixLauncher
+from spice.agent.coding import _posix_bwrap as _bwrap
 from spice.agent.coding._containment import Containment, resolve_containment
+from spice.agent.coding._posix_bwrap import Namespaces
 from spice.agent.coding._posix_sandbox import landlock_abi
 from spice.agent.process import Outcome, Spec
 
@@ -202,8 +203,9 @@ def test_n2_a_setsid_chain_ends_when_the_server_is_killed(
         "import asyncio, dataclasses, sys\n"
         "sys.path.insert(0, sys.argv[1])\n"
         "from procutil import Collect\n"
-        "from spice.agent.coding import PosixLauncher, _bwrap\n"
-        "from spice.agent.coding._bwrap import Namespaces\n"
+        "from spice.agent.coding import PosixLauncher\n"
+        "from spice.agent.coding import _posix_bwrap as _bwrap\n"
+        "from spice.agent.coding._posix_bwrap import Namespaces\n"
         "from spice.agent.coding._posix_launcher import adopt_orphans\n"
         "from spice.agent.coding._containment import resolve_containment\n"
         "from spice.agent.process import Spec\n"

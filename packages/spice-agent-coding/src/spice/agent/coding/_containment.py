@@ -20,9 +20,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Final, final
 
-from . import _bwrap
+from . import _posix_bwrap as _bwrap
 from . import _posix_sandbox as sandbox
-from ._bwrap import Namespaces
+from ._posix_bwrap import Namespaces
 
 SANDBOX_ENVIRONMENT_VARIABLE: Final = "SPICE_AGENT_SANDBOX"
 AUTO: Final = "auto"
@@ -239,7 +239,7 @@ def resolve_containment(
 
     ``probe`` answers the Landlock ABI (0 = none); by default the real kernel is asked.
     ``mode`` is a value of ``MODES`` (the settings parsed the text). ``namespaces``
-    finds and probes ``bwrap`` (``_bwrap.resolve_namespaces``); without a ``root`` no
+    finds and probes ``bwrap`` (``_posix_bwrap.resolve_namespaces``); without a ``root`` no
     namespaces are tried. Raises ``ContainmentUnavailable`` for ``workspace`` without
     Landlock, with a root of ``/`` or one holding the server's interpreter, and
     ``ValueError`` for anything else.

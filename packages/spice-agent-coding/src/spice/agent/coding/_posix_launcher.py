@@ -51,7 +51,7 @@ from typing import Final, final
 from spice.agent.process import LaunchError, Operation, Outcome, ProcessFailure, Sink, Spec
 from spice.agent.tools.coding.settling import settle
 
-from . import _bwrap
+from . import _posix_bwrap as _bwrap
 from . import _posix_sandbox as sandbox
 from ._containment import OFF, Containment
 

@@ -14,14 +14,20 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from spice.agent.coding import _bwrap
-from spice.agent.coding._bwrap import Namespaces, beneath, find_bwrap, resolve_namespaces, wrapper
+from spice.agent.coding import _posix_bwrap as _bwrap
 from spice.agent.coding._containment import (
     INTERPRETER_BENEATH_ROOT,
     ROOT_IS_SLASH,
     ContainmentUnavailable,
     resolve_containment,
     unsafe_root,
+)
+from spice.agent.coding._posix_bwrap import (
+    Namespaces,
+    beneath,
+    find_bwrap,
+    resolve_namespaces,
+    wrapper,
 )
 from spice.agent.coding._posix_sandbox import landlock_abi
 
