@@ -364,6 +364,7 @@ class PosixProcess:
         self._report_bytes = b""
         self._report_watched = False
         self._started: bool | None = None
+        self._layers = 0
         self._start_known = asyncio.Event()
         self._clean = False
         self._leader_gone = asyncio.Event()
@@ -373,6 +374,16 @@ class PosixProcess:
     def supervised(self) -> bool:
         """Whether a per-call supervisor leads the group (and owns the command's tree)."""
         return self._supervisor
+
+    @property
+    def layers(self) -> int:
+        """The ``LAYER_*`` bits of ``_posix_sandbox`` the command was started under.
+
+        What the supervisor's child applied before ``execve`` (Landlock, seccomp,
+        capabilities), as its start report says; 0 before the start is known and
+        without a supervisor.
+        """
+        return self._layers
 
     def _attach(self) -> None:
         """Start the pumps and the exit watch (the part of a start that can fail late)."""
@@ -419,6 +430,7 @@ class PosixProcess:
     def _take(self, kind: int, value: int) -> None:
         if kind == sandbox.REPORT_STARTED and self._started is None:
             self._started = True
+            self._layers = value
             self._start_known.set()
         elif kind == sandbox.REPORT_FAILED and self._started is None:
             self._started = False
@@ -986,6 +998,7 @@ class PosixLauncher:
                 [os.fsencode(argument) for argument in spec.arguments],
                 [os.fsencode(entry) for entry in environment],
                 b"" if temporary is None else os.fsencode(temporary),
+                self._containment.layers,
             )
             memory = os.memfd_create("spice-command", os.MFD_CLOEXEC)
             ends.child.append(memory)
