@@ -410,8 +410,12 @@ answers = {
     "udp": attempt(lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM)),
     "fast_open": attempt(fast_open),
     "listen_without_bind": attempt(listen),
-    "prlimit_server": attempt(lambda: resource.prlimit(server, resource.RLIMIT_CPU, (0, 0))),
-    "setpriority_server": attempt(lambda: os.setpriority(os.PRIO_PROCESS, server, 19)),
+    # The server's own values (inherited): harmless to the test run if the filter let
+    # them through, where N3's RLIMIT_CPU (0, 0) would kill it instead of failing.
+    "prlimit_server": attempt(lambda: resource.prlimit(server, resource.RLIMIT_NOFILE, limits)),
+    "setpriority_server": attempt(
+        lambda: os.setpriority(os.PRIO_PROCESS, server, os.getpriority(os.PRIO_PROCESS, server))
+    ),
     "shmget": attempt(lambda: syscall(SHMGET, 0x5EC0DE, 4096, 0o1000 | 0o600)),
     "add_key": attempt(lambda: syscall(ADD_KEY, b"user", b"planted", b"x", 1, -4)),
     "mknod_char": attempt(lambda: os.mknod("dev", 0o20600, os.makedev(1, 3))),
@@ -453,14 +457,6 @@ async def test_the_attacks_fail_with_eperm_through_the_shell_tool(
         answers.pop("tiocsti")
     assert {**refused, "unix": "ok", "prlimit_self": "ok"} == answers
     assert not (root / "dev").exists()
-    assert resource_limits_untouched()
-
-
-def resource_limits_untouched() -> bool:
-    """The server's (this process's) CPU limit was not set to zero."""
-    import resource  # noqa: PLC0415
-
-    return resource.getrlimit(resource.RLIMIT_CPU) != (0, 0)
 
 
 @needs_landlock
@@ -477,3 +473,23 @@ def test_errno_and_stat_values_used_here() -> None:
     """The numbers the attack script uses are this platform's."""
     assert (0o20000, 0o60000, 0o10000) == (stat.S_IFCHR, stat.S_IFBLK, stat.S_IFIFO)
     assert int(socket.AF_UNIX) == 1
+
+
+@needs_landlock
+async def test_a_contained_command_cannot_read_the_servers_environment(layout: Path) -> None:
+    """N6: /proc/SERVER/environ (and maps) are refused, also as root (no CAP_PERFMON)."""
+    code = (
+        "import os, sys\n"
+        "for name in ('environ', 'maps'):\n"
+        "    try:\n"
+        "        open(f'/proc/{sys.argv[1]}/{name}', 'rb').read()\n"
+        "        print('ok')\n"
+        "    except OSError as error:\n"
+        "        print(error.errno)\n"
+    )
+    policy = resolve_containment("workspace")
+    outcome, out, _ = await run(
+        PosixLauncher(policy, str(layout)), layout, PYTHON, "-I", "-c", code, str(os.getpid())
+    )
+    assert Outcome.exited(0) == outcome
+    assert ["13", "13"] == out.split()  # EACCES, EACCES
