@@ -392,6 +392,9 @@ def test_the_tools_output_reports_the_rules_the_kernel_offers(
     )
     assert list(expected.enforced) == sandbox["enforced"]
     assert list(expected.missing) == sandbox["missing"]
+    assert (list(expected.filtered) or None) == sandbox["seccomp"]
+    assert list(expected.capabilities) == sandbox["capabilities"]
+    assert "none_held" in sandbox["capabilities"]
     shell = next(t for t in document["tools"] if t["name"] == "shell")
     assert expected.sentence is not None
     assert expected.sentence in shell["description"]
@@ -421,7 +424,7 @@ def test_each_abi_reports_every_rule_once_as_enforced_or_missing(abi: int) -> No
         assert ((), tuple(names)) == (policy.enforced, policy.missing)
         assert policy.sentence is None
         return
-    strict = resolve_containment("workspace", probe=lambda: abi)
+    strict = resolve_containment("workspace", probe=lambda: abi, seccomp_probe=lambda: False)
     assert sorted(names) == sorted(strict.enforced + strict.missing)
     sentence = strict.sentence
     assert sentence is not None
@@ -430,6 +433,12 @@ def test_each_abi_reports_every_rule_once_as_enforced_or_missing(abi: int) -> No
     assert ("signal" in sentence) == (abi >= 6)
     networked = resolve_containment("workspace", allow_network=True, probe=lambda: abi)
     assert not {"tcp_bind", "tcp_connect"} & set(networked.enforced)
+    filtered = resolve_containment("workspace", probe=lambda: abi, seccomp_probe=lambda: True)
+    sentence = filtered.sentence
+    assert sentence is not None
+    assert len(sentence.encode()) <= containment_module.MAXIMUM_SENTENCE_BYTES
+    assert "only UNIX sockets" in sentence
+    assert "TCP" not in sentence
 
 
 def test_a_launcher_refuses_a_contained_policy_without_a_root() -> None:

@@ -22,6 +22,7 @@ from typing import Final, final
 
 from . import _posix_bwrap as _bwrap
 from . import _posix_sandbox as sandbox
+from . import _seccomp as seccomp
 from ._posix_bwrap import Namespaces
 
 SANDBOX_ENVIRONMENT_VARIABLE: Final = "SPICE_AGENT_SANDBOX"
@@ -48,7 +49,7 @@ INTERPRETER_BENEATH_ROOT: Final = (
 )
 AUTO_UNSAFE_ROOT: Final = "warning: {reason}; shell commands run uncontained (--sandbox off)"
 
-NO_SECCOMP: Final = "no seccomp filter in this build"
+NO_SECCOMP: Final = "system calls (no seccomp)"
 NOT_CONTAINED_WITHOUT_NAMESPACES: Final = (
     "without namespaces and a seccomp filter, other processes, TCP through MPTCP, "
     "Fast Open and listen(), UDP, SysV IPC and the keyring stay reachable"
@@ -71,15 +72,6 @@ def unsafe_root(root: str, interpreter: str, prefixes: Sequence[str]) -> str | N
     return None
 
 
-def _seccomp_layer() -> bool:
-    """Whether this build installs a seccomp filter on every contained command.
-
-    The filter (contract 10.1) is a separate module; until it is part of the build
-    this answers ``False`` and ``contained`` relies on the namespaces alone.
-    """
-    return False
-
-
 @final
 @dataclass(frozen=True, slots=True)
 class Containment:
@@ -87,7 +79,9 @@ class Containment:
 
     ``requested`` is what the settings asked for (``auto`` included); ``abi`` is the
     kernel's Landlock ABI (0 without Landlock); ``warning`` is set when ``auto`` fell
-    back to ``off``.
+    back to ``off``. ``seccomp`` says whether this machine can install the filter of
+    ``_seccomp`` (a known architecture and a kernel with seccomp filters); a contained
+    command gets it where it can, and never holds a capability.
     """
 
     mode: str
@@ -127,6 +121,25 @@ class Containment:
         return sandbox.enforced_rules(self.abi, self.allow_network) if self.confined else ()
 
     @property
+    def layers(self) -> int:
+        """The supervisor's ``LAYER_*`` bits besides Landlock (0 when not confined).
+
+        ``PRIVATE_IPC`` with namespaces: the command has its own IPC namespace, so the
+        filter leaves SysV IPC open there.
+        """
+        if not self.confined:
+            return 0
+        bits = sandbox.LAYER_CAPABILITIES | (sandbox.LAYER_SECCOMP if self.seccomp else 0)
+        return bits | (sandbox.PRIVATE_IPC if self.namespaces.made else 0)
+
+    @property
+    def filtered(self) -> tuple[str, ...]:
+        """The seccomp filter's rules applied to every command (empty without it)."""
+        if not self.layers & sandbox.LAYER_SECCOMP:
+            return ()
+        return seccomp.rules(self.allow_network, private_ipc=self.namespaces.made)
+
+    @property
     def missing(self) -> tuple[str, ...]:
         """The rules this kernel's Landlock ABI lacks (all of them without Landlock)."""
         return sandbox.missing_rules(self.abi)
@@ -136,15 +149,21 @@ class Containment:
         """What the sandbox confines and what not, for the shell's description."""
         if not self.confined:
             return None
-        places = "$TMPDIR (private, removed after the call)"
+        places = "a private $TMPDIR"
         if self.namespaces.made:
             places += ", a private /dev/shm"
         extra = ", ".join(self.allow_write)
         if extra:
             places += f", {extra}"
         if self.contained:
-            net = "the host's network" if self.allow_network else "no network"
-            isolation = f"; they have {net}, no capabilities, cannot see or signal other processes"
+            if self.allow_network:
+                net = "use the host's network"
+            elif "sockets_unix_only" in self.filtered:
+                net = "open only UNIX sockets (no network)"
+            else:
+                net = "reach no network"
+            others = "see or signal" if self.namespaces.made else "signal or trace"
+            isolation = f"; may {net}, hold no capabilities, cannot {others} other processes"
         else:
             rules = set(self.enforced)
             parts = []
@@ -157,8 +176,8 @@ class Containment:
         text = (
             "Sandbox: the program and its children may write only beneath the worktree "
             f"root, {places} and /dev/null-like devices{isolation}. Not confined: reads; "
-            "files hard-linked into the worktree; .git/config, hooks and build files (run "
-            "later, outside). A write elsewhere fails with a permission error: do not retry it."
+            "hard-linked files; .git/config, hooks, build files (run later, outside). "
+            "A write elsewhere fails with a permission error: do not retry it."
         )
         if len(text.encode()) > MAXIMUM_SENTENCE_BYTES and extra:
             return text.replace(f", {extra}", ", the --allow-write directories (see tools)")
@@ -166,21 +185,6 @@ class Containment:
 
     def report(self) -> dict[str, object]:
         """The ``sandbox`` object of the ``tools`` output: each layer, and what is open."""
-        not_confined = [
-            "reads",
-            "execution",
-            "file metadata (chmod, chown, utimes, xattrs)",
-            "a file hard-linked into the worktree (the same file outside it)",
-            "changes to .git/config, hooks and build files that run later outside",
-        ]
-        if self.confined and self.namespaces.made and not self.allow_network:
-            not_confined.append("named UNIX sockets outside /run (in /tmp or a home directory)")
-        else:
-            not_confined.append("connections to existing named UNIX sockets (Docker, D-Bus)")
-        if self.confined and not self.contained:
-            not_confined.append(NOT_CONTAINED_WITHOUT_NAMESPACES)
-        if self.confined and self.allow_network:
-            not_confined.append("the network (--allow-network)")
         return {
             "mode": self.mode,
             "requested": self.requested,
@@ -190,6 +194,8 @@ class Containment:
             "network": "denied" if self.confined and not self.allow_network else "allowed",
             "enforced": list(self.enforced),
             "missing": list(self.missing),
+            "seccomp": list(self.filtered) if self.filtered else None,
+            "capabilities": list(self.capabilities),
             "allow_write": list(self.allow_write),
             "layers": {
                 "namespaces": (
@@ -198,17 +204,46 @@ class Containment:
                     else {"made": False, "reason": self.namespaces.reason or "sandbox off"}
                 ),
                 "landlock": {"abi": self.abi, "rules": list(self.enforced)},
-                "seccomp": self.seccomp if self.confined else False,
-                "capabilities": (
-                    "none (dropped by bwrap)"
-                    if self.confined and self.namespaces.made
-                    else "dropped by the seccomp layer"
-                    if self.confined and self.seccomp
-                    else "not dropped"
-                ),
+                "seccomp": bool(self.filtered),
+                "capabilities": list(self.capabilities),
             },
-            "not_confined": not_confined if self.confined else ["everything"],
+            "not_confined": self.not_confined,
         }
+
+    @property
+    def capabilities(self) -> tuple[str, ...]:
+        """What a command holds of capabilities: ``none`` held and how (empty when off)."""
+        if not self.confined:
+            return ()
+        if self.namespaces.made:
+            return ("none_held", "bounding_set_empty", "user_namespace")
+        if sandbox.can_empty_bounding_set():
+            return ("none_held", "bounding_set_empty", "securebits_locked")
+        return ("none_held", "no_new_privs")
+
+    @property
+    def not_confined(self) -> list[str]:
+        """What the sandbox leaves open, for the ``tools`` report."""
+        if not self.confined:
+            return ["everything"]
+        kept = [
+            "reads",
+            "execution",
+            "file metadata (chmod, chown, utimes, xattrs)",
+            "a file hard-linked into the worktree (the same file outside it)",
+            "changes to .git/config, hooks and build files that run later outside",
+        ]
+        if self.namespaces.made and not self.allow_network:
+            kept.append("named UNIX sockets outside /run (in /tmp or a home directory)")
+        else:
+            kept.append("connections to existing named UNIX sockets (Docker, D-Bus)")
+        if not self.contained:
+            kept.append(NOT_CONTAINED_WITHOUT_NAMESPACES)
+        if not self.filtered:
+            kept.append(NO_SECCOMP)
+        if self.allow_network:
+            kept.append("the network (--allow-network)")
+        return kept
 
 
 OFF: Final = Containment(DISABLED)
@@ -234,15 +269,16 @@ def resolve_containment(
     root: str | None = None,
     allow_write: Sequence[str] = (),
     namespaces: Callable[[str], Namespaces] | None = None,
+    seccomp_probe: Callable[[], bool] | None = None,
 ) -> Containment:
     """The effective ``Containment`` for ``mode`` on this kernel and worktree ``root``.
 
-    ``probe`` answers the Landlock ABI (0 = none); by default the real kernel is asked.
-    ``mode`` is a value of ``MODES`` (the settings parsed the text). ``namespaces``
-    finds and probes ``bwrap`` (``_posix_bwrap.resolve_namespaces``); without a ``root`` no
-    namespaces are tried. Raises ``ContainmentUnavailable`` for ``workspace`` without
-    Landlock, with a root of ``/`` or one holding the server's interpreter, and
-    ``ValueError`` for anything else.
+    ``probe`` answers the Landlock ABI (0 = none), ``seccomp_probe`` whether the filter
+    can be installed; by default the real kernel is asked. ``mode`` is a value of
+    ``MODES`` (the settings parsed the text). ``namespaces`` finds and probes ``bwrap``
+    (``_posix_bwrap.resolve_namespaces``); without a ``root`` no namespaces are tried.
+    Raises ``ContainmentUnavailable`` for ``workspace`` without Landlock, with a root of
+    ``/`` or one holding the server's interpreter, and ``ValueError`` for anything else.
     """
     if mode not in MODES:
         raise ValueError("the sandbox mode must be one of auto, workspace, off")
@@ -258,7 +294,7 @@ def resolve_containment(
             DISABLED, requested, abi, allow_network, AUTO_WITHOUT_LANDLOCK, allow_write=writes
         )
     if root is not None:
-        reason = unsafe_root(root, os.path.realpath(sys.executable), (sys.prefix, sys.base_prefix))
+        reason = unsafe_root(root, os.path.realpath(sys.executable), (sys.base_prefix,))
         if reason is not None:
             if requested == WORKSPACE:
                 raise ContainmentUnavailable(reason)
@@ -269,6 +305,14 @@ def resolve_containment(
         if root is None
         else (_bwrap.resolve_namespaces if namespaces is None else namespaces)(root)
     )
+    filtered = (seccomp.available if seccomp_probe is None else seccomp_probe)()
     return Containment(
-        WORKSPACE, requested, abi, allow_network, None, made, writes, _seccomp_layer()
+        WORKSPACE,
+        requested,
+        abi,
+        allow_network,
+        None,
+        seccomp=filtered,
+        namespaces=made,
+        allow_write=writes,
     )

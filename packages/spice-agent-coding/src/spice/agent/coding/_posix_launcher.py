@@ -111,6 +111,10 @@ SUPERVISOR_SOURCE: Final = _read_source(SUPERVISOR_PATH)
 """The supervisor's code, read once when the server starts (contract 10.1): every call
 runs it compiled from a sealed memory file, never again from a path a command could write."""
 
+SECCOMP_PATH: Final = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_seccomp.py")
+SECCOMP_SOURCE: Final = _read_source(SECCOMP_PATH)
+"""The seccomp module the supervisor imports, read once at start with the supervisor."""
+
 _SEALS: Final = (
     getattr(fcntl, "F_SEAL_SEAL", 0)
     | getattr(fcntl, "F_SEAL_SHRINK", 0)
@@ -124,9 +128,14 @@ _code: list[int] = []
 def _code_fd() -> int:
     """The sealed, close-on-exec memory file holding the supervisor's compiled code."""
     if not _code:
-        if SUPERVISOR_SOURCE is None:
+        if SUPERVISOR_SOURCE is None or SECCOMP_SOURCE is None:
             raise OSError("the supervisor's code is unavailable")
-        data = marshal.dumps(compile(SUPERVISOR_SOURCE, SUPERVISOR_PATH, "exec"))
+        data = marshal.dumps(
+            (
+                ("_seccomp", compile(SECCOMP_SOURCE, SECCOMP_PATH, "exec")),
+                ("__main__", compile(SUPERVISOR_SOURCE, SUPERVISOR_PATH, "exec")),
+            )
+        )
         fd = os.memfd_create("spice-supervisor", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
         _write_all(fd, data)
         fcntl.fcntl(fd, fcntl.F_ADD_SEALS, _SEALS)
@@ -173,6 +182,7 @@ def _supervisor_available() -> bool:
         and bool(INTERPRETER)
         and hasattr(os, "memfd_create")
         and SUPERVISOR_SOURCE is not None
+        and SECCOMP_SOURCE is not None
     )
 
 
@@ -680,6 +690,7 @@ class _Report:
         self.start_known = asyncio.Event()
         self.command: Outcome | None = None
         self.tree_gone = False
+        self.layers = 0
 
     def listen(self) -> None:
         if self._fd is not None:
@@ -712,6 +723,7 @@ class _Report:
 
     def _take(self, kind: int, value: int) -> None:
         if kind == sandbox.REPORT_STARTED and self.start is _Start.UNKNOWN:
+            self.layers = value  # the LAYER_* bits the command was started under
             self._heard(_Start.STARTED)
         elif kind == sandbox.REPORT_FAILED and self.start is _Start.UNKNOWN:
             self._heard(_Start.FAILED)
@@ -771,6 +783,16 @@ class PosixProcess:
     def supervised(self) -> bool:
         """Whether a per-call supervisor leads the group (and owns the command's tree)."""
         return self._report is not None
+
+    @property
+    def layers(self) -> int:
+        """The ``LAYER_*`` bits of ``_posix_sandbox`` the command was started under.
+
+        What the supervisor's child applied before ``execve`` (Landlock, seccomp,
+        capabilities), as its start report says; 0 before the start is known and
+        without a supervisor.
+        """
+        return 0 if self._report is None else self._report.layers
 
     @property
     def cleanup_completed(self) -> bool:
@@ -1203,6 +1225,7 @@ class PosixLauncher:
                 [os.fsencode(argument) for argument in spec.arguments],
                 [os.fsencode(entry) for entry in environment],
                 b"" if temporary is None else os.fsencode(temporary),
+                self._containment.layers if confined else 0,
                 [os.fsencode(argument) for argument in wrapper],
             )
             memory = os.memfd_create("spice-command", os.MFD_CLOEXEC)

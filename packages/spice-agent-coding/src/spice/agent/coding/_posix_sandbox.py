@@ -1,13 +1,14 @@
 """Linux Landlock and process-lifetime primitives, and the per-call supervisor.
 
-Standard library only and free of package imports, on purpose: besides being imported
-by the application (the ABI probe, ``prctl``), this module's code is run by the
-launcher once per command, ``python -I -S -c BOOTSTRAP CODE_FD SPEC_FD REPORT_FD``:
-compiled once when the server started and kept in a sealed memory file (``CODE_FD``),
-never read again from a path a command could write (contract 10.1). That process, the
-*supervisor*, is single-threaded, so it may run Python between ``fork`` and ``exec``
-without the deadlocks that ``preexec_fn`` risks in the threaded server (see
-``docs/decisions.md``). It:
+Standard library only and free of package imports but its sibling ``_seccomp`` (held
+to the same rule), on purpose: besides being imported by the application (the ABI
+probe, ``prctl``), this module's code is run by the launcher once per command,
+``python -I -S -c BOOTSTRAP CODE_FD SPEC_FD REPORT_FD``: both modules compiled once when
+the server started and kept in a sealed memory file (``CODE_FD``), never read again
+from a path a command could write (contract 10.1). That process, the *supervisor*, is
+single-threaded, so it may run Python between ``fork`` and ``exec`` without the
+deadlocks that ``preexec_fn`` risks in the threaded server (see ``docs/decisions.md``).
+It:
 
 1. reads the command (executable, argv, environment) and the policy from the
    memory file ``SPEC_FD`` (never from its argv or environment, which other users
@@ -16,14 +17,16 @@ without the deadlocks that ``preexec_fn`` risks in the threaded server (see
    becomes a child subreaper (every orphan of the call's tree is reparented to it)
    and makes itself non-dumpable;
 3. without namespaces builds the Landlock ruleset, forks, and in the child sets
-   ``PR_SET_PDEATHSIG(SIGKILL)``, ``no_new_privs`` and ``landlock_restrict_self``
-   before it ``execve``\\s the command (so the command's domain does not include the
+   ``PR_SET_PDEATHSIG(SIGKILL)``, ``no_new_privs`` and ``landlock_restrict_self``, drops
+   every capability and installs the seccomp filter (``_seccomp``) before it
+   ``execve``\\s the command (so the command's domain does not include the
    supervisor, which the command therefore cannot signal); with namespaces the child
    ``execve``\\s ``bwrap`` instead, which runs the *inner stage* (this code again,
-   ``inner SPEC_FD DEV:INO``): Landlock inside the new mount namespace, then the command;
-4. reports on ``REPORT_FD``, two bytes a record: ``S`` started, ``F`` could not start,
-   ``X``+code exited, ``K``+signal killed, ``D`` the whole tree is gone, ``L`` the
-   sweep's bound ran out with processes left;
+   ``inner SPEC_FD DEV:INO``): the same layers inside the new namespaces, then the command;
+4. reports on ``REPORT_FD``, two bytes a record: ``S`` started (with the ``LAYER_*``
+   bits the command was put under: Landlock, seccomp, capabilities), ``F`` could not
+   start, ``X``+code exited, ``K``+signal killed, ``D`` the whole tree is gone, ``R``
+   the sweep's bound ran out with processes remaining;
 5. forwards a stop (``SIGTERM``) to the command when the command has left the group,
    and on ``SIGHUP`` (the server's "end now", or the server's death) ends the whole
    subtree, round after round (each round freezes every descendant with ``SIGSTOP``,
@@ -35,10 +38,16 @@ without the deadlocks that ``preexec_fn`` risks in the threaded server (see
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import signal
 import sys
 import time
+
+if __package__:
+    from . import _seccomp as seccomp
+else:  # the supervisor: ``BOOTSTRAP`` put the module, compiled at start, in sys.modules
+    import _seccomp as seccomp  # type: ignore[import-not-found,no-redef]
 
 # Every command pays this module's imports (the supervisor's start): ``typing``,
 # ``collections.abc`` and ``contextlib`` are left out at run time (annotations are strings).
@@ -75,6 +84,12 @@ PR_SET_PDEATHSIG: Final = 1
 PR_SET_DUMPABLE: Final = 4
 PR_SET_CHILD_SUBREAPER: Final = 36
 PR_SET_NO_NEW_PRIVS: Final = 38
+PR_CAPBSET_READ: Final = 23
+PR_CAPBSET_DROP: Final = 24
+PR_GET_SECUREBITS: Final = 27
+PR_SET_SECUREBITS: Final = 28
+PR_CAP_AMBIENT: Final = 47
+PR_CAP_AMBIENT_CLEAR_ALL: Final = 4
 
 # -- Landlock (include/uapi/linux/landlock.h) --------------------------------------------
 
@@ -149,8 +164,6 @@ DEVICES: Final = (
 """Character devices (and the pts directory) a contained command may write to."""
 
 _DEVICE_ACCESS: Final = FS_WRITE_FILE | FS_TRUNCATE | FS_IOCTL_DEV
-_DEVICE_NODES: Final = FS_MAKE_CHAR | FS_MAKE_BLOCK
-"""Never granted anywhere (contract 10.1): a device node made by root reaches any disk."""
 
 
 def handled_fs(abi: int) -> int:
@@ -203,9 +216,9 @@ def _checked(result: int) -> int:
     return result
 
 
-def prctl(option: int, value: int) -> None:
-    """``prctl(option, value, 0, 0, 0)``; raises ``OSError`` on failure."""
-    _checked(
+def prctl(option: int, value: int) -> int:
+    """``prctl(option, value, 0, 0, 0)``, its result; raises ``OSError`` on failure."""
+    return _checked(
         _c().prctl(
             ctypes.c_int(option),
             ctypes.c_ulong(value),
@@ -281,12 +294,14 @@ def build_ruleset(abi: int, writable: Sequence[bytes], allow_network: bool) -> i
     """A ruleset fd: writes only beneath ``writable`` and to ``DEVICES``; TCP unless allowed.
 
     Every write-ish right of ``abi`` is handled; reads and execution are not handled, so
-    they stay allowed everywhere. From ABI 4 TCP bind and connect are handled with no
-    rule (denied) unless ``allow_network``; from ABI 6 signals and abstract UNIX sockets
-    are scoped to the domain. The fd is close-on-exec (the kernel makes it so). Raises
-    ``OSError`` when the kernel refuses a step or a ``writable`` path is missing.
+    they stay allowed everywhere. Making a character or block device is granted nowhere.
+    From ABI 4 TCP bind and connect are handled with no rule (denied) unless
+    ``allow_network``; from ABI 6 signals and abstract UNIX sockets are scoped to the
+    domain. The fd is close-on-exec (the kernel makes it so). Raises ``OSError`` when
+    the kernel refuses a step or a ``writable`` path is missing.
     """
     handled = handled_fs(abi)
+    granted = handled & ~(FS_MAKE_CHAR | FS_MAKE_BLOCK)  # no device nodes anywhere (N6)
     attribute = _RulesetAttr(handled, 0, 0)
     if abi >= 4 and not allow_network:
         attribute.handled_access_net = NET_BIND_TCP | NET_CONNECT_TCP
@@ -300,7 +315,7 @@ def build_ruleset(abi: int, writable: Sequence[bytes], allow_network: bool) -> i
     )
     try:
         for path in writable:
-            _add_path_rule(ruleset, path, handled & ~_DEVICE_NODES, required=True)
+            _add_path_rule(ruleset, path, granted, required=True)
         for device in DEVICES:
             _add_path_rule(ruleset, device, _DEVICE_ACCESS & handled, required=False)
     except BaseException:
@@ -361,6 +376,144 @@ def descendants(pid: int) -> list[int]:
             found.append(child)
             pending.append(child)
     return found
+
+
+# -- capabilities (include/uapi/linux/capability.h, securebits.h) -----------------------
+
+CAP_SETPCAP: Final = 8
+_CAPABILITY_VERSION_3: Final = 0x20080522
+_CAPABILITY_WORDS: Final = 2
+MAXIMUM_CAPABILITY: Final = 63
+"""The bounding set's drop loop stops here at the latest (``EINVAL`` ends it earlier)."""
+
+SECBIT_NOROOT: Final = 1 << 0
+SECBIT_NOROOT_LOCKED: Final = 1 << 1
+SECBIT_NO_SETUID_FIXUP: Final = 1 << 2
+SECBIT_NO_SETUID_FIXUP_LOCKED: Final = 1 << 3
+SECBIT_KEEP_CAPS_LOCKED: Final = 1 << 5
+SECBIT_NO_CAP_AMBIENT_RAISE: Final = 1 << 6
+SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED: Final = 1 << 7
+SECURE_BITS: Final = (
+    SECBIT_NOROOT
+    | SECBIT_NOROOT_LOCKED
+    | SECBIT_NO_SETUID_FIXUP
+    | SECBIT_NO_SETUID_FIXUP_LOCKED
+    | SECBIT_KEEP_CAPS_LOCKED
+    | SECBIT_NO_CAP_AMBIENT_RAISE
+    | SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED
+)
+"""Root gains nothing at ``execve``, and none of it can be undone (``KEEP_CAPS`` off)."""
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = (("version", ctypes.c_uint32), ("pid", ctypes.c_int))
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = (
+        ("effective", ctypes.c_uint32),
+        ("permitted", ctypes.c_uint32),
+        ("inheritable", ctypes.c_uint32),
+    )
+
+
+def capability_sets() -> tuple[int, int, int]:
+    """This thread's effective, permitted and inheritable sets (``capget``)."""
+    header = _CapHeader(_CAPABILITY_VERSION_3, 0)
+    data = (_CapData * _CAPABILITY_WORDS)()
+    _checked(int(_c().capget(ctypes.byref(header), data)))
+    low, high = data[0], data[1]
+    return (
+        int(low.effective) | int(high.effective) << 32,
+        int(low.permitted) | int(high.permitted) << 32,
+        int(low.inheritable) | int(high.inheritable) << 32,
+    )
+
+
+def _bounding_set_empty() -> bool:
+    for capability in range(MAXIMUM_CAPABILITY + 1):
+        try:
+            if prctl(PR_CAPBSET_READ, capability):
+                return False
+        except OSError:  # EINVAL: past the kernel's last capability
+            return True
+    return True
+
+
+def can_empty_bounding_set() -> bool:
+    """Whether this process may empty the bounding set and lock the securebits."""
+    return bool(capability_sets()[0] >> CAP_SETPCAP & 1)
+
+
+def drop_capabilities() -> int:
+    """Hold no capability, now and after ``execve``; the ``LAYER_*`` bits achieved.
+
+    With ``CAP_SETPCAP`` (root): ``SECURE_BITS`` set and locked, then every capability
+    dropped from the bounding set (``LAYER_BOUNDING``). Always: the ambient set cleared and
+    the effective, permitted and inheritable sets emptied (``LAYER_CAPABILITIES``),
+    checked after the fact. Without ``CAP_SETPCAP`` the bounding set cannot be changed;
+    ``no_new_privs`` (set before) keeps ``execve`` from granting anything.
+    Raises ``OSError`` when a step the process may take fails.
+    """
+    achieved = 0
+    if can_empty_bounding_set():
+        prctl(PR_SET_SECUREBITS, SECURE_BITS)
+        for capability in range(MAXIMUM_CAPABILITY + 1):
+            try:
+                prctl(PR_CAPBSET_DROP, capability)
+            except OSError as error:
+                if error.errno != errno.EINVAL:
+                    raise
+                break
+        if prctl(PR_GET_SECUREBITS, 0) != SECURE_BITS:
+            raise OSError(errno.EINVAL, "securebits")
+        if not _bounding_set_empty():
+            raise OSError(errno.EINVAL, "bounding set")
+        achieved |= LAYER_BOUNDING
+    prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL)
+    header = _CapHeader(_CAPABILITY_VERSION_3, 0)
+    data = (_CapData * _CAPABILITY_WORDS)()
+    _checked(int(_c().capset(ctypes.byref(header), data)))
+    if capability_sets() != (0, 0, 0):
+        raise OSError(errno.EINVAL, "capabilities")
+    return achieved | LAYER_CAPABILITIES
+
+
+# -- the layers a command is put under ---------------------------------------------------
+
+LAYER_LANDLOCK: Final = 1 << 0
+LAYER_SECCOMP: Final = 1 << 1
+LAYER_CAPABILITIES: Final = 1 << 2
+"""No capability held: effective, permitted, inheritable and ambient sets empty."""
+LAYER_BOUNDING: Final = 1 << 3
+"""The bounding set empty and ``SECURE_BITS`` locked (needs ``CAP_SETPCAP``: root)."""
+PRIVATE_IPC: Final = 1 << 7
+"""Not a layer: the command has an IPC namespace of its own, so the filter allows SysV IPC."""
+_REQUESTABLE: Final = LAYER_SECCOMP | LAYER_CAPABILITIES
+
+
+def apply_layers(ruleset: int | None, requested: int, allow_network: bool) -> int:
+    """Put this process under Landlock (``ruleset``), then the ``requested`` layers.
+
+    Landlock first (it sets ``no_new_privs``), then capabilities, then the seccomp
+    filter (last: nothing after it needs a refused call). Returns the ``LAYER_*`` bits
+    applied; raises ``OSError`` (or ``seccomp.Unsupported``) when a requested layer
+    cannot be applied, so the caller never runs the command without it.
+    """
+    applied = 0
+    if ruleset is not None:
+        restrict_self(ruleset)
+        applied |= LAYER_LANDLOCK
+    if requested & LAYER_CAPABILITIES:
+        prctl(PR_SET_NO_NEW_PRIVS, 1)
+        applied |= drop_capabilities()
+    if requested & LAYER_SECCOMP:
+        program = seccomp.build(os.getpid(), allow_network, bool(requested & PRIVATE_IPC))
+        seccomp.install(program)
+        applied |= LAYER_SECCOMP
+    if requested & _REQUESTABLE & ~applied:
+        raise OSError(errno.EPERM, "a requested layer was not applied")
+    return applied
 
 
 def children(pid: int) -> list[int]:
@@ -486,7 +639,8 @@ REPORT_FAILED: Final = ord("F")
 REPORT_EXITED: Final = ord("X")
 REPORT_KILLED: Final = ord("K")
 REPORT_DONE: Final = ord("D")
-REPORT_LEFT: Final = ord("L")
+_LAYERS_RECORD: Final = ord("L")
+REPORT_REMAINING: Final = ord("R")
 """The sweep's bound ran out with processes of the call still alive (never ``D`` then)."""
 
 BOOTSTRAP: Final = (
@@ -496,10 +650,16 @@ BOOTSTRAP: Final = (
     "d = b''\n"
     "while c := os.pread(f, 1 << 20, len(d)):\n"
     "    d += c\n"
-    "exec(marshal.loads(d), {'__name__': '__main__', 'SPICE_CODE_FD': f})\n"
+    "*helpers, main = marshal.loads(d)\n"
+    "for name, code in helpers:\n"
+    "    m = type(sys)(name)\n"
+    "    exec(code, m.__dict__)\n"
+    "    sys.modules[name] = m\n"
+    "exec(main[1], {'__name__': '__main__', 'SPICE_CODE_FD': f})\n"
 )
-"""What ``python -I -S -c`` runs: this module's code, compiled once by the server at start
-and kept in a sealed memory file (the descriptor is ``argv[1]``), never read from a path."""
+"""What ``python -I -S -c`` runs: ``_seccomp`` and this module, compiled once by the server
+at start and kept in a sealed memory file (the descriptor is ``argv[1]``) as marshalled
+``(name, code)`` pairs, the supervisor last; nothing is read from a path."""
 
 CODE_FD_GLOBAL: Final = "SPICE_CODE_FD"
 """The global through which ``BOOTSTRAP`` hands the code's descriptor to this module."""
@@ -521,14 +681,18 @@ def encode_spec(
     arguments: Sequence[bytes],
     environment: Sequence[bytes],
     temporary: bytes = b"",
+    layers: int = 0,
     wrapper: Sequence[bytes] = (),
 ) -> bytes:
     """The supervisor's input: NUL-separated fields (none of them may contain NUL).
 
     ``abi`` 0 means no Landlock (mode ``off``); ``writable`` is then ignored.
     ``temporary`` is the call's private TMPDIR, which the supervisor removes itself
-    when the server dies (otherwise the server's join does). ``wrapper`` is the
-    ``bwrap`` argv (ending in ``--``) of the namespace path, empty without namespaces.
+    when the server dies (otherwise the server's join does). ``layers`` are the
+    ``LAYER_SECCOMP``/``LAYER_CAPABILITIES`` bits (and ``PRIVATE_IPC``) the command
+    must be put under besides Landlock; the start fails when one cannot be applied.
+    ``wrapper`` is the ``bwrap`` argv (ending in ``--``) of the namespace path, empty
+    without namespaces.
     """
     fields = [
         SPEC_VERSION,
@@ -536,6 +700,7 @@ def encode_spec(
         str(abi).encode(),
         b"1" if allow_network else b"0",
         temporary,
+        str(layers).encode(),
         str(len(writable)).encode(),
         *writable,
         str(len(wrapper)).encode(),
@@ -555,6 +720,7 @@ class _Spec:
         "arguments",
         "environment",
         "executable",
+        "layers",
         "server",
         "temporary",
         "wrapper",
@@ -569,9 +735,10 @@ class _Spec:
         self.abi = int(fields[2])
         self.allow_network = fields[3] == b"1"
         self.temporary = fields[4]
-        count = int(fields[5])
-        self.writable = fields[6 : 6 + count]
-        rest = fields[6 + count :]
+        self.layers = int(fields[5])
+        count = int(fields[6])
+        self.writable = fields[7 : 7 + count]
+        rest = fields[7 + count :]
         wrapper_count = int(rest[0])
         self.wrapper = rest[1 : 1 + wrapper_count]
         rest = rest[1 + wrapper_count :]
@@ -597,14 +764,6 @@ def _report(fd: int, kind: int, value: int = 0) -> None:
         os.write(fd, bytes((kind, value & 0xFF)))
 
 
-def confine_command(spec: _Spec) -> None:
-    """The per-command confinement beside Landlock (seccomp, capabilities): the hook.
-
-    Called right after ``restrict_self`` (``no_new_privs`` is set), in the forked child
-    without namespaces and in the inner stage with them, just before ``execve``.
-    """
-
-
 def _child(
     spec: _Spec,
     ruleset: int | None,
@@ -615,8 +774,11 @@ def _child(
 ) -> NoReturn:
     """In the forked child: the command's last preparations, then ``execve``.
 
-    With namespaces it ``execve``\\s ``bwrap`` instead, which runs the inner stage (this
-    module's source, read by the server at start) on the same spec descriptor.
+    On ``status`` the child writes ``L`` and the ``LAYER_*`` bits it applied just before
+    ``execve`` (close-on-exec, so a start ends the pipe), or ``F`` when it cannot start.
+    With namespaces it ``execve``\\s ``bwrap`` instead, and says the layers the inner
+    stage (this code again, on the same spec descriptor) applies before the command, or
+    it does not start the command at all.
     """
     try:
         for number in (signal.SIGPIPE, signal.SIGXFSZ):
@@ -632,12 +794,13 @@ def _child(
             here = os.stat(".")  # the held workdir: bwrap enters it again by its name
             inner = [sys.executable, "-I", "-S", "-c", BOOTSTRAP, str(code), INNER, str(spec_fd)]
             inner.append(f"{here.st_dev}:{here.st_ino}")
+            promised = spec.layers & _REQUESTABLE | (LAYER_LANDLOCK if spec.abi > 0 else 0)
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+            os.write(status, bytes((_LAYERS_RECORD, promised)))
             os.execve(spec.wrapper[0], [*spec.wrapper, *map(os.fsencode, inner)], {})  # noqa: S606
-        if ruleset is not None:
-            restrict_self(ruleset)
-            confine_command(spec)
+        applied = apply_layers(ruleset, spec.layers, spec.allow_network)
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        os.write(status, bytes((_LAYERS_RECORD, applied)))
         os.execve(spec.executable, spec.arguments, spec.environment)  # noqa: S606 - the point
     except BaseException:  # noqa: BLE001 - any failure here means "not started"
         with _suppress(OSError):
@@ -660,11 +823,10 @@ def inner(spec_fd: int, workdir: str) -> NoReturn:
         here = os.stat(".")
         if f"{here.st_dev}:{here.st_ino}" != workdir:
             raise OSError("the working directory changed")  # noqa: TRY301 - one path out
+        ruleset = None
         if spec.abi > 0:
             ruleset = build_ruleset(spec.abi, [*spec.writable, SHARED_MEMORY], spec.allow_network)
-            restrict_self(ruleset)
-            os.close(ruleset)
-            confine_command(spec)
+        apply_layers(ruleset, spec.layers, spec.allow_network)
         os.execve(spec.executable, spec.arguments, spec.environment)  # noqa: S606 - the point
     except BaseException:  # noqa: BLE001 - any failure here means "not started"
         with _suppress(OSError):
@@ -760,7 +922,7 @@ class _Supervisor:
                 break
         emptied = self.sweep()
         self.remove_temporary()
-        _report(self.report, REPORT_DONE if emptied else REPORT_LEFT)
+        _report(self.report, REPORT_DONE if emptied else REPORT_REMAINING)
         self.mirror()
 
     def remove_temporary(self) -> None:
@@ -812,7 +974,8 @@ def supervise(spec_fd: int, report: int) -> NoReturn:
 
     Until the fork nothing of the command exists: any failure there is reported ``F``
     (the server then knows nothing was started). After it, only the command's own
-    start word (its status pipe closing on ``exec``) says whether it started.
+    start word says whether it started: ``L`` and the layers it applied, then its
+    status pipe closing on ``exec``.
     """
     os.set_inheritable(report, False)  # noqa: FBT003 - os's positional-only flag
     try:
@@ -830,16 +993,16 @@ def supervise(spec_fd: int, report: int) -> NoReturn:
     os.close(spec_fd)
     if ruleset is not None:
         os.close(ruleset)
-    failed = os.read(status_read, 1)
+    said = _read_all(status_read)
     os.close(status_read)
     supervisor = _Supervisor(spec, report)
     supervisor.command = command
-    if failed:
+    if len(said) != 2 or said[0] != _LAYERS_RECORD:  # "F", or "L" then "F": not started
         with _suppress(ChildProcessError):
             os.waitpid(command, 0)
         _report(report, REPORT_FAILED)
         os._exit(_CANNOT_START)
-    _report(report, REPORT_STARTED)
+    _report(report, REPORT_STARTED, said[1])
     # The command holds the pipes now; ours would keep them open after it exits.
     null = os.open("/dev/null", os.O_RDWR)
     for fd in (0, 1, 2):
