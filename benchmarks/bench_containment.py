@@ -1,9 +1,11 @@
 """Section "containment": what the contained shell costs a command (issue 14).
 
-Three ways to run the same command, sampled in rotation: the floor (a direct
+Four ways to run the same command, sampled in rotation: the floor (a direct
 ``subprocess.run`` of it), ``PosixLauncher`` with the sandbox off (the per-call
-supervisor alone: subreaper, parent-death signal, sweep), and ``PosixLauncher`` in
-``workspace`` mode (the supervisor plus the Landlock ruleset and a private TMPDIR).
+supervisor alone: subreaper, parent-death signal, sweep), ``workspace`` without
+namespaces (the supervisor plus Landlock, the seccomp filter, the capability drop and a
+private TMPDIR), and ``workspace`` with bwrap's namespaces (the same layers applied by
+an inner stage inside them), where the host can make them.
 Commands: ``/bin/true`` (the fixed cost) and the sample worktree's own tests
 (``python3 -m unittest`` in a copy of ``examples/sample-worktree``, as ``make demo``
 runs them). Without Landlock the contained figures say "unavailable" and why.
@@ -104,32 +106,32 @@ async def _measure(settings: Settings, name: str, argv: list[str], cwd: Path) ->
         ),
     ]
     if contained is None:
-        figures.append(unavailable(SECTION, f"{name}: workspace (Landlock)", reason))
+        figures.append(unavailable(SECTION, f"{name}: Landlock + seccomp", reason))
         return figures
     sandboxed = milliseconds(contained_s)
     figures.append(
-        Figure(
-            SECTION, f"{name}: workspace (Landlock)", sandboxed, "floor", "subprocess.run", floor
-        )
+        Figure(SECTION, f"{name}: Landlock + seccomp", sandboxed, "floor", "subprocess.run", floor)
     )
     figures.append(
         Figure(
             SECTION,
-            f"{name}: workspace beside off",
+            f"{name}: Landlock + seccomp beside off",
             sandboxed,
             "peer",
             "sandbox off",
             uncontained,
-            notes=("the cost of Landlock and the TMPDIR alone",),
+            notes=("the cost of Landlock, seccomp and the TMPDIR",),
         )
     )
     if namespaced is None:
-        figures.append(unavailable(SECTION, f"{name}: namespaces + Landlock", "no namespaces"))
+        figures.append(
+            unavailable(SECTION, f"{name}: namespaces + Landlock + seccomp", "no namespaces")
+        )
         return figures
     figures.append(
         Figure(
             SECTION,
-            f"{name}: namespaces + Landlock beside off",
+            f"{name}: namespaces + Landlock + seccomp beside off",
             milliseconds(namespaced_s),
             "peer",
             "sandbox off",
@@ -140,7 +142,7 @@ async def _measure(settings: Settings, name: str, argv: list[str], cwd: Path) ->
     figures.append(
         Figure(
             SECTION,
-            f"{name}: namespaces + Landlock",
+            f"{name}: namespaces + Landlock + seccomp",
             milliseconds(namespaced_s),
             "floor",
             "subprocess.run",
