@@ -44,8 +44,9 @@ from spice.agent.tool import (
 
 from ._arguments import ArgumentError, decode_object, take_integer, take_string
 from ._config import Config
+from ._platform import clean_path, open_regular, pread
 from ._results import attach, failure, report_progress
-from ._root import PathError, clean_path, open_beneath, open_cached_regular, open_root
+from ._root import PathError, open_cached_regular
 from ._settling import deliver_cancellation, settle
 
 NAME: Final = "read"
@@ -180,14 +181,6 @@ class _Read:
             return failure(
                 call, "invalid_arguments", "this call names another tool", _STATE, _RETRY
             )
-        if os.name == "nt":
-            return failure(
-                call,
-                "unsupported_platform",
-                "read is not yet supported on Windows",
-                _STATE,
-                _RETRY,
-            )
         try:
             request = _decode(call.arguments, self._config)
         except (ArgumentError, PathError) as error:
@@ -296,11 +289,7 @@ def _read_page(root: str, request: _Request, call_id: str) -> Result | _Failure:
     A page's answer is built here, encoded once (see ``_shape``).
     """
     try:
-        root_fd = open_root(root)
-        try:
-            fd = open_beneath(root_fd, request.path, os.O_RDONLY, follow_final=True, regular=True)
-        finally:
-            os.close(root_fd)
+        fd = open_regular(root, request.path)
     except PathError as error:
         return _Failure(error.code, error.message)
     try:
@@ -354,7 +343,7 @@ def _whole_file(fd: int, size: int, limit: int, pread: _Reader) -> bytes | None:
     return data if len(data) <= limit else None
 
 
-def _pread(fd: int, count: int, offset: int, once: _Reader = os.pread) -> bytes:
+def _pread(fd: int, count: int, offset: int, once: _Reader = pread) -> bytes:
     """Read ``count`` bytes at ``offset`` (fewer only at end of file)."""
     chunks: list[bytes] = []
     while count > 0:
