@@ -66,7 +66,7 @@ k = ctypes.WinDLL("kernel32", use_last_error=True)
 k.CreateFileW.restype = ctypes.c_void_p
 k.CreateFileW.argtypes = (ctypes.c_wchar_p, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_void_p,
                           ctypes.c_ulong, ctypes.c_ulong, ctypes.c_void_p)
-h = k.CreateFileW(sys.argv[1], 0x80000000, 0, None, 3, 0, None)  # GENERIC_READ, share 0
+h = k.CreateFileW(sys.argv[1], 0x80000000, int(sys.argv[2]), None, 3, 0, None)  # GENERIC_READ
 if h in (None, ctypes.c_void_p(-1).value):
     print("failed", ctypes.get_last_error(), flush=True)
     sys.exit(1)
@@ -76,11 +76,12 @@ sys.stdin.readline()  # release when the test writes a line (or closes the pipe)
 
 
 class Holder:
-    """A second Windows process holding ``path`` open with share mode 0 until released."""
+    """A second Windows process holding ``path`` open (share mode 0 unless ``share``) until
+    released."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, share: int = 0) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, "-c", HOLDER_SOURCE, str(path)],
+            [sys.executable, "-c", HOLDER_SOURCE, str(path), str(share)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
         )

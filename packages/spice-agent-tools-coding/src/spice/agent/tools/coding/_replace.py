@@ -84,7 +84,7 @@ _ALLOWED: Final = RetryDisposition.ALLOWED
 
 PROGRESS: Final = "replace: writing a file under the root"
 WRONG_TOOL: Final = "the call names another tool"
-UNSUPPORTED: Final = "replace is not supported on this platform yet (only POSIX systems are)"
+UNSUPPORTED: Final = "replace on Windows needs the Windows API, which this system does not have"
 UNEXPECTED: Final = "replace failed unexpectedly"
 NOT_TEXT: Final = "the file is not valid UTF-8 text; edits need text (replace it with content)"
 
@@ -120,6 +120,7 @@ class ReplaceTool:
         self._config = config
         self._syscalls = syscalls
         self._platform = platform
+        self._worker = _windows_work if platform == "win32" else _work
         self._lease = asyncio.Lock()
         self._definition = Definition(
             NAME,
@@ -139,8 +140,6 @@ class ReplaceTool:
         """Write the file as the call asks; see the module docstring for cancellation."""
         # One progress message first, before any check (as read and shell do).
         await report_progress(call, reporter, PROGRESS, _ALLOWED)
-        if self._platform == "win32":
-            return failure(call, "unsupported_platform", UNSUPPORTED, _DEFINITIVE, _ALLOWED)
         if call.name != NAME:
             return failure(call, "invalid_arguments", WRONG_TOOL, _DEFINITIVE, _ALLOWED)
         try:
@@ -159,7 +158,7 @@ class ReplaceTool:
             # first await after the thread was started.
             await deliver_cancellation()
             worker = asyncio.ensure_future(
-                asyncio.to_thread(_work, self._config, self._syscalls, arguments, gate)
+                asyncio.to_thread(self._worker, self._config, self._syscalls, arguments, gate)
             )
         except asyncio.CancelledError as cancelled:
             self._lease.release()
@@ -222,6 +221,21 @@ def _work(config: Config, syscalls: Syscalls, arguments: Arguments, gate: Commit
     finally:
         with contextlib.suppress(OSError):
             os.close(root_fd)
+
+
+def _windows_work(
+    config: Config, _syscalls: Syscalls, arguments: Arguments, gate: CommitGate
+) -> _Done:
+    """The Windows worker (``_replace_windows``); ``unsupported_platform`` without its API."""
+    from . import _winapi  # noqa: PLC0415 - the Windows modules load only on this route
+
+    if not _winapi.available():
+        body = arguments.body
+        change = _Change(body.data, body.sha256) if isinstance(body, Whole) else None
+        return _Done(Outcome("unsupported_platform", UNSUPPORTED), change)
+    from ._replace_windows import work  # noqa: PLC0415 - it imports this module's types
+
+    return work(config, arguments, gate)
 
 
 def _write_beneath(

@@ -250,6 +250,11 @@ _lock: Final = threading.Lock()
 _api: Api | None = None
 
 
+def available() -> bool:
+    """Whether this process can load the Windows API (it runs on Windows)."""
+    return sys.platform == "win32"
+
+
 def api() -> Api:
     """The loaded functions; ``OSError`` off Windows."""
     global _api  # noqa: PLW0603 - loaded once per process, under a lock
