@@ -386,20 +386,33 @@ async def test_a_cancelled_contained_start_leaves_no_process_and_no_tmpdir(
     assert [] == [p for p in procutil.all_processes() if p.ppid == os.getpid() and p.alive]
 
 
-async def test_a_supervisor_that_never_reports_is_a_launch_error_within_the_bound(
+async def test_a_start_word_that_comes_after_the_bound_is_never_not_started(
     layout: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Past START_BOUND_SECONDS without a word the start fails; the supervisor is joined."""
+    """The word came after the bound: the call is stopped, joined, and says it may have run.
+
+    The command has really run when the launcher gives up on its word; the answer is
+    ``launch_failed`` with "may have started", never "could not be started", and
+    nothing of the call is left (no process, no TMPDIR).
+    """
     root, _ = layout
-    monkeypatch.setattr(launcher_module, "_SUPERVISOR_FLAGS", ("-c", "import time; time.sleep(60)"))
-    monkeypatch.setattr(launcher_module, "START_BOUND_SECONDS", 0.0)
-    before = procutil.open_descriptors()
-    with pytest.raises(LaunchError) as caught:
-        await PosixLauncher(contained(), str(root)).start(
-            Spec("/bin/true", (), str(root), (), b"", Collect(), Collect())
-        )
-    assert caught.value.process is None
-    assert before == procutil.open_descriptors()
+    on_time = PosixProcess._until_started
+
+    async def just_late(process: PosixProcess) -> launcher_module._Start:
+        await on_time(process)
+        await process.wait_exit()  # the command has run
+        return launcher_module._Start.UNKNOWN  # but its word came after the bound
+
+    monkeypatch.setattr(PosixProcess, "_until_started", just_late)
+    config = Config(root)
+    tool, cleanup = new_shell(config, PosixResolver(), PosixLauncher(contained(), str(root)))
+    content = await shell_call(Dispatcher([tool]), ["/usr/bin/touch", "ran"])
+    async with asyncio.timeout(BOUND):
+        await cleanup()
+    expected = ("launch_failed", "the command may have started; it was stopped", True)
+    assert expected == (content["code"], content["message"], (root / "ran").exists())
+    assert [] == _temporaries()
+    assert [] == [p for p in procutil.all_processes() if p.ppid == os.getpid() and p.alive]
 
 
 # -- what must keep working, contained -------------------------------------------------------

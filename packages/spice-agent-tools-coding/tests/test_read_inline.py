@@ -32,7 +32,7 @@ from spice.agent.tool import (
     ExecutionState,
     Result,
 )
-from spice.agent.tools.coding import Config, _read, _root, new_read
+from spice.agent.tools.coding import Config, _cached, _read, _root, new_read
 from spice.agent.tools.coding._config import DEFAULT_BYTES
 from spice.agent.tools.coding._read import INLINE_READ_BYTES, LOOKAHEAD_BYTES, UNEXPECTED
 
@@ -295,7 +295,7 @@ async def test_many_inline_reads_leave_no_descriptor_open(root: Path) -> None:
     (root / "big.bin").write_bytes(b"y" * (INLINE_READ_BYTES + 1))
     os.mkfifo(root / "fifo")
     await warm(root, "f.txt")
-    assert _root._cached_route_enabled()  # its one mount-table descriptor is held from here
+    assert _cached._cached_route_enabled()  # its one mount-table descriptor is held from here
     before = len(os.listdir("/proc/self/fd"))
     for index in range(30):
         path = ("f.txt", "big.bin", "fifo", "missing")[index % 4]

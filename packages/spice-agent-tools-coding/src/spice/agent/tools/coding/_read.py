@@ -9,7 +9,7 @@ so the cost never depends on the file's size.
 
 Where the file work runs: a read that can be answered from the kernel's caches on a
 local file system, touching at most ``INLINE_READ_BYTES``, runs on the event loop
-(``_root.open_cached_regular`` opens without waiting, ``RWF_NOWAIT`` reads without
+(``_cached.open_cached_regular`` opens without waiting, ``RWF_NOWAIT`` reads without
 waiting); any step that would wait sends the whole call to a worker thread, which
 starts again from the root. A read therefore never blocks the loop, and the thread hop
 (most of a small read's cost when calls are in flight) is paid only where it buys
@@ -43,10 +43,11 @@ from spice.agent.tool import (
 )
 
 from ._arguments import ArgumentError, decode_object, take_integer, take_string
+from ._cached import open_cached_regular
 from ._config import Config
 from ._platform import clean_path, open_regular, pread
 from ._results import attach, failure, report_progress
-from ._root import PathError, open_cached_regular
+from ._root import PathError
 from ._settling import deliver_cancellation, settle
 
 NAME: Final = "read"

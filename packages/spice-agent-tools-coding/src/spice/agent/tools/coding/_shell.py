@@ -174,6 +174,8 @@ _UNCERTAIN: Final = ExecutionState.UNCERTAIN
 _RESOLVER_FAILED: Final = "the executable resolver failed; no process was started"
 _LAUNCHER_FAILED: Final = "the process launcher failed; a process may have been started"
 _JOIN_FAILED: Final = "the command's process could not be proven released"
+_PARTIAL_START: Final = "the command may have started; it was stopped"
+"""A start that failed after its process existed (``LaunchError(process)``)."""
 
 _PROBLEMS: Final = {
     "wrong_tool": "the call is not for the shell tool",
@@ -485,9 +487,8 @@ class _Shell:
             finished = await self._finish_shielded(call, started.entry, stop=True)
             if not finished.joined:
                 raise ExecutionError(call.id, _UNCERTAIN, _RETRY, _JOIN_FAILED) from None
-            problem = _PROBLEMS["launch_failed"]
-            content = frame.content(capture, problem=("launch_failed", problem))
-            return failure(call, "launch_failed", problem, _UNCERTAIN, _RETRY, content)
+            content = frame.content(capture, problem=("launch_failed", _PARTIAL_START))
+            return failure(call, "launch_failed", _PARTIAL_START, _UNCERTAIN, _RETRY, content)
         return await self._supervise(call, arguments, started.entry, capture, frame)
 
     async def _prepare(
