@@ -328,6 +328,43 @@ async def test_cancellation_during_the_retries_is_definitive(root: Path) -> None
     assert [] == leftovers(root)
 
 
+async def test_a_directory_renamed_while_held_never_redirects_the_write(root: Path) -> None:
+    """The call holds ``sub``'s handle while it waits on a hold; ``sub`` is renamed
+    meanwhile and a new ``sub`` made in its place. The impostor is never written. On
+    Windows the write lands in the held directory under its new name; Wine resolves a
+    rename's ``RootDirectory`` by the directory's old name (``STATUS_NO_SUCH_FILE``), so
+    there the call fails closed: ``replace_failed``, nothing written, and (Wine deleting by
+    the old name too) the temporary left behind is reported, ``temporary_cleaned: false``."""
+    (root / "sub").mkdir()
+    (root / "sub" / "a.txt").write_bytes(b"old\n")
+    holder = Holder(root / "sub" / "a.txt")
+    tool = new_replace(Config(str(root)))
+    arguments = {"path": "sub/a.txt", "content": "n", "expected_sha256": sha(b"old\n")}
+    task = asyncio.ensure_future(tool.execute(Call("c", "replace", json.dumps(arguments))))
+    await asyncio.sleep(RETRY_FIRST_DELAY_SECONDS * 4)
+    try:
+        (root / "sub").rename(root / "moved")
+    except PermissionError:
+        holder.release()
+        await task
+        pytest.skip("this file system refuses to rename a directory with a file open inside")
+    (root / "sub").mkdir()
+    (root / "sub" / "a.txt").write_bytes(b"impostor")
+    holder.release()
+    content = content_of(await task)
+    assert b"impostor" == (root / "sub" / "a.txt").read_bytes()
+    if UNDER_WINE:
+        # Wine also deletes the temporary by the old name: it stays, and the answer says so.
+        assert "replace_failed" == content["code"], content
+        assert b"old\n" == (root / "moved" / "a.txt").read_bytes()
+        assert content["temporary_cleaned"] is False
+        assert 1 == len(leftovers(root / "moved"))
+    else:
+        assert [] == leftovers(root)
+        assert content["ok"] is True, content
+        assert b"n" == (root / "moved" / "a.txt").read_bytes()
+
+
 # ---- resources ------------------------------------------------------------------------------
 
 

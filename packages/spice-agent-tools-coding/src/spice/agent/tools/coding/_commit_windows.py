@@ -235,9 +235,10 @@ def write_file(directory: int, request: Request, gate: CommitGate) -> Outcome:
         current = found
     if gate.cancelled:
         return ABORTED
+    name = temporary_name()
     status, temporary = rw.nt_open(
         directory,
-        temporary_name(),
+        name,
         _TEMPORARY_ACCESS,
         w.FILE_CREATE,
         w.FILE_NON_DIRECTORY_FILE,
@@ -254,6 +255,7 @@ def write_file(directory: int, request: Request, gate: CommitGate) -> Outcome:
     if stopped is not None:
         cleaned = rw.delete_on_close(temporary)  # through its own handle: never by name
         rw.close(temporary)
+        cleaned = cleaned and _gone(directory, name)
         if not cleaned and not stopped.aborted:
             return dataclasses.replace(stopped, temporary_cleaned=False)
         return stopped
@@ -261,6 +263,22 @@ def write_file(directory: int, request: Request, gate: CommitGate) -> Outcome:
         return _after_commit(directory, current, temporary)
     finally:
         rw.close(temporary)  # now the committed file's handle
+
+
+def _gone(directory: int, name: str) -> bool:
+    """Whether ``name`` is no longer in ``directory`` (a deleted temporary really went:
+    Wine, for one, deletes by the directory's old name after it was renamed)."""
+    status, handle = rw.nt_open(
+        directory, name, w.FILE_READ_ATTRIBUTES | w.SYNCHRONIZE, w.FILE_OPEN, 0
+    )
+    if status == w.STATUS_SUCCESS:
+        rw.close(handle)
+        return False
+    return status in (
+        w.STATUS_OBJECT_NAME_NOT_FOUND,
+        w.STATUS_OBJECT_PATH_NOT_FOUND,
+        w.STATUS_DELETE_PENDING,
+    )
 
 
 def _before_commit(
