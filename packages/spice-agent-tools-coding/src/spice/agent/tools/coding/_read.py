@@ -44,6 +44,7 @@ from spice.agent.tool import (
 
 from ._arguments import ArgumentError, decode_object, take_integer, take_string
 from ._config import Config
+from ._platform import root_supported
 from ._results import attach, failure, report_progress
 from ._root import PathError, clean_path, open_beneath, open_cached_regular, open_root
 from ._settling import deliver_cancellation, settle
@@ -180,7 +181,7 @@ class _Read:
             return failure(
                 call, "invalid_arguments", "this call names another tool", _STATE, _RETRY
             )
-        if os.name == "nt":
+        if not root_supported():
             return failure(
                 call,
                 "unsupported_platform",
@@ -354,8 +355,13 @@ def _whole_file(fd: int, size: int, limit: int, pread: _Reader) -> bytes | None:
     return data if len(data) <= limit else None
 
 
-def _pread(fd: int, count: int, offset: int, once: _Reader = os.pread) -> bytes:
-    """Read ``count`` bytes at ``offset`` (fewer only at end of file)."""
+def _pread(fd: int, count: int, offset: int, once: _Reader | None = None) -> bytes:
+    """Read ``count`` bytes at ``offset`` (fewer only at end of file); ``os.pread`` by default.
+
+    (``os.pread`` is POSIX-only: it is looked up at the call, so the module imports on Windows.)
+    """
+    if once is None:
+        once = os.pread
     chunks: list[bytes] = []
     while count > 0:
         chunk = once(fd, count, offset)
