@@ -13,7 +13,7 @@ import json
 import logging
 import signal
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Final, NoReturn
 
@@ -24,7 +24,7 @@ from spice.agent.tools.coding import SECURITY_WARNING
 from . import _posix_sandbox
 from ._compose import compose, launcher_for
 from ._containment import ContainmentUnavailable
-from ._posix import PosixLauncher
+from ._platform import WINDOWS, PlatformLauncher
 from ._posix_launcher import adopt_orphans
 from ._settings import Settings, SettingsError, add_arguments, flags_of, resolve_settings
 
@@ -142,19 +142,19 @@ def tools_json(dispatcher: Dispatcher, sandbox: Mapping[str, object] | None = No
 
 
 def _composed(
-    settings: Settings, launcher: PosixLauncher
+    settings: Settings, launcher: PlatformLauncher
 ) -> AbstractAsyncContextManager[Dispatcher]:
     """The application for ``settings``: its Config, and the launcher its sandbox mode asks for."""
     return compose(settings.config, launcher=launcher)
 
 
-async def _tools(settings: Settings, launcher: PosixLauncher) -> int:
+async def _tools(settings: Settings, launcher: PlatformLauncher) -> int:
     async with _composed(settings, launcher) as dispatcher:
         _out(tools_json(dispatcher, launcher.report()))
     return EXIT_OK
 
 
-async def _call(settings: Settings, launcher: PosixLauncher, call: Call) -> int:
+async def _call(settings: Settings, launcher: PlatformLauncher, call: Call) -> int:
     async with _composed(settings, launcher) as dispatcher:
         try:
             result = await dispatcher.dispatch(call)
@@ -170,7 +170,7 @@ async def _call(settings: Settings, launcher: PosixLauncher, call: Call) -> int:
     return EXIT_OK
 
 
-async def _serve(settings: Settings, launcher: PosixLauncher) -> int:
+async def _serve(settings: Settings, launcher: PlatformLauncher) -> int:
     # Imported here so that `tools` and `call` never load the MCP SDK.
     from ._stdio import serve_stdio  # noqa: PLC0415 - keeps the SDK off the fast paths
 
@@ -178,9 +178,7 @@ async def _serve(settings: Settings, launcher: PosixLauncher) -> int:
     _err(SECURITY_WARNING)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
-    signals = (signal.SIGTERM, signal.SIGINT)
-    for number in signals:
-        loop.add_signal_handler(number, stop.set)
+    signals = _stop_on_signals(loop, stop)
     try:
         async with _composed(settings, launcher) as dispatcher:
             serving = asyncio.ensure_future(serve_stdio(dispatcher))
@@ -193,13 +191,41 @@ async def _serve(settings: Settings, launcher: PosixLauncher) -> int:
                 await asyncio.wait({serving, stopping})
             failed = not serving.cancelled() and serving.exception() is not None
     finally:
-        for number in signals:
-            loop.remove_signal_handler(number)
+        signals()
     if failed:
         _err(_TRANSPORT_FAILED)
         return EXIT_ERROR
     _err("stopped" + (" on a signal" if stop.is_set() else ": the client closed stdin"))
     return EXIT_OK
+
+
+def _stop_on_signals(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> Callable[[], None]:
+    """Set ``stop`` on SIGTERM or SIGINT; returns the undo.
+
+    Windows has no ``add_signal_handler``: there ``serve`` stops on stdin's end, on
+    Ctrl+Break (``SIGBREAK``, through ``signal.signal``), and on Ctrl+C as ``asyncio.run``
+    delivers it (cancellation). A server that is terminated ends its commands through
+    their kill-on-close jobs.
+    """
+    if not WINDOWS:
+        numbers = (signal.SIGTERM, signal.SIGINT)
+        for number in numbers:
+            loop.add_signal_handler(number, stop.set)
+
+        def remove() -> None:
+            for number in numbers:
+                loop.remove_signal_handler(number)
+
+        return remove
+    brk = getattr(signal, "SIGBREAK", None)
+    if brk is None:  # pragma: no cover - every Windows CPython has SIGBREAK
+        return lambda: None
+    previous = signal.signal(brk, lambda _number, _frame: loop.call_soon_threadsafe(stop.set))
+
+    def restore() -> None:
+        signal.signal(brk, previous)
+
+    return restore
 
 
 def _read_arguments(text: str) -> str | None:

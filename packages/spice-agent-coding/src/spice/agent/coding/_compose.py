@@ -1,4 +1,4 @@
-"""The composition root: one ``Config``, the POSIX platform, the tools, one ``Dispatcher``.
+"""The composition root: one ``Config``, the platform, the tools, one ``Dispatcher``.
 
 The three coding tools come from the declarative fallback record of
 ``spice.agent.tools.coding.autoconfigure``; a tool the application provides
@@ -24,8 +24,7 @@ from spice.agent.tool import Tool
 from spice.agent.tools.coding import Config
 from spice.agent.tools.coding.autoconfigure import spice_auto_configuration
 
-from ._containment import resolve_containment
-from ._posix import PosixLauncher, PosixResolver
+from ._platform import PlatformLauncher, default_launcher, default_resolver, platform_launcher
 
 if TYPE_CHECKING:
     from ._settings import Settings
@@ -61,16 +60,16 @@ def resolve_config(
         raise ValueError(UNUSABLE_ROOT) from None
 
 
-def launcher_for(settings: Settings, probe: Callable[[], int] | None = None) -> PosixLauncher:
+def launcher_for(settings: Settings, probe: Callable[[], int] | None = None) -> PlatformLauncher:
     """The launcher that ``serve``, ``call`` and ``tools`` run shell commands with.
 
     The containment of contract 9.4 comes from ``settings.sandbox`` (``auto``,
     ``workspace``, ``off``) and ``settings.allow_network`` (``resolve_containment``;
     ``probe`` replaces the kernel's Landlock answer, for tests). Raises
-    ``ContainmentUnavailable`` for ``workspace`` where the kernel has no Landlock.
+    ``ContainmentUnavailable`` for ``workspace`` where the kernel has no Landlock, and
+    always on Windows (``_platform.platform_launcher`` picks the platform).
     """
-    containment = resolve_containment(settings.sandbox, settings.allow_network, probe)
-    return PosixLauncher(containment, settings.config.root)
+    return platform_launcher(settings, probe)
 
 
 @final
@@ -178,7 +177,8 @@ async def compose(
 
     ``tools`` are the application's own; each of ``read``, ``replace`` and
     ``shell`` it does not provide is built from its autoconfigure fallback,
-    with ``PosixResolver``/``PosixLauncher`` unless others are given
+    with the platform's resolver and launcher (``PosixResolver``/``PosixLauncher``,
+    or ``WindowsResolver``/``WindowsLauncher`` on Windows) unless others are given
     (``defaults`` replaces the record, e.g. for a reviewed subset). Every
     ``Cleanup`` a fallback handed back runs when the block exits, on every
     path (shielded, each bounded by ``CLEANUP_TIMEOUT_SECONDS``)::
@@ -200,8 +200,8 @@ async def compose(
             if platform is None:
                 platform = _Platform(
                     config,
-                    PosixResolver() if resolver is None else resolver,
-                    PosixLauncher() if launcher is None else launcher,
+                    default_resolver() if resolver is None else resolver,
+                    default_launcher() if launcher is None else launcher,
                 )
             tool, cleanup = build_bean(bean, platform)
             if cleanup is not None:

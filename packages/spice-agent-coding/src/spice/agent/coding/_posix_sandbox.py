@@ -354,7 +354,9 @@ def children(pid: int) -> list[int]:
 # -- the supervisor ----------------------------------------------------------------------
 
 SPEC_VERSION: Final = b"spice-supervisor-1"
-END_SIGNAL: Final = signal.SIGHUP
+# POSIX-only signals are read with a default so that this module imports on Windows,
+# where no supervisor ever runs (contract 10.4).
+END_SIGNAL: Final[signal.Signals] = getattr(signal, "SIGHUP", signal.SIGTERM)
 """What the server sends the supervisor for "end the whole tree now" (and its death signal)."""
 
 SWEEP_BOUND_SECONDS: Final = 1.5
@@ -364,7 +366,9 @@ WATCH_SECONDS: Final = 1.0
 """How often an idle supervisor re-checks that its server is alive (besides the signal)."""
 
 _SWEEP_WAIT_SECONDS: Final = 0.02
-_WATCHED: Final = frozenset({signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, END_SIGNAL})
+_WATCHED: Final[frozenset[signal.Signals]] = frozenset(
+    {getattr(signal, "SIGCHLD", signal.SIGTERM), signal.SIGTERM, signal.SIGINT, END_SIGNAL}
+)
 _CANNOT_START: Final = 127
 
 REPORT_STARTED: Final = ord("S")

@@ -32,7 +32,7 @@ CACHED_RESOLVE: Final = BENEATH | RESOLVE_CACHED | RESOLVE_NO_XDEV
 """The fast path's confinement, plus "no lookup that needs I/O" and "never into another
 mount" (which could be a network or FUSE file system)."""
 
-CACHED_FLAGS: Final = os.O_RDONLY | os.O_NOCTTY | O_NOATIME
+CACHED_FLAGS: Final = os.O_RDONLY | getattr(os, "O_NOCTTY", 0) | O_NOATIME
 """``O_NOATIME``: the open and the read write no access time on the loop (allowed to the
 file's owner; ``EPERM`` for anyone else declines to the worker)."""
 

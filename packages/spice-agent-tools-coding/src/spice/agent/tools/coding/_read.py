@@ -45,7 +45,7 @@ from spice.agent.tool import (
 from ._arguments import ArgumentError, decode_object, take_integer, take_string
 from ._cached import open_cached_regular
 from ._config import Config
-from ._platform import clean_path, open_regular, pread
+from ._platform import clean_path, open_regular, pread, root_supported
 from ._results import attach, failure, report_progress
 from ._root import PathError
 from ._settling import deliver_cancellation, settle
@@ -181,6 +181,14 @@ class _Read:
         if call.name != NAME:
             return failure(
                 call, "invalid_arguments", "this call names another tool", _STATE, _RETRY
+            )
+        if not root_supported():
+            return failure(
+                call,
+                "unsupported_platform",
+                "read on Windows needs the Windows API, which this system does not have",
+                _STATE,
+                _RETRY,
             )
         try:
             request = _decode(call.arguments, self._config)
@@ -345,7 +353,8 @@ def _whole_file(fd: int, size: int, limit: int, pread: _Reader) -> bytes | None:
 
 
 def _pread(fd: int, count: int, offset: int, once: _Reader = pread) -> bytes:
-    """Read ``count`` bytes at ``offset`` (fewer only at end of file)."""
+    """Read ``count`` bytes at ``offset`` (fewer only at end of file); the platform's
+    positional read by default (``_platform.pread``)."""
     chunks: list[bytes] = []
     while count > 0:
         chunk = once(fd, count, offset)

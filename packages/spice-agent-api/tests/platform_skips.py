@@ -1,0 +1,98 @@
+"""Which tests are POSIX-only: skipped on Windows, with the reason, in one place.
+
+A pytest plugin (the root ``conftest.py`` loads it). On Windows, a module listed in
+``POSIX_ONLY_MODULES`` is reported as one skipped module with its reason (it is never
+imported: many read POSIX-only names at import), and a test listed in ``POSIX_ONLY_TESTS``
+is skipped with its reason. Everything else runs on both platforms. On other platforms the
+plugin changes nothing.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Final
+
+import pytest
+
+WINDOWS: Final = sys.platform == "win32"
+
+ROOT: Final = (
+    "read and replace answer unsupported_platform on Windows until the handle-relative "
+    "root lands (contract 10.4)"
+)
+LAUNCHER: Final = "the POSIX launcher, resolver and sandbox (Windows has its own launcher)"
+SIGNALS: Final = "POSIX signals, process groups, /proc or file descriptors"
+OWNERSHIP: Final = "POSIX owners, modes and setuid bits"
+STRACE: Final = "strace (Linux)"
+POSIX_PATHS: Final = "POSIX executables (/bin/sh, true) and paths"
+EXAMPLES: Final = "the examples group (agent frameworks) is not installed for Windows"
+
+POSIX_ONLY_MODULES: Final[dict[str, str]] = {
+    # spice-agent-tools-coding
+    "test_absolute_paths.py": ROOT,
+    "test_cancellation_load.py": ROOT,
+    "test_read.py": ROOT,
+    "test_read_file_sha256.py": ROOT,
+    "test_read_inline.py": ROOT,
+    "test_read_properties.py": ROOT,
+    "test_replace.py": ROOT,
+    "test_replace_edits.py": ROOT,
+    "test_replace_ownership.py": OWNERSHIP,
+    "test_replace_parents.py": ROOT,
+    "test_replace_races.py": ROOT,
+    "test_replace_strace.py": STRACE,
+    "test_root.py": ROOT,
+    "test_root_cached.py": ROOT,
+    "test_root_race.py": ROOT,
+    # spice-agent-coding
+    "test_adv_crash.py": SIGNALS,
+    "test_adv_race.py": SIGNALS,
+    "test_adv_hostility.py": SIGNALS,
+    "test_adv_fuzz.py": ROOT,
+    "test_examples.py": EXAMPLES,
+    "test_lifetime.py": SIGNALS,
+    "test_posix_architecture.py": LAUNCHER,
+    "test_posix_launcher.py": LAUNCHER,
+    "test_posix_leak_guard.py": SIGNALS,
+    "test_posix_memory.py": SIGNALS,
+    "test_posix_resolver.py": LAUNCHER,
+    "test_posix_sandbox.py": LAUNCHER,
+    "test_shell_posix.py": LAUNCHER,
+}
+"""Test modules (by file name) whose subject exists only on POSIX systems."""
+
+POSIX_ONLY_TESTS: Final[dict[str, str]] = {}
+"""Single tests (by node id without parameters) that are POSIX-only in a portable module."""
+
+
+class _SkippedModule(pytest.Module):
+    """A module that is reported as skipped instead of being imported."""
+
+    reason: str = ""
+
+    def collect(self) -> list[pytest.Item | pytest.Collector]:
+        raise pytest.skip.Exception(self.reason, allow_module_level=True)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pycollect_makemodule(
+    module_path: Path, parent: pytest.Collector
+) -> pytest.Module | None:
+    """On Windows, a POSIX-only module becomes one skipped entry with its reason."""
+    reason = POSIX_ONLY_MODULES.get(module_path.name) if WINDOWS else None
+    if reason is None:
+        return None
+    module = _SkippedModule.from_parent(parent, path=module_path)
+    module.reason = f"POSIX-only: {reason}"
+    return module
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """On Windows, skip each listed POSIX-only test with its reason."""
+    if not WINDOWS:
+        return
+    for item in items:
+        reason = POSIX_ONLY_TESTS.get(item.nodeid.partition("[")[0].replace("\\", "/"))
+        if reason is not None:
+            item.add_marker(pytest.mark.skip(reason=f"POSIX-only: {reason}"))
