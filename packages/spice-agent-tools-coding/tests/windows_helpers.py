@@ -26,6 +26,10 @@ WINE_NO_LINKS = (
     "Wine cannot make symbolic links or junctions (CreateSymbolicLinkW reports success and "
     "makes nothing; FSCTL_SET_REPARSE_POINT is unsupported): the windows-latest workflow runs it"
 )
+WINE_SYNTHETIC_ACLS = (
+    "Wine derives a file's DACL from its Unix mode bits (owner, everyone, SYSTEM) and keeps "
+    "no explicit or protected ACL: the windows-latest workflow runs it"
+)
 WINE_NO_POSIX_RENAME = "Wine has no FileRenameInformationEx (POSIX rename): only the fallback runs"
 
 windows_only = pytest.mark.skipif(not IS_WINDOWS, reason=NOT_WINDOWS)
@@ -140,3 +144,49 @@ def nobody_holds(path: Path) -> bool:
 def settle_handles() -> None:
     """Give the runtime a moment to close what it closes lazily (thread pools)."""
     time.sleep(0.05)
+
+
+DACL_SECURITY_INFORMATION = 0x4
+PROTECTED_DACL_SECURITY_INFORMATION = 0x80000000
+
+
+def _advapi32() -> Any:  # noqa: ANN401 - a ctypes DLL: its functions are untyped
+    return getattr(ctypes, "WinDLL")("advapi32", use_last_error=True)  # noqa: B009
+
+
+def set_dacl(path: Path, sddl: str) -> None:
+    """Give ``path`` the DACL of an SDDL string (``D:P(...)`` is protected)."""
+    advapi32 = _advapi32()
+    descriptor = ctypes.c_void_p()
+    assert advapi32.ConvertStringSecurityDescriptorToSecurityDescriptorW(
+        ctypes.c_wchar_p(sddl), 1, ctypes.byref(descriptor), None
+    )
+    what = DACL_SECURITY_INFORMATION
+    if sddl.startswith("D:P"):
+        what |= PROTECTED_DACL_SECURITY_INFORMATION
+    assert advapi32.SetFileSecurityW(ctypes.c_wchar_p(str(path)), what, descriptor)
+    getattr(ctypes, "WinDLL")("kernel32").LocalFree(descriptor)  # noqa: B009
+
+
+def dacl_sddl(path: Path) -> str:
+    """The DACL of ``path`` as an SDDL string (``D:...``)."""
+    advapi32 = _advapi32()
+    needed = ctypes.c_ulong(0)
+    advapi32.GetFileSecurityW(
+        ctypes.c_wchar_p(str(path)), DACL_SECURITY_INFORMATION, None, 0, ctypes.byref(needed)
+    )
+    buffer = ctypes.create_string_buffer(max(needed.value, 1))
+    assert advapi32.GetFileSecurityW(
+        ctypes.c_wchar_p(str(path)),
+        DACL_SECURITY_INFORMATION,
+        buffer,
+        needed,
+        ctypes.byref(needed),
+    )
+    text = ctypes.c_wchar_p()
+    assert advapi32.ConvertSecurityDescriptorToStringSecurityDescriptorW(
+        buffer, 1, DACL_SECURITY_INFORMATION, ctypes.byref(text), None
+    )
+    value = str(text.value)
+    getattr(ctypes, "WinDLL")("kernel32").LocalFree(text)  # noqa: B009
+    return value

@@ -24,10 +24,12 @@ Creation renames without replace-if-exists: Windows refuses to overwrite
 temporary that is not committed is deleted through its own handle
 (``FileDispositionInformation``), never looked up by name again.
 
-What differs from POSIX, and the answer says so where it matters: no owner, group or
-mode bits are carried over (Windows files have ACLs, which a new file inherits from its
-directory; attributes such as hidden or read-only are not copied), ``owner_changed`` is
-always false; ``durable`` is true only when both the file and the directory were flushed.
+What differs from POSIX, and the answer says so where it matters: the replaced file's
+DACL is given to the temporary before its content is written (``_winsecurity``: the
+Windows counterpart of keeping the mode; a DACL that cannot be read or given is
+``temporary_failed``), its owner cannot be (``owner_changed: true`` when it differs from
+the runner's), attributes such as hidden or read-only are not copied; ``durable`` is
+true only when both the file and the directory were flushed.
 """
 
 from __future__ import annotations
@@ -67,6 +69,7 @@ from ._commit import (
     temporary_name,
 )
 from ._root import PathError
+from ._winsecurity import keep_security
 
 REPLACE_ATTEMPTS: Final = 8
 """Tries of the re-check and rename of an existing target that another process holds
@@ -112,6 +115,8 @@ _TEMPORARY_ACCESS: Final = (
     | w.FILE_READ_ATTRIBUTES
     | w.FILE_WRITE_ATTRIBUTES
     | w.DELETE
+    | w.READ_CONTROL
+    | w.WRITE_DAC
     | w.SYNCHRONIZE
 )
 _COMMIT_LOCK: Final = threading.Lock()
@@ -246,8 +251,15 @@ def write_file(directory: int, request: Request, gate: CommitGate) -> Outcome:
     )
     if status != w.STATUS_SUCCESS:
         return Outcome("temporary_failed", TEMPORARY_FAILED)
+    owner_changed = False
+    stopped: Outcome | None = None
     try:
-        stopped = _before_commit(directory, request, gate, current, temporary)
+        if current is not None:
+            kept = keep_security(directory, request.leaf, temporary)
+            stopped = Outcome("temporary_failed", TEMPORARY_FAILED) if kept is None else None
+            owner_changed = bool(kept)
+        if stopped is None:
+            stopped = _before_commit(directory, request, gate, current, temporary)
     except BaseException:
         rw.delete_on_close(temporary)
         rw.close(temporary)
@@ -260,7 +272,7 @@ def write_file(directory: int, request: Request, gate: CommitGate) -> Outcome:
             return dataclasses.replace(stopped, temporary_cleaned=False)
         return stopped
     try:
-        return _after_commit(directory, current, temporary)
+        return _after_commit(directory, current, temporary, owner_changed=owner_changed)
     finally:
         rw.close(temporary)  # now the committed file's handle
 
@@ -385,7 +397,9 @@ def rename(handle: int, directory: int, leaf: str, *, replace: bool) -> int:
     )
 
 
-def _after_commit(directory: int, current: Current | None, temporary: int) -> Outcome:
+def _after_commit(
+    directory: int, current: Current | None, temporary: int, *, owner_changed: bool
+) -> Outcome:
     """Flush the committed file (its handle is the temporary's) and the directory."""
     durable = rw.flush(temporary) and rw.flush_directory(directory)
     return Outcome(
@@ -396,6 +410,7 @@ def _after_commit(directory: int, current: Current | None, temporary: int) -> Ou
         created=current is None,
         durable=durable,
         hard_links_split=current is not None and current.links > 1,
+        owner_changed=owner_changed,
     )
 
 
