@@ -168,6 +168,36 @@ async def test_a_created_file_takes_the_directorys_acl(root: Path) -> None:
     assert inherited == dacl_sddl(root / "new.txt")
 
 
+@pytest.mark.parametrize(
+    ("state", "ok", "code"),
+    [("refused", True, None), ("failed", False, "durability_unconfirmed")],
+)
+async def test_a_directory_flush_windows_refuses_is_not_durable(
+    root: Path, monkeypatch: pytest.MonkeyPatch, state: str, ok: bool, code: str | None
+) -> None:
+    """Injected (Wine flushes directories): a flush Windows does not allow gives a
+    committed success with ``durable: false``; an I/O failure gives
+    ``durability_unconfirmed``. A failed flush is never retried into ``durable: true``."""
+    from spice.agent.tools.coding import _root_windows  # noqa: PLC0415 - Windows only
+
+    calls: list[int] = []
+
+    def flush_directory(directory: int) -> str:
+        calls.append(directory)
+        return state
+
+    monkeypatch.setattr(_root_windows, "flush_directory", flush_directory)
+    content = await replace(
+        root, {"path": "a.txt", "content": "n", "expected_sha256": sha(b"old\n")}
+    )
+    assert 1 == len(calls)
+    assert ok is content["ok"]
+    assert code == content.get("code")
+    assert content["committed"] is True
+    assert content["durable"] is False
+    assert b"n" == (root / "a.txt").read_bytes()
+
+
 # ---- negative -------------------------------------------------------------------------------
 
 

@@ -29,7 +29,8 @@ DACL is given to the temporary before its content is written (``_winsecurity``: 
 Windows counterpart of keeping the mode; a DACL that cannot be read or given is
 ``temporary_failed``), its owner cannot be (``owner_changed: true`` when it differs from
 the runner's), attributes such as hidden or read-only are not copied; ``durable`` is
-true only when both the file and the directory were flushed.
+true only when both the file and the directory were flushed, and a directory flush that
+Windows does not allow is ``durable: false`` on a successful answer (not a failure).
 """
 
 from __future__ import annotations
@@ -400,15 +401,23 @@ def rename(handle: int, directory: int, leaf: str, *, replace: bool) -> int:
 def _after_commit(
     directory: int, current: Current | None, temporary: int, *, owner_changed: bool
 ) -> Outcome:
-    """Flush the committed file (its handle is the temporary's) and the directory."""
-    durable = rw.flush(temporary) and rw.flush_directory(directory)
+    """Flush the committed file (its handle is the temporary's) and the directory.
+
+    A file flush that fails, or a directory flush that fails with an I/O error, is
+    ``durability_unconfirmed``. A directory flush Windows does not allow (access denied,
+    not supported) is a success with ``durable: false``: the rename is in the file
+    system's journal, but its entry was not confirmed on storage.
+    """
+    flushed = rw.flush(temporary)
+    directory_state = rw.flush_directory(directory) if flushed else rw.DIRECTORY_FLUSH_FAILED
+    failed = directory_state == rw.DIRECTORY_FLUSH_FAILED
     return Outcome(
-        None if durable else "durability_unconfirmed",
-        "" if durable else DURABILITY_UNCONFIRMED,
+        "durability_unconfirmed" if failed else None,
+        DURABILITY_UNCONFIRMED if failed else "",
         committed=True,
         changed=True,
         created=current is None,
-        durable=durable,
+        durable=directory_state == rw.DIRECTORY_FLUSHED,
         hard_links_split=current is not None and current.links > 1,
         owner_changed=owner_changed,
     )
@@ -416,24 +425,29 @@ def _after_commit(
 
 def flush_ancestors(root: int, parent: str, outcome: Outcome) -> Outcome:
     """After a create into directories it may have made: flush the root and every
-    ancestor above ``parent``, or withdraw ``durable``."""
+    ancestor above ``parent``; ``durable`` only when each was flushed, and
+    ``durability_unconfirmed`` when one could not be opened or failed with an I/O error."""
     names = parent.split("/")
     ancestors = [".", *("/".join(names[:depth]) for depth in range(1, len(names)))]
     for ancestor in ancestors:
         try:
             handle = rw.open_directory(root, ancestor)
         except PathError:
-            handle = 0
-        flushed = handle != 0 and rw.flush_directory(handle)
-        if handle:
-            rw.close(handle)
-        if not flushed:
+            state = rw.DIRECTORY_FLUSH_FAILED
+        else:
+            try:
+                state = rw.flush_directory(handle)
+            finally:
+                rw.close(handle)
+        if state == rw.DIRECTORY_FLUSH_FAILED:
             return dataclasses.replace(
                 outcome,
                 code="durability_unconfirmed",
                 message=DURABILITY_UNCONFIRMED,
                 durable=False,
             )
+        if state == rw.DIRECTORY_FLUSH_REFUSED:
+            outcome = dataclasses.replace(outcome, durable=False)
     return outcome
 
 

@@ -483,17 +483,42 @@ def delete_on_close(handle: int) -> bool:
     return status == w.STATUS_SUCCESS
 
 
-def flush_directory(directory: int) -> bool:
+DIRECTORY_FLUSHED: Final = "flushed"
+DIRECTORY_FLUSH_REFUSED: Final = "refused"
+DIRECTORY_FLUSH_FAILED: Final = "failed"
+
+_FLUSH_REFUSALS: Final = frozenset(
+    {
+        w.ERROR_ACCESS_DENIED,
+        w.ERROR_INVALID_FUNCTION,
+        w.ERROR_NOT_SUPPORTED,
+        w.ERROR_INVALID_PARAMETER,
+    }
+)
+"""What a system that does not flush directories (or lets no one open one for writing)
+answers: not an I/O failure."""
+
+
+def flush_directory(directory: int) -> str:
     """Flush a directory's entries to storage: reopened beneath itself for writing, then
-    ``FlushFileBuffers``. False where Windows does not allow it (the answer then says
-    ``durable: false``)."""
+    ``FlushFileBuffers``.
+
+    ``DIRECTORY_FLUSHED``; ``DIRECTORY_FLUSH_REFUSED`` where Windows does not allow it
+    (access denied, not supported: the answer then says ``durable: false``); or
+    ``DIRECTORY_FLUSH_FAILED`` for any other failure (an I/O error: the change may not
+    survive a crash).
+    """
     status, handle = nt_open(
         directory, "", w.FILE_WRITE_DATA | w.SYNCHRONIZE, w.FILE_OPEN, w.FILE_DIRECTORY_FILE
     )
     if status != w.STATUS_SUCCESS:
-        return False
+        refused = status in (w.STATUS_ACCESS_DENIED, w.STATUS_NOT_SUPPORTED)
+        return DIRECTORY_FLUSH_REFUSED if refused else DIRECTORY_FLUSH_FAILED
     try:
-        return bool(w.api().flush_file_buffers(handle))
+        if w.api().flush_file_buffers(handle):
+            return DIRECTORY_FLUSHED
+        refused = w.last_error() in _FLUSH_REFUSALS
+        return DIRECTORY_FLUSH_REFUSED if refused else DIRECTORY_FLUSH_FAILED
     finally:
         close(handle)
 
