@@ -312,3 +312,20 @@ def test_the_posix_route_is_not_taken() -> None:
     assert _platform.WINDOWS
     assert _platform.open_regular is _root_windows.open_regular
     assert os.name == "nt"
+
+
+@pytest.mark.parametrize("name", ["sub\\b.txt", "sub/b.txt", ".", "..", "..\\outside.txt"])
+def test_one_nt_open_takes_exactly_one_component(root: Path, name: str) -> None:
+    """A separator or a dot name never reaches NtCreateFile: one component per open."""
+    from spice.agent.tools.coding import _root_windows as rw  # noqa: PLC0415 - Windows only
+    from spice.agent.tools.coding._root import PathError  # noqa: PLC0415
+
+    root_handle = rw.open_root(str(root))
+    try:
+        with pytest.raises(PathError) as raised:
+            rw.open_file(root_handle, name, 0x1 | 0x80 | 0x100000)
+        assert "invalid_arguments" == raised.value.code
+        with pytest.raises(PathError):
+            rw.open_directory(root_handle, f"sub/{name}")
+    finally:
+        rw.close(root_handle)

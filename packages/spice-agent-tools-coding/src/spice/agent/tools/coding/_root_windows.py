@@ -113,6 +113,9 @@ def nt_open(
     ``OBJ_DONT_REPARSE`` where the system has it. ``handle`` is 0 unless status is success.
     """
     global _dont_reparse  # noqa: PLW0603 - one process-wide decision
+    if "\\" in name or "/" in name or name in {".", ".."}:
+        # One component at a time, always: NT would parse a separator as another step.
+        raise PathError("invalid_arguments", _INVALID_NAME)
     api = w.api()
     encoded_length = len(name.encode("utf-16-le"))
     # The structure keeps its own reference to the buffer ctypes makes for ``name``.
