@@ -10,6 +10,7 @@ plugin changes nothing.
 from __future__ import annotations
 
 import sys
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Final
 
@@ -26,7 +27,7 @@ SIGNALS: Final = "POSIX signals, process groups, /proc or file descriptors"
 OWNERSHIP: Final = "POSIX owners, modes and setuid bits"
 STRACE: Final = "strace (Linux)"
 POSIX_PATHS: Final = "POSIX executables (/bin/sh, true) and paths"
-EXAMPLES: Final = "the examples group (agent frameworks) is not installed for Windows"
+EXAMPLES: Final = "the examples group (agent frameworks) is not installed (make test-windows)"
 
 POSIX_ONLY_MODULES: Final[dict[str, str]] = {
     # spice-agent-tools-coding
@@ -50,7 +51,6 @@ POSIX_ONLY_MODULES: Final[dict[str, str]] = {
     "test_adv_race.py": SIGNALS,
     "test_adv_hostility.py": SIGNALS,
     "test_adv_fuzz.py": ROOT,
-    "test_examples.py": EXAMPLES,
     "test_lifetime.py": SIGNALS,
     "test_posix_architecture.py": LAUNCHER,
     "test_posix_launcher.py": LAUNCHER,
@@ -59,10 +59,30 @@ POSIX_ONLY_MODULES: Final[dict[str, str]] = {
     "test_posix_resolver.py": LAUNCHER,
     "test_posix_sandbox.py": LAUNCHER,
     "test_shell_posix.py": LAUNCHER,
+    # spice-agent-api
+    "test_process_values.py": POSIX_PATHS,
 }
 """Test modules (by file name) whose subject exists only on POSIX systems."""
 
-POSIX_ONLY_TESTS: Final[dict[str, str]] = {}
+POSIX_ONLY_TESTS: Final[dict[str, str]] = {
+    "packages/spice-agent-tools-coding/tests/test_config.py::"
+    "test_the_root_is_normalized_lexically": "POSIX path spelling (//, /)",
+    "packages/spice-agent-tools-coding/tests/test_shell.py::test_lookup_and_spec_are_exact": (
+        POSIX_PATHS
+    ),
+    "packages/spice-agent-tools-coding/tests/test_replace_arguments.py::"
+    "test_any_argument_object_gives_a_result_and_stays_inside_the_root": ROOT,
+    "packages/spice-agent-tools-coding/tests/test_replace_arguments.py::"
+    "test_any_json_document_gives_a_result": ROOT,
+    "packages/spice-agent-tools-coding/tests/test_schemas.py::"
+    "test_a_required_property_given_as_null_is_missing": ROOT,
+    "packages/spice-agent-tools-coding/tests/test_schemas.py::"
+    "test_read_with_every_optional_property_null_is_the_default_read": ROOT,
+    "packages/spice-agent-tools-coding/tests/test_settling.py::"
+    "test_a_replace_cancelled_again_and_again_waits_for_its_worker_without_spinning": ROOT,
+    "packages/spice-agent-tools-coding/tests/test_settling.py::"
+    "test_a_replace_worker_past_the_bound_is_still_answered_honestly": ROOT,
+}
 """Single tests (by node id without parameters) that are POSIX-only in a portable module."""
 
 
@@ -81,10 +101,12 @@ def pytest_pycollect_makemodule(
 ) -> pytest.Module | None:
     """On Windows, a POSIX-only module becomes one skipped entry with its reason."""
     reason = POSIX_ONLY_MODULES.get(module_path.name) if WINDOWS else None
+    if WINDOWS and module_path.name == "test_examples.py" and find_spec("agents") is None:
+        reason = EXAMPLES
     if reason is None:
         return None
     module = _SkippedModule.from_parent(parent, path=module_path)
-    module.reason = f"POSIX-only: {reason}"
+    module.reason = reason if reason == EXAMPLES else f"POSIX-only: {reason}"
     return module
 
 

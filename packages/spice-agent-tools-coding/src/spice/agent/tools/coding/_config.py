@@ -22,7 +22,22 @@ DEFAULT_BYTES: Final = 262_144
 MAXIMUM_BYTES: Final = 524_288
 DEFAULT_COMMAND_TIMEOUT: Final = 120.0
 MAXIMUM_COMMAND_TIMEOUT: Final = 1800.0
-DEFAULT_ENVIRONMENT_ALLOWLIST: Final = ("HOME", "LANG", "PATH", "TMPDIR")
+WINDOWS_ENVIRONMENT_NAMES: Final = (
+    "COMSPEC",
+    "PATHEXT",
+    "SYSTEMDRIVE",
+    "SYSTEMROOT",
+    "TEMP",
+    "TMP",
+    "USERPROFILE",
+)
+"""What a program needs to start on Windows (winsock needs SYSTEMROOT, for one); added to
+the default allowlist there (contract 10.4)."""
+DEFAULT_ENVIRONMENT_ALLOWLIST: Final = tuple(
+    sorted(
+        ("HOME", "LANG", "PATH", "TMPDIR") + (WINDOWS_ENVIRONMENT_NAMES if os.name == "nt" else ())
+    )
+)
 
 
 def _bytes_bound(value: object, field: str) -> int:
