@@ -51,6 +51,7 @@ POSIX_ONLY_MODULES: Final[dict[str, str]] = {
     "test_adv_race.py": SIGNALS,
     "test_adv_hostility.py": SIGNALS,
     "test_adv_fuzz.py": ROOT,
+    "test_adv_traversal.py": ROOT,
     "test_lifetime.py": SIGNALS,
     "test_posix_architecture.py": LAUNCHER,
     "test_posix_launcher.py": LAUNCHER,
