@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Final
@@ -107,6 +108,13 @@ async def join_what_tests_started() -> AsyncIterator[None]:
         with contextlib.suppress(ProcessFailure):
             async with asyncio.timeout(BOUND):
                 await process.wait()
+
+
+def bounded(**bounds: float) -> PosixLauncher:
+    """A launcher whose processes get these bounds (the others are the module's)."""
+    launcher = PosixLauncher()
+    launcher._bounds = launcher_module._Bounds(**bounds)
+    return launcher
 
 
 async def run(given: Spec) -> tuple[PosixProcess, Collect, Collect]:
@@ -278,6 +286,42 @@ async def test_a_background_sleeper_holding_stdout_does_not_hang_the_join(exit_w
     """``sleep 60 & echo ready``: the join returns and no sleeper is left."""
     process, out, _ = await run(spec(SH, "-c", "sleep 60 & echo ready"))
     assert (Outcome.exited(0), b"ready\n") == (process.result(), bytes(out.data))
+    assert await procutil.group_gone(process.pid)
+
+
+@pytest.mark.parametrize("route", ["poll", "pidfd, loop busy after the start word"])
+async def test_a_command_leaving_a_child_is_joined_without_waiting_the_end_bound(
+    route: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``sleep 60 & echo``: once the command exits, the join ends its tree without a fixed wait.
+
+    The end bound is an hour: a join that waited for it (the leader's exit no longer
+    watched once the command's exit was reported) would fail the hang guard.
+    """
+    if route == "poll":
+        monkeypatch.setattr(launcher_module, "_open_pidfd", lambda _pid: None)
+    else:
+        take = launcher_module._Report._take
+
+        def busy_after_start(report: launcher_module._Report, kind: int, value: int) -> None:
+            take(report, kind, value)
+            if kind == posix_sandbox.REPORT_STARTED:
+                time.sleep(0.05)  # the loop is busy: the exit record is read with the start's
+
+        monkeypatch.setattr(launcher_module._Report, "_take", busy_after_start)
+    given = spec(SH, "-c", "sleep 60 & echo $!")
+    out, _ = sinks(given)
+    process = await bounded(end=3600.0, exit=3600.0).start(given)
+    _STARTED.append(process)
+    async with asyncio.timeout(BOUND):
+        await process.wait_exit()
+        await out.contains(b"\n")
+    sleeper = int(out.data)
+    assert Outcome.exited(0) == process.result()
+    assert procutil.is_alive(sleeper)
+    async with asyncio.timeout(BOUND):
+        await process.wait()
+    assert not procutil.is_alive(sleeper)
     assert await procutil.group_gone(process.pid)
 
 
@@ -498,9 +542,17 @@ async def test_a_start_that_fails_after_the_child_exists_hands_it_over(
 async def test_a_leader_outliving_the_exit_bound_fails_the_join_retryably(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Past the bound the join raises a retryable failure; a retry completes it."""
-    process = await start(spec("/bin/sleep", "60"))
-    monkeypatch.setattr(launcher_module, "EXIT_BOUND_SECONDS", 0)
+    """Past the exit bound the join raises a retryable failure; a retry completes it."""
+    monkeypatch.setattr(launcher_module, "_open_pidfd", lambda _pid: None)
+    process = await bounded(end=0.05, exit=0.05).start(spec("/bin/sleep", "60"))
+    _STARTED.append(process)
+    peek = launcher_module._waitid
+
+    def blind(pidfd: int | None, pid: int, flags: int) -> os.waitid_result | None:
+        # The fault: the kernel never tells us the leader exited.
+        return None if flags & os.WNOWAIT else peek(pidfd, pid, flags)
+
+    monkeypatch.setattr(launcher_module, "_waitid", blind)
     with pytest.raises(ProcessFailure) as caught:
         await process.wait()
     assert (Operation.WAIT, True) == (caught.value.operation, caught.value.retryable)
@@ -574,6 +626,32 @@ async def test_cancelling_a_join_midway_lets_a_later_join_finish(
         await procutil.kill_escapee(escapee)
 
 
+async def test_a_start_cancelled_again_while_it_joins_raises_its_first_cancellation(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Cancelled before the word, then again during the join: held back; the first is raised.
+
+    The join still finishes (nothing is left), and the caller sees the cancellation it
+    got first, as every tool's ``settle`` rule says.
+    """
+    # A supervisor deaf to the end request (the fault): the join waits its end bound.
+    monkeypatch.setattr(posix_sandbox, "END_SIGNAL", signal.SIGWINCH)
+    before = procutil.open_descriptors()
+    starting = asyncio.ensure_future(bounded(end=0.5).start(spec("/bin/sleep", "60")))
+    await asyncio.sleep(0)  # the start waits for its word
+    starting.cancel("first")
+    for _ in range(3):
+        await asyncio.sleep(0)  # the first cancellation is delivered; the join runs
+    assert not starting.done()
+    starting.cancel("second")
+    with pytest.raises(asyncio.CancelledError) as caught:
+        async with asyncio.timeout(BOUND):
+            await starting
+    assert ("first",) == caught.value.args
+    assert [] == [p for p in procutil.all_processes() if p.ppid == os.getpid() and p.alive]
+    assert before == procutil.open_descriptors()
+
+
 async def test_a_signal_the_child_ignores_is_not_a_stop(exit_watch: str) -> None:
     """A child that ignores SIGTERM (inherited SIG_IGN) still ends by the join."""
     given = spec(SH, "-c", "trap '' TERM; echo ready; sleep 60")
@@ -608,14 +686,57 @@ def test_a_contained_launcher_needs_the_supervisor(monkeypatch: pytest.MonkeyPat
     assert PosixLauncher().contained is False
 
 
-async def test_a_supervisor_that_dies_without_a_word_is_a_launch_error(
+async def test_a_supervisor_that_dies_without_a_word_is_a_partial_start(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """EOF on the report before ``S``: nothing started, the supervisor is joined."""
+    """EOF on the report before any record: it may have started; the caller joins it."""
     monkeypatch.setattr(launcher_module, "_SUPERVISOR_FLAGS", ("-c", "raise SystemExit(3)"))
     before = procutil.open_descriptors()
     with pytest.raises(LaunchError) as caught:
         await PosixLauncher().start(spec("/bin/true"))
+    partial = caught.value.process
+    assert isinstance(partial, PosixProcess)
+    async with asyncio.timeout(BOUND):
+        await partial.wait()
+    assert Outcome.exited(3) == partial.result()
+    assert before == procutil.open_descriptors()
+
+
+async def test_a_supervisor_silent_past_the_start_bound_is_a_partial_start(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No word within the start bound: ``LaunchError(process)``, which joins like any other."""
+    monkeypatch.setattr(launcher_module, "_SUPERVISOR_FLAGS", ("-c", "import time; time.sleep(60)"))
+    before = procutil.open_descriptors()
+    with pytest.raises(LaunchError) as caught:
+        await bounded(start=0.05).start(spec("/bin/true"))
+    partial = caught.value.process
+    assert isinstance(partial, PosixProcess)
+    assert not partial.done()
+    async with asyncio.timeout(BOUND):
+        await partial.wait()
+    assert await procutil.group_gone(partial.pid)
+    assert before == procutil.open_descriptors()
+
+
+async def test_a_supervisor_that_fails_before_its_fork_says_so(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A spec the supervisor cannot read (the fault): ``F``, so a bare ``LaunchError``."""
+    monkeypatch.setattr(posix_sandbox, "encode_spec", lambda *_fields: b"not-a-spec")
+    before = procutil.open_descriptors()
+    with pytest.raises(LaunchError) as caught:
+        await bounded(start=3600.0).start(spec("/bin/true"))
+    assert caught.value.process is None
+    assert [] == [p for p in procutil.all_processes() if p.ppid == os.getpid() and p.alive]
+    assert before == procutil.open_descriptors()
+
+
+async def test_a_failed_start_word_is_a_bare_launch_error() -> None:
+    """``F`` (the exec failed) is the one word that says nothing was created."""
+    before = procutil.open_descriptors()
+    with pytest.raises(LaunchError) as caught:
+        await bounded(start=3600.0).start(spec("/nonexistent/tool"))
     assert caught.value.process is None
     assert before == procutil.open_descriptors()
 

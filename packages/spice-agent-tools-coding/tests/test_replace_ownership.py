@@ -225,6 +225,47 @@ def test_an_unprivileged_runner_replacing_its_own_file_keeps_everything(tmp_path
 
 
 @as_root
+@pytest.mark.parametrize("mode", [SETUID_MODE, 0o4755, 0o2775])
+def test_an_unprivileged_runner_replacing_its_own_setuid_file_keeps_the_bits(
+    tmp_path: Path, mode: int
+) -> None:
+    """nobody replaces nobody's setuid/setgid file for real (no CAP_FSETID): bits kept (B4).
+
+    The kernel clears setuid/setgid on a write by an unprivileged writer; the mode is
+    given after the content, so the committed file keeps it and nothing was changed.
+    """
+    directory = tmp_path / "shared"
+    directory.mkdir()
+    os.chown(directory, NOBODY, NOBODY)
+    target = directory / "f.sh"
+    target.write_bytes(OLD)
+    os.chown(target, NOBODY, NOBODY)
+    target.chmod(mode)
+    answer = _unprivileged_write(directory, "f.sh", NEW.encode(), OLD)
+    assert {"code": None, "committed": True, "owner_changed": False} == answer
+    assert (NOBODY, NOBODY) == _owner(target)
+    assert mode == stat.S_IMODE(target.stat().st_mode)
+    assert NEW.encode() == target.read_bytes()
+
+
+async def test_the_temporary_stays_private_while_its_content_is_written(root: Path) -> None:
+    """At the first write the temporary is the runner's ``0600``: the mode comes after."""
+    target = root / "f.sh"
+    target.chmod(SETUID_MODE)
+    modes: list[int] = []
+
+    def look() -> None:
+        (name,) = temporaries(root)
+        modes.append(stat.S_IMODE(name.stat().st_mode))
+
+    syscalls = Recording(slow={("write", 1): look})
+    _, content = await run(make_tool(root, syscalls), replace_arguments("f.sh", NEW, OLD))
+    assert content["owner_changed"] is False
+    assert [0o600] == modes
+    assert SETUID_MODE == stat.S_IMODE(target.stat().st_mode)
+
+
+@as_root
 def test_an_unprivileged_runner_replacing_roots_setuid_file_drops_setuid(tmp_path: Path) -> None:
     """nobody replaces root's 06755 file in a directory it may write: fchown really fails."""
     directory = tmp_path / "shared"

@@ -1,4 +1,4 @@
-"""The non-blocking route of ``_root``: ``open_cached_regular`` opens what the authority
+"""The non-blocking route of ``_cached``: ``open_cached_regular`` opens what the authority
 opens, or declines; it never answers differently and never waits.
 
 Everything here is real: the confinement tree of ``test_root``, a real second mount
@@ -26,14 +26,10 @@ from coding_strategies import path_strings
 from hypothesis import HealthCheck, given, settings
 from test_root import CONFINEMENT_TABLE, INNER, INSIDE, Tree, build_tree, describe
 
-from spice.agent.tools.coding import _root
-from spice.agent.tools.coding._root import (
-    LOCAL_FILESYSTEMS,
-    PathError,
-    clean_path,
-    open_cached_regular,
-    open_root,
-)
+from spice.agent.tools.coding import _cached, _mounts, _openat2, _regular, _root
+from spice.agent.tools.coding._cached import open_cached_regular
+from spice.agent.tools.coding._mounts import LOCAL_FILESYSTEMS
+from spice.agent.tools.coding._root import PathError, clean_path, open_root
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="openat2 exists only on Linux")
 
@@ -184,7 +180,7 @@ def test_the_file_system_type_is_the_one_findmnt_reports(tree: Tree) -> None:
     """The mount table's type of the tree equals ``findmnt``'s; ``/proc`` is not local."""
     if shutil.which("findmnt") is None:
         pytest.skip("findmnt (util-linux) is not installed")
-    assert _root._cached_route_enabled()
+    assert _cached._cached_route_enabled()
     kind = subprocess.run(
         ["findmnt", "-n", "-o", "FSTYPE", "-T", str(tree.root)],
         capture_output=True,
@@ -193,12 +189,12 @@ def test_the_file_system_type_is_the_one_findmnt_reports(tree: Tree) -> None:
     ).stdout.strip()
     fd = os.open(tree.root, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        assert _root._on_local_filesystem(fd) == (kind in LOCAL_FILESYSTEMS)
+        assert _mounts.on_local_filesystem(_cached._mounts, fd) == (kind in LOCAL_FILESYSTEMS)
     finally:
         os.close(fd)
     proc = os.open("/proc", os.O_RDONLY | os.O_DIRECTORY)
     try:
-        assert not _root._on_local_filesystem(proc)
+        assert not _mounts.on_local_filesystem(_cached._mounts, proc)
     finally:
         os.close(proc)
 
@@ -207,20 +203,20 @@ def test_a_closed_descriptor_has_no_mount() -> None:
     """``fdinfo`` of a descriptor that is not open: no mount ID, so never local."""
     fd = os.open("/", os.O_RDONLY | os.O_DIRECTORY)
     os.close(fd)
-    assert _root._mount_id(fd) is None
-    assert not _root._on_local_filesystem(fd)
+    assert _mounts.mount_id(fd) is None
+    assert not _mounts.on_local_filesystem(_cached._mounts, fd)
 
 
 MOUNT_CHANGE = """
 import os, subprocess, sys
-from spice.agent.tools.coding import _root
+from spice.agent.tools.coding import _cached, _mounts, _root
 point = sys.argv[1]
 def answer():
     fd = _root.open_root(point)  # the authority, once: probes the fast path, warms the caches
     os.close(_root.open_beneath(fd, "f.txt", os.O_RDONLY, follow_final=True, regular=True))
-    ident = _root._mount_id(fd)
+    ident = _mounts.mount_id(fd)
     os.close(fd)
-    got = _root.open_cached_regular(point, "f.txt")
+    got = _cached.open_cached_regular(point, "f.txt")
     if got is not None:
         os.close(got)
     return got is not None, ident
@@ -292,21 +288,21 @@ def test_a_kernel_without_resolve_cached_turns_the_route_off_for_good(
     tree: Tree, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``EINVAL`` for ``RESOLVE_CACHED`` (Linux 5.6 to 5.11): declined now and from then on."""
-    real = _root._syscall
+    real = _openat2._syscall
     assert real is not None
     calls: list[int] = []
 
     def syscall(number: object, dir_fd: object, path: object, how: object, size: object) -> int:
-        if how._obj.resolve & _root._RESOLVE_CACHED:  # type: ignore[attr-defined]  # byref's struct
+        if how._obj.resolve & _openat2.RESOLVE_CACHED:  # type: ignore[attr-defined]  # byref's struct
             calls.append(1)
             ctypes.set_errno(errno.EINVAL)
             return -1
         return int(real(number, dir_fd, path, how, size))
 
-    monkeypatch.setattr(_root, "_syscall", syscall)
-    monkeypatch.setattr(_root, "_cached_state", None)
+    monkeypatch.setattr(_openat2, "_syscall", syscall)
+    monkeypatch.setattr(_cached, "_cached_state", None)
     assert cached_bytes(tree.root, "file.txt") is None
-    assert _root._cached_state is False
+    assert _cached._cached_state is False
     assert cached_bytes(tree.root, "file.txt") is None
     assert [1] == calls  # the second call never asked the kernel
     assert INSIDE == authority(tree.root, "file.txt")  # the authority is untouched
@@ -316,45 +312,45 @@ def test_without_a_mount_table_the_route_is_off(
     tree: Tree, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """No ``/proc/self/mountinfo`` (procfs not mounted): the type is unknown, never this route."""
-    monkeypatch.setattr(_root._MountTypes, "open", classmethod(lambda cls: None))
-    monkeypatch.setattr(_root, "_mounts", _root._mounts)  # restored after the test
-    monkeypatch.setattr(_root, "_cached_state", None)
+    monkeypatch.setattr(_mounts.MountTypes, "open", classmethod(lambda cls: None))
+    monkeypatch.setattr(_cached, "_mounts", _cached._mounts)  # restored after the test
+    monkeypatch.setattr(_cached, "_cached_state", None)
     assert cached_bytes(tree.root, "file.txt") is None
-    assert _root._cached_state is False
+    assert _cached._cached_state is False
 
 
 def test_a_mount_table_past_its_bound_turns_the_route_off(
     tree: Tree, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A table larger than ``MAXIMUM_MOUNTINFO_BYTES`` is not read: no type, so declined."""
-    monkeypatch.setattr(_root, "MAXIMUM_MOUNTINFO_BYTES", 16)
-    monkeypatch.setattr(_root, "_mounts", _root._mounts)
-    monkeypatch.setattr(_root, "_cached_state", None)
-    assert _root._MountTypes.open() is None
+    monkeypatch.setattr(_mounts, "MAXIMUM_MOUNTINFO_BYTES", 16)
+    monkeypatch.setattr(_cached, "_mounts", _cached._mounts)
+    monkeypatch.setattr(_cached, "_cached_state", None)
+    assert _mounts.MountTypes.open() is None
     assert cached_bytes(tree.root, "file.txt") is None
-    assert _root._cached_state is False
+    assert _cached._cached_state is False
 
 
 def test_the_route_holds_one_descriptor_for_the_process(tree: Tree) -> None:
     """The mount table stays open once (to be polled), whatever the number of calls."""
     if not Path("/proc/self/fd").is_dir():
         pytest.skip("counting descriptors needs /proc/self/fd")
-    assert _root._cached_route_enabled()
-    held = _root._mounts
+    assert _cached._cached_route_enabled()
+    held = _cached._mounts
     assert held is not None
     before = len(os.listdir("/proc/self/fd"))
     for _ in range(20):
         answered(tree.root, "file.txt")
-    assert (before, held) == (len(os.listdir("/proc/self/fd")), _root._mounts)
+    assert (before, held) == (len(os.listdir("/proc/self/fd")), _cached._mounts)
 
 
 def test_a_mount_table_within_its_bound_is_read(tree: Tree) -> None:
     """The same table with the real bound: every mount of this process has a type."""
-    mounts = _root._MountTypes.open()
+    mounts = _mounts.MountTypes.open()
     assert mounts is not None
     fd = os.open(tree.root, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        ident = _root._mount_id(fd)
+        ident = _mounts.mount_id(fd)
         assert ident is not None
         assert mounts.type_of(ident)
     finally:
@@ -365,17 +361,17 @@ def test_a_file_swapped_between_the_look_and_the_open_is_declined(
     tree: Tree, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The ``O_PATH`` look and the open must see one file; a swap in between is declined."""
-    real = _root._cached_open
+    real = _openat2.openat2
     opened: list[str] = []
 
-    def cached_open(dir_fd: int, path: str, flags: int, resolve: int) -> int | None:
-        if path == "file.txt" and not flags & _root._O_PATH:
+    def openat2(dir_fd: int, path: str, flags: int, mode: int, resolve: int) -> int:
+        if path == "file.txt" and not flags & _openat2.O_PATH:
             opened.append(path)
             (tree.root / "replacement").write_bytes(INNER)
             os.replace(tree.root / "replacement", tree.root / "file.txt")
-        return real(dir_fd, path, flags, resolve)
+        return real(dir_fd, path, flags, mode, resolve)
 
-    monkeypatch.setattr(_root, "_cached_open", cached_open)
+    monkeypatch.setattr(_regular, "openat2", openat2)
     for _ in range(CACHE_ATTEMPTS):  # until the look succeeded (warm caches)
         assert cached_bytes(tree.root, "file.txt") is None
         if opened:
@@ -389,7 +385,7 @@ def test_no_descriptor_is_left_open_by_any_answer(tree: Tree) -> None:
     """Answered or declined, the route closes every descriptor but the one it returns."""
     if not Path("/proc/self/fd").is_dir():
         pytest.skip("counting descriptors needs /proc/self/fd")
-    assert _root._cached_route_enabled()  # its one mount-table descriptor is held from here
+    assert _cached._cached_route_enabled()  # its one mount-table descriptor is held from here
     before = len(os.listdir("/proc/self/fd"))
     for _ in range(3):
         for raw, _expected in CONFINEMENT_TABLE:

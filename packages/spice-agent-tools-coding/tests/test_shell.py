@@ -394,7 +394,9 @@ async def test_a_partial_start_is_owned_stopped_and_joined(tmp_path: Path) -> No
     partial = lingering()
     tool, owner = make(tmp_path, launcher=FakeLauncher(failure=partial_start(partial)))
     result = await tool.execute(shell_call({"argv": ["x"]}))
-    assert "launch_failed" == content_of(result)["code"]
+    content = content_of(result)
+    expected = ("launch_failed", "the command may have started; it was stopped")
+    assert expected == (content["code"], content["message"])
     assert (1, 1, 0, 0) == (partial.stop_calls, partial.wait_calls, owner.owned, owner.reserved)
 
 

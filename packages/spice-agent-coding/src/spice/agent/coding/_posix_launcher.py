@@ -35,17 +35,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import os
-import shutil
 import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Final, final
 
 from spice.agent.process import LaunchError, Operation, Outcome, ProcessFailure, Sink, Spec
+from spice.agent.tools.coding.settling import settle
 
 from . import _posix_sandbox as sandbox
 from ._containment import OFF, Containment
@@ -76,6 +77,15 @@ ORPHAN_SWEEP_SECONDS: Final = 1.0
 
 SERVER_DEATH_BOUND_SECONDS: Final = 2.0
 """When the server dies, even by SIGKILL, every command and descendant ends within this."""
+
+CANCELLED_START_SECONDS: Final = (
+    END_BOUND_SECONDS + EXIT_BOUND_SECONDS + 2 * (DRAIN_BOUND_SECONDS + ORPHAN_SWEEP_SECONDS)
+)
+"""How long a start cancelled while waiting for its word waits for the join of what it made.
+
+The join is bounded by its own phases (end, exit, sweep, drain); this bound is theirs,
+with room for the TMPDIR's removal.
+"""
 
 TMPDIR_PREFIX: Final = "spice-call-"
 """Name prefix of the private temporary directory a contained call gets as ``TMPDIR``."""
@@ -333,210 +343,163 @@ class _InputPump:
 
 
 @final
-class PosixProcess:
-    """A child started by ``PosixLauncher``; use it only from the loop that started it.
+class _Streams:
+    """The child's standard streams: two output pumps, an input pump, and their drain."""
 
-    The leader stays unreaped (a zombie once it exits) until ``wait`` joins it: while it
-    is unreaped its pid, and so its process-group id, cannot be reused, which makes
-    every group signal safe. Once the join has reaped it, no signal is sent any more.
+    def __init__(self, outputs: tuple[_OutputPump, _OutputPump], stdin: _InputPump | None) -> None:
+        self._outputs = outputs
+        self._stdin = stdin
+
+    def start(self) -> None:
+        for pump in self._outputs:
+            pump.start()
+        if self._stdin is not None:
+            self._stdin.start()
+
+    async def drain(self, bound: float) -> None:
+        """Wait (at most ``bound``) for both outputs to reach EOF, then close everything."""
+        for pump in self._outputs:
+            if not pump.started:
+                pump.close()
+        try:
+            async with asyncio.timeout(bound):
+                for pump in self._outputs:
+                    await pump.finished.wait()
+        except TimeoutError:
+            # A descendant outside the group still holds a write end: stop listening.
+            pass
+        for pump in self._outputs:
+            pump.close()
+        if self._stdin is not None:
+            self._stdin.close()
+
+
+@final
+class _State(enum.Enum):
+    """The one lifecycle of a ``PosixProcess``, kept by its leader watch.
+
+    ``RUNNING`` → ``EXITED`` → ``REAPED`` → ``JOINED``. Without ``waitid`` (macOS) the
+    exit is seen by reaping: ``RUNNING`` → ``REAPED``. Someone else reaping the leader
+    makes it ``LOST`` from ``RUNNING`` or ``EXITED``, for good. While the leader is
+    ``RUNNING`` or ``EXITED`` it is unreaped, so its pid pins the group id and a group
+    signal is safe; in every other state no signal is sent.
+    """
+
+    RUNNING = "running"
+    """The leader lives (a supervisor may still be starting the command)."""
+    EXITED = "exited"
+    """The leader has exited; unreaped, it still pins its group id."""
+    REAPED = "reaped"
+    """The leader was reaped by us: nothing is signalled any more."""
+    LOST = "lost"
+    """Someone else reaped the leader: its group id may be another's (terminal)."""
+    JOINED = "joined"
+    """The join finished: the leader reaped, the pipes closed, the TMPDIR removed."""
+
+
+_PINNED: Final = frozenset({_State.RUNNING, _State.EXITED})
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class _Bounds:
+    """The bounds one launcher gives its processes (the module's constants by default)."""
+
+    start: float = START_BOUND_SECONDS
+    end: float = END_BOUND_SECONDS
+    exit: float = EXIT_BOUND_SECONDS
+    drain: float = DRAIN_BOUND_SECONDS
+
+
+def _waitid(pidfd: int | None, pid: int, flags: int) -> os.waitid_result | None:
+    """``waitid`` on the leader, by pidfd where there is one, else by pid."""
+    if pidfd is not None:
+        return os.waitid(os.P_PIDFD, pidfd, flags)
+    return os.waitid(os.P_PID, pid, flags)
+
+
+@final
+class _Leader:
+    """Watches the group's leader without reaping it, and reaps it for the join.
+
+    Its one truth is whether the leader is gone (``gone``, ``outcome``), as
+    ``Popen.returncode`` is CPython's: the watch runs while the leader is
+    ``RUNNING``, whatever the supervisor reported about the command. ``on_gone``
+    runs once, when the leader is seen gone.
     """
 
     def __init__(
         self,
         loop: asyncio.AbstractEventLoop,
         popen: subprocess.Popen[bytes],
-        outputs: tuple[_OutputPump, _OutputPump],
-        stdin: _InputPump | None,
-        report: int | None = None,
-        temporary: str | None = None,
+        on_gone: Callable[[], None],
     ) -> None:
         self._loop = loop
         # Kept alive on purpose: a collected Popen with no return code would be polled
         # (and so reaped) by subprocess's own clean-up behind our back.
         self._popen = popen
-        self._pid = popen.pid
-        self._outputs = outputs
-        self._stdin = stdin
+        self.pid = popen.pid
+        self.state = _State.RUNNING
+        self.outcome: Outcome | None = None
+        self.gone = asyncio.Event()
+        self._on_gone = on_gone
         self._pidfd: int | None = None
-        self._watching = False
+        self._reader = False
         self._poll: asyncio.TimerHandle | None = None
-        self._outcome: Outcome | None = None
-        self._exited = asyncio.Event()
-        self._pinned = True
-        self._reaped = False
-        self._joined = False
-        self._lost = False
-        self._join_lock = asyncio.Lock()
-        # The supervisor (when there is one) is the leader; the command is its child.
-        self._supervisor = report is not None
-        self._report = report
-        self._report_bytes = b""
-        self._report_watched = False
-        self._started: bool | None = None
-        self._start_known = asyncio.Event()
-        self._clean = False
-        self._leader_gone = asyncio.Event()
-        self._temporary = temporary
 
     @property
-    def supervised(self) -> bool:
-        """Whether a per-call supervisor leads the group (and owns the command's tree)."""
-        return self._supervisor
+    def pinned(self) -> bool:
+        """Whether the unreaped leader still pins the group id (a group signal is safe)."""
+        return self.state in _PINNED
 
-    def _attach(self) -> None:
-        """Start the pumps and the exit watch (the part of a start that can fail late)."""
-        for pump in self._outputs:
-            pump.start()
-        if self._stdin is not None:
-            self._stdin.start()
-        if self._report is not None:
-            # The exit watch starts once the supervisor says the command started
-            # (``_watch_exit``): until then its report, or its EOF, says all.
-            self._loop.add_reader(self._report, self._read_report)
-            self._report_watched = True
+    def watch(self) -> None:
+        """Watch for the leader's exit (a pidfd reader, else polling); idempotent."""
+        if self.state is not _State.RUNNING or self._reader or self._poll is not None:
             return
-        self._watch_exit()
-
-    def _watch_exit(self) -> None:
-        self._pidfd = _open_pidfd(self._pid)
-        self._watch()
-
-    # -- the supervisor's report ----------------------------------------------------------
-
-    def _read_report(self) -> None:
-        """Take what the supervisor reported (two bytes a record), without blocking."""
-        while self._report is not None:
-            try:
-                data = os.read(self._report, 256)
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError:
-                data = b""
-            if not data:
-                self._close_report()
-                break
-            self._report_bytes += data
-            while len(self._report_bytes) >= 2:
-                kind, value = self._report_bytes[0], self._report_bytes[1]
-                self._report_bytes = self._report_bytes[2:]
-                self._take(kind, value)
-        if self._started is None:
-            # The supervisor closed its report without a word: it could not start.
-            self._started = False
-        self._start_known.set()
-
-    def _take(self, kind: int, value: int) -> None:
-        if kind == sandbox.REPORT_STARTED and self._started is None:
-            self._started = True
-            self._start_known.set()
-        elif kind == sandbox.REPORT_FAILED and self._started is None:
-            self._started = False
-            self._start_known.set()
-        elif kind == sandbox.REPORT_EXITED:
-            self._record_command(Outcome.exited(value))
-        elif kind == sandbox.REPORT_KILLED:
-            self._record_command(Outcome.signaled())
-        elif kind == sandbox.REPORT_DONE:
-            self._clean = True
-
-    def _record_command(self, outcome: Outcome) -> None:
-        if self._outcome is None:
-            self._outcome = outcome
-        self._exited.set()
-
-    def _close_report(self) -> None:
-        if self._report is None:
-            return
-        if self._report_watched:
-            self._loop.remove_reader(self._report)
-            self._report_watched = False
-        _close_quietly(self._report)
-        self._report = None
-
-    async def _until_started(self) -> bool:
-        """Wait (bounded) for the supervisor's word; ``False`` if the command did not start."""
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(START_BOUND_SECONDS):
-                await self._start_known.wait()
-        return self._started is True
-
-    def _ask_to_end(self) -> None:
-        """Ask the supervisor to kill its whole tree and exit (it may be stopped: CONT)."""
-        for number in (sandbox.END_SIGNAL, signal.SIGCONT):
-            with contextlib.suppress(OSError):
-                os.kill(self._pid, number)
-
-    async def _let_the_supervisor_end(self, bound: float = END_BOUND_SECONDS) -> None:
-        """While the supervisor pins the group: ask it to end its tree, wait (bounded)."""
-        if not self._supervisor or self._reaped or self._leader_gone.is_set():
-            return
-        self._observe()
-        if not self._pinned or self._leader_gone.is_set():
-            return
-        self._ask_to_end()
-        self._watch()
-        if bound <= 0:
-            return
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(bound):
-                await self._leader_gone.wait()
-
-    # -- exit observation -------------------------------------------------------------
-
-    def _watch(self) -> None:
-        if self._watching or self._outcome is not None:
-            return
-        self._watching = True
+        if self._pidfd is None:
+            self._pidfd = _open_pidfd(self.pid)
         if self._pidfd is not None:
             try:
-                self._loop.add_reader(self._pidfd, self._observe)
+                self._loop.add_reader(self._pidfd, self.observe)
             except Exception:  # noqa: BLE001 - any registration failure falls back to polling
                 self._close_pidfd()
             else:
+                self._reader = True
                 return
         self._poll = self._loop.call_later(EXIT_POLL_SECONDS, self._poll_exit)
 
     def _poll_exit(self) -> None:
         self._poll = None
-        self._observe()
-        if self._outcome is None:
+        self.observe()
+        if self.state is _State.RUNNING:
             self._poll = self._loop.call_later(EXIT_POLL_SECONDS, self._poll_exit)
 
     def _unwatch(self) -> None:
-        if not self._watching:
-            return
-        self._watching = False
         if self._poll is not None:
             self._poll.cancel()
             self._poll = None
-        if self._pidfd is not None:
+        if self._reader and self._pidfd is not None:
             self._loop.remove_reader(self._pidfd)
+        self._reader = False
 
     def _close_pidfd(self) -> None:
         if self._pidfd is not None:
             _close_quietly(self._pidfd)
             self._pidfd = None
 
-    def _waitid(self, flags: int) -> os.waitid_result | None:
-        if self._pidfd is not None:
-            return os.waitid(os.P_PIDFD, self._pidfd, flags)
-        return os.waitid(os.P_PID, self._pid, flags)
-
-    def _observe(self) -> None:
-        """Look at the leader without reaping it; record its outcome once it has exited."""
-        self._read_report()
-        if self._reaped or not self._pinned:
+    def observe(self) -> None:
+        """Look at the leader without reaping it; note its exit once it has exited."""
+        if self.state is not _State.RUNNING:
             return
         if self._pidfd is None and not _has_waitid():
             self._observe_by_reaping()
             return
         try:
-            status = self._waitid(_PEEK_FLAGS)
+            status = _waitid(self._pidfd, self.pid, _PEEK_FLAGS)
         except ChildProcessError:
             # Someone else reaped our child (a SIGCHLD handler, a waitpid(-1) watcher,
             # SIGCHLD ignored): its pid no longer pins the group id.
-            self._pinned = False
-            self._record(Outcome.unknown())
+            self._lose()
             return
         except OSError:
             if self._pidfd is not None:
@@ -544,10 +507,10 @@ class PosixProcess:
                 # the pid still pins the group (we have not reaped), so poll by pid.
                 self._unwatch()
                 self._close_pidfd()
-                self._watch()
+                self._poll = self._loop.call_later(EXIT_POLL_SECONDS, self._poll_exit)
             return
         if status is not None and status.si_pid != 0:
-            self._record(_outcome_of_waitid(status))
+            self._gone(_State.EXITED, _outcome_of_waitid(status))
 
     def _observe_by_reaping(self) -> None:
         """Without ``waitid`` (macOS) an exit can only be seen by reaping the leader.
@@ -557,55 +520,288 @@ class PosixProcess:
         later it might not be, so the join's kill happens here, once.
         """
         try:
-            pid, status = os.waitpid(self._pid, os.WNOHANG)
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
         except ChildProcessError:
-            self._pinned = False
-            self._record(Outcome.unknown())
+            self._lose()
             return
         except OSError:
             return
         if pid == 0:
             return
         with contextlib.suppress(OSError):  # ESRCH: nothing is left of the group
-            os.killpg(self._pid, signal.SIGKILL)
-        self._record(_outcome_of_wait_status(status))
-        self._mark_reaped()
+            os.killpg(self.pid, signal.SIGKILL)
+        self._gone(_State.REAPED, _outcome_of_wait_status(status))
 
-    def _record(self, outcome: Outcome) -> None:
-        """The leader has exited (a supervisor reports before it exits: read that first)."""
-        self._read_report()
-        if self._outcome is None:
-            self._outcome = outcome
+    def _lose(self) -> None:
+        self._gone(_State.LOST, Outcome.unknown())
+
+    def _gone(self, state: _State, outcome: Outcome) -> None:
+        self.state = state
+        self.outcome = outcome
         self._unwatch()
-        self._leader_gone.set()
+        if state is not _State.EXITED:
+            self._release()
+        self.gone.set()
+        self._on_gone()
+
+    def _release(self) -> None:
+        """The leader's pid is no longer ours to watch: let go of what names it."""
+        _LEADERS.discard(self.pid)
+        self._close_pidfd()
+        outcome = self.outcome
+        code = outcome.exit_code if outcome is not None and outcome.exit_code is not None else -1
+        # Tell Popen the child is gone so it never polls (or warns about) it again.
+        self._popen.returncode = code
+
+    async def until_gone(self, bound: float) -> bool:
+        """Wait at most ``bound`` for the leader to be gone; whether it is."""
+        self.watch()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(bound):
+                await self.gone.wait()
+        return self.gone.is_set()
+
+    def signal_group(self, signum: signal.Signals, operation: Operation) -> None:
+        """Signal the whole group while the leader pins it; no-op once we reaped it."""
+        self.observe()
+        if self.state is _State.LOST:
+            # The group id may belong to someone else by now: signalling it is unsafe.
+            raise ProcessFailure(operation, retryable=False)
+        if not self.pinned:
+            return
+        try:
+            os.killpg(self.pid, signum)
+        except ProcessLookupError:
+            return
+        except OSError:
+            raise ProcessFailure(operation, retryable=True) from None
+
+    def signal_leader(self, signums: Iterable[signal.Signals]) -> None:
+        """Signal the leader alone while it pins its pid (failures are ignored)."""
+        if not self.pinned:
+            return
+        for signum in signums:
+            with contextlib.suppress(OSError):
+                os.kill(self.pid, signum)
+
+    def reap(self) -> None:
+        """Reap the exited leader (``EXITED`` → ``REAPED``); no-op in any other state."""
+        if self.state is not _State.EXITED:
+            return
+        try:
+            _waitid(self._pidfd, self.pid, _REAP_FLAGS)
+        except ChildProcessError:
+            # Reaped by someone else after our group kill, which it had pinned: gone.
+            pass
+        except OSError:
+            # Not reaped, so still pinned: a retry of the join starts over safely.
+            raise ProcessFailure(Operation.WAIT, retryable=True) from None
+        self.state = _State.REAPED
+        self._release()
+
+    def joined(self) -> None:
+        """The join finished (``REAPED`` → ``JOINED``)."""
+        if self.state is _State.REAPED:
+            self.state = _State.JOINED
+
+
+@final
+class _Start(enum.Enum):
+    """What the supervisor's report says about the command's start."""
+
+    UNKNOWN = "unknown"
+    """No word yet."""
+    STARTED = "started"
+    """``S``: the command was exec'd."""
+    FAILED = "failed"
+    """``F``: nothing was started."""
+    SILENT = "silent"
+    """The report closed without a word: the command may have started."""
+
+
+@final
+class _Report:
+    """The supervisor's report channel: its start word, the command's outcome, ``D``.
+
+    The command's outcome (``X``/``K``) is the report's own field, never the leader's:
+    the supervisor outlives a command whose descendants remain.
+    """
+
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, fd: int, on_command_exit: Callable[[], None]
+    ) -> None:
+        self._loop = loop
+        self._fd: int | None = fd
+        self._reader = False
+        self._pending = b""
+        self._on_command_exit = on_command_exit
+        self.start = _Start.UNKNOWN
+        self.start_known = asyncio.Event()
+        self.command: Outcome | None = None
+        self.tree_gone = False
+
+    def listen(self) -> None:
+        if self._fd is not None:
+            self._loop.add_reader(self._fd, self.read)
+            self._reader = True
+
+    def read(self) -> None:
+        """Take what the supervisor reported (two bytes a record), without blocking."""
+        while self._fd is not None:
+            try:
+                data = os.read(self._fd, 256)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                data = b""
+            if not data:
+                self.close()
+                break
+            self._pending += data
+            while len(self._pending) >= 2:
+                kind, value = self._pending[0], self._pending[1]
+                self._pending = self._pending[2:]
+                self._take(kind, value)
+        if self.start is _Start.UNKNOWN:
+            self._heard(_Start.SILENT)
+
+    def _heard(self, start: _Start) -> None:
+        self.start = start
+        self.start_known.set()
+
+    def _take(self, kind: int, value: int) -> None:
+        if kind == sandbox.REPORT_STARTED and self.start is _Start.UNKNOWN:
+            self._heard(_Start.STARTED)
+        elif kind == sandbox.REPORT_FAILED and self.start is _Start.UNKNOWN:
+            self._heard(_Start.FAILED)
+        elif kind == sandbox.REPORT_EXITED:
+            self._command_exited(Outcome.exited(value))
+        elif kind == sandbox.REPORT_KILLED:
+            self._command_exited(Outcome.signaled())
+        elif kind == sandbox.REPORT_DONE:
+            self.tree_gone = True
+
+    def _command_exited(self, outcome: Outcome) -> None:
+        if self.command is None:
+            self.command = outcome
+            self._on_command_exit()
+
+    def close(self) -> None:
+        if self._fd is None:
+            return
+        if self._reader:
+            self._loop.remove_reader(self._fd)
+            self._reader = False
+        _close_quietly(self._fd)
+        self._fd = None
+
+
+@final
+class PosixProcess:
+    """A child started by ``PosixLauncher``; use it only from the loop that started it.
+
+    Three parts, each with its own state: the leader watch (``_Leader``: the one
+    lifecycle ``_State``), the supervisor's report (``_Report``: the command's
+    start and outcome) and the standard streams (``_Streams``). The leader stays
+    unreaped (a zombie once it exits) until ``wait`` joins it: while it is unreaped
+    its pid, and so its process-group id, cannot be reused, which makes every group
+    signal safe. Once the join has reaped it, no signal is sent any more.
+    """
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        popen: subprocess.Popen[bytes],
+        streams: _Streams,
+        bounds: _Bounds,
+        report: int | None = None,
+        temporary: str | None = None,
+    ) -> None:
+        self._exited = asyncio.Event()
+        self._leader = _Leader(loop, popen, self._leader_gone)
+        self._report = None if report is None else _Report(loop, report, self._exited.set)
+        self._streams = streams
+        self._bounds = bounds
+        self._temporary = temporary
+        self._temporary_left = False
+        self._join_lock = asyncio.Lock()
+
+    @property
+    def supervised(self) -> bool:
+        """Whether a per-call supervisor leads the group (and owns the command's tree)."""
+        return self._report is not None
+
+    @property
+    def cleanup_completed(self) -> bool:
+        """After the join: whether what the launcher made for the call is gone (its TMPDIR)."""
+        return self._leader.state is _State.JOINED and not self._temporary_left
+
+    def _attach(self) -> None:
+        """Start the pumps, the report reader and the leader watch (can fail late)."""
+        self._streams.start()
+        if self._report is not None:
+            self._report.listen()
+        self._leader.watch()
+
+    def _leader_gone(self) -> None:
+        # A supervisor reports before it exits: what it said is read first.
+        if self._report is not None:
+            self._report.read()
         self._exited.set()
+
+    async def _until_started(self) -> _Start:
+        """Wait (at most the start bound) for the supervisor's word about the command."""
+        report = self._report
+        if report is None:
+            return _Start.STARTED
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self._bounds.start):
+                await report.start_known.wait()
+        return report.start
+
+    async def _let_the_supervisor_end(self, bound: float) -> None:
+        """While the supervisor pins the group: ask it to end its tree, wait (bounded)."""
+        if self._report is None:
+            return
+        self._leader.observe()
+        if self._leader.state is not _State.RUNNING:
+            return
+        # It may be stopped: CONT after the request.
+        self._leader.signal_leader((sandbox.END_SIGNAL, signal.SIGCONT))
+        await self._leader.until_gone(bound)
 
     # -- the Process protocol ---------------------------------------------------------
 
     @property
     def pid(self) -> int:
         """The leader's pid, which is also the id of its process group and session."""
-        return self._pid
+        return self._leader.pid
 
     def done(self) -> bool:
         """True once the process has exited and its outcome is known."""
-        if self._outcome is None:
-            self._observe()
-        return self._outcome is not None
+        if not self._exited.is_set():
+            if self._report is not None:
+                self._report.read()
+            self._leader.observe()
+        return self._exited.is_set()
 
     async def wait_exit(self) -> None:
-        """Wait until the leader has exited (its descendants may still run)."""
+        """Wait until the command has exited (its descendants may still run)."""
         await self._exited.wait()
 
     def result(self) -> Outcome:
         """The outcome; raises ``ProcessFailure(RESULT)`` before the process is done."""
-        if not self.done() or self._outcome is None:
+        if not self.done():
             raise ProcessFailure(Operation.RESULT, retryable=True)
-        return self._outcome
+        command = None if self._report is None else self._report.command
+        outcome = command if command is not None else self._leader.outcome
+        if outcome is None:
+            raise ProcessFailure(Operation.RESULT, retryable=True)
+        return outcome
 
     async def request_stop(self) -> None:
         """SIGTERM to the whole group (a no-op once the join has finished)."""
-        self._signal_group(signal.SIGTERM, Operation.REQUEST_STOP)
+        self._leader.signal_group(signal.SIGTERM, Operation.REQUEST_STOP)
 
     async def force_kill(self) -> None:
         """SIGKILL to the whole tree (a no-op once the join has finished).
@@ -613,22 +809,8 @@ class PosixProcess:
         A supervisor is first asked to kill every descendant, including those that left
         the group, and given ``END_BOUND_SECONDS``; then the group gets SIGKILL anyway.
         """
-        await self._let_the_supervisor_end()
-        self._signal_group(signal.SIGKILL, Operation.FORCE_KILL)
-
-    def _signal_group(self, signum: signal.Signals, operation: Operation) -> None:
-        if self._reaped:
-            return
-        self._observe()
-        if not self._pinned:
-            # The group id may belong to someone else by now: signalling it is unsafe.
-            raise ProcessFailure(operation, retryable=False)
-        try:
-            os.killpg(self._pid, signum)
-        except ProcessLookupError:
-            return
-        except OSError:
-            raise ProcessFailure(operation, retryable=True) from None
+        await self._let_the_supervisor_end(self._bounds.end)
+        self._leader.signal_group(signal.SIGKILL, Operation.FORCE_KILL)
 
     async def wait(self) -> None:
         """The join: group killed, leader reaped, pipes drained or closed, all bounded.
@@ -639,109 +821,50 @@ class PosixProcess:
         by someone else, so what is left of its group can no longer be killed safely.
         """
         async with self._join_lock:
-            if self._joined:
+            leader = self._leader
+            if leader.state is _State.JOINED:
                 return
-            if not self._reaped:
+            if leader.pinned:
                 await self._end_group()
-            if self._supervisor and not self._clean:
-                # The supervisor died before it ended its tree: its orphans came here.
-                await _sweep_orphans()
+            report = self._report
+            if report is not None:
+                report.read()
+                if not report.tree_gone:
+                    # The supervisor died before it ended its tree: its orphans came here.
+                    await _sweep_orphans()
             await self._remove_temporary()
-            await self._drain()
-            self._close_report()
-            if self._lost:
+            await self._streams.drain(self._bounds.drain)
+            if report is not None:
+                report.close()
+            if leader.state is _State.LOST:
                 raise ProcessFailure(Operation.WAIT, retryable=False)
-            self._joined = True
+            leader.joined()
 
     async def _end_group(self) -> None:
-        self._observe()
-        if self._reaped:
-            # Without waitid the exit is seen by reaping, which kills the group at once.
-            return
-        gone_before = self._leader_gone.is_set()
-        if self._pinned:
-            # The leader's exit is bounded by EXIT_BOUND_SECONDS in each phase of the join.
-            await self._let_the_supervisor_end(min(END_BOUND_SECONDS, EXIT_BOUND_SECONDS))
-            self._observe()
-        if self._reaped:
-            return
-        if not self._pinned:
-            # Terminal: the pipes are still drained and closed, but what is left of the
-            # group can never be killed safely, so release cannot be proven.
-            self._lost = True
-            self._mark_reaped()
-            return
-        try:
-            os.killpg(self._pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        except OSError:
-            raise ProcessFailure(Operation.WAIT, retryable=True) from None
-        self._watch()
-        bound = EXIT_BOUND_SECONDS
-        if bound <= 0 and not gone_before:
-            # No time at all: a leader that had not exited when the join began has not
-            # exited within the bound (decided here, not by how fast it died meanwhile).
+        """Ask the supervisor to end its tree, SIGKILL the group, reap the leader (bounded)."""
+        leader = self._leader
+        bounds = self._bounds
+        # The leader's exit is bounded by the exit bound in each phase of the join.
+        await self._let_the_supervisor_end(min(bounds.end, bounds.exit))
+        if not leader.pinned:
+            return  # reaped while watched (no waitid), or lost: the join raises later
+        leader.signal_group(signal.SIGKILL, Operation.WAIT)
+        if not await leader.until_gone(bounds.exit):
             raise ProcessFailure(Operation.WAIT, retryable=True)
-        try:
-            async with asyncio.timeout(bound):
-                await self._leader_gone.wait()
-        except TimeoutError:
-            raise ProcessFailure(Operation.WAIT, retryable=True) from None
-        self._reap()
-
-    def _reap(self) -> None:
-        if self._reaped:
-            return
-        if not self._pinned:
-            # Reaped by someone else while we waited for the exit.
-            self._lost = True
-            self._mark_reaped()
-            return
-        try:
-            self._waitid(_REAP_FLAGS)
-        except ChildProcessError:
-            self._record(Outcome.unknown())
-        except OSError:
-            # Not reaped, so still pinned: a retry of the join starts over safely.
-            raise ProcessFailure(Operation.WAIT, retryable=True) from None
-        self._mark_reaped()
-
-    def _mark_reaped(self) -> None:
-        self._reaped = True
-        self._pinned = False
-        self._leader_gone.set()
-        _LEADERS.discard(self._pid)
-        self._close_pidfd()
-        outcome = self._outcome
-        code = outcome.exit_code if outcome is not None and outcome.exit_code is not None else -1
-        # Tell Popen the child is gone so it never polls (or warns about) it again.
-        self._popen.returncode = code
+        leader.reap()
 
     async def _remove_temporary(self) -> None:
-        """Remove the call's private ``TMPDIR`` (its tree is gone by now)."""
+        """Remove the call's private ``TMPDIR`` (its tree is gone by now); note a failure."""
         if self._temporary is None:
             return
-        await asyncio.to_thread(shutil.rmtree, self._temporary, ignore_errors=True)
+        removed = await asyncio.to_thread(_remove_tree, self._temporary)
+        self._temporary_left = not removed
         self._temporary = None
 
-    async def _drain(self) -> None:
-        for pump in self._outputs:
-            if not pump.started:
-                pump.close()
-        try:
-            async with asyncio.timeout(DRAIN_BOUND_SECONDS):
-                for pump in self._outputs:
-                    if pump.closed:
-                        continue
-                    await pump.finished.wait()
-        except TimeoutError:
-            # A descendant outside the group still holds a write end: stop listening.
-            pass
-        for pump in self._outputs:
-            pump.close()
-        if self._stdin is not None:
-            self._stdin.close()
+
+def _remove_tree(path: str) -> bool:
+    """Remove a call's ``TMPDIR`` whatever its command did to it; whether it is gone."""
+    return sandbox.remove_tree(path)
 
 
 def _environment(entries: Iterable[str]) -> dict[str, str]:
@@ -771,21 +894,27 @@ def _attach(process: PosixProcess) -> None:
     process._attach()
 
 
-async def _settle(work: Awaitable[None]) -> None:
-    """Run ``work`` to its end even if the caller is cancelled meanwhile (then re-raise)."""
-    task = asyncio.ensure_future(work)
-    cancelled: asyncio.CancelledError | None = None
-    while not task.done():
-        try:
-            await asyncio.shield(task)
-        except asyncio.CancelledError as exc:
-            if task.cancelled():
-                raise
-            cancelled = exc
-        except Exception:  # noqa: BLE001, S110 - the join's failure is reported by the caller
-            pass
-    if cancelled is not None:
-        raise cancelled
+_JOINS: set[asyncio.Task[None]] = set()
+"""Joins of cancelled starts still running past their settle bound (kept referenced)."""
+
+
+def _joined(task: asyncio.Task[None]) -> None:
+    _JOINS.discard(task)
+    if not task.cancelled():
+        task.exception()  # retrieved: a failed join of a cancelled start has no caller left
+
+
+async def _join_while_cancelled(process: PosixProcess, bound: float) -> None:
+    """Join ``process`` while the caller is being cancelled: held back, at most ``bound``.
+
+    ``settle`` holds further cancellations back until the join is done or the bound
+    passed (the join is bounded itself); the caller re-raises its first cancellation.
+    A join still running then goes on, referenced here.
+    """
+    joining = asyncio.get_running_loop().create_task(process.wait())
+    _JOINS.add(joining)
+    joining.add_done_callback(_joined)
+    await settle(joining, bound)
 
 
 @final
@@ -849,6 +978,7 @@ class _Ends:
         popen: subprocess.Popen[bytes],
         spec: Spec,
         standard: _Standard,
+        bounds: _Bounds,
         *,
         report: int | None = None,
         temporary: str | None = None,
@@ -857,9 +987,7 @@ class _Ends:
         _close_quietly(standard.directory)
         _LEADERS.add(popen.pid)
         loop = self.loop
-        return PosixProcess(
-            loop,
-            popen,
+        streams = _Streams(
             (
                 _OutputPump(loop, standard.stdout_read, spec.stdout),
                 _OutputPump(loop, standard.stderr_read, spec.stderr),
@@ -867,9 +995,33 @@ class _Ends:
             None
             if standard.stdin_write is None
             else _InputPump(loop, standard.stdin_write, spec.stdin),
-            report=report,
-            temporary=temporary,
         )
+        return PosixProcess(loop, popen, streams, bounds, report=report, temporary=temporary)
+
+
+def _popen_supervisor(
+    standard: _Standard, cwd: str, spec_fd: int, report_fd: int
+) -> subprocess.Popen[bytes]:
+    """Start the per-call supervisor: its argv, its environment, the descriptors it gets.
+
+    The one place that says how the supervisor is run. It reads the command from
+    ``spec_fd`` and reports on ``report_fd`` (see ``_posix_sandbox``); it leads a new
+    session and process group, with the child's standard streams and workdir.
+    """
+    python = sys.executable
+    return subprocess.Popen(  # noqa: S603 - argv list, no shell; see PosixLauncher.start
+        [python, *_SUPERVISOR_FLAGS, SUPERVISOR_PATH, str(spec_fd), str(report_fd)],
+        executable=python,
+        stdin=standard.stdin,
+        stdout=standard.stdout,
+        stderr=standard.stderr,
+        cwd=cwd,
+        env=_SUPERVISOR_ENVIRONMENT,
+        close_fds=True,
+        pass_fds=(spec_fd, report_fd),
+        start_new_session=True,
+        restore_signals=True,
+    )
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -902,7 +1054,7 @@ class PosixLauncher:
     True
     """
 
-    __slots__ = ("_containment", "_root", "_supervised")
+    __slots__ = ("_bounds", "_containment", "_root", "_supervised")
 
     def __init__(self, containment: Containment = OFF, root: str | None = None) -> None:
         if not isinstance(containment, Containment):
@@ -912,6 +1064,7 @@ class PosixLauncher:
         self._containment = containment
         self._root = root
         self._supervised = _supervisor_available()
+        self._bounds = _Bounds()
         if containment.contained and not self._supervised:
             raise ValueError("containment needs the supervisor, which is unavailable here")
 
@@ -950,7 +1103,10 @@ class PosixLauncher:
         the process object exists, a cancellation can never fall between the fork and
         the ownership of the child. With a supervisor, the start then waits (bounded)
         for its word that the command itself started; a cancellation meanwhile joins
-        the supervisor (shielded, bounded) before it propagates.
+        the supervisor (shielded, bounded) before it propagates. Only its ``F`` makes a
+        bare ``LaunchError`` (nothing was created); no word within the bound, or its
+        report closing without one, is ``LaunchError(process)``: the command may have
+        started, and the caller stops and joins it.
         """
         if not self._supervised:
             return self._start_direct(spec)
@@ -960,13 +1116,17 @@ class PosixLauncher:
         except Exception:  # noqa: BLE001 - the child exists: hand it over with the error
             raise LaunchError(process) from None
         try:
-            started = await process._until_started()
+            start = await process._until_started()
         except asyncio.CancelledError:
-            await _settle(process.wait())
+            await _join_while_cancelled(process, CANCELLED_START_SECONDS)
             raise
-        if started:
-            process._watch_exit()
+        if start is _Start.STARTED:
             return process
+        if start is not _Start.FAILED:
+            # No word within the bound, or the report closed without one: the command
+            # may have started (its word can come just after the bound). Only an ``F``
+            # says nothing was; the caller stops and joins this process.
+            raise LaunchError(process) from None
         try:
             await process.wait()
         except ProcessFailure:
@@ -1000,28 +1160,19 @@ class PosixLauncher:
             ends.child.append(memory)
             _write_all(memory, blob)
             os.lseek(memory, 0, os.SEEK_SET)
-            python = sys.executable
-            popen = subprocess.Popen(  # noqa: S603 - argv list, no shell; see start
-                [python, *_SUPERVISOR_FLAGS, SUPERVISOR_PATH, str(memory), str(report_write)],
-                executable=python,
-                stdin=standard.stdin,
-                stdout=standard.stdout,
-                stderr=standard.stderr,
-                cwd=_entry(standard.directory, spec.working_directory),
-                env=_SUPERVISOR_ENVIRONMENT,
-                close_fds=True,
-                pass_fds=(memory, report_write),
-                start_new_session=True,
-                restore_signals=True,
+            popen = _popen_supervisor(
+                standard, _entry(standard.directory, spec.working_directory), memory, report_write
             )
         except Exception:  # noqa: BLE001 - every start failure is one LaunchError, no OS text
             ends.close_parent()
             if temporary is not None:
-                shutil.rmtree(temporary, ignore_errors=True)
+                _remove_tree(temporary)
             raise LaunchError from None
         finally:
             ends.close_child()
-        return ends.process(popen, spec, standard, report=report_read, temporary=temporary)
+        return ends.process(
+            popen, spec, standard, self._bounds, report=report_read, temporary=temporary
+        )
 
     def _start_direct(self, spec: Spec) -> PosixProcess:
         """Without a supervisor (not Linux): the command itself leads its group."""
@@ -1046,7 +1197,7 @@ class PosixLauncher:
             raise LaunchError from None
         finally:
             ends.close_child()
-        process = ends.process(popen, spec, standard)
+        process = ends.process(popen, spec, standard, self._bounds)
         try:
             _attach(process)
         except Exception:  # noqa: BLE001 - the child exists: hand it over with the error

@@ -45,6 +45,7 @@ import enum
 import errno
 import hashlib
 import os
+import re
 import secrets
 import stat
 import sys
@@ -52,11 +53,21 @@ import threading
 from dataclasses import dataclass
 from typing import Final, Protocol, TypeAlias, final
 
+from ._regular import Refusal, Refused, open_regular
+
 TEMPORARY_PREFIX: Final = ".spice-replace-"
 TEMPORARY_SUFFIX: Final = ".tmp"
 TEMPORARY_TOKEN_BYTES: Final = 16
+TEMPORARY_NAME: Final = re.compile(
+    re.escape(TEMPORARY_PREFIX)
+    + f"[0-9a-f]{{{2 * TEMPORARY_TOKEN_BYTES}}}"
+    + re.escape(TEMPORARY_SUFFIX)
+)
+"""The shape of a replace temporary file's name: ``.spice-replace-<32 hex>.tmp``."""
 """Random bytes in a temporary name (32 hex digits)."""
 READ_CHUNK_BYTES: Final = 65_536
+INSPECT_ATTEMPTS: Final = 4
+"""Looks ``inspect`` takes at a file replaced between its look and its open (a race)."""
 CREATE_MODE: Final = 0o666
 """Mode a created file asks for; the kernel applies the umask (``0o666 & ~umask``)."""
 PRIVATE_MODE: Final = 0o600
@@ -283,10 +294,15 @@ ABORTED: Final = Outcome(aborted=True)
 
 # Fixed problem texts.
 NOT_FOUND: Final = "the file does not exist; pass create: true to create it"
+EDIT_NOT_FOUND: Final = "the file does not exist; to create it, use content with create: true"
+"""The edit form's answer for a missing file (``create`` with ``edits`` is refused)."""
 NOT_REGULAR: Final = (
     "the target is not a regular file; symlinks, directories and special files are never replaced"
 )
-TARGET_TOO_LARGE: Final = "the current file is larger than max_write_bytes"
+TARGET_TOO_LARGE: Final = (
+    "the current file is larger than the bound of this form "
+    "(max_write_bytes for content, max_edit_bytes for edits)"
+)
 PATH_UNAVAILABLE: Final = "the target could not be inspected"
 READ_FAILED: Final = "the current file could not be read"
 STALE: Final = "the file does not have the expected sha256; read it again and retry"
@@ -360,50 +376,54 @@ def _read_bounded(syscalls: Syscalls, fd: int, limit: int) -> bytes | None:
 
 
 def inspect(syscalls: Syscalls, dir_fd: int, leaf: str, limit: int) -> Found:
-    """What is at ``leaf``: never follows a symlink, never blocks on a FIFO."""
+    """What is at ``leaf``: never follows a symlink, never blocks on a FIFO.
+
+    Opened by ``_regular.open_regular`` (through ``syscalls``); a file replaced between
+    its look and its open is looked at again, at most ``INSPECT_ATTEMPTS`` times.
+    """
+    for _ in range(INSPECT_ATTEMPTS):
+        opened = open_regular(
+            dir_fd, leaf, os.O_RDONLY, admit=lambda size: size <= limit, calls=syscalls
+        )
+        if not isinstance(opened, Refused) or opened.reason is not Refusal.CHANGED:
+            break
+    if isinstance(opened, Refused):
+        return _occupied(opened.reason)
     try:
-        before = syscalls.lstat(leaf, dir_fd)
-    except FileNotFoundError:
-        return Absent()
-    except OSError:
-        return Occupied("path_unavailable", PATH_UNAVAILABLE)
-    if stat.S_ISLNK(before.st_mode):
-        return Occupied("not_regular", NOT_REGULAR, symlink=True)
-    if not stat.S_ISREG(before.st_mode):
-        return Occupied("not_regular", NOT_REGULAR)
-    if before.st_size > limit:
-        return Occupied("file_too_large", TARGET_TOO_LARGE)
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-    try:
-        fd = syscalls.open(leaf, flags, 0, dir_fd)
-    except FileNotFoundError:
-        return Absent()
-    except OSError as error:
-        if error.errno == errno.ELOOP:
-            return Occupied("not_regular", NOT_REGULAR, symlink=True)
-        return Occupied("read_failed", READ_FAILED)
-    try:
-        opened = syscalls.fstat(fd)
-        if not stat.S_ISREG(opened.st_mode):
-            return Occupied("not_regular", NOT_REGULAR)
-        data = _read_bounded(syscalls, fd, limit)
+        data = _read_bounded(syscalls, opened.fd, limit)
     except OSError:
         return Occupied("read_failed", READ_FAILED)
     finally:
         with contextlib.suppress(OSError):
-            syscalls.close(fd)
+            syscalls.close(opened.fd)
+    status = opened.status
     if data is None:
         return Occupied("file_too_large", TARGET_TOO_LARGE)
     return Current(
-        device=opened.st_dev,
-        inode=opened.st_ino,
-        mode=stat.S_IMODE(opened.st_mode),
-        links=opened.st_nlink,
-        uid=opened.st_uid,
-        gid=opened.st_gid,
+        device=status.st_dev,
+        inode=status.st_ino,
+        mode=stat.S_IMODE(status.st_mode),
+        links=status.st_nlink,
+        uid=status.st_uid,
+        gid=status.st_gid,
         sha256=hashlib.sha256(data).hexdigest(),
         data=data,
     )
+
+
+def _occupied(reason: Refusal) -> Found:
+    """What ``inspect`` answers for a refusal of ``open_regular``."""
+    if reason is Refusal.MISSING:
+        return Absent()
+    if reason is Refusal.LINK:
+        return Occupied("not_regular", NOT_REGULAR, symlink=True)
+    if reason is Refusal.NOT_REGULAR:
+        return Occupied("not_regular", NOT_REGULAR)
+    if reason is Refusal.TOO_LARGE:
+        return Occupied("file_too_large", TARGET_TOO_LARGE)
+    if reason is Refusal.OPEN_FAILED:
+        return Occupied("read_failed", READ_FAILED)
+    return Occupied("path_unavailable", PATH_UNAVAILABLE)
 
 
 def temporary_name() -> str:
@@ -412,14 +432,8 @@ def temporary_name() -> str:
 
 
 def is_temporary_name(name: str) -> bool:
-    """Whether ``name`` has the shape of a replace temporary file."""
-    token = name.removeprefix(TEMPORARY_PREFIX).removesuffix(TEMPORARY_SUFFIX)
-    return (
-        name.startswith(TEMPORARY_PREFIX)
-        and name.endswith(TEMPORARY_SUFFIX)
-        and len(token) == 2 * TEMPORARY_TOKEN_BYTES
-        and all(c in "0123456789abcdef" for c in token)
-    )
+    """Whether ``name`` has the shape of a replace temporary file (``TEMPORARY_NAME``)."""
+    return TEMPORARY_NAME.fullmatch(name) is not None
 
 
 @final
@@ -525,8 +539,6 @@ def _before_commit(
         if (written.st_dev, written.st_ino) != (reread.st_dev, reread.st_ino):
             return Outcome("temporary_failed", TEMPORARY_FAILED)
         temporary.owner = (written.st_uid, written.st_gid)
-        if current is not None:
-            _give_metadata(syscalls, fd, current, temporary)
     except OSError:
         return Outcome("temporary_failed", TEMPORARY_FAILED)
     view = memoryview(request.data)
@@ -538,6 +550,14 @@ def _before_commit(
             view = view[count:]
     except OSError:
         return Outcome("write_failed", WRITE_FAILED)
+    # The metadata after the content: without CAP_FSETID the kernel clears setuid and
+    # setgid on every write (file_remove_privs), so a mode given before would be lost;
+    # until here the temporary stays private (PRIVATE_MODE, the runner's).
+    if current is not None:
+        try:
+            _give_metadata(syscalls, fd, current, temporary)
+        except OSError:
+            return Outcome("temporary_failed", TEMPORARY_FAILED)
     try:
         syscalls.fsync(fd)
     except OSError:

@@ -59,21 +59,24 @@ How a path is opened
      links (the kernel's own ``MAXSYMLINKS``) the walk stops with ``path_escape``
      (a loop or an over-long chain cannot be shown to stay inside).
 
-   * *Non-blocking route (Linux, ``read`` only)*: :func:`open_cached_regular` opens a
-     regular file with the fast path's flags plus ``RESOLVE_CACHED`` (the kernel refuses
+   * *Non-blocking route (Linux, ``read`` only)*: ``_cached.open_cached_regular`` opens
+     a regular file with the fast path's flags plus ``RESOLVE_CACHED`` (the kernel refuses
      any lookup that needs I/O) and ``RESOLVE_NO_XDEV`` (never into another mount), on a
-     root whose mount is of a local type (``LOCAL_FILESYSTEMS``, learnt from procfs,
-     never from the file system itself), so ``read`` can do its work
-     on the event loop. It answers with a descriptor or declines with ``None``, never an
-     error: every refusal goes to the routes above, in a worker thread.
+     root whose mount is of a local type (``_mounts``, learnt from procfs, never from the
+     file system itself), so ``read`` can do its work on the event loop. It answers with
+     a descriptor or declines, never an error: every refusal goes to the routes above,
+     in a worker thread.
+
+   The ``openat2`` call and the process-wide decision to use it are ``_openat2``'s.
 
 4. **The final open** never follows a symlink by itself (``O_NOFOLLOW``) and
-   never blocks (``O_NONBLOCK``). With ``regular=True`` (``read``) the object is
-   first inspected without opening it for I/O (``fstatat(AT_SYMLINK_NOFOLLOW)``
-   in the held parent, or an ``O_PATH`` descriptor on the fast path): FIFOs,
-   sockets, devices and directories are ``not_regular`` and are never opened for
-   reading at all. The regular file is then opened and ``fstat`` must show the
-   same ``(st_dev, st_ino)``; a swap in between is ``path_unavailable``.
+   never blocks (``O_NONBLOCK``). With ``regular=True`` (``read``) every route opens
+   the file through the one routine ``_regular.open_regular`` (so does ``replace``'s
+   ``_commit.inspect``): the object is first inspected without opening it for I/O
+   (``fstatat(AT_SYMLINK_NOFOLLOW)`` in the held parent, or an ``O_PATH`` descriptor on
+   the fast path); FIFOs, sockets, devices and directories are ``not_regular`` and are
+   never opened for reading at all. The regular file is then opened and ``fstat`` must
+   show the same ``(st_dev, st_ino)``; a swap in between is ``path_unavailable``.
 
 Why it is safe: every object is reached by ``*at`` calls from a descriptor that
 was itself reached the same way from the root descriptor, one real directory at
@@ -100,20 +103,50 @@ path and no OS error text ever reaches a message.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import errno
 import os
-import platform
 import posixpath
-import select
 import stat
-import sys
-import threading
 import unicodedata
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final, final
+
+from ._openat2 import (
+    BENEATH,
+    O_PATH,
+    OPENAT2_ATTEMPTS,
+    RESOLVE_NO_SYMLINKS,
+    RETRIED,
+    fast_path_available,
+    openat2,
+    portable_only,
+)
+from ._openat2 import fast_path_enabled as _fast_path_enabled
+from ._regular import Refusal, Refused, Regular, open_regular
+
+__all__ = [
+    "CHANGE_ATTEMPTS",
+    "CREATE_ATTEMPTS",
+    "DIRECTORY_MODE",
+    "FILE_MODE",
+    "MAXIMUM_NAME_BYTES",
+    "MAXIMUM_PATH_BYTES",
+    "MAXIMUM_SYMLINKS",
+    "MAXIMUM_WALK_STEPS",
+    "OPENAT2_ATTEMPTS",
+    "MadeDirectory",
+    "PathError",
+    "clean_path",
+    "fast_path_available",
+    "open_beneath",
+    "open_directory",
+    "open_root",
+    "portable_only",
+    "remove_made",
+    "split_parent",
+]
 
 MAXIMUM_SYMLINKS: Final = 40
 """Symlinks one resolution may follow (Linux ``MAXSYMLINKS``); one more is ``path_escape``."""
@@ -126,9 +159,6 @@ MAXIMUM_NAME_BYTES: Final = 255
 
 MAXIMUM_WALK_STEPS: Final = 65_536
 """Directory opens one portable resolution may make (``..`` re-walks from the root)."""
-
-OPENAT2_ATTEMPTS: Final = 8
-"""Tries of one ``openat2`` answering ``EAGAIN``/``EINTR`` before the call fails closed."""
 
 CHANGE_ATTEMPTS: Final = 4
 """Resolutions one open may make when the object changed under it (a concurrent atomic
@@ -171,7 +201,7 @@ _CREATE_FAILED: Final = "a missing directory could not be created"
 # Errnos a no-follow directory open gives for "a symlink, or not a directory".
 _LINK_OR_FILE: Final = frozenset({errno.ELOOP, errno.ENOTDIR, errno.EMLINK})
 
-_O_PATH: Final = getattr(os, "O_PATH", 0)
+_O_PATH: Final = O_PATH
 # POSIX-only flags are read with a default: this module imports on Windows too, where read
 # and replace answer `unsupported_platform` before anything here runs (contract 10.4).
 _DIRECTORY: Final = (
@@ -190,7 +220,8 @@ class PathError(Exception):
 
     ``code`` is one of ``invalid_arguments``, ``root_unavailable``, ``not_found``,
     ``path_unavailable``, ``path_escape``, ``not_regular``; ``str(error)`` is a fixed,
-    model-safe text with no path of the machine and no OS error text. ``changed`` marks
+    model-safe text with no path of the machine (but the configured root, which the
+    refusal of an absolute path outside it names) and no OS error text. ``changed`` marks
     a race (the object changed while it was being opened), which ``open_beneath`` and
     ``open_directory`` retry with a fresh resolution; the decision never reads the text.
     """
@@ -290,20 +321,31 @@ def _remainder(cleaned: str, root: str) -> str | None:
 
 
 def _beneath_root(raw: str, root: str | None) -> str:
-    """The relative remainder of an absolute ``raw`` beneath ``root``, or invalid_arguments."""
+    """The relative remainder of an absolute ``raw`` beneath ``root``, or invalid_arguments.
+
+    Beneath means: lexically (as configured, or as resolved), or its resolved directory
+    lies beneath the resolved root, so a symlinked spelling of the root works (contract
+    10.2); only the directory is resolved, never the final name. The disk is touched
+    (``os.path.realpath``) only when the lexical forms do not match. The remainder is
+    still opened beneath the root's descriptor, so resolving here confines nothing.
+    """
     if root is None:
         raise _invalid(_ABSOLUTE)
     cleaned = _lexical_absolute(raw)
     configured = _lexical_absolute(root)
     remainder = _remainder(cleaned, configured)
     if remainder is None:
-        # Only now touch the disk (lstat/readlink of the root's components): a host that
-        # names files through the root's resolved form (macOS /tmp -> /private/tmp).
         resolved = _lexical_absolute(os.path.realpath(configured))
-        if resolved != configured:
-            remainder = _remainder(cleaned, resolved)
+        remainder = _remainder(cleaned, resolved)
+        if remainder is None:
+            directory, _, name = cleaned.rpartition("/")
+            below = _remainder(_lexical_absolute(os.path.realpath(directory or "/")), resolved)
+            if below is not None:
+                remainder = name if below == "." else f"{below}/{name}"
+            elif _lexical_absolute(os.path.realpath(cleaned)) == resolved:
+                remainder = "."  # the root itself, spelled through a link
     if remainder is None:
-        raise _invalid(_ABSOLUTE)
+        raise _invalid(f"{_ABSOLUTE} ({configured})")
     return remainder
 
 
@@ -541,36 +583,28 @@ class _FinalFile:
         return _Link(target)
 
     def _open_regular(self, dir_fd: int, name: str) -> int | _Link:
-        try:
-            seen = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-        except OSError as error:
-            raise _mapped(error.errno) from None
-        if stat.S_ISLNK(seen.st_mode):
+        opened = open_regular(dir_fd, name, self.flags)
+        if isinstance(opened, Regular):
+            return opened.fd
+        if opened.reason is Refusal.LINK:
             return self._link(dir_fd, name)
-        if not stat.S_ISREG(seen.st_mode):
-            raise PathError("not_regular", _NOT_REGULAR)
-        try:
-            fd = os.open(name, self.flags, self.mode, dir_fd=dir_fd)
-        except OSError as error:
-            if error.errno in _LINK_OR_FILE:
-                raise _changed() from None
-            raise _mapped(error.errno) from None
-        return _same_regular_file(fd, seen)
+        raise _refused(opened)
 
 
-def _same_regular_file(fd: int, seen: os.stat_result) -> int:
-    """Keep ``fd`` if it is the regular file ``seen`` described; close it otherwise."""
-    try:
-        now = os.fstat(fd)
-        if not stat.S_ISREG(now.st_mode) or (now.st_dev, now.st_ino) != (
-            seen.st_dev,
-            seen.st_ino,
-        ):
-            raise _changed()  # noqa: TRY301 - closed below
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+def _refused(refused: Refused) -> PathError:
+    """The PathError of a refusal of :func:`open_regular` (``LINK``: a final symlink)."""
+    reason = refused.reason
+    if reason is Refusal.MISSING:
+        return PathError("not_found", _MISSING)
+    if reason is Refusal.LINK:
+        return PathError("not_regular", _FINAL_LINK)
+    if reason is Refusal.NOT_REGULAR:
+        return PathError("not_regular", _NOT_REGULAR)
+    if reason is Refusal.CHANGED:
+        return _changed()
+    if reason is Refusal.ESCAPE:
+        return PathError("path_escape", _ESCAPE)
+    return _mapped(refused.errno)
 
 
 @final
@@ -756,141 +790,19 @@ def _final_step(walker: _Walker, final: _Final, name: str) -> int | str:
 
 
 # --------------------------------------------------------------------------------------
-# The Linux fast path: openat2(2) with RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS.
-
-_SYS_OPENAT2: Final = 437
-"""``openat2``'s number in the unified syscall table of the architectures listed below."""
-
-_OPENAT2_MACHINES: Final = frozenset(
-    [
-        "x86_64",
-        "amd64",
-        "aarch64",
-        "arm64",
-        "i386",
-        "i686",
-        "armv7l",
-        "armv8l",
-        "riscv64",
-        "ppc64le",
-        "ppc64",
-        "s390x",
-    ]
-)
-
-_RESOLVE_NO_MAGICLINKS: Final = 0x02
-_RESOLVE_NO_SYMLINKS: Final = 0x04
-_RESOLVE_BENEATH: Final = 0x08
-_BENEATH: Final = _RESOLVE_BENEATH | _RESOLVE_NO_MAGICLINKS
-
-# Answers of a first probe meaning "openat2 is not usable in this process".
-_UNSUPPORTED: Final = frozenset({errno.ENOSYS, errno.EPERM, errno.E2BIG, errno.EINVAL})
-_RETRIED: Final = frozenset({errno.EAGAIN, errno.EINTR})
-
-
-class _OpenHow(ctypes.Structure):
-    """``struct open_how`` of ``<linux/openat2.h>``."""
-
-    _fields_ = (
-        ("flags", ctypes.c_uint64),
-        ("mode", ctypes.c_uint64),
-        ("resolve", ctypes.c_uint64),
-    )
-
-
-_OPENAT2_NUMBER: Final = ctypes.c_long(_SYS_OPENAT2)
-_OPEN_HOW_SIZE: Final = ctypes.c_size_t(ctypes.sizeof(_OpenHow))
-
-_state_lock: Final = threading.Lock()
-_syscall: Callable[..., int] | None = None
-_fast_state: bool | None = None  # None: not probed yet; False: portable for good.
-_portable_forced = 0
-
-
-@contextlib.contextmanager
-def portable_only() -> Iterator[None]:
-    """Force the portable walk inside this block (tests compare both routes with it)."""
-    global _portable_forced  # noqa: PLW0603 - one process-wide switch, under a lock
-    with _state_lock:
-        _portable_forced += 1
-    try:
-        yield
-    finally:
-        with _state_lock:
-            _portable_forced -= 1
-
-
-def fast_path_available() -> bool:
-    """Whether ``openat2`` is in use in this process (probed on first use)."""
-    return bool(_fast_state) and not _portable_forced
-
-
-def _load_syscall() -> Callable[..., int] | None:
-    if sys.platform != "linux" or platform.machine().lower() not in _OPENAT2_MACHINES:
-        return None
-    try:
-        function = ctypes.CDLL(None, use_errno=True).syscall
-    except (OSError, AttributeError):
-        return None
-    function.restype = ctypes.c_long
-    return function
-
-
-def _openat2(dir_fd: int, path: str, flags: int, mode: int, resolve: int) -> int:
-    """One ``openat2`` call: the new descriptor, or ``-errno``."""
-    function = _syscall
-    if function is None:
-        return -errno.ENOSYS
-    how = _OpenHow(flags, mode, resolve)
-    result = function(
-        _OPENAT2_NUMBER,
-        ctypes.c_int(dir_fd),
-        ctypes.c_char_p(os.fsencode(path)),
-        ctypes.byref(how),
-        _OPEN_HOW_SIZE,
-    )
-    if result < 0:
-        return -(ctypes.get_errno() or errno.EIO)
-    return result
-
-
-def _fast_path_enabled(root_fd: int) -> bool:
-    """Probe ``openat2`` once per process; remember a fallback decision for good."""
-    global _fast_state, _syscall  # noqa: PLW0603 - one process-wide decision, under a lock
-    if _portable_forced:
-        return False
-    if _fast_state is not None:
-        return _fast_state
-    with _state_lock:
-        if _fast_state is None:
-            _syscall = _load_syscall()
-            answer = _openat2(root_fd, ".", _O_PATH | os.O_DIRECTORY | os.O_CLOEXEC, 0, _BENEATH)
-            if answer >= 0:
-                os.close(answer)
-                _fast_state = True
-            elif -answer in _UNSUPPORTED:
-                _fast_state = False
-            else:
-                return False  # undecided (e.g. EMFILE): portable this time, probe again later
-        return _fast_state
+# The Linux fast path: openat2(2) with RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS (the call
+# itself and the process-wide probe are ``_openat2``'s).
 
 
 def _fast_open(root_fd: int, path: str, flags: int, mode: int, resolve: int) -> int | None:
     """``openat2`` beneath the root: a descriptor, ``None`` to delegate, or a PathError."""
-    global _fast_state  # noqa: PLW0603 - a kernel without openat2 turns it off for good
-    if flags & os.O_CREAT == 0 and flags & getattr(os, "O_TMPFILE", 0) == 0:
-        mode = 0
-    if not flags & _O_PATH:
-        flags |= getattr(os, "O_LARGEFILE", 0)
     for _ in range(OPENAT2_ATTEMPTS):
-        answer = _openat2(root_fd, path, flags, mode, resolve)
+        answer = openat2(root_fd, path, flags, mode, resolve)
         if answer >= 0:
             return answer
         number = -answer
-        if number in _RETRIED:
+        if number in RETRIED:
             continue
-        if number == errno.ENOSYS:
-            _fast_state = False
         if number == errno.EXDEV:
             raise PathError("path_escape", _ESCAPE)
         if number == errno.ENOENT:
@@ -902,228 +814,23 @@ def _fast_open(root_fd: int, path: str, flags: int, mode: int, resolve: int) -> 
 def _fast_open_beneath(
     root_fd: int, cleaned: str, flags: int, follow_final: bool, regular: bool, mode: int
 ) -> int | None:
-    resolve = _BENEATH
     nofollow = 0 if follow_final else os.O_NOFOLLOW
     if not regular:
-        return _fast_open(root_fd, cleaned, flags | nofollow, mode, resolve)
-    probe = _fast_open(root_fd, cleaned, _O_PATH | os.O_CLOEXEC | nofollow, 0, resolve)
-    if probe is None:
-        return None
-    try:
-        seen = os.fstat(probe)
-    finally:
-        os.close(probe)
-    if stat.S_ISLNK(seen.st_mode):
-        raise PathError("not_regular", _FINAL_LINK)
-    if not stat.S_ISREG(seen.st_mode):
-        raise PathError("not_regular", _NOT_REGULAR)
-    fd = _fast_open(root_fd, cleaned, flags | nofollow, mode, resolve)
-    if fd is None:
-        return None
-    return _same_regular_file(fd, seen)
+        return _fast_open(root_fd, cleaned, flags | nofollow, mode, BENEATH)
+    opened = open_regular(root_fd, cleaned, flags | nofollow, resolve=BENEATH)
+    if isinstance(opened, Regular):
+        return opened.fd
+    reason = opened.reason
+    if reason is Refusal.DECLINED or reason is Refusal.OPEN_FAILED:
+        return None  # the portable walk decides
+    raise _refused(opened)
 
 
 def _fast_open_directory(root_fd: int, cleaned: str, follow_symlinks: bool) -> int | None:
-    resolve = _BENEATH if follow_symlinks else _BENEATH | _RESOLVE_NO_SYMLINKS
+    resolve = BENEATH if follow_symlinks else BENEATH | RESOLVE_NO_SYMLINKS
     try:
         return _fast_open(root_fd, cleaned, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, 0, resolve)
     except PathError as error:
         if error.code == "not_found":
             return None  # the walk decides, and creates when asked to
         raise
-
-
-# --------------------------------------------------------------------------------------
-# The non-blocking route: open a regular file only when the kernel can do it from its
-# caches, on a local file system, so ``read`` can skip its worker thread.
-
-LOCAL_FILESYSTEMS: Final = frozenset(
-    {"ext2", "ext3", "ext4", "xfs", "btrfs", "zfs", "f2fs", "tmpfs", "overlay"}
-)
-"""File system types (as ``/proc/self/mountinfo`` names them) on which opening a cached
-regular file for reading waits on nothing.
-
-No server or user-space daemon stands behind an open there (NFS, SMB, FUSE, 9p and every
-type not listed are left to the worker thread); a read's data is checked separately
-(``RWF_NOWAIT``). Overlayfs is trusted because its layers are local where it is met
-(containers).
-"""
-
-MAXIMUM_MOUNTINFO_BYTES: Final = 4 * 1024 * 1024
-"""Largest mount table read; a larger one turns the non-blocking route off."""
-
-_FDINFO_BYTES: Final = 4096
-_RESOLVE_NO_XDEV: Final = 0x01
-_RESOLVE_CACHED: Final = 0x20
-_AT_FDCWD: Final = -100
-_CACHED: Final = _BENEATH | _RESOLVE_CACHED | _RESOLVE_NO_XDEV
-
-_cached_state: bool | None = None  # None: not tried yet; False: not usable in this process.
-
-
-@final
-class _MountTypes:
-    """The file system type of each mount of this process, by mount ID.
-
-    Read from ``/proc/self/mountinfo`` and read again whenever the kernel reports (by
-    ``poll``) that the mount table changed, so a mount ID reused by a new mount is never
-    taken for the old one. Only procfs is read: asking the file system itself
-    (``fstatfs``, even ``fstat``) could wait on an NFS server or a FUSE daemon.
-    """
-
-    __slots__ = ("_fd", "_lock", "_poll", "_types")
-
-    def __init__(self, fd: int) -> None:
-        self._fd = fd
-        self._lock = threading.Lock()
-        self._poll = select.poll()
-        self._poll.register(fd, select.POLLPRI | select.POLLERR)
-        self._poll.poll(0)  # the table as it is now is the one read below
-        self._types = self._read()
-
-    @classmethod
-    def open(cls) -> _MountTypes | None:
-        """The table of this process, or ``None`` where procfs cannot give it."""
-        try:
-            fd = os.open("/proc/self/mountinfo", os.O_RDONLY | os.O_CLOEXEC)
-        except OSError:
-            return None
-        try:
-            return cls(fd)
-        except (OSError, ValueError):
-            os.close(fd)
-            return None
-
-    def type_of(self, mount_id: int) -> str | None:
-        """The type of the mount ``mount_id``, from a table no older than the last change."""
-        with self._lock:
-            if self._poll.poll(0):
-                self._types = self._read()
-            return self._types.get(mount_id)
-
-    def _read(self) -> dict[int, str]:
-        os.lseek(self._fd, 0, os.SEEK_SET)
-        chunks: list[bytes] = []
-        size = 0
-        while chunk := os.read(self._fd, 65_536):
-            size += len(chunk)
-            if size > MAXIMUM_MOUNTINFO_BYTES:
-                raise ValueError("the mount table is larger than the bound")
-            chunks.append(chunk)
-        types: dict[int, str] = {}
-        for line in b"".join(chunks).splitlines():
-            ident, _, rest = line.partition(b" ")
-            _, separator, tail = rest.partition(b" - ")
-            if separator and ident.isdigit():
-                types[int(ident)] = tail.partition(b" ")[0].decode("ascii", "replace")
-        return types
-
-
-_mounts: _MountTypes | None = None
-
-
-def _mount_id(fd: int) -> int | None:
-    """The mount ID of ``fd`` (``mnt_id`` of ``/proc/self/fdinfo/FD``), or ``None``."""
-    try:
-        info = os.open(f"/proc/self/fdinfo/{fd}", os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        text = os.read(info, _FDINFO_BYTES)
-    except OSError:
-        return None
-    finally:
-        os.close(info)
-    for line in text.splitlines():
-        if line.startswith(b"mnt_id:"):
-            value = line[len(b"mnt_id:") :].strip()
-            return int(value) if value.isdigit() else None
-    return None
-
-
-def _on_local_filesystem(fd: int) -> bool:
-    """Whether ``fd`` lies on a mount whose type is in ``LOCAL_FILESYSTEMS``."""
-    mounts = _mounts
-    if mounts is None:
-        return False
-    ident = _mount_id(fd)
-    if ident is None:
-        return False
-    try:
-        kind = mounts.type_of(ident)
-    except (OSError, ValueError):
-        return False
-    return kind in LOCAL_FILESYSTEMS
-
-
-def _cached_open(dir_fd: int, path: str, flags: int, resolve: int) -> int | None:
-    """One ``openat2`` that must not wait: a descriptor, or ``None`` for any refusal.
-
-    ``EINVAL`` is a kernel without ``RESOLVE_CACHED`` (before 5.12): the route is off for
-    good in this process.
-    """
-    global _cached_state  # noqa: PLW0603 - one process-wide decision
-    answer = _openat2(dir_fd, path, flags | os.O_CLOEXEC, 0, resolve)
-    if answer >= 0:
-        return answer
-    if -answer == errno.EINVAL:
-        _cached_state = False
-    return None
-
-
-def _cached_route_enabled() -> bool:
-    """``openat2`` is in use, nothing forces the portable walk, and the kernel has not refused."""
-    global _cached_state, _mounts  # noqa: PLW0603 - one process-wide decision, under a lock
-    if _portable_forced or not _fast_state or _cached_state is False:
-        return False
-    if _cached_state is None:
-        with _state_lock:
-            if _cached_state is None:
-                _mounts = _MountTypes.open()
-                _cached_state = _mounts is not None
-    return _cached_state
-
-
-def open_cached_regular(root: str, cleaned: str) -> int | None:
-    """Open the regular file ``cleaned`` beneath ``root`` for reading without ever waiting.
-
-    Returns a descriptor (the caller's) only when every step could be answered from the
-    kernel's caches on a local file system, else ``None``, never an error: the caller
-    then takes the blocking route (``open_root`` and ``open_beneath`` in a worker thread),
-    which is the authority for every answer. The steps are the fast path's
-    (``RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS``: symlinks followed only inside the root;
-    an ``O_PATH`` look first, so nothing but a regular file is opened for I/O; the same
-    ``(st_dev, st_ino)`` after the open), plus ``RESOLVE_CACHED`` (``EAGAIN`` instead of
-    any lookup that needs I/O) and ``RESOLVE_NO_XDEV`` (never into another mount, which
-    could be a network or FUSE file system). Beneath a root whose mount is not of a type
-    in ``LOCAL_FILESYSTEMS`` nothing is opened this way (the root itself is only looked
-    up, ``O_PATH`` from the caches, to learn its mount): there an open itself may wait on
-    a server. Only on Linux with ``openat2``, once the fast path has been probed.
-    """
-    if not _cached_route_enabled():
-        return None
-    root_fd = _cached_open(_AT_FDCWD, root, _O_PATH | os.O_DIRECTORY, _RESOLVE_CACHED)
-    if root_fd is None:
-        return None
-    try:
-        if not _on_local_filesystem(root_fd):
-            return None
-        probe = _cached_open(root_fd, cleaned, _O_PATH, _CACHED)
-        if probe is None:
-            return None
-        try:
-            seen = os.fstat(probe)
-        finally:
-            os.close(probe)
-        if not stat.S_ISREG(seen.st_mode):
-            return None
-        flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_LARGEFILE", 0)
-        fd = _cached_open(root_fd, cleaned, flags, _CACHED)
-        if fd is None:
-            return None
-        try:
-            return _same_regular_file(fd, seen)
-        except PathError:
-            return None
-    finally:
-        os.close(root_fd)
