@@ -250,6 +250,19 @@ class RawClient:
             raise _failed_call(self._label, name, structured)
         return structured
 
+    async def call_tool_text(self, name: str, arguments: Arguments) -> tuple[str, object]:
+        """The answer's text content (what a model reads) and its structured content."""
+        result = await self.request("tools/call", {"name": name, "arguments": arguments})
+        structured = result.get("structuredContent")
+        if result.get("isError"):
+            raise _failed_call(self._label, name, structured)
+        texts = [
+            str(item.get("text", ""))
+            for item in result.get("content", [])
+            if isinstance(item, dict) and item.get("type") == "text"
+        ]
+        return "".join(texts), structured
+
     async def close(self) -> None:
         """Close stdin (a clean stop for both servers), wait bounded, then kill."""
         process = self._process

@@ -9,6 +9,15 @@ own file and flips it between the typo and the fix, so every call is a real chan
 Beside the latency, the bytes a model must generate for each call: the compact JSON of
 its arguments (the output tokens an agent pays for). Those figures are exact (n=1).
 
+Round 3 (issue 23) adds, over MCP and exact (n=1), what a model generates and reads to
+make three changes as an agent would: a one-line fix of a 25 KB file, a three-line change
+of a 1 MiB file, and a three-line change of a CRLF file written with LF (as models write):
+ours is ``read`` with ``limit`` 1 (for ``file_sha256``) and ``replace`` with ``edits``, and a
+second change chained on the answer's ``sha256`` (no read); the peer is one ``edit_file``.
+For the CRLF file, the lines that lost their CR on disk. In process: an ``edit_not_found``
+in a 4 MiB file whose 64th edit is missing (the bounded search for a similar passage)
+beside the same 64 edits applied.
+
 Run alone: ``uv run --locked --no-sync python benchmarks/bench_edits.py``.
 """
 
@@ -25,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from _clients import PEER_NAME, Client, Side, open_client, ours, peer
+from _clients import PEER_NAME, Client, RawClient, Side, open_client, ours, peer
 from _harness import (
     KIB,
     Figure,
@@ -267,6 +276,202 @@ async def mcp_figures(sides: tuple[Side, Side], settings: Settings) -> list[Figu
     return figures
 
 
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One change an agent makes: the file, and the old and new text of its lines."""
+
+    name: str
+    data: bytes
+    old: str
+    new: str
+
+
+def _numbered(size: int, crlf: bool = False) -> bytes:
+    """About ``size`` bytes of source-like numbered lines."""
+    end = "\r\n" if crlf else "\n"
+    lines: list[str] = []
+    total = number = 0
+    while total < size:
+        line = f"value_{number:06d} = compute({number}, scale=2)  # step {number}{end}"
+        lines.append(line)
+        total += len(line)
+        number += 1
+    return "".join(lines).encode()
+
+
+def _three(number: int) -> tuple[str, str]:
+    """Three consecutive lines from ``number`` (LF, as a model writes them), and a change."""
+    old = "".join(
+        f"value_{n:06d} = compute({n}, scale=2)  # step {n}\n" for n in range(number, number + 3)
+    )
+    return old, old.replace("scale=2", "scale=3")
+
+
+def changes() -> list[Change]:
+    """The issue's three changes."""
+    fix = "value_000300 = compute(300, scale=2)"
+    return [
+        Change("one-line fix, 25 KB", _numbered(25_000), fix, fix.replace("300,", "301,")),
+        Change("3-line change, 1 MiB", _numbered(1 << 20), *_three(9_000)),
+        Change("3-line change, CRLF 25 KB", _numbered(25_000, crlf=True), *_three(200)),
+    ]
+
+
+@dataclass(slots=True)
+class Tally:
+    """Bytes a model generated (arguments) and read (answer text) over some calls."""
+
+    generated: int = 0
+    read: int = 0
+
+    async def call(self, client: RawClient, tool: str, arguments: dict[str, object]) -> object:
+        async with asyncio.timeout(CALL_TIMEOUT):
+            text, structured = await client.call_tool_text(tool, arguments)
+        self.generated += encoded(arguments)
+        self.read += len(text.encode("utf-8"))
+        return structured
+
+
+async def _ours(client: RawClient, root: Path, change: Change) -> tuple[Tally, Tally, bytes]:
+    """read limit 1 + replace edits; then a second change chained on the answer's sha256."""
+    relative = "session.txt"
+    (root / relative).write_bytes(change.data)
+    first = Tally()
+    page = await first.call(client, "read", {"path": relative, "limit": 1})
+    assert isinstance(page, dict)
+    edits = [{"old_text": change.old, "new_text": change.new}]
+    arguments = {"path": relative, "expected_sha256": page["file_sha256"], "edits": edits}
+    answer = await first.call(client, "replace", arguments)
+    assert isinstance(answer, dict)
+    after_first = (root / relative).read_bytes()
+    second = Tally()
+    back = [{"old_text": change.new, "new_text": change.old}]
+    chained = {"path": relative, "expected_sha256": answer["sha256"], "edits": back}
+    await second.call(client, "replace", chained)
+    return first, second, after_first
+
+
+async def _theirs(client: RawClient, root: Path, change: Change) -> tuple[Tally, bytes]:
+    """One edit_file of the same text."""
+    target = root / "session.txt"
+    target.write_bytes(change.data)
+    tally = Tally()
+    edits = [{"oldText": change.old, "newText": change.new}]
+    await tally.call(client, "edit_file", {"path": str(target), "edits": edits})
+    return tally, target.read_bytes()
+
+
+def _lost_cr(before: bytes, after: bytes) -> int:
+    """Lines of a CRLF file that lost their CR."""
+    return max(before.count(b"\r\n") - after.count(b"\r\n"), 0) if b"\r\n" in before else 0
+
+
+async def session_figures(sides: tuple[Side, Side]) -> list[Figure]:
+    """Bytes generated and read for each change, ours beside the peer's (exact, n=1)."""
+    figures: list[Figure] = []
+    async with AsyncExitStack() as stack:
+        try:
+            mine = await stack.enter_async_context(open_client(sides[0], "raw"))
+        except Exception as error:  # noqa: BLE001 - reported as unavailable
+            return [unavailable(SECTION, "session", pending_reason(error), "peer", PEER_NAME)]
+        theirs: Client | None = None
+        reason = ""
+        try:
+            theirs = await stack.enter_async_context(open_client(sides[1], "raw"))
+        except Exception as error:  # noqa: BLE001 - the peer is optional
+            reason = pending_reason(error)
+        assert isinstance(mine, RawClient)
+        for change in changes():
+            first, second, after = await _ours(mine, sides[0].root, change)
+            if not isinstance(theirs, RawClient):
+                figures.append(
+                    unavailable(SECTION, f"session {change.name}", reason, "peer", PEER_NAME)
+                )
+                continue
+            peer_tally, peer_after = await _theirs(theirs, sides[1].root, change)
+            figures += _session_figures(change, first, second, after, peer_tally, peer_after)
+    return figures
+
+
+def _session_figures(
+    change: Change, first: Tally, second: Tally, after: bytes, peer: Tally, peer_after: bytes
+) -> list[Figure]:
+    def exact(value: int) -> Summary:
+        return summarize([float(value)], "bytes")
+
+    label = f"{PEER_NAME} edit_file"
+    figures = [
+        Figure(
+            SECTION,
+            f"bytes {what}: {change.name} (read limit 1 + edits)",
+            exact(mine),
+            "peer",
+            label,
+            exact(theirs),
+            notes=("the peer's path is absolute",) if what == "generated" else (),
+        )
+        for what, mine, theirs in (
+            ("generated", first.generated, peer.generated),
+            ("read", first.read, peer.read),
+        )
+    ]
+    figures.append(
+        Figure(
+            SECTION,
+            f"bytes generated+read: {change.name}, next change (sha256 chained)",
+            exact(second.generated + second.read),
+            "peer",
+            label,
+            exact(peer.generated + peer.read),
+        )
+    )
+    if b"\r\n" in change.data:
+        figures.append(
+            Figure(
+                SECTION,
+                f"lines that lost their CR: {change.name}",
+                summarize([float(_lost_cr(change.data, after))], "lines"),
+                "peer",
+                label,
+                summarize([float(_lost_cr(change.data, peer_after))], "lines"),
+                ratio_applies=False,
+            )
+        )
+    return figures
+
+
+async def hint_figures(settings: Settings) -> list[Figure]:
+    """In process: an edit not found in 4 MiB after 63 found (with the bounded hint search),
+    beside the 64 edits all applied."""
+    from spice.agent.tools.coding._edits import Edit, apply_edits  # noqa: PLC0415
+
+    text = _numbered(4 << 20).decode()
+    lines = text.splitlines(keepends=True)
+    found = [Edit(lines[n * 100], lines[n * 100].replace("scale=2", "scale=3")) for n in range(64)]
+    missing = [
+        *found[:63],
+        Edit("".join(lines[7000:7064]).replace("    ", " ").replace("=", " = "), ""),
+    ]
+
+    async def applied() -> None:
+        apply_edits(text, len(text), found, 1 << 26)
+
+    async def not_found() -> None:
+        apply_edits(text, len(text), missing, 1 << 26)
+
+    samples = await rotate((not_found, applied), settings.warmup, settings.repeats)
+    return [
+        Figure(
+            SECTION,
+            "edit_not_found with hint, 4 MiB, 64 edits",
+            milliseconds(samples[0]),
+            "floor",
+            "the same 64 edits, all found",
+            milliseconds(samples[1]),
+        )
+    ]
+
+
 def run(settings: Settings) -> list[Figure]:
     """Every figure of the edits section."""
     base = Path(tempfile.mkdtemp(prefix="spice-bench-edits-")).resolve()
@@ -279,6 +484,11 @@ def run(settings: Settings) -> list[Figure]:
             figures += bytes_figures(size, base / "ours", base / "peer")
         figures += asyncio.run(inprocess_figures(base / "inprocess", settings))
         figures += asyncio.run(mcp_figures(sides, settings))
+        (base / "session-ours").mkdir()
+        (base / "session-peer").mkdir()
+        session_sides = (ours(base / "session-ours"), peer(base / "session-peer"))
+        figures += asyncio.run(session_figures(session_sides))
+        figures += asyncio.run(hint_figures(settings))
         return figures
     finally:
         shutil.rmtree(base, ignore_errors=True)

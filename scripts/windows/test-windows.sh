@@ -31,7 +31,8 @@ if ! command -v wine >/dev/null 2>&1; then
 fi
 
 # The environment's key: the lock and the scripts that build it.
-key=$(cat "$P/uv.lock" "$HERE/build-env.sh" "$HERE/make_forwarder_dll.py" | sha256sum | cut -d' ' -f1)
+key=$(cat "$P/uv.lock" "$HERE/build-env.sh" "$HERE/make_forwarder_dll.py" \
+  "$HERE/make_console_script.py" | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$S/built" 2>/dev/null)" != "$key $PYTHONS" ]; then
   rm -f "$S/built"
   steps="download prefix python deps isolate compile"   # the first Python makes the prefix

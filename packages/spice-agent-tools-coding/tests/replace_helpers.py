@@ -23,7 +23,7 @@ import pytest
 from spice.agent.tool import Call, Reporter, Result
 from spice.agent.tools.coding import Config, _replace
 from spice.agent.tools.coding._commit import POSIX, Checkpoint, CommitGate, is_temporary_name
-from spice.agent.tools.coding._config import DEFAULT_BYTES
+from spice.agent.tools.coding._config import DEFAULT_BYTES, DEFAULT_EDIT_BYTES
 from spice.agent.tools.coding._replace import ReplaceTool
 
 WAIT_SECONDS: Final = 5.0
@@ -240,10 +240,14 @@ def watch_cancellation(monkeypatch: pytest.MonkeyPatch) -> threading.Event:
 
 
 def make_tool(
-    root: Path, syscalls: Recording | None = None, *, max_write_bytes: int = DEFAULT_BYTES
+    root: Path,
+    syscalls: Recording | None = None,
+    *,
+    max_write_bytes: int = DEFAULT_BYTES,
+    max_edit_bytes: int = DEFAULT_EDIT_BYTES,
 ) -> ReplaceTool:
     """A replace tool over ``root`` (the real calls unless ``syscalls`` is given)."""
-    config = Config(str(root), max_write_bytes=max_write_bytes)
+    config = Config(str(root), max_write_bytes=max_write_bytes, max_edit_bytes=max_edit_bytes)
     if syscalls is None:
         return ReplaceTool(config)
     return ReplaceTool(config, syscalls=syscalls)

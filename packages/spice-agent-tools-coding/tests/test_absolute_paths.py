@@ -88,13 +88,28 @@ def test_the_root_s_own_absolute_path_is_the_root(raw: str) -> None:
     ],
 )
 def test_any_other_absolute_path_is_invalid_arguments(raw: str) -> None:
-    """A sibling sharing the root's prefix, a parent, or a cleaned escape: refused."""
-    assert "an absolute path must lie beneath the worktree root" == refused(raw, root=ROOT)
+    """A sibling sharing the root's prefix, a parent, or a cleaned escape: refused, and the
+    message names the root (contract 10.2)."""
+    assert f"an absolute path must lie beneath the worktree root ({ROOT})" == refused(
+        raw, root=ROOT
+    )
 
 
 def test_without_a_root_every_absolute_path_is_refused() -> None:
     """The lexical cleaner alone knows no root, so it accepts relative paths only."""
     assert "an absolute path must lie beneath the worktree root" == refused("/work/tree/a")
+
+
+async def test_read_through_a_symlinked_spelling_of_the_root(tree: Path) -> None:
+    """The tool, end to end: the file read through a link to the root, shown relative; a
+    directory that resolves outside is refused, naming the root."""
+    (tree.parent / "spelled").symlink_to("root")
+    content = await read(tree, f"{tree.parent}/spelled/f.txt")
+    assert (True, "f.txt", "inside\n") == (content["ok"], content["path"], content["content"])
+    escape = await read(tree, f"{tree.parent}/spelled/out/secret")
+    assert (False, "invalid_arguments") == (escape["ok"], escape["code"])
+    assert str(tree) in str(escape["message"])
+    assert "secret\n" not in json.dumps(escape)
 
 
 @pytest.mark.parametrize(
@@ -143,8 +158,36 @@ def test_the_resolved_root_counts_as_well(tmp_path: Path) -> None:
     assert "a" == clean_path(f"{configured}/a", root=configured)
     assert "a" == clean_path(f"{real}/a", root=configured)
     assert "." == clean_path(str(real), root=configured)
-    # Only the two forms of the root count: another link to it is an ordinary path.
-    refused(f"{tmp_path}/other/a", root=configured)
+    # Another link to it counts too (contract 10.2): its directory resolves beneath the root.
+    assert "a" == clean_path(f"{tmp_path}/other/a", root=configured)
+    assert "." == clean_path(f"{tmp_path}/other", root=configured)
+
+
+def test_a_symlinked_spelling_of_the_root_is_beneath_it(tmp_path: Path) -> None:
+    """The root configured by its real path; the model names files through a link to it or
+    to a directory in it: accepted, and the remainder is the path beneath the real root."""
+    real = tmp_path / "real"
+    (real / "src").mkdir(parents=True)
+    (tmp_path / "spelled").symlink_to("real")
+    (tmp_path / "into-src").symlink_to("real/src")
+    root = str(real)
+    assert "src/a.py" == clean_path(f"{tmp_path}/spelled/src/a.py", root=root)
+    assert "src/new/b.py" == clean_path(f"{tmp_path}/spelled/src/new/b.py", root=root)
+    assert "src/a.py" == clean_path(f"{tmp_path}/into-src/a.py", root=root)
+
+
+def test_only_the_directory_is_resolved_never_the_final_name(tmp_path: Path) -> None:
+    """A final name that is a link elsewhere keeps its name: it is opened (and refused)
+    beneath the root; a link out of the root in the directory part is refused here."""
+    real = tmp_path / "real"
+    real.mkdir()
+    (tmp_path / "outside").mkdir()
+    (real / "escape").symlink_to(tmp_path / "outside")
+    (tmp_path / "elsewhere").symlink_to("outside")
+    root = str(real)
+    assert "escape" == clean_path(f"{real}/escape", root=root)
+    message = refused(f"{tmp_path}/elsewhere/x", root=root)
+    assert root in message
 
 
 @given(relative=relative_paths)

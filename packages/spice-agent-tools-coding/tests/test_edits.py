@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from spice.agent.tools.coding import _edits as edits_module
 from spice.agent.tools.coding._edits import (
     MAXIMUM_DIFF_BYTES,
     NO_NEWLINE,
@@ -40,11 +41,31 @@ def _positions(text: str, old: str) -> list[int]:
     return [p for p in range(len(text) - len(old) + 1) if text[p : p + len(old)] == old]
 
 
+def _bare_lf_at(text: str, index: int) -> bool:
+    return text[index] == "\n" and (index == 0 or text[index - 1] != "\r")
+
+
+def _crlf_file(text: str) -> bool:
+    """Plainly: some line ending, and none of them a bare LF."""
+    return "\n" in text and not any(_bare_lf_at(text, i) for i in range(len(text)))
+
+
+def _as_crlf(text: str) -> str:
+    """Plainly: each bare LF written as CRLF, character by character."""
+    return "".join("\r\n" if _bare_lf_at(text, i) else c for i, c in enumerate(text))
+
+
 def _model(text: str, edits: list[Edit], limit: int) -> tuple[object, ...]:
     """The rule written plainly: ('ok', text, replacements) or (code, index, count)."""
     total = 0
-    for index, edit in enumerate(edits):
+    crlf_file = _crlf_file(text)
+    for index, asked in enumerate(edits):
+        edit = asked
         positions = _positions(text, edit.old_text)
+        bare = any(_bare_lf_at(edit.old_text, i) for i in range(len(edit.old_text)))
+        if not positions and crlf_file and bare:
+            edit = Edit(_as_crlf(edit.old_text), _as_crlf(edit.new_text), edit.replace_all)
+            positions = _positions(text, edit.old_text)
         if not positions:
             return ("edit_not_found", index, 0)
         if not edit.replace_all and len(positions) > 1:
@@ -106,10 +127,85 @@ def test_edits_apply_in_order_each_to_the_previous_result() -> None:
 
 
 def test_crlf_is_matched_exactly_and_kept() -> None:
-    """A CRLF file is matched byte for byte; a LF-only old_text does not match across CR."""
+    """A CRLF file is matched byte for byte when old_text has CRLF itself."""
     text = "one\r\ntwo\r\n"
     assert Edited("one\r\n2\r\n", 8, 1) == _apply(text, [Edit("two\r\n", "2\r\n")])
-    assert "edit_not_found" == _observed(_apply(text, [Edit("one\ntwo", "x")]))[0]
+
+
+def test_a_lf_edit_of_a_crlf_file_matches_and_writes_crlf() -> None:
+    """Contract 10.2: LF in old_text reads as CRLF in an all-CRLF file; new_text gets CRLF."""
+    text = "head\r\none\r\ntwo\r\ntail\r\n"
+    outcome = _apply(text, [Edit("one\ntwo\n", "1\n2\n3\n")])
+    assert Edited("head\r\n1\r\n2\r\n3\r\ntail\r\n", 21, 1) == outcome
+
+
+def test_a_lf_edit_of_a_mixed_file_is_not_translated() -> None:
+    """Negative: a file with one bare LF is not all CRLF, so LF stays LF (not found)."""
+    text = "one\r\ntwo\nthree\r\n"
+    assert ("edit_not_found", 0, 0) == _observed(_apply(text, [Edit("one\ntwo", "x")]))
+
+
+def test_a_translated_edit_keeps_the_uniqueness_rule() -> None:
+    """Two CRLF places match the translated text: ambiguous, or both with replace_all."""
+    text = "a\r\nb\r\na\r\nb\r\n"
+    assert ("edit_ambiguous", 0, 2) == _observed(_apply(text, [Edit("a\nb", "c\nd")]))
+    every = _apply(text, [Edit("a\nb", "c\nd", replace_all=True)])
+    assert Edited("c\r\nd\r\nc\r\nd\r\n", 12, 2) == every
+
+
+def test_an_edit_found_as_written_is_never_translated() -> None:
+    """Boundary: an LF old_text with no line ending to cross matches as written, new_text too."""
+    assert Edited("x\ny\r\n", 5, 1) == _apply("a\r\n", [Edit("a", "x\ny")])
+
+
+_eol_texts = st.lists(
+    st.sampled_from(["a", "b", " ", "\r\n", "\r\n", "\n", "\r", "\u00e9"]), max_size=30
+).map("".join)
+_eol_edits = st.lists(
+    st.builds(
+        Edit,
+        st.lists(st.sampled_from(["a", "b", "\n", "\r\n", " "]), min_size=1, max_size=5).map(
+            "".join
+        ),
+        st.lists(st.sampled_from(["x", "\n", "\r\n", "\r"]), max_size=4).map("".join),
+        st.booleans(),
+    ),
+    min_size=1,
+    max_size=4,
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(text=_eol_texts, edits=_eol_edits, crlf=st.booleans())
+def test_line_ending_mixes_agree_with_the_plain_model(
+    text: str, edits: list[Edit], crlf: bool
+) -> None:
+    """Random texts with LF, CRLF and lone CR mixes (half of them made all CRLF first)."""
+    if crlf:
+        text = _as_crlf(text)
+    assert _model(text, edits, LIMIT) == _observed(_apply(text, edits))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    lines=st.lists(st.sampled_from(["a", "b", "ab", "", " "]), min_size=2, max_size=12),
+    data=st.data(),
+)
+def test_a_lf_edit_of_a_crlf_file_leaves_every_line_crlf(
+    lines: list[str], data: st.DataObject
+) -> None:
+    """An LF edit spanning lines of an all-CRLF file leaves no bare LF; other lines stay."""
+    lines = [f"<{number}>{line}" for number, line in enumerate(lines)]  # each line unique
+    text = "".join(line + "\r\n" for line in lines)
+    start = data.draw(st.integers(0, len(lines) - 2))
+    end = data.draw(st.integers(start + 1, len(lines) - 1))
+    old = "\n".join(lines[start : end + 1])
+    new = data.draw(st.lists(st.sampled_from(["x", "\n", "y"]), max_size=5).map("".join))
+    outcome = _apply(text, [Edit(old, new, replace_all=True)])
+    assert isinstance(outcome, Edited)
+    assert _crlf_file(outcome.text + "\r\n")
+    assert outcome.text.startswith("".join(line + "\r\n" for line in lines[:start]))
+    assert outcome.text.endswith("".join(line + "\r\n" for line in lines[end + 1 :]))
 
 
 def test_non_ascii_text_is_matched_and_sized_in_bytes() -> None:
@@ -253,14 +349,49 @@ def test_a_cut_diff_stays_within_the_bound_and_its_hunks_still_apply(
         assert cut.endswith("\n")
 
 
-def test_a_pathological_change_is_diffed_in_linear_time() -> None:
-    """Every other line of a large file changed: bounded output, no quadratic matching."""
+def _diff_work(lines: int, monkeypatch: pytest.MonkeyPatch) -> int:
+    """Line comparisons and hashes of a whole (uncut) diff with every other line changed."""
+    work = [0]
+
+    class Counted(str):
+        __slots__ = ()
+
+        def __eq__(self, other: object) -> bool:
+            work[0] += 1
+            return str.__eq__(self, other)
+
+        def __hash__(self) -> int:
+            work[0] += 1
+            return str.__hash__(self)
+
+    real = edits_module._lines
+    monkeypatch.setattr(edits_module, "_lines", lambda text: [Counted(line) for line in real(text)])
+    before = "".join(f"l{n}\n" for n in range(lines))
+    after = "".join(f"l{n}\n" if n % 2 else "x\n" for n in range(lines))
+    _diff, truncated = unified_diff("f", before, after, limit=10**9)
+    assert truncated is False
+    return work[0]
+
+
+def test_a_pathological_change_is_diffed_in_linear_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every other line of a large file changed: bounded output, and work that doubles
+    (not quadruples) when the file doubles. A quadratic diff fails the ratio."""
     before = "".join(f"l{n}\n" for n in range(50_000))
     after = "".join(f"l{n}\n" if n % 2 else "x\n" for n in range(50_000))
     diff, truncated = unified_diff("f", before, after)
     assert truncated is True
     assert MAXIMUM_DIFF_BYTES >= _size(diff) > MAXIMUM_DIFF_BYTES - 16
     assert diff.startswith("--- a/f\n+++ b/f\n@@ -1,")
+    small, large = _diff_work(2_000, monkeypatch), _diff_work(4_000, monkeypatch)
+    assert large <= 2.2 * small
+
+
+def test_the_work_count_tells_a_quadratic_diff(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The measure itself can fail: an unbounded look-ahead window makes the same diff
+    quadratic, and the ratio shows it."""
+    monkeypatch.setattr(edits_module, "DIFF_WINDOW_LINES", 10**9)
+    small, large = _diff_work(2_000, monkeypatch), _diff_work(4_000, monkeypatch)
+    assert large > 3 * small
 
 
 def test_a_long_replaced_block_finds_the_common_lines_after_it() -> None:
@@ -312,8 +443,8 @@ def test_the_diff_bound_is_exactly_16_kib(size: int, truncated: bool) -> None:
     before, after = _diff_of_size(size)
     diff, cut = unified_diff("f", before, after)
     assert truncated == cut
-    if truncated:
-        assert "--- a/f\n+++ b/f\n@@ -1 +0,0 @@\n-x\n" == diff
+    if truncated:  # the one change does not fit: only the file headers (review B5)
+        assert "--- a/f\n+++ b/f\n" == diff
     else:
         assert size == _size(diff)
         assert after == _patch(before, diff)

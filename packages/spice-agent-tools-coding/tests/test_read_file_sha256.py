@@ -1,4 +1,4 @@
-"""read's file_sha256 (contract 9.2): every page of a file within the write bound has it."""
+"""read's file_sha256 (contracts 9.2, 10.2): every page of a file within the edit bound has it."""
 
 from __future__ import annotations
 
@@ -24,7 +24,8 @@ def _digest(data: bytes) -> str:
 
 
 async def _read(root: Path, arguments: dict[str, object]) -> dict[str, object]:
-    tool = new_read(Config(str(root), max_read_bytes=PAGE, max_write_bytes=BOUND))
+    # The write bound stays at its default, far above: the edit bound is the one that counts.
+    tool = new_read(Config(str(root), max_read_bytes=PAGE, max_edit_bytes=BOUND))
     result = await tool.execute(Call("r", "read", json.dumps(arguments)))
     content = json.loads(result.content)
     assert isinstance(content, dict)
@@ -51,10 +52,10 @@ async def test_a_complete_page_has_file_sha256_equal_to_sha256(tmp_path: Path) -
 
 
 @pytest.mark.parametrize(("size", "has"), [(BOUND, True), (BOUND + 1, False)], ids=["at", "over"])
-async def test_a_file_at_the_write_bound_has_the_digest_and_one_byte_more_has_none(
+async def test_a_file_at_the_edit_bound_has_the_digest_and_one_byte_more_has_none(
     tmp_path: Path, size: int, has: bool
 ) -> None:
-    """file_sha256 is given up to max_write_bytes bytes exactly; a larger file pages as before."""
+    """file_sha256 is given up to max_edit_bytes bytes exactly; a larger file pages as before."""
     data = b"x" * size
     (tmp_path / "f.txt").write_bytes(data)
     page = await _read(tmp_path, {"path": "f.txt", "offset": 100, "limit": 10})
@@ -82,7 +83,7 @@ async def test_a_file_larger_than_a_page_is_edited_with_its_file_sha256(tmp_path
     assert "line 015" in str(page["content"])
     edits = [{"old_text": "line 015\n", "new_text": "line fifteen\n"}]
     arguments = {"path": "f.txt", "expected_sha256": page["file_sha256"], "edits": edits}
-    _, content = await run(make_tool(tmp_path, max_write_bytes=BOUND), arguments)
+    _, content = await run(make_tool(tmp_path, max_edit_bytes=BOUND), arguments)
     assert content["committed"] is True
     assert data.replace(b"line 015", b"line fifteen") == (tmp_path / "f.txt").read_bytes()
 

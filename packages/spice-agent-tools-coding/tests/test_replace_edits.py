@@ -265,7 +265,7 @@ async def test_targets_the_content_form_refuses_are_refused_the_same_way(root: P
     (root / "dir").mkdir()
     os.mkfifo(root / "pipe")
     (root / "big.txt").write_bytes(b"Helo" * 20)
-    tool = make_tool(root, max_write_bytes=len(OLD))
+    tool = make_tool(root, max_edit_bytes=len(OLD))
     codes = []
     for path in ("missing.py", "no/such/f.py", "link.py", "dir", "pipe", "big.txt"):
         async with asyncio.timeout(WAIT_SECONDS):
@@ -331,15 +331,15 @@ async def test_64_edits_are_accepted(root: Path) -> None:
 
 
 @pytest.mark.parametrize(("extra", "ok"), [(0, True), (1, False)], ids=["at", "over"])
-async def test_a_result_at_the_write_bound_is_written_and_one_byte_over_is_too_large(
+async def test_a_result_at_the_edit_bound_is_written_and_one_byte_over_is_too_large(
     root: Path, extra: int, ok: bool
 ) -> None:
-    """The edited file may reach max_write_bytes exactly; one more byte is file_too_large."""
+    """The edited file may reach max_edit_bytes exactly; one more byte is file_too_large
+    (max_write_bytes, far below, bounds only content)."""
     bound = len(OLD) + 10
     new = "Helo" + "o" * (10 + extra)
-    _, content = await run(
-        make_tool(root, max_write_bytes=bound), edit_arguments([edit("Helo", new)])
-    )
+    tool = make_tool(root, max_write_bytes=1, max_edit_bytes=bound)
+    _, content = await run(tool, edit_arguments([edit("Helo", new)]))
     assert ok == content["ok"]
     if ok:
         assert bound == len((root / "f.py").read_bytes())

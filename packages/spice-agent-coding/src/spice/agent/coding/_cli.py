@@ -11,7 +11,9 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import signal
+import stat
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
@@ -22,9 +24,9 @@ from spice.agent.tool import MAXIMUM_PAYLOAD_BYTES, Call, Definition, ExecutionE
 from spice.agent.tools.coding import SECURITY_WARNING
 
 from . import _posix_sandbox
-from ._compose import compose, launcher_for
+from ._compose import compose
 from ._containment import ContainmentUnavailable
-from ._platform import WINDOWS, PlatformLauncher
+from ._platform import WINDOWS, PlatformLauncher, platform_launcher
 from ._posix_launcher import adopt_orphans
 from ._settings import Settings, SettingsError, add_arguments, flags_of, resolve_settings
 
@@ -181,7 +183,7 @@ async def _serve(settings: Settings, launcher: PlatformLauncher) -> int:
     signals = _stop_on_signals(loop, stop)
     try:
         async with _composed(settings, launcher) as dispatcher:
-            serving = asyncio.ensure_future(serve_stdio(dispatcher))
+            serving = asyncio.ensure_future(serve_stdio(dispatcher, config=settings.config))
             stopping = asyncio.ensure_future(stop.wait())
             try:
                 await asyncio.wait({serving, stopping}, return_when=asyncio.FIRST_COMPLETED)
@@ -242,6 +244,36 @@ def _read_arguments(text: str) -> str | None:
     return text
 
 
+def launcher_for(settings: Settings, probe: Callable[[], int] | None = None) -> PlatformLauncher:
+    """The launcher that ``serve``, ``call`` and ``tools`` run shell commands with.
+
+    The containment of contract 9.4 comes from ``settings.sandbox`` (``auto``,
+    ``workspace``, ``off``) and ``settings.allow_network`` (``resolve_containment``;
+    ``probe`` replaces the kernel's Landlock answer, for tests). Raises
+    ``ContainmentUnavailable`` for ``workspace`` where the kernel has no Landlock, and
+    always on Windows (``_platform.platform_launcher`` picks the platform).
+    """
+    return platform_launcher(settings, probe)
+
+
+def _root_problem(root: str) -> str | None:
+    """Why ``root`` cannot be the worktree (one line naming it), or ``None`` (contract 10.2).
+
+    ``serve``, ``call`` and ``tools`` refuse to start on a root that does not exist or is
+    not a directory, rather than answer every call ``root_unavailable``. The root's own
+    path is trusted configuration: a symlink to a directory is a directory.
+    """
+    try:
+        info = os.stat(root)
+    except FileNotFoundError:
+        return f"the worktree root {root} does not exist"
+    except OSError:
+        return f"the worktree root {root} cannot be used (it could not be looked at)"
+    if not stat.S_ISDIR(info.st_mode):
+        return f"the worktree root {root} is not a directory"
+    return None
+
+
 def run(argv: Sequence[str] | None = None) -> int:
     """Parse ``argv`` and run one command; returns the exit code."""
     options = _parser().parse_args(argv)
@@ -249,6 +281,10 @@ def run(argv: Sequence[str] | None = None) -> int:
         settings = resolve_settings(flags_of(options))
     except SettingsError as error:
         _err(str(error))
+        return EXIT_ERROR
+    problem = _root_problem(settings.config.root)
+    if problem is not None:
+        _err(problem)
         return EXIT_ERROR
     try:
         launcher = launcher_for(settings)

@@ -131,7 +131,11 @@ OFF: Final = Containment(DISABLED)
 
 
 def parse_mode(value: str) -> str:
-    """A sandbox mode from a flag or the environment; ``ValueError`` when unknown."""
+    """A sandbox mode from its text (the settings' case rule: blanks and case ignored).
+
+    ``ValueError`` when it names no mode. ``_settings`` is the one caller that reads
+    text; everything after it handles the mode as a value.
+    """
     mode = value.strip().lower()
     if mode not in MODES:
         raise ValueError("the sandbox mode must be one of auto, workspace, off")
@@ -146,10 +150,13 @@ def resolve_containment(
     """The effective ``Containment`` for ``mode`` on this kernel.
 
     ``probe`` answers the Landlock ABI (0 = none); by default the real kernel is asked.
-    Raises ``ContainmentUnavailable`` for ``workspace`` without Landlock and
-    ``ValueError`` for an unknown mode.
+    ``mode`` is a value of ``MODES`` (the settings parsed the text). Raises
+    ``ContainmentUnavailable`` for ``workspace`` without Landlock and ``ValueError``
+    for anything else.
     """
-    requested = parse_mode(mode)
+    if mode not in MODES:
+        raise ValueError("the sandbox mode must be one of auto, workspace, off")
+    requested = mode
     abi = (sandbox.landlock_abi if probe is None else probe)()
     if requested == DISABLED:
         return Containment(DISABLED, requested, abi, allow_network)

@@ -18,7 +18,6 @@ import json
 from collections.abc import Iterable
 from typing import Any, Final, final
 
-import anyio
 from mcp.server import Server, ServerRequestContext
 from mcp.server.session import ServerSession
 from mcp.shared.exceptions import MCPError
@@ -35,6 +34,7 @@ from mcp.types import Tool as McpTool
 
 from spice.agent.dispatch import Dispatcher
 from spice.agent.tool import (
+    MAXIMUM_PAYLOAD_BYTES,
     Call,
     Capability,
     Definition,
@@ -45,16 +45,30 @@ from spice.agent.tool import (
     Reporter,
     Result,
 )
+from spice.agent.tools.coding import Config
+from spice.agent.tools.coding.settling import outlast, settle
 
 from ._json import arguments_text
-from ._outputs import output_schema, title_of
+from ._outputs import largest_answer_chars, output_schema, title_of
 
 SERVER_NAME: Final = "spice-coding"
 INSTRUCTIONS: Final = (
-    "Coding tools for one worktree: read a file page, replace a file atomically "
-    "(pass the sha256 from a complete read, or create=true), and run one discrete "
-    "argv without a shell. Paths are relative to the worktree root, or absolute beneath it."
+    "Coding tools for the worktree {root}: read a file page, replace a file atomically, "
+    "and run one discrete argv without a shell. Paths are relative to the worktree root, "
+    "or absolute beneath it. To change part of a file, send only the change: read it "
+    "(read with limit 1 returns file_sha256 cheaply, without the file), then call replace "
+    "with expected_sha256 and edits: [{{old_text, new_text}}], old_text copied exactly "
+    "from the file and found there once. A successful replace answers with sha256, the "
+    "file's new digest: pass it as expected_sha256 of the next replace of that file, "
+    "without reading it again. For new files and whole rewrites, pass content (with "
+    "create: true, or expected_sha256). 'stale' means the file changed: read it again."
 )
+"""The server's instructions (contract 10.2); ``{root}`` is the configured root."""
+UNNAMED_ROOT: Final = "this server was given"
+"""What the instructions say of the root when the server does not know it."""
+RESULT_SIZE_META: Final = "anthropic/maxResultSizeChars"
+"""The ``_meta`` key with which Claude Code lets a tool's answers through whole (up to it),
+instead of saving those over 50,000 characters to a file and showing a preview."""
 META_PREFIX: Final = "spice.agent/"
 """Prefix of the ``_meta`` keys that carry a definition's fingerprint and declarations."""
 
@@ -103,9 +117,18 @@ def annotations_of(definition: Definition) -> ToolAnnotations:
     )
 
 
-def tool_of(definition: Definition) -> McpTool:
+def instructions_for(config: Config | None) -> str:
+    """The server's instructions, naming ``config``'s root when there is one."""
+    return INSTRUCTIONS.format(root=UNNAMED_ROOT if config is None else config.root)
+
+
+def tool_of(definition: Definition, config: Config | None = None) -> McpTool:
     """One MCP tool for one definition: name, title, description, input and output schemas,
-    hints, fingerprint."""
+    hints, fingerprint, and the largest answer it can give (under ``config``'s bounds;
+    without a ``config``, the payload bound)."""
+    largest = (
+        MAXIMUM_PAYLOAD_BYTES if config is None else largest_answer_chars(definition.name, config)
+    )
     return McpTool(
         name=definition.name,
         title=title_of(definition.name),
@@ -118,6 +141,7 @@ def tool_of(definition: Definition) -> McpTool:
             f"{META_PREFIX}effect": definition.effect.value,
             f"{META_PREFIX}replay_safety": definition.replay_safety.value,
             f"{META_PREFIX}capabilities": [c.value for c in definition.capabilities],
+            RESULT_SIZE_META: largest,
         },
     )
 
@@ -185,9 +209,8 @@ class CallTasks:
 
     Each call runs in its own asyncio task, outside the SDK's cancel scope for the
     request: that scope re-delivers its cancellation on every event-loop iteration
-    while the handler lives, so a tool that (correctly) waits out its worker after a
-    cancel would make the loop spin. The handler cancels the task exactly once and
-    waits for it in a shielded scope, where nothing is re-delivered.
+    while the handler lives. The handler cancels the task exactly once and waits for it
+    with the product's ``settling`` (idle even inside that scope: it waits shielded).
     """
 
     __slots__ = ("_tasks",)
@@ -213,12 +236,13 @@ class CallTasks:
             task.exception()
 
     async def settle(self, seconds: float | None = None) -> None:
-        """Wait (shielded, at most ``seconds``, default ``CANCELLED_CALL_SECONDS``) for every
-        call still running to end."""
+        """Wait (at most ``seconds``, default ``CANCELLED_CALL_SECONDS``) for every call
+        still running to end; a cancellation meanwhile is held back, then re-raised
+        (``settling.outlast``)."""
         bound = CANCELLED_CALL_SECONDS if seconds is None else seconds
-        with anyio.CancelScope(shield=True), anyio.move_on_after(bound):
-            while running := {task for task in self._tasks if not task.done()}:
-                await asyncio.wait(running)
+        running = {task for task in self._tasks if not task.done()}
+        if running:
+            await outlast(asyncio.gather(*running, return_exceptions=True), bound)
 
 
 async def _outcome(
@@ -226,9 +250,9 @@ async def _outcome(
 ) -> Result:
     """The call's result; a heartbeat every ``heartbeat_seconds`` while it runs.
 
-    Cancelled (the client's ``notifications/cancelled``, or the server stopping): the
-    call's task is cancelled once and waited for, shielded and bounded, then the same
-    cancellation propagates.
+    On every exit before the call's end (the client's ``notifications/cancelled``, the
+    server stopping, a heartbeat that fails): the call's task is cancelled once and
+    waited for, shielded and bounded, then the same exception propagates.
     """
     try:
         while True:
@@ -236,11 +260,10 @@ async def _outcome(
             if task.done():
                 break
             await reporter.heartbeat()
-    except asyncio.CancelledError:
+    except BaseException:
         task.cancel()
-        with anyio.CancelScope(shield=True), anyio.move_on_after(CANCELLED_CALL_SECONDS):
-            await asyncio.wait({task})
-        raise  # the same cancellation, even if the call ended some other way meanwhile
+        await settle(task, CANCELLED_CALL_SECONDS)  # idle even in the SDK's cancel scope
+        raise  # the same exception, even if the call ended some other way meanwhile
     try:
         return task.result()
     finally:
@@ -254,13 +277,14 @@ def serving(
     *,
     name: str = SERVER_NAME,
     heartbeat_seconds: float = PROGRESS_HEARTBEAT_SECONDS,
+    config: Config | None = None,
 ) -> tuple[Server[Any], CallTasks]:
     """``mcp_server`` and the set of its running calls, for a transport to wait on."""
     if not isinstance(dispatcher, Dispatcher):
         raise TypeError("mcp_server takes a Dispatcher")
     if not heartbeat_seconds > 0:
         raise ValueError("the heartbeat interval must be positive")
-    listing = ListToolsResult(tools=[tool_of(d) for d in dispatcher.definitions])
+    listing = ListToolsResult(tools=[tool_of(d, config) for d in dispatcher.definitions])
     ids: Iterable[int] = itertools.count(1)
     counter = iter(ids)
     calls = CallTasks()
@@ -295,7 +319,7 @@ def serving(
     server: Server[Any] = Server(
         name,
         version=_version(),
-        instructions=INSTRUCTIONS,
+        instructions=instructions_for(config),
         on_list_tools=list_tools,
         on_call_tool=call_tool,
     )
@@ -307,11 +331,14 @@ def mcp_server(
     *,
     name: str = SERVER_NAME,
     heartbeat_seconds: float = PROGRESS_HEARTBEAT_SECONDS,
+    config: Config | None = None,
 ) -> Server[Any]:
     """A low-level MCP ``Server`` that lists and calls the dispatcher's tools.
 
     Run it over any transport, e.g. in process with ``mcp.Client(mcp_server(d))``
     or over stdio with ``serve_stdio``. While a call runs, a client that sent a
     ``progressToken`` gets a progress notification every ``heartbeat_seconds``.
+    With the tools' ``config``, the instructions name its root and each tool's
+    ``anthropic/maxResultSizeChars`` follows its bounds.
     """
-    return serving(dispatcher, name=name, heartbeat_seconds=heartbeat_seconds)[0]
+    return serving(dispatcher, name=name, heartbeat_seconds=heartbeat_seconds, config=config)[0]

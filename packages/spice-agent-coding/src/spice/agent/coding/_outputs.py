@@ -12,7 +12,22 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Final
 
-__all__ = ["TITLES", "output_schema", "title_of"]
+from spice.agent.tool import MAXIMUM_MESSAGE_BYTES, MAXIMUM_PAYLOAD_BYTES
+from spice.agent.tools.coding import Config
+
+__all__ = ["TITLES", "largest_answer_chars", "output_schema", "title_of"]
+
+ESCAPED_CHARS_PER_BYTE: Final = 6
+"""Most JSON characters one byte of text can become (a control byte is ``\\u001f``); a
+character of 2 to 4 bytes becomes at most 2 (UTF-16 code units, as JavaScript counts)."""
+PATH_BYTES: Final = 4096
+"""Longest path a tool accepts (and so repeats in an answer)."""
+SMALL_FIELDS_CHARS: Final = 2048
+"""Room for the fixed keys and small values (numbers, booleans, digests) of any answer."""
+DIFF_BYTES: Final = 16 * 1024
+"""Longest ``diff`` of a ``replace`` answer (contract 9.2)."""
+QUOTE_BYTES: Final = 1024
+"""Longest ``similar_text`` of an ``edit_not_found`` answer (contract 10.2)."""
 
 _STRING: Final = {"type": "string"}
 _INTEGER: Final = {"type": "integer"}
@@ -53,8 +68,13 @@ _FIELDS: Final[Mapping[str, Mapping[str, Mapping[str, object]]]] = {
         "hard_links_split": _BOOLEAN,
         "owner_changed": _BOOLEAN,
         "edits_applied": _INTEGER,
-        "diff": _STRING_OR_NULL,
         "diff_truncated": _BOOLEAN,
+        "edit_index": _INTEGER,
+        "occurrences": _INTEGER,
+        "similar_line": _INTEGER,
+        "similar_difference": {"type": "string", "enum": ["whitespace", "line_endings", "text"]},
+        "similar_text": _STRING,
+        "diff": _STRING_OR_NULL,
     },
     "shell": {
         "workdir": _STRING_OR_NULL,
@@ -84,6 +104,26 @@ TITLES: Final[Mapping[str, str]] = MappingProxyType(
 def title_of(name: str) -> str:
     """The title shown to people for the tool ``name``."""
     return TITLES.get(name, name)
+
+
+def largest_answer_chars(name: str, config: Config) -> int:
+    """The most characters the text of an answer of tool ``name`` can have under ``config``.
+
+    Each answer is compact JSON of at most ``MAXIMUM_PAYLOAD_BYTES`` bytes (so of at most
+    as many characters); within that, what a tool can say is bounded by its own bounds:
+    the page (``read``), the diff, a quote and the message (``replace``), the output
+    (``shell``), each escaped at worst, plus the path, the message and the small fields.
+    A tool this module does not know gets the payload bound.
+    """
+    fixed = ESCAPED_CHARS_PER_BYTE * (PATH_BYTES + MAXIMUM_MESSAGE_BYTES) + SMALL_FIELDS_CHARS
+    variable = {
+        "read": config.max_read_bytes,
+        "replace": DIFF_BYTES + QUOTE_BYTES,
+        "shell": config.max_output_bytes + PATH_BYTES,  # stdout and stderr, and the workdir
+    }.get(name)
+    if variable is None:
+        return MAXIMUM_PAYLOAD_BYTES
+    return min(MAXIMUM_PAYLOAD_BYTES, fixed + ESCAPED_CHARS_PER_BYTE * variable)
 
 
 def output_schema(name: str) -> dict[str, object]:

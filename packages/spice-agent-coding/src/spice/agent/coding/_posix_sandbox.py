@@ -351,6 +351,91 @@ def children(pid: int) -> list[int]:
     return found
 
 
+# -- the call's TMPDIR -------------------------------------------------------------------
+
+# POSIX-only flags with a default: the module imports on Windows, which never runs this.
+_NO_FOLLOW_DIRECTORY: Final = (
+    getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+)
+_TREE_FLAGS: Final = os.O_RDONLY | _NO_FOLLOW_DIRECTORY
+_O_PATH: Final = getattr(os, "O_PATH", 0)
+_HOLD_FLAGS: Final = _O_PATH | _NO_FOLLOW_DIRECTORY
+_OWNER_ALL: Final = 0o700
+
+
+def remove_tree(path: str | bytes) -> bool:
+    """Remove the directory ``path`` and everything beneath it; ``True`` once it is gone.
+
+    For the call's ``TMPDIR``, which its command may have made hard to remove. No
+    symlink is ever followed: each level is opened ``O_NOFOLLOW`` beneath the one
+    above, and a symlink is removed as a name. A directory the command made
+    unreadable or unwritable (``chmod 000``) gets its owner's ``rwx`` back first, as
+    ``tempfile.TemporaryDirectory`` does, through a descriptor of that very directory
+    (``O_PATH`` on Linux), so no other file's mode can change. Never raises: what
+    cannot be removed makes the answer ``False``.
+    """
+    parent, name = os.path.split(os.fsencode(path).rstrip(b"/"))
+    try:
+        parent_fd = os.open(parent or b"/", _TREE_FLAGS)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    try:
+        with _suppress(OSError, RecursionError):
+            _remove_entry(parent_fd, name)
+        try:
+            os.lstat(name, dir_fd=parent_fd)
+        except FileNotFoundError:
+            return True
+        except OSError:
+            return False
+        return False
+    finally:
+        os.close(parent_fd)
+
+
+def _remove_entry(parent: int, name: str | bytes) -> None:
+    try:
+        mode = os.lstat(name, dir_fd=parent).st_mode
+    except FileNotFoundError:
+        return
+    if (mode & 0o170000) != 0o040000:  # not a directory (S_ISDIR without ``stat``)
+        os.unlink(name, dir_fd=parent)
+        return
+    directory = _open_own_directory(parent, name)
+    try:
+        for entry in os.listdir(directory):
+            _remove_entry(directory, entry)
+    finally:
+        os.close(directory)
+    os.rmdir(name, dir_fd=parent)
+
+
+def _open_own_directory(parent: int, name: str | bytes) -> int:
+    """Open ``name`` (a directory, never a symlink) with its owner's ``rwx`` restored."""
+    try:
+        directory = os.open(name, _TREE_FLAGS, dir_fd=parent)
+    except PermissionError:
+        if not _O_PATH:
+            raise  # only Linux can hold a directory it cannot read
+        held = os.open(name, _HOLD_FLAGS, dir_fd=parent)
+        try:
+            mode = os.fstat(held).st_mode
+            os.chmod(f"/proc/self/fd/{held}", (mode & 0o7777) | _OWNER_ALL)
+        finally:
+            os.close(held)
+        directory = os.open(name, _TREE_FLAGS, dir_fd=parent)
+    mode = os.fstat(directory).st_mode
+    if mode & _OWNER_ALL != _OWNER_ALL:
+        try:
+            os.fchmod(directory, (mode & 0o7777) | _OWNER_ALL)
+        except BaseException:
+            os.close(directory)
+            raise
+    return directory
+
+
 # -- the supervisor ----------------------------------------------------------------------
 
 SPEC_VERSION: Final = b"spice-supervisor-1"
@@ -565,17 +650,8 @@ class _Supervisor:
         death signal follows the thread that forked), so the supervisor never relies
         on seeing its parent change.
         """
-        path = self.spec.temporary
-        if not path:
-            return
-        try:
-            os.rmdir(path)
-        except FileNotFoundError:
-            return
-        except OSError:
-            import shutil  # noqa: PLC0415 - only for a TMPDIR left non-empty
-
-            shutil.rmtree(path, ignore_errors=True)
+        if self.spec.temporary:
+            remove_tree(self.spec.temporary)
 
     def mirror(self) -> NoReturn:
         """Exit as the command did: its code, or death by its signal."""
@@ -592,9 +668,8 @@ class _Supervisor:
         os._exit(128 + number)
 
 
-def supervise(spec_fd: int, report: int) -> NoReturn:
-    """The supervisor's whole life (see the module docstring)."""
-    os.set_inheritable(report, False)  # noqa: FBT003 - os's positional-only flag
+def _prepare(spec_fd: int) -> tuple[_Spec, set[int | signal.Signals], int | None]:
+    """Before the fork: the spec, the signal mask to restore, the ruleset (or none)."""
     spec = _Spec(_read_all(spec_fd))
     os.close(spec_fd)
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, _WATCHED)
@@ -605,14 +680,26 @@ def supervise(spec_fd: int, report: int) -> NoReturn:
     prctl(PR_SET_DUMPABLE, 0)
     ruleset: int | None = None
     if spec.abi > 0:
-        try:
-            ruleset = build_ruleset(spec.abi, spec.writable, spec.allow_network)
-        except OSError:
-            _report(report, REPORT_FAILED)
-            os._exit(_CANNOT_START)
-    status_read, status_write = os.pipe()
-    parent = os.getpid()
-    command = os.fork()
+        ruleset = build_ruleset(spec.abi, spec.writable, spec.allow_network)
+    return spec, mask, ruleset
+
+
+def supervise(spec_fd: int, report: int) -> NoReturn:
+    """The supervisor's whole life (see the module docstring).
+
+    Until the fork nothing of the command exists: any failure there is reported ``F``
+    (the server then knows nothing was started). After it, only the command's own
+    start word (its status pipe closing on ``exec``) says whether it started.
+    """
+    os.set_inheritable(report, False)  # noqa: FBT003 - os's positional-only flag
+    try:
+        spec, mask, ruleset = _prepare(spec_fd)
+        status_read, status_write = os.pipe()
+        parent = os.getpid()
+        command = os.fork()
+    except BaseException:  # noqa: BLE001 - before the fork, any failure means "not started"
+        _report(report, REPORT_FAILED)
+        os._exit(_CANNOT_START)
     if command == 0:
         os.close(status_read)
         _child(spec, ruleset, status_write, mask, parent)

@@ -20,9 +20,29 @@ SECURITY_WARNING: Final = (
 ROOT_ENVIRONMENT_VARIABLE: Final = "SPICE_AGENT_WORKTREE"
 DEFAULT_BYTES: Final = 262_144
 MAXIMUM_BYTES: Final = 524_288
+DEFAULT_EDIT_BYTES: Final = 4 * 1024 * 1024
+"""Default ``max_edit_bytes``: the largest file ``read`` gives ``file_sha256`` and the edits
+form of ``replace`` may produce (contract 10.2)."""
+MAXIMUM_EDIT_BYTES: Final = 64 * 1024 * 1024
+"""Most ``max_edit_bytes`` may be."""
 DEFAULT_COMMAND_TIMEOUT: Final = 120.0
 MAXIMUM_COMMAND_TIMEOUT: Final = 1800.0
-DEFAULT_ENVIRONMENT_ALLOWLIST: Final = ("HOME", "LANG", "PATH", "TMPDIR")
+WINDOWS_ENVIRONMENT_NAMES: Final = (
+    "COMSPEC",
+    "PATHEXT",
+    "SYSTEMDRIVE",
+    "SYSTEMROOT",
+    "TEMP",
+    "TMP",
+    "USERPROFILE",
+)
+"""What a program needs to start on Windows (winsock needs SYSTEMROOT, for one); added to
+the default allowlist there (contract 10.4)."""
+DEFAULT_ENVIRONMENT_ALLOWLIST: Final = tuple(
+    sorted(
+        ("HOME", "LANG", "PATH", "TMPDIR") + (WINDOWS_ENVIRONMENT_NAMES if os.name == "nt" else ())
+    )
+)
 
 
 def _bytes_bound(value: object, field: str) -> int:
@@ -30,6 +50,14 @@ def _bytes_bound(value: object, field: str) -> int:
         raise ValueError(f"{field} must be an integer")
     if not 1 <= value <= MAXIMUM_BYTES:
         raise ValueError(f"{field} must be within 1..{MAXIMUM_BYTES}")
+    return value
+
+
+def _edit_bound(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError("max_edit_bytes must be an integer")
+    if not 1 <= value <= MAXIMUM_EDIT_BYTES:
+        raise ValueError(f"max_edit_bytes must be within 1..{MAXIMUM_EDIT_BYTES}")
     return value
 
 
@@ -89,6 +117,9 @@ class Config:
     max_output_bytes: int
     command_timeout: float
     environment_allowlist: tuple[str, ...]
+    max_edit_bytes: int
+    """The largest file whose ``read`` pages carry ``file_sha256``, and the largest result
+    the edits form of ``replace`` may produce; ``max_write_bytes`` bounds ``content``."""
 
     def __init__(
         self,
@@ -98,6 +129,7 @@ class Config:
         max_output_bytes: int = DEFAULT_BYTES,
         command_timeout: float = DEFAULT_COMMAND_TIMEOUT,
         environment_allowlist: Iterable[str] | str = DEFAULT_ENVIRONMENT_ALLOWLIST,
+        max_edit_bytes: int = DEFAULT_EDIT_BYTES,
     ) -> None:
         object.__setattr__(self, "root", _root(root))
         object.__setattr__(self, "max_read_bytes", _bytes_bound(max_read_bytes, "max_read_bytes"))
@@ -109,6 +141,7 @@ class Config:
         )
         object.__setattr__(self, "command_timeout", _timeout(command_timeout))
         object.__setattr__(self, "environment_allowlist", _allowlist(environment_allowlist))
+        object.__setattr__(self, "max_edit_bytes", _edit_bound(max_edit_bytes))
 
     @classmethod
     def from_environment(

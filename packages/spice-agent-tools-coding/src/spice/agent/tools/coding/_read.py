@@ -11,9 +11,11 @@ Where the file work runs: a read that can be answered from the kernel's caches o
 local file system, touching at most ``INLINE_READ_BYTES``, runs on the event loop
 (``_cached.open_cached_regular`` opens without waiting, ``RWF_NOWAIT`` reads without
 waiting); any step that would wait sends the whole call to a worker thread, which
-starts again from the root. A read therefore never blocks the loop, and the thread hop
-(most of a small read's cost when calls are in flight) is paid only where it buys
-something.
+starts again from the root. A read therefore does not block the loop on I/O, and the
+thread hop (most of a small read's cost when calls are in flight) is paid only where it
+buys something. One wait no flag can refuse is an open that a fanotify permission
+listener (an on-access scanner) holds: the first such open is paid on the loop, and the
+route then stays off for a while (``_cached.SLOW_OPEN_PAUSE_SECONDS``).
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ from ._config import Config
 from ._platform import clean_path, open_regular, pread, root_supported
 from ._results import attach, failure, report_progress
 from ._root import PathError
-from ._settling import deliver_cancellation, settle
+from .settling import deliver_cancellation, settle
 
 NAME: Final = "read"
 PATH_DESCRIPTION: Final = (
@@ -68,11 +70,15 @@ def read_description(config: Config) -> str:
         "byte `offset` (default 0): UTF-8 text, or base64 when the bytes are not valid "
         "UTF-8 or too large to escape. When `truncated` is true, call again with "
         "`offset` = `next_offset`. A complete page (the whole file from offset 0) includes "
-        f"its `sha256`. Every page of a file of at most {config.max_write_bytes} bytes (the "
-        "replace tool's write bound) includes `file_sha256`, the digest of the whole file "
-        "(equal to `sha256` for a complete page): pass either to `replace` as "
-        "`expected_sha256`, so a file read in several pages can be edited too. Larger files "
-        "have no digest. Optional arguments may be null, which means the default."
+        f"its `sha256`. Every page of a file of at most {config.max_edit_bytes} bytes "
+        "(max_edit_bytes, the replace tool's edit bound) includes `file_sha256`, the "
+        "digest of the whole file (equal to `sha256` for a complete page): pass either to "
+        "`replace` as `expected_sha256`, so a file read in several pages can be edited "
+        "too. To get only the digest, read with `limit` 1: the answer is small and still "
+        "has `file_sha256`. After a successful `replace`, its `sha256` is the next "
+        "`expected_sha256` (no need to read again). Larger files have no digest. The "
+        "digests come before `content` in the answer. Optional arguments may be null, "
+        "which means the default."
     )
 
 
@@ -133,7 +139,7 @@ class _Request:
     offset: int
     limit: int
     hash_limit: int
-    """Files of at most this many bytes (``max_write_bytes``) get ``file_sha256``."""
+    """Files of at most this many bytes (``max_edit_bytes``) get ``file_sha256``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,7 +234,7 @@ def _answer(call: Call, outcome: Result | _Failure) -> Result:
 
 async def _settle(worker: asyncio.Future[Result | _Failure]) -> None:
     """Wait (shielded, bounded) for a cancelled call's worker to finish closing its files."""
-    # Repeated cancellations are held back (``_settling``); the caller re-raises the first.
+    # Repeated cancellations are held back (``settling``); the caller re-raises the first.
     worker.add_done_callback(_consume)
     await settle(worker, SETTLE_SECONDS)
 
@@ -257,7 +263,7 @@ def _decode(arguments: str, config: Config) -> _Request:
         raise ArgumentError(f"limit must be at most {max_read_bytes} (max_read_bytes)")
     assert raw is not None  # noqa: S101 - take_string(required=True) never answers None
     path = clean_path(raw, root=config.root, names_root=False)
-    return _Request(path, offset, limit, config.max_write_bytes)
+    return _Request(path, offset, limit, config.max_edit_bytes)
 
 
 class _WouldWait(Exception):
@@ -270,7 +276,11 @@ def _read_inline(root: str, request: _Request, call_id: str) -> Result | _Failur
     Closes the descriptor it opens. ``None`` also for every failure to open or read:
     the worker's route starts again and gives the authoritative answer.
     """
-    fd = open_cached_regular(root, request.path)
+    # The size is decided from the look, before the open: a file too large for the loop
+    # is not opened twice (an open may wait on an on-access scanner).
+    fd = open_cached_regular(
+        root, request.path, admit=lambda size: _bytes_to_read(size, request) <= INLINE_READ_BYTES
+    )
     if fd is None:
         return None
     try:
@@ -468,9 +478,11 @@ def _content(
         content["next_offset"] = end
     content["truncated"] = truncated
     content["encoding"] = encoding
-    content["content"] = body
+    # The digests before the page (contract 10.2): a client that shows only the start of
+    # a long answer still shows them.
     if offset == 0 and not truncated:
         content["sha256"] = file_sha256 or hashlib.sha256(data).hexdigest()
     if file_sha256 is not None:
         content["file_sha256"] = file_sha256
+    content["content"] = body
     return content

@@ -120,7 +120,6 @@ OS_CALLS: Final[Calls] = _OsCalls()
 """The calls of the operating system."""
 
 _LINK_OR_FILE: Final = frozenset({errno.ELOOP, errno.ENOTDIR, errno.EMLINK})
-# Read with a default: POSIX-only names, and this module imports on Windows too (10.4).
 _ALWAYS: Final = getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
 
 

@@ -13,8 +13,8 @@ failure, and the new bytes go to ``write_file`` like any content (which inspects
 file again, so a change in between is ``stale`` there).
 
 Cancellation: the worker checks a :class:`~._commit.CommitGate` before its commit point.
-No worker is started after an observed cancellation (``_settling.deliver_cancellation``).
-A cancelled call sets the flag, waits (``_settling.settle``: bounded by
+No worker is started after an observed cancellation (``settling.deliver_cancellation``).
+A cancelled call sets the flag, waits (``settling.settle``: bounded by
 ``SETTLE_SECONDS``, repeated cancellations held back, no wake-up of its own) for the
 worker to stop or to finish its commit, attaches an ``Interruption`` that matches the
 disk, and re-raises the first ``CancelledError``:
@@ -55,7 +55,7 @@ from ._commit import (
     ABORTED,
     DIRECTORIES_LEFT,
     DURABILITY_UNCONFIRMED,
-    NOT_FOUND,
+    EDIT_NOT_FOUND,
     NOTHING_CHANGED,
     POSIX,
     STALE,
@@ -75,7 +75,7 @@ from ._platform import root_supported
 from ._replace_arguments import Arguments, Edits, Invalid, Whole, decode, description, schema
 from ._results import attach, failure, report_progress, success
 from ._root import MadeDirectory, PathError, open_directory, open_root, remove_made, split_parent
-from ._settling import deliver_cancellation, settle
+from .settling import deliver_cancellation, in_thread, settle
 
 NAME: Final = "replace"
 SETTLE_SECONDS: Final = 30.0
@@ -104,11 +104,21 @@ class _Change:
 
 @final
 @dataclass(frozen=True, slots=True)
+class _Refused:
+    """An edit that could not apply: the engine's outcome and the edit rule's reason."""
+
+    outcome: Outcome
+    failure: EditFailure
+
+
+@final
+@dataclass(frozen=True, slots=True)
 class _Done:
     """What the worker did, and what it wrote (``None`` when it never got that far)."""
 
     outcome: Outcome
     change: _Change | None
+    refused: EditFailure | None = None
 
 
 @final
@@ -125,7 +135,7 @@ class ReplaceTool:
         self._lease = asyncio.Lock()
         self._definition = Definition(
             NAME,
-            description(config.max_write_bytes),
+            description(config),
             schema(config.max_write_bytes),
             Effect.MUTATING,
             ReplaySafety.IDEMPOTENT,
@@ -160,9 +170,9 @@ class ReplaceTool:
             # reported progress (or before it started) is delivered here, not at the
             # first await after the thread was started.
             await deliver_cancellation()
-            worker = asyncio.ensure_future(
-                asyncio.to_thread(self._worker, self._config, self._syscalls, arguments, gate)
-            )
+            # A future the thread completes from its own end (no task around it), so
+            # the loop's shutdown cannot mark it done while the thread still runs.
+            worker = in_thread(self._worker, self._config, self._syscalls, arguments, gate)
         except asyncio.CancelledError as cancelled:
             self._lease.release()
             attach(cancelled, Interruption(call.id, _DEFINITIVE, _ALLOWED))
@@ -170,7 +180,8 @@ class ReplaceTool:
         except BaseException:
             self._lease.release()
             raise
-        # The lease is released when the thread is done, not when this task leaves.
+        # The lease is released when the thread is done (its own end completes the
+        # future), not when this task leaves or the loop cancels its tasks.
         worker.add_done_callback(self._release)
         try:
             done = await asyncio.shield(worker)
@@ -194,9 +205,9 @@ class ReplaceTool:
     ) -> Interruption:
         """Stop the worker before its commit point or let it finish; say what happened."""
         gate.cancel()
-        # Repeated cancellations are held back (``_settling``); the caller re-raises the first.
+        # Repeated cancellations are held back (``settling``); the caller re-raises the first.
         settled = await settle(worker, SETTLE_SECONDS)
-        if not settled.done or worker.exception() is not None:
+        if not settled.done or worker.cancelled() or worker.exception() is not None:
             state, retry = _unknown(gate)
             return Interruption(call.id, state, retry)
         done = worker.result()
@@ -262,9 +273,13 @@ def _write_beneath(
     try:
         limit = config.max_write_bytes
         if isinstance(arguments.body, Edits):
+            # The edits form: the current file and the result are bounded by max_edit_bytes.
+            limit = config.max_edit_bytes
             edited = _edit(syscalls, dir_fd, leaf, arguments, arguments.body, limit)
             if isinstance(edited, Outcome):
                 return _Done(edited, None)
+            if isinstance(edited, _Refused):
+                return _Done(edited.outcome, None, edited.failure)
             change = edited
             syscalls.checkpoint(Checkpoint.EDITS_APPLIED)
         assert change is not None  # noqa: S101 - the content form set it in _work
@@ -280,11 +295,11 @@ def _write_beneath(
 
 def _edit(
     syscalls: Syscalls, dir_fd: int, leaf: str, arguments: Arguments, body: Edits, limit: int
-) -> _Change | Outcome:
+) -> _Change | Outcome | _Refused:
     """Read the current file, check its digest first, then apply the edits (pure rule)."""
     found = inspect(syscalls, dir_fd, leaf, limit)
     if isinstance(found, Absent):
-        return Outcome("not_found", NOT_FOUND)
+        return Outcome("not_found", EDIT_NOT_FOUND)
     if isinstance(found, Occupied):
         return Outcome(found.code, found.message)
     if found.sha256 != arguments.expected:
@@ -295,7 +310,7 @@ def _edit(
         return Outcome("not_text", NOT_TEXT)
     edited = apply_edits(before, len(found.data), body.edits, limit)
     if isinstance(edited, EditFailure):
-        return Outcome(edited.code, edited.message)
+        return _Refused(Outcome(edited.code, edited.message), edited)
     data = edited.text.encode("utf-8")
     diff, truncated = unified_diff(arguments.path, before, edited.text)
     digest = hashlib.sha256(data).hexdigest()
@@ -377,6 +392,8 @@ def _answer(call: Call, arguments: Arguments, done: _Done) -> Result:
             return success(call, content, _DEFINITIVE, _ALLOWED)
         return failure(call, outcome.code, outcome.message, _DEFINITIVE, _ALLOWED, content)
     extra: dict[str, object] = {"path": arguments.path, "committed": False}
+    if done.refused is not None:
+        extra.update(_refusal_fields(done.refused))
     if outcome.current_sha256 is not None:
         if change is not None:  # an edit that never ran has no new digest to compare
             extra["sha256"] = change.sha256
@@ -387,6 +404,19 @@ def _answer(call: Call, arguments: Arguments, done: _Done) -> Result:
         extra["directories_cleaned"] = False
     code = outcome.code or "replace_failed"
     return failure(call, code, outcome.message, _DEFINITIVE, _ALLOWED, extra)
+
+
+def _refusal_fields(refused: EditFailure) -> dict[str, object]:
+    """Which edit failed and, for one not found, where the file holds a similar passage."""
+    fields: dict[str, object] = {"edit_index": refused.index}
+    if refused.code == "edit_ambiguous":
+        fields["occurrences"] = refused.occurrences
+    similar = refused.similar
+    if similar is not None:
+        fields["similar_line"] = similar.line
+        fields["similar_difference"] = similar.difference
+        fields["similar_text"] = similar.quote
+    return fields
 
 
 def new_replace(config: Config) -> Tool:

@@ -18,6 +18,14 @@ from spice.agent.tool import (
     RetryDisposition,
 )
 
+from .settling import checkpoint
+
+LARGE_FIELDS: Final = ("content", "diff", "stdout", "stderr")
+"""The fields that can be long, in the order they close every content object (contract
+10.2): ``ok``, ``code`` and ``message`` come first, the small fields (digests and
+``exit_code`` among them) next, so a client that shows only the start of a long answer
+still shows them."""
+
 REPORTER_FAILED: Final = "the progress reporter failed; the call did nothing"
 RESULT_UNENCODABLE: Final = "the tool's result could not be encoded within the payload bound"
 
@@ -56,6 +64,15 @@ def failure(
     return _result(call, content, problem, state, retry)
 
 
+def large_fields_last(content: Mapping[str, object]) -> dict[str, object]:
+    """``content`` in its own order, except that ``LARGE_FIELDS`` close it, in their order."""
+    ordered = {key: value for key, value in content.items() if key not in LARGE_FIELDS}
+    for key in LARGE_FIELDS:
+        if key in content:
+            ordered[key] = content[key]
+    return ordered
+
+
 def _result(
     call: Call,
     content: Mapping[str, object],
@@ -63,6 +80,7 @@ def _result(
     state: ExecutionState,
     retry: RetryDisposition,
 ) -> Result:
+    content = large_fields_last(content)
     # One encoding, never parsed back: ``from_content`` enforces the payload bound and valid
     # Unicode (ValueError) and keeps the object for the MCP layer's structuredContent.
     try:
@@ -74,13 +92,20 @@ def _result(
 async def report_progress(
     call: Call, reporter: Reporter | None, message: str, retry: RetryDisposition
 ) -> None:
-    """Deliver one progress message, before the tool touches anything.
+    """A cancellation checkpoint, then one progress message, before the tool touches anything.
 
-    A reporter that raises, even ``CancelledError`` while the caller's own task is
-    not being cancelled, is a reporter failure: ``ExecutionError(definitive, retry)``
-    raised ``from None``. Real caller cancellation propagates with a definitive
-    ``Interruption`` attached (nothing has happened yet).
+    The checkpoint (``settling.checkpoint``) comes first: a call whose cancellation is
+    scheduled but not yet delivered (a deadline already past) ends here, definitive,
+    with nothing done. A reporter that raises, even ``CancelledError`` while the
+    caller's own task is not being cancelled, is a reporter failure:
+    ``ExecutionError(definitive, retry)`` raised ``from None``. Real caller cancellation
+    propagates with a definitive ``Interruption`` attached (nothing has happened yet).
     """
+    try:
+        await checkpoint()
+    except asyncio.CancelledError as cancelled:
+        attach(cancelled, Interruption(call.id, ExecutionState.DEFINITIVE, retry))
+        raise
     if reporter is None:
         return
     task = asyncio.current_task()

@@ -220,7 +220,8 @@ class PathError(Exception):
 
     ``code`` is one of ``invalid_arguments``, ``root_unavailable``, ``not_found``,
     ``path_unavailable``, ``path_escape``, ``not_regular``; ``str(error)`` is a fixed,
-    model-safe text with no path of the machine and no OS error text. ``changed`` marks
+    model-safe text with no path of the machine (but the configured root, which the
+    refusal of an absolute path outside it names) and no OS error text. ``changed`` marks
     a race (the object changed while it was being opened), which ``open_beneath`` and
     ``open_directory`` retry with a fresh resolution; the decision never reads the text.
     """
@@ -320,20 +321,31 @@ def _remainder(cleaned: str, root: str) -> str | None:
 
 
 def _beneath_root(raw: str, root: str | None) -> str:
-    """The relative remainder of an absolute ``raw`` beneath ``root``, or invalid_arguments."""
+    """The relative remainder of an absolute ``raw`` beneath ``root``, or invalid_arguments.
+
+    Beneath means: lexically (as configured, or as resolved), or its resolved directory
+    lies beneath the resolved root, so a symlinked spelling of the root works (contract
+    10.2); only the directory is resolved, never the final name. The disk is touched
+    (``os.path.realpath``) only when the lexical forms do not match. The remainder is
+    still opened beneath the root's descriptor, so resolving here confines nothing.
+    """
     if root is None:
         raise _invalid(_ABSOLUTE)
     cleaned = _lexical_absolute(raw)
     configured = _lexical_absolute(root)
     remainder = _remainder(cleaned, configured)
     if remainder is None:
-        # Only now touch the disk (lstat/readlink of the root's components): a host that
-        # names files through the root's resolved form (macOS /tmp -> /private/tmp).
         resolved = _lexical_absolute(os.path.realpath(configured))
-        if resolved != configured:
-            remainder = _remainder(cleaned, resolved)
+        remainder = _remainder(cleaned, resolved)
+        if remainder is None:
+            directory, _, name = cleaned.rpartition("/")
+            below = _remainder(_lexical_absolute(os.path.realpath(directory or "/")), resolved)
+            if below is not None:
+                remainder = name if below == "." else f"{below}/{name}"
+            elif _lexical_absolute(os.path.realpath(cleaned)) == resolved:
+                remainder = "."  # the root itself, spelled through a link
     if remainder is None:
-        raise _invalid(_ABSOLUTE)
+        raise _invalid(f"{_ABSOLUTE} ({configured})")
     return remainder
 
 

@@ -1,0 +1,107 @@
+"""Claude Code shows our long answers whole (contract 10.2), driven for real.
+
+The Claude Agent SDK runs its bundled Claude Code CLI with the options of
+``examples/claude_agent_sdk.py``; a loopback stand-in for the Messages API plays the model
+(it calls one tool, then stops) and keeps what Claude Code sent it, which is exactly what a
+model would have read. A 256 KiB page (about 270,000 characters of answer) arrives whole,
+because each tool declares ``anthropic/maxResultSizeChars``. The same server with that key
+renamed shows the other side: Claude Code saves the answer to a file and shows a 2 KB
+preview, which still holds the digest, because big fields come last.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Final
+
+import claude_agent_sdk
+import pytest
+from claude_agent_sdk import query
+from claude_standin import StandIn
+from test_examples import SPICE_CODING, load
+
+BUNDLED_CLI: Final = Path(claude_agent_sdk.__file__).parent / "_bundled" / "claude"
+PREVIEW_CHARS: Final = 2048
+"""What Claude Code shows of an answer it saved to a file."""
+SAVE_THRESHOLD_CHARS: Final = 50_000
+"""Claude Code saves a longer answer without the declaration."""
+PAGE: Final = b"".join(b"    value_%06d = compute(%d)\n" % (n, n) for n in range(20_000))[:262_144]
+LAST_LINE: Final = PAGE.decode().splitlines()[-2].strip()
+
+pytestmark = pytest.mark.skipif(
+    not BUNDLED_CLI.is_file(), reason="the Claude Agent SDK's bundled Claude Code CLI is missing"
+)
+
+
+def _without_declaration(tmp_path: Path) -> str:
+    """``spice-coding`` whose tools carry no ``anthropic/maxResultSizeChars`` (the old server)."""
+    script = tmp_path / "undeclared.py"
+    script.write_text(
+        "import sys\n"
+        "from spice.agent.coding import _mcp\n"
+        "_mcp.RESULT_SIZE_META = 'spice.agent/undeclared'\n"
+        "from spice.agent.coding._cli import main\n"
+        "sys.exit(main())\n"
+    )
+    wrapper = tmp_path / "undeclared"
+    wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{script}" "$@"\n')
+    wrapper.chmod(0o755)
+    return str(wrapper)
+
+
+async def _shown(tmp_path: Path, command: str) -> str:
+    """Run Claude Code on a worktree holding big.py; the text of the one tool result."""
+    root = tmp_path / "tree"
+    root.mkdir()
+    (root / "big.py").write_bytes(PAGE)
+    home = tmp_path / "home"
+    home.mkdir()
+    options = load("claude_agent_sdk").spice_options(command, str(root))
+    with StandIn("mcp__spice-coding__read", {"path": "big.py"}) as standin:
+        options = dataclasses.replace(
+            options,
+            cwd=str(root),
+            max_turns=3,
+            env={
+                "ANTHROPIC_BASE_URL": standin.url,
+                "ANTHROPIC_API_KEY": "stand-in",
+                "HOME": str(home),
+                "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+                "DISABLE_AUTOUPDATER": "1",
+                "ENABLE_TOOL_SEARCH": "false",  # offer the MCP tools at once, not behind a search
+                "PATH": os.environ.get("PATH", ""),
+            },
+        )
+        async for _ in query(prompt="Read big.py", options=options):
+            pass
+        results = standin.tool_results()
+    assert 1 == len(results)
+    return results[0]
+
+
+async def test_a_256_kib_page_reaches_the_model_whole(tmp_path: Path) -> None:
+    """The whole answer, with both digests in its first 2 KB."""
+    shown = await _shown(tmp_path, SPICE_CODING)
+    digest = hashlib.sha256(PAGE).hexdigest()
+    assert len(shown) > 5 * SAVE_THRESHOLD_CHARS
+    assert shown.startswith('{"ok":true,"path":"big.py"')
+    assert shown.endswith('"}')
+    assert f'"file_sha256":"{digest}"' in shown[:PREVIEW_CHARS]
+    assert PAGE.decode() == json.loads(shown)["content"]
+
+
+async def test_without_the_declaration_only_a_preview_arrives_and_it_holds_the_digest(
+    tmp_path: Path,
+) -> None:
+    """The other side: the answer is saved to a file; the 2 KB preview still shows the
+    digest the model needs to edit (big fields last)."""
+    shown = await _shown(tmp_path, _without_declaration(tmp_path))
+    digest = hashlib.sha256(PAGE).hexdigest()
+    assert len(shown) < 4 * PREVIEW_CHARS
+    assert LAST_LINE not in shown  # the end of the page did not arrive
+    assert f'"file_sha256":"{digest}"' in shown
