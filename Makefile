@@ -118,8 +118,11 @@ UNPRIVILEGED_TESTS := \
   packages/spice-agent-tools-coding/tests/test_regular.py \
   packages/spice-agent-tools-coding/tests/test_read_fanotify.py \
   packages/spice-agent-tools-coding/tests/test_shell.py
-# These start the environment's interpreter as that user (sys.executable): they run only
-# where that user may execute it itself.
+# These start the environment's interpreter as that user (sys.executable): they need an
+# interpreter that user may execute itself. Where .venv's lies beneath a directory that user
+# cannot search (pyenv under /root), the same locked environment is made once more, from
+# uv's cache, on the first of UNPRIVILEGED_PYTHONS that user can execute.
+UNPRIVILEGED_PYTHONS ?= /usr/bin/python3 /usr/local/bin/python3
 UNPRIVILEGED_SPAWNING_TESTS := \
   packages/spice-agent-coding/tests/test_shell_posix.py \
   packages/spice-agent-coding/tests/test_containment.py
@@ -139,15 +142,24 @@ test-unprivileged:
 	if ! $$as_user .venv/bin/python -c 'import pytest, spice.agent.coding' >/dev/null 2>&1; then \
 	  echo "test-unprivileged: skipped: uid $(UNPRIVILEGED_UID) cannot read the environment (.venv)"; exit 0; \
 	fi; \
-	tests="$(UNPRIVILEGED_TESTS)"; \
-	if $$as_user /bin/sh -c '"$$0" -c pass' .venv/bin/python >/dev/null 2>&1; then \
+	tests="$(UNPRIVILEGED_TESTS)"; python=.venv/bin/python; \
+	if ! $$as_user /bin/sh -c '"$$0" -c pass' $$python >/dev/null 2>&1; then \
+	  for candidate in $(UNPRIVILEGED_PYTHONS); do \
+	    if $$as_user /bin/sh -c '"$$0" -c pass' $$candidate >/dev/null 2>&1 \
+	       && UV_PROJECT_ENVIRONMENT=$$scratch/venv $(UV) sync --locked --all-packages --all-extras \
+	            --python $$candidate --quiet >/dev/null 2>&1; then \
+	      python=$$scratch/venv/bin/python; break; \
+	    fi; \
+	  done; \
+	fi; \
+	if $$as_user /bin/sh -c '"$$0" -c pass' $$python >/dev/null 2>&1; then \
 	  tests="$$tests $(UNPRIVILEGED_SPAWNING_TESTS)"; \
 	else \
 	  echo "test-unprivileged: not run: $(UNPRIVILEGED_SPAWNING_TESTS)"; \
-	  echo "  (uid $(UNPRIVILEGED_UID) cannot execute .venv/bin/python itself: its interpreter lies on a path that user cannot search)"; \
+	  echo "  (uid $(UNPRIVILEGED_UID) can execute neither .venv's interpreter nor any of: $(UNPRIVILEGED_PYTHONS))"; \
 	fi; \
-	echo "test-unprivileged: as uid $(UNPRIVILEGED_UID): $$tests"; \
-	$$as_user .venv/bin/python -m pytest -q -p no:cacheprovider $$tests
+	echo "test-unprivileged: as uid $(UNPRIVILEGED_UID) with $$python: $$tests"; \
+	$$as_user $$python -m pytest -q -p no:cacheprovider $$tests
 
 # The whole suite STRESS_ROUNDS times beside STRESS_LOAD busy processes (yes > /dev/null),
 # each round bounded by STRESS_ROUND_SECONDS; the load is stopped on every exit.

@@ -319,6 +319,9 @@ def _read_page(root: str, request: _Request, call_id: str) -> Result | _Failure:
         os.close(fd)
 
 
+PREAD_CHUNK_BYTES: Final = 256 * 1024
+"""The most one ``pread`` asks of the kernel; a longer read is several."""
+
 _Reader = Callable[[int, int, int], bytes]
 """``(fd, count, offset) -> bytes``: ``count`` bytes at ``offset``, fewer only at the end."""
 
@@ -364,10 +367,15 @@ def _whole_file(fd: int, size: int, limit: int, pread: _Reader) -> bytes | None:
 
 def _pread(fd: int, count: int, offset: int, once: _Reader = pread) -> bytes:
     """Read ``count`` bytes at ``offset`` (fewer only at end of file); the platform's
-    positional read by default (``_platform.pread``)."""
+    positional read by default (``_platform.pread``).
+
+    At most ``PREAD_CHUNK_BYTES`` per system call: a file whose size the kernel does not
+    know (procfs says 0) is read up to the hash bound, and procfs refuses one read of
+    4 MiB with ``ENOMEM``; small reads also keep the buffer of a short file small.
+    """
     chunks: list[bytes] = []
     while count > 0:
-        chunk = once(fd, count, offset)
+        chunk = once(fd, min(count, PREAD_CHUNK_BYTES), offset)
         if not chunk:
             break
         chunks.append(chunk)
