@@ -12,7 +12,7 @@ PACKAGES := spice-agent-api spice-agent-tools-coding spice-agent-coding
 PACKAGE_SOURCES := packages/spice-agent-api/src:packages/spice-agent-tools-coding/src:packages/spice-agent-coding/src
 PYTEST_WORKERS ?= 2
 
-.PHONY: help bootstrap system-packages inspector fast check format lint typecheck test test-unprivileged stress verify verify-offline verify-release demo soak bench clean
+.PHONY: help bootstrap system-packages inspector fast check format lint typecheck test test-unprivileged test-windows stress verify verify-offline verify-release demo soak bench clean
 
 help:
 	@echo "make demo     run the tools end to end over MCP on a sample worktree"
@@ -23,6 +23,7 @@ help:
 	@echo "make stress   the whole suite three times beside four busy processes (long)"
 	@echo "make verify-release  verify, offline verify, reproducible builds, index-free install"
 	@echo "make bench    benchmarks beside their floors and peers"
+	@echo "make test-windows  the suites under Wine with Windows CPython 3.13 and 3.11"
 
 # Installs a pinned uv from PyPI when it is missing, the system tools the tests use,
 # then the locked environment, with bytecode compiled: site-packages by uv, our editable
@@ -77,9 +78,17 @@ typecheck:
 	  MYPYPATH=packages/$$p/src:packages/$$p/tests $(UV_RUN) mypy --strict packages/$$p/src packages/$$p/tests || exit 1; \
 	done
 
+	@echo "mypy --strict --platform win32 (the modules that run on Windows)"
+	@MYPYPATH=$(PACKAGE_SOURCES) $(UV_RUN) mypy --strict --platform win32 $(WINDOWS_TYPED)
+
 	@echo "mypy --strict scripts benchmarks examples"
 	@MYPYPATH=benchmarks:$(PACKAGE_SOURCES) \
 	  $(UV_RUN) mypy --strict scripts benchmarks examples
+
+# Checked a second time as Windows sees them: the code behind `sys.platform == "win32"`.
+APP_SOURCE := packages/spice-agent-coding/src/spice/agent/coding
+WINDOWS_TYPED := $(addprefix $(APP_SOURCE)/,_windows_api.py _windows_launcher.py \
+  _windows_resolver.py _threaded_io.py _platform.py _stdio.py _cli.py _compose.py)
 
 check: lint typecheck
 
@@ -169,6 +178,13 @@ stress:
 	  timeout --kill-after=30 $(STRESS_ROUND_SECONDS) $(UV_RUN) pytest -q -x -p no:cacheprovider $(STRESS_TESTS) || exit 1; \
 	done
 
+# The three suites under Wine with the official Windows CPython (3.13 and the 3.11 floor)
+# and the locked dependencies as Windows wheels (scripts/windows/test-windows.sh; Debian's
+# wine64 is installed when missing and this runs as root). Arguments: TEST_WINDOWS_ARGS.
+TEST_WINDOWS_ARGS ?=
+test-windows:
+	scripts/windows/test-windows.sh $(TEST_WINDOWS_ARGS)
+
 # The main job end to end: a sample worktree served over MCP stdio to the real MCP client.
 demo: bootstrap
 	$(UV_RUN) python scripts/demo.py
@@ -201,4 +217,4 @@ bench: bootstrap
 	$(UV_RUN) python benchmarks/run.py $(BENCH_FLAGS)
 
 clean:
-	rm -rf .venv $(INSPECTOR)/node_modules .pytest_cache .mypy_cache .ruff_cache .coverage .coverage.* dist
+	rm -rf .venv .windows-env $(INSPECTOR)/node_modules .pytest_cache .mypy_cache .ruff_cache .coverage .coverage.* dist

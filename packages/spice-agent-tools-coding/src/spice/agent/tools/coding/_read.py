@@ -47,6 +47,7 @@ from spice.agent.tool import (
 from ._arguments import ArgumentError, decode_object, take_integer, take_string
 from ._cached import open_cached_regular
 from ._config import Config
+from ._platform import root_supported
 from ._results import attach, failure, report_progress
 from ._root import PathError, clean_path, open_beneath, open_root
 from .settling import deliver_cancellation, settle
@@ -187,7 +188,7 @@ class _Read:
             return failure(
                 call, "invalid_arguments", "this call names another tool", _STATE, _RETRY
             )
-        if os.name == "nt":
+        if not root_supported():
             return failure(
                 call,
                 "unsupported_platform",
@@ -368,13 +369,16 @@ def _whole_file(fd: int, size: int, limit: int, pread: _Reader) -> bytes | None:
     return data if len(data) <= limit else None
 
 
-def _pread(fd: int, count: int, offset: int, once: _Reader = os.pread) -> bytes:
-    """Read ``count`` bytes at ``offset`` (fewer only at end of file).
+def _pread(fd: int, count: int, offset: int, once: _Reader | None = None) -> bytes:
+    """Read ``count`` bytes at ``offset`` (fewer only at end of file); ``os.pread`` by default.
 
     At most ``PREAD_CHUNK_BYTES`` per system call: a file whose size the kernel does not
     know (procfs says 0) is read up to the hash bound, and procfs refuses one read of
     4 MiB with ``ENOMEM``; small reads also keep the buffer of a short file small.
+    (``os.pread`` is POSIX-only: it is looked up at the call, so the module imports on Windows.)
     """
+    if once is None:
+        once = os.pread
     chunks: list[bytes] = []
     while count > 0:
         chunk = once(fd, min(count, PREAD_CHUNK_BYTES), offset)

@@ -71,6 +71,7 @@ from ._commit import (
 )
 from ._config import Config
 from ._edits import EditFailure, apply_edits, unified_diff
+from ._platform import root_supported
 from ._replace_arguments import Arguments, Edits, Invalid, Whole, decode, description, schema
 from ._results import attach, failure, report_progress, success
 from ._root import MadeDirectory, PathError, open_directory, open_root, remove_made, split_parent
@@ -149,7 +150,7 @@ class ReplaceTool:
         """Write the file as the call asks; see the module docstring for cancellation."""
         # One progress message first, before any check (as read and shell do).
         await report_progress(call, reporter, PROGRESS, _ALLOWED)
-        if self._platform == "win32":
+        if not root_supported(self._platform):
             return failure(call, "unsupported_platform", UNSUPPORTED, _DEFINITIVE, _ALLOWED)
         if call.name != NAME:
             return failure(call, "invalid_arguments", WRONG_TOOL, _DEFINITIVE, _ALLOWED)
