@@ -43,8 +43,8 @@ pytestmark = pytest.mark.skipif(
 CACHE_ATTEMPTS = 3
 """Tries of a read that must stay on the loop, re-warmed in between: ``RESOLVE_CACHED``
 gives up on anything the kernel's RCU walk cannot do (see ``test_root_cached``)."""
-BIG_WRITE_BOUND = 2 * INLINE_READ_BYTES
-"""A ``max_write_bytes`` above the inline bound, so whole-file hashing meets it first."""
+BIG_WRITE_BOUND = 2 * INLINE_READ_BYTES  # a max_edit_bytes (the hash bound)
+"""A ``max_edit_bytes`` above the inline bound, so whole-file hashing meets it first."""
 
 
 class Counting(concurrent.futures.ThreadPoolExecutor):
@@ -78,9 +78,9 @@ def root(tmp_path: Path) -> Path:
 
 
 async def read(
-    root: Path | str, arguments: dict[str, object], max_write_bytes: int = DEFAULT_BYTES
+    root: Path | str, arguments: dict[str, object], max_edit_bytes: int = DEFAULT_BYTES
 ) -> Result:
-    tool = new_read(Config(str(root), max_write_bytes=max_write_bytes))
+    tool = new_read(Config(str(root), max_edit_bytes=max_edit_bytes))
     return await tool.execute(Call("call-1", "read", json.dumps(arguments)))
 
 
@@ -99,7 +99,7 @@ async def on_the_loop(
     root: Path | str,
     arguments: dict[str, object],
     executor: Counting,
-    max_write_bytes: int = DEFAULT_BYTES,
+    max_edit_bytes: int = DEFAULT_BYTES,
 ) -> Result:
     """A read that must not hop to a thread with warm caches; its result."""
     path = arguments["path"]
@@ -107,19 +107,19 @@ async def on_the_loop(
     for _ in range(CACHE_ATTEMPTS):
         await warm(root, path)
         before = executor.submitted
-        result = await read(root, arguments, max_write_bytes)
+        result = await read(root, arguments, max_edit_bytes)
         if before == executor.submitted:
             return result
     pytest.fail("the read went to a worker thread every time")
 
 
 async def both_routes(
-    root: Path | str, arguments: dict[str, object], max_write_bytes: int = DEFAULT_BYTES
+    root: Path | str, arguments: dict[str, object], max_edit_bytes: int = DEFAULT_BYTES
 ) -> Result:
     """The call's result, after checking that the worker's route gives the same."""
-    result = await read(root, arguments, max_write_bytes)
+    result = await read(root, arguments, max_edit_bytes)
     with _root.portable_only():  # the portable walk in a worker thread: the authority
-        authority = await read(root, arguments, max_write_bytes)
+        authority = await read(root, arguments, max_edit_bytes)
     assert (authority.content, authority.is_error) == (result.content, result.is_error)
     return result
 
@@ -145,10 +145,10 @@ async def test_a_hashed_file_at_the_bound_is_inline_and_one_byte_more_is_not(
     else:
         await warm(root, "f.bin")
         before = executor.submitted
-        result = await read(root, {"path": "f.bin"}, max_write_bytes=BIG_WRITE_BOUND)
+        result = await read(root, {"path": "f.bin"}, max_edit_bytes=BIG_WRITE_BOUND)
         assert before + 1 == executor.submitted
     assert "file_sha256" in json.loads(result.content)
-    await both_routes(root, {"path": "f.bin"}, max_write_bytes=BIG_WRITE_BOUND)
+    await both_routes(root, {"path": "f.bin"}, max_edit_bytes=BIG_WRITE_BOUND)
 
 
 @pytest.mark.parametrize(
@@ -166,11 +166,11 @@ async def test_a_page_of_a_large_file_at_the_bound_is_inline_and_one_byte_more_i
     else:
         await warm(root, "big.bin")
         before = executor.submitted
-        result = await read(root, arguments, max_write_bytes=INLINE_READ_BYTES)
+        result = await read(root, arguments, max_edit_bytes=INLINE_READ_BYTES)
         assert before + 1 == executor.submitted
     assert json.loads(result.content)["bytes"] == limit
     assert "file_sha256" not in json.loads(result.content)
-    await both_routes(root, arguments, max_write_bytes=INLINE_READ_BYTES)
+    await both_routes(root, arguments, max_edit_bytes=INLINE_READ_BYTES)
 
 
 async def test_data_not_in_the_page_cache_goes_to_a_worker(root: Path, executor: Counting) -> None:
@@ -248,7 +248,7 @@ def test_any_content_and_page_gives_the_workers_answer(
     arguments: dict[str, object] = {"path": "f", "offset": offset}
     if limit is not None:
         arguments["limit"] = limit
-    asyncio.run(both_routes(root, arguments, max_write_bytes=64))
+    asyncio.run(both_routes(root, arguments, max_edit_bytes=64))
 
 
 async def test_a_failing_cached_read_falls_back_to_the_worker(

@@ -87,6 +87,8 @@ INLINE_READ_BYTES: Final = 65_536
 """Most bytes a call may read on the event loop (the page, or the whole file when it is
 hashed for ``file_sha256``); a larger read runs in a worker thread, where hashing and
 copying overlap the loop's other work."""
+GROWN_CHUNK_BYTES: Final = 262_144
+"""Most bytes one read asks for when a file turned out larger than ``fstat`` said."""
 SETTLE_SECONDS: Final = 5.0
 """How long a cancelled call waits for its worker thread to close its descriptors."""
 READ_FAILED: Final = "the file could not be read"
@@ -351,12 +353,21 @@ def _whole_file(fd: int, size: int, limit: int, pread: _Reader) -> bytes | None:
     if size > limit:
         return None
     # What fstat saw plus one byte first: a small file costs a buffer of its own size, not
-    # one of the bound's (a 256 KiB buffer for a 4 KiB file costs more than the read).
-    # A file that grew meanwhile is read again, up to the bound.
+    # one of the bound's (a 4 MiB buffer for a 4 KiB file costs more than the read).
     data = pread(fd, size + 1, 0)
-    if len(data) > size:
-        data = pread(fd, limit + 1, 0)
-    return data if len(data) <= limit else None
+    if len(data) <= size:
+        return data
+    # The file grew meanwhile (or, like a /proc file, says size 0): the rest in chunks of
+    # ``GROWN_CHUNK_BYTES``, up to the bound (procfs refuses one read of several MiB).
+    chunks = [data]
+    total = len(data)
+    while total <= limit:
+        chunk = pread(fd, min(GROWN_CHUNK_BYTES, limit + 1 - total), total)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        total += len(chunk)
+    return b"".join(chunks) if total <= limit else None
 
 
 def _pread(fd: int, count: int, offset: int, once: _Reader = os.pread) -> bytes:
