@@ -12,7 +12,7 @@ PACKAGES := spice-agent-api spice-agent-tools-coding spice-agent-coding
 PACKAGE_SOURCES := packages/spice-agent-api/src:packages/spice-agent-tools-coding/src:packages/spice-agent-coding/src
 PYTEST_WORKERS ?= 2
 
-.PHONY: help bootstrap system-packages inspector fast check format lint typecheck test verify verify-offline verify-release demo soak bench clean
+.PHONY: help bootstrap system-packages inspector fast check format lint typecheck test test-unprivileged stress verify verify-offline verify-release demo soak bench clean
 
 help:
 	@echo "make demo     run the tools end to end over MCP on a sample worktree"
@@ -20,6 +20,7 @@ help:
 	@echo "make fast     format check, lint and the fast unit tests"
 	@echo "make check    format check, lint and mypy --strict"
 	@echo "make soak     long race and crash sweeps (minutes)"
+	@echo "make stress   the whole suite three times beside four busy processes (long)"
 	@echo "make verify-release  verify, offline verify, reproducible builds, index-free install"
 	@echo "make bench    benchmarks beside their floors and peers"
 
@@ -91,7 +92,82 @@ test:
 	rm -f .coverage .coverage.*
 	$(UV_RUN) pytest -q --cov --cov-branch --cov-report=term --cov-fail-under=94
 
-verify: bootstrap check test demo
+verify: bootstrap check test test-unprivileged demo
+
+# The tests whose answers depend on the runner's privileges (ownership and modes of
+# replace, the call's TMPDIR cleanup, containment), run again as an unprivileged user
+# when the runner is root (as CI is): setpriv drops to UNPRIVILEGED_UID with no groups
+# and no capabilities. Nothing is copied: the sources and the environment are read in
+# place; HOME, TMPDIR and Hypothesis's database go to a scratch directory that user owns.
+# Skipped, with the reason printed, when the runner is not root (the suite itself then
+# runs unprivileged), without setpriv, or when that user cannot read the environment.
+UNPRIVILEGED_UID ?= 65534
+UNPRIVILEGED_TESTS := \
+  packages/spice-agent-tools-coding/tests/test_replace_ownership.py \
+  packages/spice-agent-tools-coding/tests/test_replace.py \
+  packages/spice-agent-tools-coding/tests/test_hardening.py \
+  packages/spice-agent-tools-coding/tests/test_regular.py \
+  packages/spice-agent-tools-coding/tests/test_read_fanotify.py \
+  packages/spice-agent-tools-coding/tests/test_shell.py
+# These start the environment's interpreter as that user (sys.executable): they need an
+# interpreter that user may execute itself. Where .venv's lies beneath a directory that user
+# cannot search (pyenv under /root), the same locked environment is made once more, from
+# uv's cache, on the first of UNPRIVILEGED_PYTHONS that user can execute.
+UNPRIVILEGED_PYTHONS ?= /usr/bin/python3 /usr/local/bin/python3
+UNPRIVILEGED_SPAWNING_TESTS := \
+  packages/spice-agent-coding/tests/test_shell_posix.py \
+  packages/spice-agent-coding/tests/test_containment.py
+test-unprivileged:
+	@if [ "$$(id -u)" != 0 ]; then \
+	  echo "test-unprivileged: skipped: the runner is not root, so the suite already ran unprivileged"; exit 0; \
+	fi; \
+	if ! command -v setpriv >/dev/null 2>&1; then \
+	  echo "test-unprivileged: skipped: setpriv (util-linux) is not installed"; exit 0; \
+	fi; \
+	scratch=$$(mktemp -d /tmp/spice-unprivileged.XXXXXX); \
+	trap 'rm -rf "$$scratch"' EXIT; \
+	chown $(UNPRIVILEGED_UID):$(UNPRIVILEGED_UID) "$$scratch"; \
+	as_user="env HOME=$$scratch TMPDIR=$$scratch HYPOTHESIS_STORAGE_DIRECTORY=$$scratch/hypothesis \
+	  PYTHONDONTWRITEBYTECODE=1 setpriv --reuid=$(UNPRIVILEGED_UID) --regid=$(UNPRIVILEGED_UID) \
+	  --clear-groups --inh-caps=-all"; \
+	if ! $$as_user .venv/bin/python -c 'import pytest, spice.agent.coding' >/dev/null 2>&1; then \
+	  echo "test-unprivileged: skipped: uid $(UNPRIVILEGED_UID) cannot read the environment (.venv)"; exit 0; \
+	fi; \
+	tests="$(UNPRIVILEGED_TESTS)"; python=.venv/bin/python; \
+	if ! $$as_user /bin/sh -c '"$$0" -c pass' $$python >/dev/null 2>&1; then \
+	  for candidate in $(UNPRIVILEGED_PYTHONS); do \
+	    if $$as_user /bin/sh -c '"$$0" -c pass' $$candidate >/dev/null 2>&1 \
+	       && UV_PROJECT_ENVIRONMENT=$$scratch/venv $(UV) sync --locked --all-packages --all-extras \
+	            --python $$candidate --quiet >/dev/null 2>&1; then \
+	      python=$$scratch/venv/bin/python; break; \
+	    fi; \
+	  done; \
+	fi; \
+	if $$as_user /bin/sh -c '"$$0" -c pass' $$python >/dev/null 2>&1; then \
+	  tests="$$tests $(UNPRIVILEGED_SPAWNING_TESTS)"; \
+	else \
+	  echo "test-unprivileged: not run: $(UNPRIVILEGED_SPAWNING_TESTS)"; \
+	  echo "  (uid $(UNPRIVILEGED_UID) can execute neither .venv's interpreter nor any of: $(UNPRIVILEGED_PYTHONS))"; \
+	fi; \
+	echo "test-unprivileged: as uid $(UNPRIVILEGED_UID) with $$python: $$tests"; \
+	$$as_user $$python -m pytest -q -p no:cacheprovider $$tests
+
+# The whole suite STRESS_ROUNDS times beside STRESS_LOAD busy processes (yes > /dev/null),
+# each round bounded by STRESS_ROUND_SECONDS; the load is stopped on every exit.
+# STRESS_TESTS narrows the run (default: the whole suite).
+STRESS_ROUNDS ?= 3
+STRESS_LOAD ?= 4
+STRESS_ROUND_SECONDS ?= 2400
+STRESS_TESTS ?=
+stress:
+	@pids=""; \
+	trap 'for p in $$pids; do kill $$p 2>/dev/null || true; done; wait 2>/dev/null || true' EXIT INT TERM; \
+	for _ in $$(seq $(STRESS_LOAD)); do yes > /dev/null & pids="$$pids $$!"; done; \
+	echo "stress: $(STRESS_LOAD) busy processes ($$pids ), $(STRESS_ROUNDS) rounds"; \
+	for round in $$(seq $(STRESS_ROUNDS)); do \
+	  echo "stress: round $$round of $(STRESS_ROUNDS)"; \
+	  timeout --kill-after=30 $(STRESS_ROUND_SECONDS) $(UV_RUN) pytest -q -x -p no:cacheprovider $(STRESS_TESTS) || exit 1; \
+	done
 
 # The main job end to end: a sample worktree served over MCP stdio to the real MCP client.
 demo: bootstrap

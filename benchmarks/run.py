@@ -48,6 +48,7 @@ MODULES: Final = (
     "bench_edits",
     "bench_pipelining",
     "bench_containment",
+    "bench_seccomp",
 )
 """The bench modules, in run order. Each has ``SECTION: str`` and ``run(Settings) ->
 list[Figure]``; ``--only SECTION`` picks modules by their section. To add one, add its

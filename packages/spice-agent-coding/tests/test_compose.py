@@ -292,3 +292,28 @@ async def test_compose_yields_a_dispatcher(tmp_path: Path) -> None:
     """What the block gets is the one Dispatcher."""
     async with compose(Config(tmp_path), defaults=FakeRecord().record()) as dispatcher:
         assert isinstance(dispatcher, Dispatcher)
+
+
+def _imported_modules(module: str) -> set[str]:
+    """The package modules ``module`` imports (``from .x import``), type-checking ones too."""
+    import ast  # noqa: PLC0415
+    import importlib.util  # noqa: PLC0415
+
+    spec = importlib.util.find_spec(f"spice.agent.coding.{module}")
+    assert spec is not None
+    assert spec.origin is not None
+    tree = ast.parse(Path(spec.origin).read_text())
+    return {
+        node.module or ""
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.level == 1
+    }
+
+
+def test_the_composition_root_knows_nothing_of_settings_or_the_sandbox_modes() -> None:
+    """``_compose`` imports neither ``_settings`` nor ``_containment`` (one way only)."""
+    assert set() == _imported_modules("_compose") & {"_settings", "_containment", "_cli"}
+    assert "_compose" in _imported_modules("_settings")
+    import spice.agent.coding._compose as composition  # noqa: PLC0415
+
+    assert not hasattr(composition, "launcher_for")

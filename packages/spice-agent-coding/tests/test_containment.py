@@ -15,6 +15,7 @@ import os
 import shutil
 import socket
 import stat
+import subprocess
 import sys
 import tempfile
 import zipfile
@@ -267,6 +268,114 @@ def _temporaries() -> list[str]:
     return os.listdir(tempfile.gettempdir())
 
 
+# -- a TMPDIR its command made hard to remove (non-root) ------------------------------------
+
+NOBODY: Final = 65534
+LOCK_THE_TMPDIR: Final = (
+    'mkdir -p "$TMPDIR/keep/deeper" && head -c 1048576 /dev/zero > "$TMPDIR/keep/deeper/blob"'
+    ' && ln -s "$1" "$TMPDIR/keep/file" && ln -s "$2" "$TMPDIR/keep/directory"'
+    ' && chmod 000 "$TMPDIR/keep/deeper" && chmod 000 "$TMPDIR/keep" && echo "$TMPDIR"'
+)
+"""A command that leaves 1 MiB behind two ``chmod 000`` directories, and two symlinks out."""
+AS_NOBODY: Final = ("setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups")
+CLI: Final = "import sys\nfrom spice.agent.coding._cli import main\nsys.exit(main(sys.argv[1:]))\n"
+
+
+@pytest.fixture
+def nobody_layout() -> Iterator[Path]:
+    """Root, system temp and an outside directory the unprivileged user owns."""
+    if os.getuid() != 0:
+        pytest.skip("needs root to run the server as another user")
+    if shutil.which("setpriv") is None:
+        pytest.skip("no setpriv to run the server as another user")
+    if _nobody_python() is None:
+        pytest.skip("no interpreter of this version is reachable by the unprivileged user")
+    base = Path(tempfile.mkdtemp(prefix="spice-nobody-"))
+    base.chmod(0o755)
+    for name in ("root", "tmp", "outside"):
+        (base / name).mkdir()
+        os.chown(base / name, NOBODY, NOBODY)
+    (base / "outside" / "secret").write_text("kept\n")
+    os.chown(base / "outside" / "secret", NOBODY, NOBODY)
+    (base / "outside" / "secret").chmod(0o600)
+    (base / "outside").chmod(0o500)
+    try:
+        yield base
+    finally:
+        (base / "outside").chmod(0o700)
+        shutil.rmtree(base)
+
+
+def _nobody_python() -> str | None:
+    """An interpreter of this Python version whose path every user may traverse."""
+    version = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    for candidate in (sys.executable, f"/usr/bin/python{version}"):
+        path = Path(candidate).resolve()
+        if path.exists() and all(os.stat(p).st_mode & 0o001 for p in path.parents):
+            return candidate
+    return None
+
+
+def _nobody_cli() -> str:
+    """The CLI's entry, with this checkout's sources first on the path."""
+    import spice.agent.coding  # noqa: PLC0415
+    import spice.agent.process  # noqa: PLC0415
+    import spice.agent.tools.coding  # noqa: PLC0415
+
+    sources = [
+        str(Path(module.__file__ or "").resolve().parents[len(module.__name__.split("."))])
+        for module in (spice.agent.process, spice.agent.tools.coding, spice.agent.coding)
+    ]
+    return f"import sys\nsys.path[:0] = {sources!r}\n{CLI}"
+
+
+def test_a_tmpdir_with_unreadable_directories_is_removed_by_an_unprivileged_server(
+    nobody_layout: Path,
+) -> None:
+    """Server and command as uid 65534: ``chmod 000`` inside TMPDIR still leaves nothing.
+
+    The answer says the cleanup completed, the call's TMPDIR is gone, and neither the
+    file nor the directory its symlinks named changed mode (nothing is followed).
+    """
+    base = nobody_layout
+    outside = base / "outside"
+    arguments = json.dumps(
+        {"argv": ["/bin/sh", "-c", LOCK_THE_TMPDIR, "sh", str(outside / "secret"), str(outside)]}
+    )
+    server = [_nobody_python() or "", "-c", _nobody_cli(), "--root", str(base / "root")]
+    completed = subprocess.run(
+        [*AS_NOBODY, *server, "call", "--sandbox", "workspace", "shell", arguments],
+        capture_output=True,
+        timeout=BOUND,
+        check=False,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(base / "root"), "TMPDIR": str(base / "tmp")},
+        cwd=base / "root",
+    )
+    assert 0 == completed.returncode, completed.stderr
+    content = json.loads(completed.stdout)
+    assert (True, True) == (content["ok"], content["managed_cleanup_completed"])
+    tmpdir = content["stdout"].strip()
+    assert tmpdir.startswith(str(base / "tmp" / TMPDIR_PREFIX))
+    assert [] == os.listdir(base / "tmp")
+    assert (0o500, 0o600) == (
+        stat.S_IMODE(outside.stat().st_mode),
+        stat.S_IMODE((outside / "secret").stat().st_mode),
+    )
+
+
+async def test_a_tmpdir_that_cannot_be_removed_makes_the_cleanup_incomplete(
+    shell: tuple[Dispatcher, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When the removal fails (the fault), the answer says ``managed_cleanup_completed: false``."""
+    dispatcher, _ = shell
+    monkeypatch.setattr(launcher_module, "_remove_tree", lambda _path: False)
+    content = await shell_call(dispatcher, ["/bin/true"])
+    assert (True, False) == (content["ok"], content["managed_cleanup_completed"])
+    monkeypatch.undo()
+    content = await shell_call(dispatcher, ["/bin/true"])
+    assert (True, True) == (content["ok"], content["managed_cleanup_completed"])
+
+
 # -- network -------------------------------------------------------------------------------
 
 
@@ -298,14 +407,30 @@ def connect_code(port: int) -> str:
 
 
 @needs_abi4
+async def test_loopback_tcp_connect_and_bind_are_refused_by_landlock_alone(
+    layout: tuple[Path, Path], listener: socket.socket
+) -> None:
+    """Without the seccomp filter, Landlock refuses the connect and the bind (EACCES)."""
+    root, _ = layout
+    port = listener.getsockname()[1]
+    landlock_only = resolve_containment("workspace", seccomp_probe=lambda: False)
+    lines = await python(PosixLauncher(landlock_only, str(root)), root, connect_code(port))
+    assert ["EACCES", "EACCES"] == lines
+    with pytest.raises(BlockingIOError):
+        listener.accept()
+
+
+@needs_abi4
 async def test_loopback_tcp_connect_and_bind_are_refused(
     layout: tuple[Path, Path], listener: socket.socket
 ) -> None:
-    """A connect to a listener the test opened, and a bind, both fail with EACCES."""
+    """A connect and a bind both fail: EPERM from the filter's socket rule, else EACCES."""
     root, _ = layout
     port = listener.getsockname()[1]
-    lines = await python(PosixLauncher(contained(), str(root)), root, connect_code(port))
-    assert ["EACCES", "EACCES"] == lines
+    policy = contained()
+    lines = await python(PosixLauncher(policy, str(root)), root, connect_code(port))
+    refusal = "EPERM" if policy.seccomp else "EACCES"
+    assert [refusal, refusal] == lines
     with pytest.raises(BlockingIOError):
         listener.accept()
 

@@ -360,7 +360,7 @@ async def test_the_in_flight_count_settles_duplicate_ids_one_at_a_time_and_ignor
     in_flight = _InFlight(2)
     in_flight.admit(7)
     unanswered = in_flight.admit(7)
-    in_flight.settle("stranger")
+    in_flight.answered("stranger")
     room = asyncio.create_task(in_flight.room())
     await asyncio.sleep(0)
     blocked = not room.done()
@@ -370,7 +370,7 @@ async def test_the_in_flight_count_settles_duplicate_ids_one_at_a_time_and_ignor
     drained = asyncio.create_task(in_flight.drained())
     await asyncio.sleep(0)
     still_one = not drained.done()
-    in_flight.settle(7)
+    in_flight.answered(7)
     async with asyncio.timeout(5):
         await drained
     assert (True, True) == (blocked, still_one)

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import json
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import pytest
 from app_fakes import PROGRESS_MESSAGE, EchoTool
@@ -143,6 +144,41 @@ async def test_divert_points_the_descriptors_away_while_serving_and_restores_the
     assert 1 == json.loads(answer)["id"]
     assert expected_during == during
     assert original == after
+
+
+DIVERT_STEPS: Final = 7
+"""``_divert``'s descriptor operations: 4 ``dup``, the ``open`` of the null device, 2 ``dup2``."""
+
+
+@pytest.mark.parametrize("failing", range(1, DIVERT_STEPS + 1))
+async def test_a_divert_that_fails_at_any_step_leaks_nothing_and_restores_both(
+    monkeypatch: pytest.MonkeyPatch, failing: int
+) -> None:
+    """EMFILE (the fault) at the n-th descriptor operation: no descriptor left, none moved."""
+    steps = 0
+
+    def failing_at(real: Callable[..., int]) -> Callable[..., int]:
+        def step(*arguments: object, **keywords: object) -> int:
+            nonlocal steps
+            steps += 1
+            if steps == failing:
+                raise OSError(errno.EMFILE, "injected")
+            return real(*arguments, **keywords)
+
+        return step
+
+    async with pipes() as (in_r, _, _, out_w):
+        original = (os.fstat(in_r).st_ino, os.fstat(out_w).st_ino)
+        before = sorted(os.listdir("/proc/self/fd"))
+        for name in ("dup", "dup2", "open"):
+            monkeypatch.setattr(os, name, failing_at(getattr(os, name)))
+        with pytest.raises(OSError, match="injected"):
+            async with open_stdio(in_r, out_w, divert=True):
+                pass  # pragma: no cover - the divert fails first
+        monkeypatch.undo()
+        assert before == sorted(os.listdir("/proc/self/fd"))
+        assert original == (os.fstat(in_r).st_ino, os.fstat(out_w).st_ino)
+    assert steps >= failing  # the fault was reached (a restore may add steps after it)
 
 
 async def exchange(chunks: list[bytes], requests: list[int | None]) -> list[dict[str, Any]]:

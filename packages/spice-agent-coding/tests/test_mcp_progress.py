@@ -6,17 +6,20 @@ In process over real pipes with a short interval injected through ``serving``'s
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import pytest
 from app_fakes import GatedTool
+from mcp.server.session import ServerSession
 from raw_peer import encode, tool_call
 from test_mcp_shutdown import Piped, initialized, piped
 
 from spice.agent.coding import mcp_server
-from spice.agent.coding._mcp import PROGRESS_HEARTBEAT_SECONDS
+from spice.agent.coding._mcp import PROGRESS_HEARTBEAT_SECONDS, _outcome, _SessionReporter
 from spice.agent.dispatch import Dispatcher
+from spice.agent.tool import Result
 
 INTERVAL: Final = 0.02
 HEARTBEATS: Final = 3
@@ -125,3 +128,30 @@ async def _until_beats(server: Piped, token: str, count: int) -> AsyncIterator[d
         if progress_of(message, token):
             seen += 1
             yield message
+
+
+class _BrokenSession:
+    """A session whose progress notification fails (a transport gone wrong)."""
+
+    def __init__(self) -> None:
+        self.sent = 0
+
+    async def report_progress(self, progress: float, total: float | None, message: str) -> None:
+        self.sent += 1
+        raise RuntimeError("the transport failed")
+
+
+async def test_a_heartbeat_that_fails_cancels_the_call_before_the_handler_fails() -> None:
+    """Any exit of the handler, not only a cancellation, cancels and waits for the call."""
+    release = asyncio.Event()
+
+    async def call() -> Result:
+        await release.wait()
+        raise AssertionError("a call that outlived its handler")  # pragma: no cover
+
+    task = asyncio.get_running_loop().create_task(call())
+    session = _BrokenSession()
+    reporter = _SessionReporter(cast("ServerSession", session))
+    with pytest.raises(RuntimeError):
+        await _outcome(task, reporter, INTERVAL)
+    assert (True, 1) == (task.cancelled(), session.sent)

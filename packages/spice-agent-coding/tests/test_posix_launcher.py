@@ -626,6 +626,32 @@ async def test_cancelling_a_join_midway_lets_a_later_join_finish(
         await procutil.kill_escapee(escapee)
 
 
+async def test_a_start_cancelled_again_while_it_joins_raises_its_first_cancellation(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Cancelled before the word, then again during the join: held back; the first is raised.
+
+    The join still finishes (nothing is left), and the caller sees the cancellation it
+    got first, as every tool's ``settle`` rule says.
+    """
+    # A supervisor deaf to the end request (the fault): the join waits its end bound.
+    monkeypatch.setattr(posix_sandbox, "END_SIGNAL", signal.SIGWINCH)
+    before = procutil.open_descriptors()
+    starting = asyncio.ensure_future(bounded(end=0.5).start(spec("/bin/sleep", "60")))
+    await asyncio.sleep(0)  # the start waits for its word
+    starting.cancel("first")
+    for _ in range(3):
+        await asyncio.sleep(0)  # the first cancellation is delivered; the join runs
+    assert not starting.done()
+    starting.cancel("second")
+    with pytest.raises(asyncio.CancelledError) as caught:
+        async with asyncio.timeout(BOUND):
+            await starting
+    assert ("first",) == caught.value.args
+    assert [] == [p for p in procutil.all_processes() if p.ppid == os.getpid() and p.alive]
+    assert before == procutil.open_descriptors()
+
+
 async def test_a_signal_the_child_ignores_is_not_a_stop(exit_watch: str) -> None:
     """A child that ignores SIGTERM (inherited SIG_IGN) still ends by the join."""
     given = spec(SH, "-c", "trap '' TERM; echo ready; sleep 60")
@@ -690,6 +716,19 @@ async def test_a_supervisor_silent_past_the_start_bound_is_a_partial_start(
     async with asyncio.timeout(BOUND):
         await partial.wait()
     assert await procutil.group_gone(partial.pid)
+    assert before == procutil.open_descriptors()
+
+
+async def test_a_supervisor_that_fails_before_its_fork_says_so(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A spec the supervisor cannot read (the fault): ``F``, so a bare ``LaunchError``."""
+    monkeypatch.setattr(posix_sandbox, "encode_spec", lambda *_fields: b"not-a-spec")
+    before = procutil.open_descriptors()
+    with pytest.raises(LaunchError) as caught:
+        await bounded(start=3600.0).start(spec("/bin/true"))
+    assert caught.value.process is None
+    assert [] == [p for p in procutil.all_processes() if p.ppid == os.getpid() and p.alive]
     assert before == procutil.open_descriptors()
 
 

@@ -177,3 +177,38 @@ def test_children_falls_back_to_a_proc_scan(child: int, monkeypatch: pytest.Monk
 
     monkeypatch.setattr(builtins, "open", no_children_file)
     assert child in sandbox.children(os.getpid())
+
+
+# -- remove_tree (the call's TMPDIR) ------------------------------------------------------
+
+
+def test_remove_tree_removes_every_kind_of_entry_and_follows_no_symlink(tmp_path: Path) -> None:
+    """Files, a FIFO, nested directories (one ``000``) go; what the symlinks name stays."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "kept").write_text("kept\n")
+    outside.chmod(0o500)
+    tree = tmp_path / "tree"
+    (tree / "a" / "b").mkdir(parents=True)
+    (tree / "a" / "b" / "file").write_bytes(b"x" * 4096)
+    os.mkfifo(tree / "fifo")
+    (tree / "to-directory").symlink_to(outside)
+    (tree / "a" / "to-file").symlink_to(outside / "kept")
+    (tree / "a" / "b").chmod(0)
+    (tree / "a").chmod(0o500)
+    try:
+        assert sandbox.remove_tree(str(tree)) is True
+        assert not tree.exists()
+        assert ("kept\n", 0o500) == ((outside / "kept").read_text(), outside.stat().st_mode & 0o777)
+    finally:
+        outside.chmod(0o700)
+
+
+def test_remove_tree_of_a_missing_path_is_true_and_of_a_file_beneath_a_file_false(
+    tmp_path: Path,
+) -> None:
+    """Nothing there is removed already; a path that cannot be reached is not proven gone."""
+    assert sandbox.remove_tree(str(tmp_path / "missing")) is True
+    (tmp_path / "file").write_text("")
+    assert sandbox.remove_tree(str(tmp_path / "file" / "below")) is False
+    assert sandbox.remove_tree(os.fsencode(tmp_path / "file")) is True

@@ -15,11 +15,13 @@ from hypothesis import strategies as st
 
 from spice.agent.coding import _cli
 from spice.agent.coding._cli import main
+from spice.agent.coding._containment import DEFAULT_MODE as DEFAULT_SANDBOX
+from spice.agent.coding._containment import MODES as SANDBOX_MODES
+from spice.agent.coding._containment import SANDBOX_ENVIRONMENT_VARIABLE as SANDBOX_VARIABLE
 from spice.agent.coding._settings import (
     ALLOW_ENV_VARIABLE,
     ALLOW_NETWORK_VARIABLE,
     COMMAND_TIMEOUT_VARIABLE,
-    DEFAULT_SANDBOX,
     MAX_EDIT_BYTES_VARIABLE,
     MAX_OUTPUT_BYTES_VARIABLE,
     MAX_READ_BYTES_VARIABLE,
@@ -27,8 +29,6 @@ from spice.agent.coding._settings import (
     MAXIMUM_ALLOWED_NAMES,
     MAXIMUM_NAME_LENGTH,
     MAXIMUM_VALUE_LENGTH,
-    SANDBOX_MODES,
-    SANDBOX_VARIABLE,
     Flags,
     Settings,
     SettingsError,
@@ -328,6 +328,25 @@ def test_the_network_variable_reads_common_spellings(text: str, expected: bool) 
     )
 
 
+@given(
+    mode=st.sampled_from(SANDBOX_MODES),
+    cases=st.lists(st.booleans(), min_size=9, max_size=9),
+    blanks=st.sampled_from(["", " ", "\t", "  "]),
+    from_flag=st.booleans(),
+)
+def test_a_sandbox_mode_is_read_in_any_case_with_blanks_around(
+    mode: str, cases: list[bool], blanks: str, from_flag: bool
+) -> None:
+    """One case rule: ``Workspace`` or `` OFF `` name their mode, by flag or variable."""
+    spelled = "".join(c.upper() if up else c for c, up in zip(mode, cases, strict=False))
+    text = f"{blanks}{spelled}{blanks}"
+    if from_flag:
+        actual = parsed(["--root", "/r", "serve", "--sandbox", text], {SANDBOX_VARIABLE: "x"})
+    else:
+        actual = parsed(["--root", "/r", "serve"], {SANDBOX_VARIABLE: text})
+    assert mode == actual.sandbox
+
+
 def test_the_network_flag_wins_over_a_variable_that_says_no() -> None:
     """--allow-network is on even where SPICE_AGENT_ALLOW_NETWORK says 0."""
     actual = parsed(["--root", "/r", "serve", "--allow-network"], {ALLOW_NETWORK_VARIABLE: "0"})
@@ -443,7 +462,7 @@ BAD_VALUES = [
     ["--allow-env", "DASH-NAME"],
     ["--sandbox", "strict"],
     ["--sandbox", ""],
-    ["--sandbox", "OFF"],
+    ["--sandbox", "of f"],
 ]
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Final
 
 import pytest
+from fakes import FakeLauncher, FakeResolver, shell_call
 from replace_helpers import (
     WAIT_SECONDS,
     create_arguments,
@@ -32,7 +33,7 @@ from replace_helpers import (
 )
 
 from spice.agent.tool import Call, ExecutionState, Progress, Reporter, Result, interruption_of
-from spice.agent.tools.coding import _read, _replace
+from spice.agent.tools.coding import _read, _replace, _shell
 from spice.agent.tools.coding._config import Config
 from spice.agent.tools.coding._read import new_read
 from spice.agent.tools.coding._replace import ReplaceTool
@@ -282,3 +283,39 @@ async def test_a_read_cancelled_before_it_starts_its_worker_starts_none(
     async with asyncio.timeout(WAIT_SECONDS):
         await asyncio.to_thread(lambda: None)
     assert [] == started
+
+
+async def test_a_replace_under_a_deadline_already_past_starts_no_worker(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """TC-11: ``asyncio.timeout_at`` in the past: ``TimeoutError``, no thread, no change."""
+    started: list[str] = []
+    real_work = _replace._work
+
+    def work(*args: object) -> object:
+        started.append("worker")
+        return real_work(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_replace, "_work", work)
+    tool = make_tool(root)
+    loop = asyncio.get_running_loop()
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout_at(loop.time() - 1):
+            await tool.execute(make_call(create_arguments("n.txt", NEW)))
+    async with asyncio.timeout(WAIT_SECONDS):
+        await asyncio.to_thread(lambda: None)  # a started worker would have run by now
+    assert ([], False) == (started, tool._lease.locked())
+    assert not (root / "n.txt").exists()
+
+
+async def test_a_shell_call_under_a_deadline_already_past_looks_nothing_up(
+    tmp_path: Path,
+) -> None:
+    """TC-11 for shell: no executable lookup, no start."""
+    launcher, resolver = FakeLauncher(), FakeResolver()
+    tool, _owner = _shell.build_shell(Config(str(tmp_path)), resolver, launcher)
+    loop = asyncio.get_running_loop()
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout_at(loop.time() - 1):
+            await tool.execute(shell_call({"argv": ["true"]}))
+    assert ([], []) == (resolver.lookups, launcher.specs)

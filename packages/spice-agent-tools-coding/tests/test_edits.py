@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from spice.agent.tools.coding import _edits as edits_module
 from spice.agent.tools.coding._edits import (
     MAXIMUM_DIFF_BYTES,
     NO_NEWLINE,
@@ -348,14 +349,49 @@ def test_a_cut_diff_stays_within_the_bound_and_its_hunks_still_apply(
         assert cut.endswith("\n")
 
 
-def test_a_pathological_change_is_diffed_in_linear_time() -> None:
-    """Every other line of a large file changed: bounded output, no quadratic matching."""
+def _diff_work(lines: int, monkeypatch: pytest.MonkeyPatch) -> int:
+    """Line comparisons and hashes of a whole (uncut) diff with every other line changed."""
+    work = [0]
+
+    class Counted(str):
+        __slots__ = ()
+
+        def __eq__(self, other: object) -> bool:
+            work[0] += 1
+            return str.__eq__(self, other)
+
+        def __hash__(self) -> int:
+            work[0] += 1
+            return str.__hash__(self)
+
+    real = edits_module._lines
+    monkeypatch.setattr(edits_module, "_lines", lambda text: [Counted(line) for line in real(text)])
+    before = "".join(f"l{n}\n" for n in range(lines))
+    after = "".join(f"l{n}\n" if n % 2 else "x\n" for n in range(lines))
+    _diff, truncated = unified_diff("f", before, after, limit=10**9)
+    assert truncated is False
+    return work[0]
+
+
+def test_a_pathological_change_is_diffed_in_linear_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every other line of a large file changed: bounded output, and work that doubles
+    (not quadruples) when the file doubles. A quadratic diff fails the ratio."""
     before = "".join(f"l{n}\n" for n in range(50_000))
     after = "".join(f"l{n}\n" if n % 2 else "x\n" for n in range(50_000))
     diff, truncated = unified_diff("f", before, after)
     assert truncated is True
     assert MAXIMUM_DIFF_BYTES >= _size(diff) > MAXIMUM_DIFF_BYTES - 16
     assert diff.startswith("--- a/f\n+++ b/f\n@@ -1,")
+    small, large = _diff_work(2_000, monkeypatch), _diff_work(4_000, monkeypatch)
+    assert large <= 2.2 * small
+
+
+def test_the_work_count_tells_a_quadratic_diff(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The measure itself can fail: an unbounded look-ahead window makes the same diff
+    quadratic, and the ratio shows it."""
+    monkeypatch.setattr(edits_module, "DIFF_WINDOW_LINES", 10**9)
+    small, large = _diff_work(2_000, monkeypatch), _diff_work(4_000, monkeypatch)
+    assert large > 3 * small
 
 
 def test_a_long_replaced_block_finds_the_common_lines_after_it() -> None:

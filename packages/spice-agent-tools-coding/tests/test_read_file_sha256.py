@@ -13,13 +13,7 @@ from replace_helpers import make_tool, run
 
 from spice.agent.tool import Call
 from spice.agent.tools.coding import Config, new_read
-from spice.agent.tools.coding._read import (
-    GROWN_CHUNK_BYTES,
-    _pread,
-    _pread_cached,
-    _Reader,
-    _whole_file,
-)
+from spice.agent.tools.coding._read import _pread, _pread_cached, _Reader, _whole_file
 
 PAGE: Final = 64
 BOUND: Final = 256
@@ -122,41 +116,6 @@ def test_the_whole_file_is_read_in_a_buffer_of_its_size_and_again_if_it_grew(
     finally:
         os.close(fd)
     assert expected == (None if whole is None else len(whole))
-
-
-@pytest.mark.parametrize(
-    ("actual", "whole"),
-    [
-        (3 * GROWN_CHUNK_BYTES + 5, True),
-        (4 * GROWN_CHUNK_BYTES, True),
-        (4 * GROWN_CHUNK_BYTES + 1, False),
-    ],
-    ids=["under", "at", "over"],
-)
-def test_a_file_larger_than_fstat_said_is_read_in_bounded_chunks(
-    tmp_path: Path, actual: int, whole: bool
-) -> None:
-    """A file that says size 0 (as /proc files do, where one read of several MiB fails with
-    ENOMEM) is read in chunks of at most GROWN_CHUNK_BYTES, up to the bound and no further."""
-    path = tmp_path / "f.bin"
-    path.write_bytes(b"y" * actual)
-    asked: list[int] = []
-    got: list[int] = []
-
-    def reader(fd: int, count: int, offset: int) -> bytes:
-        asked.append(count)
-        chunk = _pread(fd, count, offset)
-        got.append(len(chunk))
-        return chunk
-
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        data = _whole_file(fd, 0, 4 * GROWN_CHUNK_BYTES, reader)
-    finally:
-        os.close(fd)
-    assert (actual if whole else None) == (None if data is None else len(data))
-    assert max(asked) <= GROWN_CHUNK_BYTES
-    assert sum(got) <= 4 * GROWN_CHUNK_BYTES + 1
 
 
 def test_a_proc_file_has_its_digest_under_the_default_edit_bound() -> None:

@@ -31,6 +31,7 @@ from spice.agent.tool import (
     ExecutionError,
     ExecutionState,
     Result,
+    interruption_of,
 )
 from spice.agent.tools.coding import Config, _cached, _read, _root, new_read
 from spice.agent.tools.coding._config import DEFAULT_BYTES
@@ -43,8 +44,8 @@ pytestmark = pytest.mark.skipif(
 CACHE_ATTEMPTS = 3
 """Tries of a read that must stay on the loop, re-warmed in between: ``RESOLVE_CACHED``
 gives up on anything the kernel's RCU walk cannot do (see ``test_root_cached``)."""
-BIG_WRITE_BOUND = 2 * INLINE_READ_BYTES  # a max_edit_bytes (the hash bound)
-"""A ``max_edit_bytes`` above the inline bound, so whole-file hashing meets it first."""
+BIG_WRITE_BOUND = 2 * INLINE_READ_BYTES
+"""A ``max_write_bytes`` above the inline bound, so whole-file hashing meets it first."""
 
 
 class Counting(concurrent.futures.ThreadPoolExecutor):
@@ -78,9 +79,11 @@ def root(tmp_path: Path) -> Path:
 
 
 async def read(
-    root: Path | str, arguments: dict[str, object], max_edit_bytes: int = DEFAULT_BYTES
+    root: Path | str, arguments: dict[str, object], max_write_bytes: int = DEFAULT_BYTES
 ) -> Result:
-    tool = new_read(Config(str(root), max_edit_bytes=max_edit_bytes))
+    # The tests name the hash bound as the write bound: files up to it get file_sha256.
+    config = Config(str(root), max_write_bytes=max_write_bytes, max_edit_bytes=max_write_bytes)
+    tool = new_read(config)
     return await tool.execute(Call("call-1", "read", json.dumps(arguments)))
 
 
@@ -99,7 +102,7 @@ async def on_the_loop(
     root: Path | str,
     arguments: dict[str, object],
     executor: Counting,
-    max_edit_bytes: int = DEFAULT_BYTES,
+    max_write_bytes: int = DEFAULT_BYTES,
 ) -> Result:
     """A read that must not hop to a thread with warm caches; its result."""
     path = arguments["path"]
@@ -107,19 +110,19 @@ async def on_the_loop(
     for _ in range(CACHE_ATTEMPTS):
         await warm(root, path)
         before = executor.submitted
-        result = await read(root, arguments, max_edit_bytes)
+        result = await read(root, arguments, max_write_bytes)
         if before == executor.submitted:
             return result
     pytest.fail("the read went to a worker thread every time")
 
 
 async def both_routes(
-    root: Path | str, arguments: dict[str, object], max_edit_bytes: int = DEFAULT_BYTES
+    root: Path | str, arguments: dict[str, object], max_write_bytes: int = DEFAULT_BYTES
 ) -> Result:
     """The call's result, after checking that the worker's route gives the same."""
-    result = await read(root, arguments, max_edit_bytes)
+    result = await read(root, arguments, max_write_bytes)
     with _root.portable_only():  # the portable walk in a worker thread: the authority
-        authority = await read(root, arguments, max_edit_bytes)
+        authority = await read(root, arguments, max_write_bytes)
     assert (authority.content, authority.is_error) == (result.content, result.is_error)
     return result
 
@@ -145,10 +148,10 @@ async def test_a_hashed_file_at_the_bound_is_inline_and_one_byte_more_is_not(
     else:
         await warm(root, "f.bin")
         before = executor.submitted
-        result = await read(root, {"path": "f.bin"}, max_edit_bytes=BIG_WRITE_BOUND)
+        result = await read(root, {"path": "f.bin"}, max_write_bytes=BIG_WRITE_BOUND)
         assert before + 1 == executor.submitted
     assert "file_sha256" in json.loads(result.content)
-    await both_routes(root, {"path": "f.bin"}, max_edit_bytes=BIG_WRITE_BOUND)
+    await both_routes(root, {"path": "f.bin"}, max_write_bytes=BIG_WRITE_BOUND)
 
 
 @pytest.mark.parametrize(
@@ -166,11 +169,11 @@ async def test_a_page_of_a_large_file_at_the_bound_is_inline_and_one_byte_more_i
     else:
         await warm(root, "big.bin")
         before = executor.submitted
-        result = await read(root, arguments, max_edit_bytes=INLINE_READ_BYTES)
+        result = await read(root, arguments, max_write_bytes=INLINE_READ_BYTES)
         assert before + 1 == executor.submitted
     assert json.loads(result.content)["bytes"] == limit
     assert "file_sha256" not in json.loads(result.content)
-    await both_routes(root, arguments, max_edit_bytes=INLINE_READ_BYTES)
+    await both_routes(root, arguments, max_write_bytes=INLINE_READ_BYTES)
 
 
 async def test_data_not_in_the_page_cache_goes_to_a_worker(root: Path, executor: Counting) -> None:
@@ -243,12 +246,25 @@ async def test_failures_are_the_workers_answers(root: Path, executor: Counting, 
 def test_any_content_and_page_gives_the_workers_answer(
     root: Path, data: bytes, offset: int, limit: int | None
 ) -> None:
-    """Text, binary, cut characters, offsets past the end: the two routes agree exactly."""
+    """Text, binary, cut characters, offsets past the end: the two routes agree exactly,
+    and the loop's route did answer (no executor submission for that call)."""
     (root / "f").write_bytes(data)
     arguments: dict[str, object] = {"path": "f", "offset": offset}
     if limit is not None:
         arguments["limit"] = limit
-    asyncio.run(both_routes(root, arguments, max_edit_bytes=64))
+
+    async def compare() -> None:
+        counting = Counting()
+        asyncio.get_running_loop().set_default_executor(counting)
+        try:
+            result = await on_the_loop(root, arguments, counting, max_write_bytes=64)
+            with _root.portable_only():  # the portable walk in a worker thread: the authority
+                authority = await read(root, arguments, max_write_bytes=64)
+            assert (authority.content, authority.is_error) == (result.content, result.is_error)
+        finally:
+            counting.shutdown(wait=True)
+
+    asyncio.run(compare())
 
 
 async def test_a_failing_cached_read_falls_back_to_the_worker(
@@ -301,3 +317,52 @@ async def test_many_inline_reads_leave_no_descriptor_open(root: Path) -> None:
         path = ("f.txt", "big.bin", "fifo", "missing")[index % 4]
         await read(root, {"path": path, "limit": 9})
     assert before == len(os.listdir("/proc/self/fd"))
+
+
+async def test_a_deadline_already_past_ends_a_warm_loop_read_before_anything(
+    root: Path, executor: Counting
+) -> None:
+    """TC-11: the loop's route is warm (a normal call runs there), yet a call under a
+    deadline already past ends with ``TimeoutError``: no answer, no thread."""
+    (root / "f.txt").write_text("hello\n")
+    await on_the_loop(root, {"path": "f.txt"}, executor)  # the route runs for this file
+    loop = asyncio.get_running_loop()
+    before = executor.submitted
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout_at(loop.time() - 1):
+            await read(root, {"path": "f.txt"})
+    assert before == executor.submitted
+
+
+async def test_a_cancellation_scheduled_before_a_warm_loop_read_ends_it(
+    root: Path, executor: Counting
+) -> None:
+    """A ``task.cancel`` scheduled (``call_soon``) but not yet delivered when the call
+    starts: the call is cancelled, definitive, nothing read, no thread."""
+    (root / "f.txt").write_text("hello\n")
+    await on_the_loop(root, {"path": "f.txt"}, executor)
+    task = asyncio.current_task()
+    assert task is not None
+    before = executor.submitted
+    asyncio.get_running_loop().call_soon(task.cancel)
+    with pytest.raises(asyncio.CancelledError) as caught:
+        await read(root, {"path": "f.txt"})
+    assert 0 == task.uncancel()
+    interruption = interruption_of(caught.value)
+    assert interruption is not None
+    assert (ExecutionState.DEFINITIVE, None) == (interruption.state, interruption.result)
+    assert before == executor.submitted
+
+
+async def test_a_call_with_time_left_is_answered_on_the_loop(
+    root: Path, executor: Counting
+) -> None:
+    """Boundary: a deadline not yet reached changes nothing; the loop's route answers."""
+    (root / "f.txt").write_text("hello\n")
+    await on_the_loop(root, {"path": "f.txt"}, executor)
+    loop = asyncio.get_running_loop()
+    before = executor.submitted
+    async with asyncio.timeout_at(loop.time() + 60):
+        result = await read(root, {"path": "f.txt"})
+    assert json.loads(result.content)["content"] == "hello\n"
+    assert before == executor.submitted

@@ -1,6 +1,6 @@
 """One rule for waiting out work while the caller is cancelled again and again (9.1).
 
-``_settling.settle`` holds back repeated cancellations, waits until the future is done
+``settling.settle`` holds back repeated cancellations, waits until the future is done
 (or its bound), and wakes once per real event: the future, the deadline, or a new
 cancellation. The tests count wake-ups, never time.
 """
@@ -8,6 +8,7 @@ cancellation. The tests count wake-ups, never time.
 from __future__ import annotations
 
 import asyncio
+import threading
 from pathlib import Path
 from typing import Any, Final
 
@@ -28,9 +29,9 @@ from replace_helpers import (
 from spice.agent.lifecycle import Cleanup
 from spice.agent.process import LaunchError
 from spice.agent.tool import ExecutionState, Interruption, Result, Tool, interruption_of
-from spice.agent.tools.coding import Config, _replace, _settling, _shell
+from spice.agent.tools.coding import Config, _replace, _shell, settling
 from spice.agent.tools.coding._ownership import Timing
-from spice.agent.tools.coding._settling import Settled, deliver_cancellation, settle
+from spice.agent.tools.coding.settling import Settled, deliver_cancellation, settle
 
 RECANCELS: Final = 50
 """Further cancellations a test sends while a call settles."""
@@ -116,10 +117,11 @@ async def test_deliver_cancellation_raises_a_pending_request_and_nothing_else() 
     await deliver_cancellation()
 
 
-def test_the_helper_is_private_and_names_its_policy() -> None:
-    """One module, three names; the docstring states the rule."""
-    assert ["Settled", "deliver_cancellation", "settle"] == sorted(_settling.__all__)
-    assert "held back" in str(_settling.__doc__)
+def test_the_primitive_is_public_and_names_its_policy() -> None:
+    """One public module, six names; the docstring states the rule."""
+    expected = ["Settled", "checkpoint", "deliver_cancellation", "in_thread", "outlast", "settle"]
+    assert expected == sorted(settling.__all__)
+    assert "held back" in str(settling.__doc__)
 
 
 # -- replace ----------------------------------------------------------------------------
@@ -272,3 +274,84 @@ async def test_a_shell_call_cancelled_before_its_start_launches_nothing(
     assert [] == launcher.specs
     async with asyncio.timeout(WAIT_SECONDS):
         await cleanup()
+
+
+# -- loop shutdown (asyncio.run cancels every task) --------------------------------------
+
+
+def test_a_replace_at_loop_shutdown_keeps_its_interruption_and_its_lease(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``main`` returns while a replace is syncing: ``asyncio.run`` cancels every task.
+
+    The call still waits for its worker thread, attaches its ``Interruption``, and its
+    lease goes back only after the thread has finished (B6).
+    """
+    ended: list[bool] = []
+    real_work = _replace._work
+
+    def work(*args: object) -> object:
+        try:
+            return real_work(*args)  # type: ignore[arg-type]
+        finally:
+            ended.append(True)
+
+    monkeypatch.setattr(_replace, "_work", work)
+    pause = Pause()
+    tool = make_tool(root, Recording(slow={("fsync", 1): pause}))
+    releases: list[bool] = []
+
+    class Lease(asyncio.Lock):
+        def release(self) -> None:
+            releases.append(bool(ended))  # was the thread finished?
+            super().release()
+
+    tool._lease = Lease()
+    seen: list[Interruption | None] = []
+    tasks: list[asyncio.Future[Any]] = []
+
+    async def call() -> None:
+        try:
+            await tool.execute(make_call(replace_arguments("f.txt", MINE, OLD)))
+        except asyncio.CancelledError as cancelled:
+            seen.append(interruption_of(cancelled))
+            raise
+
+    async def main() -> None:
+        tasks.append(asyncio.ensure_future(call()))
+        await pause.wait_reached()
+        threading.Timer(IDLE_SECONDS, pause.release.set).start()
+
+    asyncio.run(main())
+    assert [True] == releases
+    [interruption] = seen
+    assert interruption is not None
+    assert (ExecutionState.DEFINITIVE, None) == (interruption.state, interruption.result)
+    assert OLD == (root / "f.txt").read_bytes()
+    assert [] == temporaries(root)
+
+
+def test_a_shell_start_at_loop_shutdown_keeps_its_interruption(tmp_path: Path) -> None:
+    """``main`` returns while the launcher is starting: the call is answered uncertain."""
+    seen: list[Interruption | None] = []
+    tasks: list[asyncio.Future[Any]] = []
+
+    async def main() -> None:
+        launcher = FakeLauncher(gate=asyncio.Event())  # never opened
+        tool, _cleanup = _make_shell(tmp_path, launcher)
+
+        async def call() -> None:
+            try:
+                await tool.execute(shell_call({"argv": ["true"]}))
+            except asyncio.CancelledError as cancelled:
+                seen.append(interruption_of(cancelled))
+                raise
+
+        tasks.append(asyncio.ensure_future(call()))
+        async with asyncio.timeout(WAIT_SECONDS):
+            await launcher.entered.wait()
+
+    asyncio.run(main())
+    [interruption] = seen
+    assert interruption is not None
+    assert ExecutionState.UNCERTAIN == interruption.state

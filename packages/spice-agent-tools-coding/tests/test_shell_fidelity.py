@@ -237,6 +237,56 @@ async def test_a_partial_start_is_launch_failed_with_every_field_after_its_join(
     assert (1, 1, 0) == (partial.stop_calls, partial.wait_calls, owner.owned)
 
 
+# -- the process's own word on its cleanup ---------------------------------------------
+
+
+class _LeftSomething:
+    """A process whose launcher says (``cleanup_completed``) what its join removed."""
+
+    def __init__(self, answer: object) -> None:
+        self.inner = FakeProcess()
+        self._answer = answer
+
+    @property
+    def cleanup_completed(self) -> object:
+        if isinstance(self._answer, BaseException):
+            raise self._answer
+        return self._answer
+
+    def done(self) -> bool:
+        return self.inner.done()
+
+    async def wait_exit(self) -> None:
+        await self.inner.wait_exit()
+
+    def result(self) -> Outcome:
+        return self.inner.result()
+
+    async def request_stop(self) -> None:
+        await self.inner.request_stop()
+
+    async def force_kill(self) -> None:
+        await self.inner.force_kill()
+
+    async def wait(self) -> None:
+        await self.inner.wait()
+
+
+@pytest.mark.parametrize(
+    ("answer", "expected"),
+    [(True, True), (False, False), (1, False), (None, False), (OSError("x"), False)],
+)
+async def test_the_processs_cleanup_completed_is_part_of_managed_cleanup(
+    tmp_path: Path, answer: object, expected: bool
+) -> None:
+    """``cleanup_completed`` other than ``True`` (or failing) makes the cleanup incomplete."""
+    process = _LeftSomething(answer)
+    tool, owner = make(tmp_path, AnsweringLauncher(process))
+    content = content_of(await tool.execute(shell_call({"argv": ["true"]})))
+    assert (True, expected) == (content["ok"], content["managed_cleanup_completed"])
+    assert (1, 0) == (process.inner.wait_calls, owner.owned)
+
+
 # -- a launcher that breaks its protocol ---------------------------------------------------
 
 

@@ -57,7 +57,14 @@ class ProcessFailure(Exception):
 
 @runtime_checkable
 class Process(Protocol):
-    """A started process that its owner must join with ``wait`` before releasing it."""
+    """A started process that its owner must join with ``wait`` before releasing it.
+
+    Optional attribute (not a required member): ``cleanup_completed: bool``, read-only,
+    read by the shell tool after a successful join: ``False`` when something the
+    launcher made for the process (a private temporary directory, say) could not be
+    removed; the result's ``managed_cleanup_completed`` is then ``false``. Absent
+    counts as ``True``.
+    """
 
     def done(self) -> bool:
         """True once the process has exited and its outcome is known."""

@@ -15,7 +15,7 @@ import os
 import signal
 import stat
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Final, NoReturn
 
@@ -24,8 +24,8 @@ from spice.agent.tool import MAXIMUM_PAYLOAD_BYTES, Call, Definition, ExecutionE
 from spice.agent.tools.coding import SECURITY_WARNING
 
 from . import _posix_sandbox
-from ._compose import compose, launcher_for
-from ._containment import ContainmentUnavailable
+from ._compose import compose
+from ._containment import ContainmentUnavailable, resolve_containment
 from ._posix import PosixLauncher
 from ._posix_launcher import adopt_orphans
 from ._settings import Settings, SettingsError, add_arguments, flags_of, resolve_settings
@@ -216,6 +216,18 @@ def _read_arguments(text: str) -> str | None:
     except ValueError:
         return None
     return text
+
+
+def launcher_for(settings: Settings, probe: Callable[[], int] | None = None) -> PosixLauncher:
+    """The launcher that ``serve``, ``call`` and ``tools`` run shell commands with.
+
+    The containment of contract 9.4 comes from ``settings.sandbox`` (``auto``,
+    ``workspace``, ``off``) and ``settings.allow_network`` (``resolve_containment``;
+    ``probe`` replaces the kernel's Landlock answer, for tests). Raises
+    ``ContainmentUnavailable`` for ``workspace`` where the kernel has no Landlock.
+    """
+    containment = resolve_containment(settings.sandbox, settings.allow_network, probe)
+    return PosixLauncher(containment, settings.config.root)
 
 
 def _root_problem(root: str) -> str | None:

@@ -11,10 +11,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final, final
+from typing import Final, final
 
 from spice.agent.dispatch import Dispatcher, Interceptor
 from spice.agent.lifecycle import Cleanup
@@ -23,12 +23,9 @@ from spice.agent.starter import AutoBean, AutoConfiguration
 from spice.agent.tool import Tool
 from spice.agent.tools.coding import Config
 from spice.agent.tools.coding.autoconfigure import spice_auto_configuration
+from spice.agent.tools.coding.settling import outlast
 
-from ._containment import resolve_containment
 from ._posix import PosixLauncher, PosixResolver
-
-if TYPE_CHECKING:
-    from ._settings import Settings
 
 ROOT_ENVIRONMENT_VARIABLE: Final = "SPICE_AGENT_WORKTREE"
 """Where the worktree root comes from when no flag names it."""
@@ -59,18 +56,6 @@ def resolve_config(
         return Config(os.path.abspath(os.curdir if chosen is None else chosen))
     except (OSError, ValueError, TypeError):
         raise ValueError(UNUSABLE_ROOT) from None
-
-
-def launcher_for(settings: Settings, probe: Callable[[], int] | None = None) -> PosixLauncher:
-    """The launcher that ``serve``, ``call`` and ``tools`` run shell commands with.
-
-    The containment of contract 9.4 comes from ``settings.sandbox`` (``auto``,
-    ``workspace``, ``off``) and ``settings.allow_network`` (``resolve_containment``;
-    ``probe`` replaces the kernel's Landlock answer, for tests). Raises
-    ``ContainmentUnavailable`` for ``workspace`` where the kernel has no Landlock.
-    """
-    containment = resolve_containment(settings.sandbox, settings.allow_network, probe)
-    return PosixLauncher(containment, settings.config.root)
 
 
 @final
@@ -142,25 +127,13 @@ async def settle(cleanups: Sequence[Cleanup]) -> bool:
 
     The work runs in its own task (each cleanup bounded by
     ``CLEANUP_TIMEOUT_SECONDS``, so the wait is bounded too); cancellations of the
-    caller are held back until the work is done, then the first is re-raised. This
-    is the policy of the product's ``_settling.settle`` (one wake-up per
-    cancellation, no polling), kept here as a copy because that module is private
-    to the tools package.
+    caller are held back until the work is done, then the first is re-raised: the
+    product's one rule, ``settling.outlast``.
     """
     if not cleanups:
         return True
     work = asyncio.get_running_loop().create_task(_cleanup_all(tuple(cleanups)))
-    cancelled: asyncio.CancelledError | None = None
-    while not work.done():
-        try:
-            await asyncio.shield(work)
-        except asyncio.CancelledError as exc:
-            if work.cancelled():
-                raise
-            if cancelled is None:
-                cancelled = exc  # the first one is re-raised; later ones are held back
-    if cancelled is not None:
-        raise cancelled
+    await outlast(work)
     return work.result()
 
 

@@ -18,7 +18,6 @@ import json
 from collections.abc import Iterable
 from typing import Any, Final, final
 
-import anyio
 from mcp.server import Server, ServerRequestContext
 from mcp.server.session import ServerSession
 from mcp.shared.exceptions import MCPError
@@ -47,6 +46,7 @@ from spice.agent.tool import (
     Result,
 )
 from spice.agent.tools.coding import Config
+from spice.agent.tools.coding.settling import outlast, settle
 
 from ._json import arguments_text
 from ._outputs import largest_answer_chars, output_schema, title_of
@@ -209,9 +209,8 @@ class CallTasks:
 
     Each call runs in its own asyncio task, outside the SDK's cancel scope for the
     request: that scope re-delivers its cancellation on every event-loop iteration
-    while the handler lives, so a tool that (correctly) waits out its worker after a
-    cancel would make the loop spin. The handler cancels the task exactly once and
-    waits for it in a shielded scope, where nothing is re-delivered.
+    while the handler lives. The handler cancels the task exactly once and waits for it
+    with the product's ``settling`` (idle even inside that scope: it waits shielded).
     """
 
     __slots__ = ("_tasks",)
@@ -237,12 +236,13 @@ class CallTasks:
             task.exception()
 
     async def settle(self, seconds: float | None = None) -> None:
-        """Wait (shielded, at most ``seconds``, default ``CANCELLED_CALL_SECONDS``) for every
-        call still running to end."""
+        """Wait (at most ``seconds``, default ``CANCELLED_CALL_SECONDS``) for every call
+        still running to end; a cancellation meanwhile is held back, then re-raised
+        (``settling.outlast``)."""
         bound = CANCELLED_CALL_SECONDS if seconds is None else seconds
-        with anyio.CancelScope(shield=True), anyio.move_on_after(bound):
-            while running := {task for task in self._tasks if not task.done()}:
-                await asyncio.wait(running)
+        running = {task for task in self._tasks if not task.done()}
+        if running:
+            await outlast(asyncio.gather(*running, return_exceptions=True), bound)
 
 
 async def _outcome(
@@ -250,9 +250,9 @@ async def _outcome(
 ) -> Result:
     """The call's result; a heartbeat every ``heartbeat_seconds`` while it runs.
 
-    Cancelled (the client's ``notifications/cancelled``, or the server stopping): the
-    call's task is cancelled once and waited for, shielded and bounded, then the same
-    cancellation propagates.
+    On every exit before the call's end (the client's ``notifications/cancelled``, the
+    server stopping, a heartbeat that fails): the call's task is cancelled once and
+    waited for, shielded and bounded, then the same exception propagates.
     """
     try:
         while True:
@@ -260,11 +260,10 @@ async def _outcome(
             if task.done():
                 break
             await reporter.heartbeat()
-    except asyncio.CancelledError:
+    except BaseException:
         task.cancel()
-        with anyio.CancelScope(shield=True), anyio.move_on_after(CANCELLED_CALL_SECONDS):
-            await asyncio.wait({task})
-        raise  # the same cancellation, even if the call ended some other way meanwhile
+        await settle(task, CANCELLED_CALL_SECONDS)  # idle even in the SDK's cancel scope
+        raise  # the same exception, even if the call ended some other way meanwhile
     try:
         return task.result()
     finally:

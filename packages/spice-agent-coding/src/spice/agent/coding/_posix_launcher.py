@@ -37,16 +37,16 @@ import asyncio
 import contextlib
 import enum
 import os
-import shutil
 import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Final, final
 
 from spice.agent.process import LaunchError, Operation, Outcome, ProcessFailure, Sink, Spec
+from spice.agent.tools.coding.settling import settle
 
 from . import _posix_sandbox as sandbox
 from ._containment import OFF, Containment
@@ -77,6 +77,15 @@ ORPHAN_SWEEP_SECONDS: Final = 1.0
 
 SERVER_DEATH_BOUND_SECONDS: Final = 2.0
 """When the server dies, even by SIGKILL, every command and descendant ends within this."""
+
+CANCELLED_START_SECONDS: Final = (
+    END_BOUND_SECONDS + EXIT_BOUND_SECONDS + 2 * (DRAIN_BOUND_SECONDS + ORPHAN_SWEEP_SECONDS)
+)
+"""How long a start cancelled while waiting for its word waits for the join of what it made.
+
+The join is bounded by its own phases (end, exit, sweep, drain); this bound is theirs,
+with room for the TMPDIR's removal.
+"""
 
 TMPDIR_PREFIX: Final = "spice-call-"
 """Name prefix of the private temporary directory a contained call gets as ``TMPDIR``."""
@@ -621,6 +630,7 @@ class _Report:
         self.start_known = asyncio.Event()
         self.command: Outcome | None = None
         self.tree_gone = False
+        self.layers = 0
 
     def listen(self) -> None:
         if self._fd is not None:
@@ -653,6 +663,7 @@ class _Report:
 
     def _take(self, kind: int, value: int) -> None:
         if kind == sandbox.REPORT_STARTED and self.start is _Start.UNKNOWN:
+            self.layers = value  # the LAYER_* bits the command was started under
             self._heard(_Start.STARTED)
         elif kind == sandbox.REPORT_FAILED and self.start is _Start.UNKNOWN:
             self._heard(_Start.FAILED)
@@ -705,12 +716,28 @@ class PosixProcess:
         self._streams = streams
         self._bounds = bounds
         self._temporary = temporary
+        self._temporary_left = False
         self._join_lock = asyncio.Lock()
 
     @property
     def supervised(self) -> bool:
         """Whether a per-call supervisor leads the group (and owns the command's tree)."""
         return self._report is not None
+
+    @property
+    def layers(self) -> int:
+        """The ``LAYER_*`` bits of ``_posix_sandbox`` the command was started under.
+
+        What the supervisor's child applied before ``execve`` (Landlock, seccomp,
+        capabilities), as its start report says; 0 before the start is known and
+        without a supervisor.
+        """
+        return 0 if self._report is None else self._report.layers
+
+    @property
+    def cleanup_completed(self) -> bool:
+        """After the join: whether what the launcher made for the call is gone (its TMPDIR)."""
+        return self._leader.state is _State.JOINED and not self._temporary_left
 
     def _attach(self) -> None:
         """Start the pumps, the report reader and the leader watch (can fail late)."""
@@ -830,11 +857,17 @@ class PosixProcess:
         leader.reap()
 
     async def _remove_temporary(self) -> None:
-        """Remove the call's private ``TMPDIR`` (its tree is gone by now)."""
+        """Remove the call's private ``TMPDIR`` (its tree is gone by now); note a failure."""
         if self._temporary is None:
             return
-        await asyncio.to_thread(shutil.rmtree, self._temporary, ignore_errors=True)
+        removed = await asyncio.to_thread(_remove_tree, self._temporary)
+        self._temporary_left = not removed
         self._temporary = None
+
+
+def _remove_tree(path: str) -> bool:
+    """Remove a call's ``TMPDIR`` whatever its command did to it; whether it is gone."""
+    return sandbox.remove_tree(path)
 
 
 def _environment(entries: Iterable[str]) -> dict[str, str]:
@@ -864,21 +897,27 @@ def _attach(process: PosixProcess) -> None:
     process._attach()
 
 
-async def _settle(work: Awaitable[None]) -> None:
-    """Run ``work`` to its end even if the caller is cancelled meanwhile (then re-raise)."""
-    task = asyncio.ensure_future(work)
-    cancelled: asyncio.CancelledError | None = None
-    while not task.done():
-        try:
-            await asyncio.shield(task)
-        except asyncio.CancelledError as exc:
-            if task.cancelled():
-                raise
-            cancelled = exc
-        except Exception:  # noqa: BLE001, S110 - the join's failure is reported by the caller
-            pass
-    if cancelled is not None:
-        raise cancelled
+_JOINS: set[asyncio.Task[None]] = set()
+"""Joins of cancelled starts still running past their settle bound (kept referenced)."""
+
+
+def _joined(task: asyncio.Task[None]) -> None:
+    _JOINS.discard(task)
+    if not task.cancelled():
+        task.exception()  # retrieved: a failed join of a cancelled start has no caller left
+
+
+async def _join_while_cancelled(process: PosixProcess, bound: float) -> None:
+    """Join ``process`` while the caller is being cancelled: held back, at most ``bound``.
+
+    ``settle`` holds further cancellations back until the join is done or the bound
+    passed (the join is bounded itself); the caller re-raises its first cancellation.
+    A join still running then goes on, referenced here.
+    """
+    joining = asyncio.get_running_loop().create_task(process.wait())
+    _JOINS.add(joining)
+    joining.add_done_callback(_joined)
+    await settle(joining, bound)
 
 
 @final
@@ -1082,7 +1121,7 @@ class PosixLauncher:
         try:
             start = await process._until_started()
         except asyncio.CancelledError:
-            await _settle(process.wait())
+            await _join_while_cancelled(process, CANCELLED_START_SECONDS)
             raise
         if start is _Start.STARTED:
             return process
@@ -1119,6 +1158,7 @@ class PosixLauncher:
                 [os.fsencode(argument) for argument in spec.arguments],
                 [os.fsencode(entry) for entry in environment],
                 b"" if temporary is None else os.fsencode(temporary),
+                self._containment.layers,
             )
             memory = os.memfd_create("spice-command", os.MFD_CLOEXEC)
             ends.child.append(memory)
@@ -1130,7 +1170,7 @@ class PosixLauncher:
         except Exception:  # noqa: BLE001 - every start failure is one LaunchError, no OS text
             ends.close_parent()
             if temporary is not None:
-                shutil.rmtree(temporary, ignore_errors=True)
+                _remove_tree(temporary)
             raise LaunchError from None
         finally:
             ends.close_child()

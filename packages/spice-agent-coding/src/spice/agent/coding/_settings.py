@@ -6,7 +6,13 @@ environment. The command line hands over raw text (``Flags``) and
 ``resolve_settings`` parses and validates it, so that every bad value is one
 fixed line (``SettingsError``) that names the flag or the variable, never the
 value itself. The bounds are ``Config``'s own: this module parses text and lets
-``Config`` judge the numbers.
+``Config`` judge the numbers. The sandbox modes, their default and their
+variable are ``_containment``'s; this is the one place their text is read.
+
+One case rule for every keyword value (``--sandbox``, ``SPICE_AGENT_SANDBOX``,
+``SPICE_AGENT_ALLOW_NETWORK``): blanks around it are ignored and case is not
+(``Workspace``, `` OFF ``, ``YES`` are accepted). Numbers and names are read as
+written.
 """
 
 from __future__ import annotations
@@ -21,12 +27,12 @@ from typing import Final, final
 from spice.agent.tools.coding import Config
 
 from ._compose import UNUSABLE_ROOT, resolve_config
+from ._containment import DEFAULT_MODE, MODES, SANDBOX_ENVIRONMENT_VARIABLE, parse_mode
 
 __all__ = [
     "ALLOW_ENV_VARIABLE",
     "ALLOW_NETWORK_VARIABLE",
     "COMMAND_TIMEOUT_VARIABLE",
-    "DEFAULT_SANDBOX",
     "MAXIMUM_ALLOWED_NAMES",
     "MAXIMUM_NAME_LENGTH",
     "MAXIMUM_VALUE_LENGTH",
@@ -34,8 +40,6 @@ __all__ = [
     "MAX_OUTPUT_BYTES_VARIABLE",
     "MAX_READ_BYTES_VARIABLE",
     "MAX_WRITE_BYTES_VARIABLE",
-    "SANDBOX_MODES",
-    "SANDBOX_VARIABLE",
     "Flags",
     "Settings",
     "SettingsError",
@@ -50,12 +54,7 @@ MAX_READ_BYTES_VARIABLE: Final = "SPICE_AGENT_MAX_READ_BYTES"
 MAX_WRITE_BYTES_VARIABLE: Final = "SPICE_AGENT_MAX_WRITE_BYTES"
 MAX_OUTPUT_BYTES_VARIABLE: Final = "SPICE_AGENT_MAX_OUTPUT_BYTES"
 MAX_EDIT_BYTES_VARIABLE: Final = "SPICE_AGENT_MAX_EDIT_BYTES"
-SANDBOX_VARIABLE: Final = "SPICE_AGENT_SANDBOX"
 ALLOW_NETWORK_VARIABLE: Final = "SPICE_AGENT_ALLOW_NETWORK"
-
-SANDBOX_MODES: Final = ("auto", "workspace", "off")
-"""``--sandbox`` modes (contract 9.4): ``auto`` contains where the kernel can."""
-DEFAULT_SANDBOX: Final = "auto"
 
 MAXIMUM_ALLOWED_NAMES: Final = 64
 """At most this many names may be added to the environment allowlist."""
@@ -119,18 +118,19 @@ class Flags:
 class Settings:
     """What one ``serve`` or ``call`` runs with: the tools' ``Config`` and the containment.
 
-    ``sandbox`` is one of ``SANDBOX_MODES``; ``allow_network`` lets contained
-    commands use TCP (contract 9.4). The launcher is built from these.
+    ``sandbox`` is one of ``_containment.MODES`` (already parsed: a value, not text);
+    ``allow_network`` lets contained commands use TCP (contract 9.4). The launcher
+    is built from these.
     """
 
     config: Config
-    sandbox: str = DEFAULT_SANDBOX
+    sandbox: str = DEFAULT_MODE
     allow_network: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.config, Config):
             raise TypeError("Settings takes a Config")
-        if self.sandbox not in SANDBOX_MODES:
+        if self.sandbox not in MODES:
             raise ValueError("the sandbox mode must be one of auto, workspace, off")
         if not isinstance(self.allow_network, bool):
             raise TypeError("allow_network must be a bool")
@@ -175,7 +175,7 @@ def add_arguments(parser: argparse.ArgumentParser, *, after_command: bool) -> No
         metavar="{auto,workspace,off}",
         dest="sandbox" + suffix,
         default=default,
-        help=f"contain shell commands (default ${SANDBOX_VARIABLE}, else auto)",
+        help=f"contain shell commands (default ${SANDBOX_ENVIRONMENT_VARIABLE}, else auto)",
     )
     parser.add_argument(
         "--allow-network",
@@ -297,23 +297,28 @@ def _allowed_names(from_flags: tuple[str, ...], source: Mapping[str, str]) -> tu
     return tuple(names)
 
 
+def _keyword(text: str) -> str:
+    """The one case rule of keyword values: blanks around them and case do not count."""
+    return text.strip().lower()
+
+
 def _sandbox(from_flag: str | None, source: Mapping[str, str]) -> str:
     if from_flag is not None:
         text, origin = from_flag, _SANDBOX_FLAG
     else:
-        text, origin = source.get(SANDBOX_VARIABLE, ""), SANDBOX_VARIABLE
-        if text.strip() == "":
-            return DEFAULT_SANDBOX
-    mode = text.strip()
-    if mode not in SANDBOX_MODES:
-        raise SettingsError(f"{origin} must be one of auto, workspace, off")
-    return mode
+        text, origin = source.get(SANDBOX_ENVIRONMENT_VARIABLE, ""), SANDBOX_ENVIRONMENT_VARIABLE
+        if _keyword(text) == "":
+            return DEFAULT_MODE
+    try:
+        return parse_mode(_keyword(text))
+    except ValueError:
+        raise SettingsError(f"{origin} must be one of auto, workspace, off") from None
 
 
 def _allow_network(flags: Flags, source: Mapping[str, str]) -> bool:
     if flags.allow_network:
         return True
-    text = source.get(ALLOW_NETWORK_VARIABLE, "").strip().lower()
+    text = _keyword(source.get(ALLOW_NETWORK_VARIABLE, ""))
     if text in _TRUE:
         return True
     if text in _FALSE:

@@ -245,15 +245,15 @@ def _error(ident: str | int | None, code: int, message: str) -> JSONRPCError:
 
 
 _OWN_ANSWER: Final = ServerMessageMetadata()
-"""Marks the transport's own error answers, which settle no request in flight."""
+"""Marks the transport's own error answers, which answer no request in flight."""
 
 
 @final
 class _InFlight:
-    """Requests handed to the server and not yet settled; the reader waits while it is full.
+    """Requests handed to the server and not yet answered; the reader waits while it is full.
 
-    A request settles when its answer reaches the writer, or, for a request the client
-    cancelled (never answered), when the SDK reports it settled unanswered.
+    A request is done when its answer reaches the writer, or, for a request the client
+    cancelled (never answered), when the SDK reports it ended unanswered.
     """
 
     __slots__ = ("_changed", "_count", "_limit", "_open")
@@ -265,16 +265,16 @@ class _InFlight:
         self._changed = asyncio.Event()
 
     def admit(self, ident: RequestId) -> Callable[[], Awaitable[None]]:
-        """Count ``ident`` in flight; returns the SDK's hook for settling it unanswered."""
+        """Count ``ident`` in flight; returns the SDK's hook for ending it unanswered."""
         self._open[ident] = self._open.get(ident, 0) + 1
         self._count += 1
 
         async def unanswered() -> None:
-            self.settle(ident)
+            self.answered(ident)
 
         return unanswered
 
-    def settle(self, ident: RequestId) -> None:
+    def answered(self, ident: RequestId) -> None:
         """One request with this id is done (a no-op for an id not in flight)."""
         left = self._open.get(ident, 0) - 1
         if left < 0:
@@ -386,7 +386,7 @@ async def _write_frames(
 ) -> None:
     """Write each outgoing message as one line; stop quietly when the client is gone.
 
-    An answer to a request in flight settles it as it is taken, so the reader may
+    An answer to a request in flight is counted as it is taken, so the reader may
     admit the next request.
     """
     async with receive:
@@ -397,13 +397,52 @@ async def _write_frames(
                 and answer.id is not None
                 and message.metadata is not _OWN_ANSWER
             ):
-                in_flight.settle(answer.id)
+                in_flight.answered(answer.id)
             data = frame(answer)
             del message, answer
             try:
                 await sink.write(data)
             except OSError:
                 return
+
+
+def _divert(stdin_fd: int, stdout_fd: int) -> tuple[int, int, list[tuple[int, int]]]:
+    """Move the wire to private duplicates; point ``stdout_fd`` at stderr, ``stdin_fd`` at null.
+
+    Returns the wire's two duplicates and, per diverted descriptor, a copy to restore it
+    from. All or nothing: when any step fails, every descriptor made here is closed, both
+    descriptors are restored, and the error propagates (fd 0 is never left on the null
+    device).
+    """
+    made: list[int] = []
+    saved: list[tuple[int, int]] = []
+    try:
+        # os.dup gives non-inheritable descriptors: no child ever holds the wire.
+        made.append(os.dup(stdin_fd))
+        made.append(os.dup(stdout_fd))
+        for fd in (stdin_fd, stdout_fd):
+            copy = os.dup(fd)
+            made.append(copy)
+            saved.append((fd, copy))
+        null = os.open(os.devnull, os.O_RDONLY)
+        made.append(null)
+        os.dup2(null, stdin_fd)
+        os.dup2(2, stdout_fd)
+    except BaseException:
+        _restore(saved)
+        for fd in made:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        raise
+    os.close(made.pop())
+    return made[0], made[1], saved
+
+
+def _restore(saved: list[tuple[int, int]]) -> None:
+    """Put each diverted descriptor back from its copy (the copies stay open)."""
+    for fd, copy in saved:
+        with contextlib.suppress(OSError):
+            os.dup2(copy, fd)
 
 
 @contextlib.asynccontextmanager
@@ -424,16 +463,7 @@ async def open_stdio(
     wire_in, wire_out = stdin_fd, stdout_fd
     saved: list[tuple[int, int]] = []
     if divert:
-        # os.dup gives non-inheritable descriptors: no child ever holds the wire.
-        wire_in = os.dup(stdin_fd)
-        wire_out = os.dup(stdout_fd)
-        null = os.open(os.devnull, os.O_RDONLY)
-        try:
-            saved = [(stdin_fd, os.dup(stdin_fd)), (stdout_fd, os.dup(stdout_fd))]
-            os.dup2(null, stdin_fd)
-            os.dup2(2, stdout_fd)
-        finally:
-            os.close(null)
+        wire_in, wire_out, saved = _divert(stdin_fd, stdout_fd)
     source, sink = _Source(wire_in), _Sink(wire_out)
     in_send, in_receive = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     out_send, out_receive = anyio.create_memory_object_stream[SessionMessage](0)
@@ -476,9 +506,8 @@ async def open_stdio(
             stream.close()
         source.close()
         sink.close()
-        for fd, copy in saved:
-            with contextlib.suppress(OSError):
-                os.dup2(copy, fd)
+        _restore(saved)
+        for _, copy in saved:
             os.close(copy)
         if divert:
             for fd in (wire_in, wire_out):

@@ -45,6 +45,7 @@ import enum
 import errno
 import hashlib
 import os
+import re
 import secrets
 import stat
 import sys
@@ -57,6 +58,12 @@ from ._regular import Refusal, Refused, open_regular
 TEMPORARY_PREFIX: Final = ".spice-replace-"
 TEMPORARY_SUFFIX: Final = ".tmp"
 TEMPORARY_TOKEN_BYTES: Final = 16
+TEMPORARY_NAME: Final = re.compile(
+    re.escape(TEMPORARY_PREFIX)
+    + f"[0-9a-f]{{{2 * TEMPORARY_TOKEN_BYTES}}}"
+    + re.escape(TEMPORARY_SUFFIX)
+)
+"""The shape of a replace temporary file's name: ``.spice-replace-<32 hex>.tmp``."""
 """Random bytes in a temporary name (32 hex digits)."""
 READ_CHUNK_BYTES: Final = 65_536
 INSPECT_ATTEMPTS: Final = 4
@@ -287,6 +294,8 @@ ABORTED: Final = Outcome(aborted=True)
 
 # Fixed problem texts.
 NOT_FOUND: Final = "the file does not exist; pass create: true to create it"
+EDIT_NOT_FOUND: Final = "the file does not exist; to create it, use content with create: true"
+"""The edit form's answer for a missing file (``create`` with ``edits`` is refused)."""
 NOT_REGULAR: Final = (
     "the target is not a regular file; symlinks, directories and special files are never replaced"
 )
@@ -423,14 +432,8 @@ def temporary_name() -> str:
 
 
 def is_temporary_name(name: str) -> bool:
-    """Whether ``name`` has the shape of a replace temporary file."""
-    token = name.removeprefix(TEMPORARY_PREFIX).removesuffix(TEMPORARY_SUFFIX)
-    return (
-        name.startswith(TEMPORARY_PREFIX)
-        and name.endswith(TEMPORARY_SUFFIX)
-        and len(token) == 2 * TEMPORARY_TOKEN_BYTES
-        and all(c in "0123456789abcdef" for c in token)
-    )
+    """Whether ``name`` has the shape of a replace temporary file (``TEMPORARY_NAME``)."""
+    return TEMPORARY_NAME.fullmatch(name) is not None
 
 
 @final

@@ -81,7 +81,7 @@ class Ticket:
         """Give the slot back: nothing was (or will be) started for this ticket. Idempotent."""
         if self._slot:
             self._slot = False
-            self._owner.reserved -= 1
+            self._owner.give_back_slot()
 
     def take_slot(self) -> bool:
         """Hand the slot to an owned process; ``False`` when the slot was already given back."""
@@ -115,12 +115,21 @@ class Owner:
     def __init__(self, timing: Timing) -> None:
         self._timing = timing
         self.closing = False
-        self.reserved = 0
+        self._reserved = 0
         self._active = 0
         self._owned: dict[int, Entry] = {}
         self._tasks: set[asyncio.Task[object]] = set()
         self._idle_waiters: list[asyncio.Future[None]] = []
         self._join_lock: asyncio.Lock | None = None
+
+    @property
+    def reserved(self) -> int:
+        """Slots taken: calls admitted that own no process yet, and owned processes."""
+        return self._reserved
+
+    def give_back_slot(self) -> None:
+        """A ticket's slot goes back (nothing was, or will be, started for it)."""
+        self._reserved -= 1
 
     @property
     def owned(self) -> int:
@@ -131,16 +140,16 @@ class Owner:
         """A ticket for a new call, or the refusal code."""
         if self.closing:
             return "shell_closing"
-        if self.reserved >= MAXIMUM_PROCESSES:
+        if self._reserved >= MAXIMUM_PROCESSES:
             return "process_limit"
-        self.reserved += 1
+        self._reserved += 1
         self._active += 1
         return Ticket(self)
 
     def own(self, ticket: Ticket, process: Process) -> Entry:
         """Own ``process`` at once, in the ticket's slot (a new one if that was given back)."""
         if not ticket.take_slot():
-            self.reserved += 1
+            self._reserved += 1
         entry = Entry(process)
         self._owned[id(entry)] = entry
         return entry
@@ -191,7 +200,7 @@ class Owner:
 
     def _release(self, entry: Entry) -> None:
         if self._owned.pop(id(entry), None) is not None:
-            self.reserved -= 1
+            self._reserved -= 1
 
     async def cleanup(self) -> None:
         """Close admission, wait for calls in flight, join what is owned; raise if any remains."""

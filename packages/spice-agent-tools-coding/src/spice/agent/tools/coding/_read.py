@@ -11,9 +11,11 @@ Where the file work runs: a read that can be answered from the kernel's caches o
 local file system, touching at most ``INLINE_READ_BYTES``, runs on the event loop
 (``_cached.open_cached_regular`` opens without waiting, ``RWF_NOWAIT`` reads without
 waiting); any step that would wait sends the whole call to a worker thread, which
-starts again from the root. A read therefore never blocks the loop, and the thread hop
-(most of a small read's cost when calls are in flight) is paid only where it buys
-something.
+starts again from the root. A read therefore does not block the loop on I/O, and the
+thread hop (most of a small read's cost when calls are in flight) is paid only where it
+buys something. One wait no flag can refuse is an open that a fanotify permission
+listener (an on-access scanner) holds: the first such open is paid on the loop, and the
+route then stays off for a while (``_cached.SLOW_OPEN_PAUSE_SECONDS``).
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ from ._cached import open_cached_regular
 from ._config import Config
 from ._results import attach, failure, report_progress
 from ._root import PathError, clean_path, open_beneath, open_root
-from ._settling import deliver_cancellation, settle
+from .settling import deliver_cancellation, settle
 
 NAME: Final = "read"
 PATH_DESCRIPTION: Final = (
@@ -87,8 +89,6 @@ INLINE_READ_BYTES: Final = 65_536
 """Most bytes a call may read on the event loop (the page, or the whole file when it is
 hashed for ``file_sha256``); a larger read runs in a worker thread, where hashing and
 copying overlap the loop's other work."""
-GROWN_CHUNK_BYTES: Final = 262_144
-"""Most bytes one read asks for when a file turned out larger than ``fstat`` said."""
 SETTLE_SECONDS: Final = 5.0
 """How long a cancelled call waits for its worker thread to close its descriptors."""
 READ_FAILED: Final = "the file could not be read"
@@ -233,7 +233,7 @@ def _answer(call: Call, outcome: Result | _Failure) -> Result:
 
 async def _settle(worker: asyncio.Future[Result | _Failure]) -> None:
     """Wait (shielded, bounded) for a cancelled call's worker to finish closing its files."""
-    # Repeated cancellations are held back (``_settling``); the caller re-raises the first.
+    # Repeated cancellations are held back (``settling``); the caller re-raises the first.
     worker.add_done_callback(_consume)
     await settle(worker, SETTLE_SECONDS)
 
@@ -275,7 +275,11 @@ def _read_inline(root: str, request: _Request, call_id: str) -> Result | _Failur
     Closes the descriptor it opens. ``None`` also for every failure to open or read:
     the worker's route starts again and gives the authoritative answer.
     """
-    fd = open_cached_regular(root, request.path)
+    # The size is decided from the look, before the open: a file too large for the loop
+    # is not opened twice (an open may wait on an on-access scanner).
+    fd = open_cached_regular(
+        root, request.path, admit=lambda size: _bytes_to_read(size, request) <= INLINE_READ_BYTES
+    )
     if fd is None:
         return None
     try:
@@ -318,6 +322,9 @@ def _read_page(root: str, request: _Request, call_id: str) -> Result | _Failure:
         os.close(fd)
 
 
+PREAD_CHUNK_BYTES: Final = 256 * 1024
+"""The most one ``pread`` asks of the kernel; a longer read is several."""
+
 _Reader = Callable[[int, int, int], bytes]
 """``(fd, count, offset) -> bytes``: ``count`` bytes at ``offset``, fewer only at the end."""
 
@@ -353,28 +360,24 @@ def _whole_file(fd: int, size: int, limit: int, pread: _Reader) -> bytes | None:
     if size > limit:
         return None
     # What fstat saw plus one byte first: a small file costs a buffer of its own size, not
-    # one of the bound's (a 4 MiB buffer for a 4 KiB file costs more than the read).
+    # one of the bound's (a 256 KiB buffer for a 4 KiB file costs more than the read).
+    # A file that grew meanwhile is read again, up to the bound.
     data = pread(fd, size + 1, 0)
-    if len(data) <= size:
-        return data
-    # The file grew meanwhile (or, like a /proc file, says size 0): the rest in chunks of
-    # ``GROWN_CHUNK_BYTES``, up to the bound (procfs refuses one read of several MiB).
-    chunks = [data]
-    total = len(data)
-    while total <= limit:
-        chunk = pread(fd, min(GROWN_CHUNK_BYTES, limit + 1 - total), total)
-        if not chunk:
-            break
-        chunks.append(chunk)
-        total += len(chunk)
-    return b"".join(chunks) if total <= limit else None
+    if len(data) > size:
+        data = pread(fd, limit + 1, 0)
+    return data if len(data) <= limit else None
 
 
 def _pread(fd: int, count: int, offset: int, once: _Reader = os.pread) -> bytes:
-    """Read ``count`` bytes at ``offset`` (fewer only at end of file)."""
+    """Read ``count`` bytes at ``offset`` (fewer only at end of file).
+
+    At most ``PREAD_CHUNK_BYTES`` per system call: a file whose size the kernel does not
+    know (procfs says 0) is read up to the hash bound, and procfs refuses one read of
+    4 MiB with ``ENOMEM``; small reads also keep the buffer of a short file small.
+    """
     chunks: list[bytes] = []
     while count > 0:
-        chunk = once(fd, count, offset)
+        chunk = once(fd, min(count, PREAD_CHUNK_BYTES), offset)
         if not chunk:
             break
         chunks.append(chunk)

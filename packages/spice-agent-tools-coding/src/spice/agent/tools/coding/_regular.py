@@ -120,7 +120,7 @@ OS_CALLS: Final[Calls] = _OsCalls()
 """The calls of the operating system."""
 
 _LINK_OR_FILE: Final = frozenset({errno.ELOOP, errno.ENOTDIR, errno.EMLINK})
-_ALWAYS: Final = os.O_NONBLOCK | os.O_CLOEXEC
+_ALWAYS: Final = getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
 def open_regular(

@@ -13,8 +13,8 @@ failure, and the new bytes go to ``write_file`` like any content (which inspects
 file again, so a change in between is ``stale`` there).
 
 Cancellation: the worker checks a :class:`~._commit.CommitGate` before its commit point.
-No worker is started after an observed cancellation (``_settling.deliver_cancellation``).
-A cancelled call sets the flag, waits (``_settling.settle``: bounded by
+No worker is started after an observed cancellation (``settling.deliver_cancellation``).
+A cancelled call sets the flag, waits (``settling.settle``: bounded by
 ``SETTLE_SECONDS``, repeated cancellations held back, no wake-up of its own) for the
 worker to stop or to finish its commit, attaches an ``Interruption`` that matches the
 disk, and re-raises the first ``CancelledError``:
@@ -55,7 +55,7 @@ from ._commit import (
     ABORTED,
     DIRECTORIES_LEFT,
     DURABILITY_UNCONFIRMED,
-    NOT_FOUND,
+    EDIT_NOT_FOUND,
     NOTHING_CHANGED,
     POSIX,
     STALE,
@@ -74,7 +74,7 @@ from ._edits import EditFailure, apply_edits, unified_diff
 from ._replace_arguments import Arguments, Edits, Invalid, Whole, decode, description, schema
 from ._results import attach, failure, report_progress, success
 from ._root import MadeDirectory, PathError, open_directory, open_root, remove_made, split_parent
-from ._settling import deliver_cancellation, settle
+from .settling import deliver_cancellation, in_thread, settle
 
 NAME: Final = "replace"
 SETTLE_SECONDS: Final = 30.0
@@ -168,9 +168,9 @@ class ReplaceTool:
             # reported progress (or before it started) is delivered here, not at the
             # first await after the thread was started.
             await deliver_cancellation()
-            worker = asyncio.ensure_future(
-                asyncio.to_thread(_work, self._config, self._syscalls, arguments, gate)
-            )
+            # A future the thread completes from its own end (no task around it), so
+            # the loop's shutdown cannot mark it done while the thread still runs.
+            worker = in_thread(_work, self._config, self._syscalls, arguments, gate)
         except asyncio.CancelledError as cancelled:
             self._lease.release()
             attach(cancelled, Interruption(call.id, _DEFINITIVE, _ALLOWED))
@@ -178,7 +178,8 @@ class ReplaceTool:
         except BaseException:
             self._lease.release()
             raise
-        # The lease is released when the thread is done, not when this task leaves.
+        # The lease is released when the thread is done (its own end completes the
+        # future), not when this task leaves or the loop cancels its tasks.
         worker.add_done_callback(self._release)
         try:
             done = await asyncio.shield(worker)
@@ -202,9 +203,9 @@ class ReplaceTool:
     ) -> Interruption:
         """Stop the worker before its commit point or let it finish; say what happened."""
         gate.cancel()
-        # Repeated cancellations are held back (``_settling``); the caller re-raises the first.
+        # Repeated cancellations are held back (``settling``); the caller re-raises the first.
         settled = await settle(worker, SETTLE_SECONDS)
-        if not settled.done or worker.exception() is not None:
+        if not settled.done or worker.cancelled() or worker.exception() is not None:
             state, retry = _unknown(gate)
             return Interruption(call.id, state, retry)
         done = worker.result()
@@ -281,7 +282,7 @@ def _edit(
     """Read the current file, check its digest first, then apply the edits (pure rule)."""
     found = inspect(syscalls, dir_fd, leaf, limit)
     if isinstance(found, Absent):
-        return Outcome("not_found", NOT_FOUND)
+        return Outcome("not_found", EDIT_NOT_FOUND)
     if isinstance(found, Occupied):
         return Outcome(found.code, found.message)
     if found.sha256 != arguments.expected:

@@ -18,6 +18,8 @@ from spice.agent.tool import (
     RetryDisposition,
 )
 
+from .settling import checkpoint
+
 LARGE_FIELDS: Final = ("content", "diff", "stdout", "stderr")
 """The fields that can be long, in the order they close every content object (contract
 10.2): ``ok``, ``code`` and ``message`` come first, the small fields (digests and
@@ -90,13 +92,20 @@ def _result(
 async def report_progress(
     call: Call, reporter: Reporter | None, message: str, retry: RetryDisposition
 ) -> None:
-    """Deliver one progress message, before the tool touches anything.
+    """A cancellation checkpoint, then one progress message, before the tool touches anything.
 
-    A reporter that raises, even ``CancelledError`` while the caller's own task is
-    not being cancelled, is a reporter failure: ``ExecutionError(definitive, retry)``
-    raised ``from None``. Real caller cancellation propagates with a definitive
-    ``Interruption`` attached (nothing has happened yet).
+    The checkpoint (``settling.checkpoint``) comes first: a call whose cancellation is
+    scheduled but not yet delivered (a deadline already past) ends here, definitive,
+    with nothing done. A reporter that raises, even ``CancelledError`` while the
+    caller's own task is not being cancelled, is a reporter failure:
+    ``ExecutionError(definitive, retry)`` raised ``from None``. Real caller cancellation
+    propagates with a definitive ``Interruption`` attached (nothing has happened yet).
     """
+    try:
+        await checkpoint()
+    except asyncio.CancelledError as cancelled:
+        attach(cancelled, Interruption(call.id, ExecutionState.DEFINITIVE, retry))
+        raise
     if reporter is None:
         return
     task = asyncio.current_task()

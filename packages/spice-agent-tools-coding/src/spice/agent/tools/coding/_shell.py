@@ -60,7 +60,7 @@ from ._config import Config
 from ._ownership import Entry, Owner, Ticket, Timing
 from ._results import attach, encoded_size, failure, report_progress, success
 from ._root import PathError, clean_path, open_directory, open_root
-from ._settling import deliver_cancellation, settle
+from .settling import deliver_cancellation, settle
 
 NAME: Final = "shell"
 MAXIMUM_ARGV_ITEMS: Final = 128
@@ -563,11 +563,17 @@ class _Shell:
         """The caller was cancelled while the launcher was starting: settle, bounded."""
         settling = self._owner.spawn(self._abandon(starting))
         # Repeated cancellations are held back until the start settled or the bound
-        # passed (``_settling``); past the bound the settling goes on as a tracked task
+        # passed (``settling``); past the bound the settling goes on as a tracked task
         # that Cleanup waits for. The caller re-raises its first cancellation.
         settled = await settle(settling, START_SETTLE_SECONDS)
         state = _UNCERTAIN
-        if settled.done and settling.exception() is None and not settling.result():
+        # A settling task cancelled by the loop's shutdown is not settled: nothing is known.
+        if (
+            settled.done
+            and not settling.cancelled()
+            and settling.exception() is None
+            and not settling.result()
+        ):
             state = _DEFINITIVE  # the start created nothing
         attach(cancelled, Interruption(call.id, state, _RETRY))
 
@@ -650,13 +656,13 @@ class _Shell:
                 clean = await _signal(process.force_kill()) and clean
                 clean = await _exited(process, FORCE_WAIT_SECONDS) and clean
         joined = await self._owner.join(entry)
-        return _Finished(joined, clean)
+        return _Finished(joined, clean and process_cleaned_up(process))
 
 
 async def _outlast(task: asyncio.Task[_Finished] | asyncio.Task[bool]) -> None:
     """Wait for a tracked, internally bounded task while the caller is being cancelled.
 
-    Further cancellations are held back (``_settling``) until the task is done or
+    Further cancellations are held back (``settling``) until the task is done or
     ``FINISH_SETTLE_SECONDS`` passed (then the task goes on, tracked by the owner, and
     ``Cleanup`` waits for it); the caller re-raises its first ``CancelledError``, so no
     cancellation is lost. The task reports through ownership, not here.
@@ -775,6 +781,20 @@ def launcher_contained(launcher: object) -> bool:
     try:
         value = getattr(launcher, "contained", False)
     except Exception:  # noqa: BLE001 - a failing property is a launcher saying nothing
+        return False
+    return value is True
+
+
+def process_cleaned_up(process: object) -> bool:
+    """The joined process's optional ``cleanup_completed``; absent counts as ``True``.
+
+    A launcher that makes something for a call besides the process (``PosixLauncher``:
+    a private ``TMPDIR``) says there whether its join removed it. Present, anything but
+    ``True`` (or a failing read) counts as ``False``: the cleanup was not complete.
+    """
+    try:
+        value = getattr(process, "cleanup_completed", True)
+    except Exception:  # noqa: BLE001 - a failing property cannot vouch for the cleanup
         return False
     return value is True
 
