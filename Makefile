@@ -173,10 +173,13 @@ stress:
 	trap 'for p in $$pids; do kill $$p 2>/dev/null || true; done; wait 2>/dev/null || true' EXIT INT TERM; \
 	for _ in $$(seq $(STRESS_LOAD)); do yes > /dev/null & pids="$$pids $$!"; done; \
 	echo "stress: $(STRESS_LOAD) busy processes ($$pids ), $(STRESS_ROUNDS) rounds"; \
+	failed=""; \
 	for round in $$(seq $(STRESS_ROUNDS)); do \
 	  echo "stress: round $$round of $(STRESS_ROUNDS)"; \
-	  timeout --kill-after=30 $(STRESS_ROUND_SECONDS) $(UV_RUN) pytest -q -x -p no:cacheprovider $(STRESS_TESTS) || exit 1; \
-	done
+	  timeout --kill-after=30 $(STRESS_ROUND_SECONDS) $(UV_RUN) pytest -q -p no:cacheprovider $(STRESS_TESTS) \
+	    || failed="$$failed $$round"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "stress: failures in round(s)$$failed" >&2; exit 1; fi
 
 # The three suites under Wine with the official Windows CPython (3.13 and the 3.11 floor)
 # and the locked dependencies as Windows wheels (scripts/windows/test-windows.sh; Debian's
