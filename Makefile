@@ -12,7 +12,7 @@ PACKAGES := spice-agent-api spice-agent-tools-coding spice-agent-coding
 PACKAGE_SOURCES := packages/spice-agent-api/src:packages/spice-agent-tools-coding/src:packages/spice-agent-coding/src
 PYTEST_WORKERS ?= 2
 
-.PHONY: help bootstrap system-packages inspector fast check format lint typecheck test test-unprivileged stress verify verify-offline verify-release demo soak bench clean
+.PHONY: help bootstrap system-packages inspector fast check format lint typecheck test test-unprivileged test-windows stress verify verify-offline verify-release demo soak bench clean
 
 help:
 	@echo "make demo     run the tools end to end over MCP on a sample worktree"
@@ -23,6 +23,7 @@ help:
 	@echo "make stress   the whole suite three times beside four busy processes (long)"
 	@echo "make verify-release  verify, offline verify, reproducible builds, index-free install"
 	@echo "make bench    benchmarks beside their floors and peers"
+	@echo "make test-windows  the suites under Wine with Windows CPython 3.13 and 3.11"
 
 # Installs a pinned uv from PyPI when it is missing, the system tools the tests use,
 # then the locked environment, with bytecode compiled: site-packages by uv, our editable
@@ -81,9 +82,17 @@ typecheck:
 	  MYPYPATH=packages/$$p/src:packages/$$p/tests $(UV_RUN) mypy --strict packages/$$p/src packages/$$p/tests || exit 1; \
 	done
 
+	@echo "mypy --strict --platform win32 (the modules that run on Windows)"
+	@MYPYPATH=$(PACKAGE_SOURCES) $(UV_RUN) mypy --strict --platform win32 $(WINDOWS_TYPED)
+
 	@echo "mypy --strict scripts benchmarks examples"
 	@MYPYPATH=benchmarks:$(PACKAGE_SOURCES) \
 	  $(UV_RUN) mypy --strict scripts benchmarks examples
+
+# Checked a second time as Windows sees them: the code behind `sys.platform == "win32"`.
+APP_SOURCE := packages/spice-agent-coding/src/spice/agent/coding
+WINDOWS_TYPED := $(addprefix $(APP_SOURCE)/,_windows_api.py _windows_launcher.py \
+  _windows_resolver.py _threaded_io.py _platform.py _stdio.py _cli.py _compose.py)
 
 check: lint typecheck
 
@@ -113,8 +122,11 @@ UNPRIVILEGED_TESTS := \
   packages/spice-agent-tools-coding/tests/test_regular.py \
   packages/spice-agent-tools-coding/tests/test_read_fanotify.py \
   packages/spice-agent-tools-coding/tests/test_shell.py
-# These start the environment's interpreter as that user (sys.executable): they run only
-# where that user may execute it itself.
+# These start the environment's interpreter as that user (sys.executable): they need an
+# interpreter that user may execute itself. Where .venv's lies beneath a directory that user
+# cannot search (pyenv under /root), the same locked environment is made once more, from
+# uv's cache, on the first of UNPRIVILEGED_PYTHONS that user can execute.
+UNPRIVILEGED_PYTHONS ?= /usr/bin/python3 /usr/local/bin/python3
 UNPRIVILEGED_SPAWNING_TESTS := \
   packages/spice-agent-coding/tests/test_shell_posix.py \
   packages/spice-agent-coding/tests/test_containment.py
@@ -134,15 +146,24 @@ test-unprivileged:
 	if ! $$as_user .venv/bin/python -c 'import pytest, spice.agent.coding' >/dev/null 2>&1; then \
 	  echo "test-unprivileged: skipped: uid $(UNPRIVILEGED_UID) cannot read the environment (.venv)"; exit 0; \
 	fi; \
-	tests="$(UNPRIVILEGED_TESTS)"; \
-	if $$as_user /bin/sh -c '"$$0" -c pass' .venv/bin/python >/dev/null 2>&1; then \
+	tests="$(UNPRIVILEGED_TESTS)"; python=.venv/bin/python; \
+	if ! $$as_user /bin/sh -c '"$$0" -c pass' $$python >/dev/null 2>&1; then \
+	  for candidate in $(UNPRIVILEGED_PYTHONS); do \
+	    if $$as_user /bin/sh -c '"$$0" -c pass' $$candidate >/dev/null 2>&1 \
+	       && UV_PROJECT_ENVIRONMENT=$$scratch/venv $(UV) sync --locked --all-packages --all-extras \
+	            --python $$candidate --quiet >/dev/null 2>&1; then \
+	      python=$$scratch/venv/bin/python; break; \
+	    fi; \
+	  done; \
+	fi; \
+	if $$as_user /bin/sh -c '"$$0" -c pass' $$python >/dev/null 2>&1; then \
 	  tests="$$tests $(UNPRIVILEGED_SPAWNING_TESTS)"; \
 	else \
 	  echo "test-unprivileged: not run: $(UNPRIVILEGED_SPAWNING_TESTS)"; \
-	  echo "  (uid $(UNPRIVILEGED_UID) cannot execute .venv/bin/python itself: its interpreter lies on a path that user cannot search)"; \
+	  echo "  (uid $(UNPRIVILEGED_UID) can execute neither .venv's interpreter nor any of: $(UNPRIVILEGED_PYTHONS))"; \
 	fi; \
-	echo "test-unprivileged: as uid $(UNPRIVILEGED_UID): $$tests"; \
-	$$as_user .venv/bin/python -m pytest -q -p no:cacheprovider $$tests
+	echo "test-unprivileged: as uid $(UNPRIVILEGED_UID) with $$python: $$tests"; \
+	$$as_user $$python -m pytest -q -p no:cacheprovider $$tests
 
 # The whole suite STRESS_ROUNDS times beside STRESS_LOAD busy processes (yes > /dev/null),
 # each round bounded by STRESS_ROUND_SECONDS; the load is stopped on every exit.
@@ -156,10 +177,20 @@ stress:
 	trap 'for p in $$pids; do kill $$p 2>/dev/null || true; done; wait 2>/dev/null || true' EXIT INT TERM; \
 	for _ in $$(seq $(STRESS_LOAD)); do yes > /dev/null & pids="$$pids $$!"; done; \
 	echo "stress: $(STRESS_LOAD) busy processes ($$pids ), $(STRESS_ROUNDS) rounds"; \
+	failed=""; \
 	for round in $$(seq $(STRESS_ROUNDS)); do \
 	  echo "stress: round $$round of $(STRESS_ROUNDS)"; \
-	  timeout --kill-after=30 $(STRESS_ROUND_SECONDS) $(UV_RUN) pytest -q -x -p no:cacheprovider $(STRESS_TESTS) || exit 1; \
-	done
+	  timeout --kill-after=30 $(STRESS_ROUND_SECONDS) $(UV_RUN) pytest -q -p no:cacheprovider $(STRESS_TESTS) \
+	    || failed="$$failed $$round"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "stress: failures in round(s)$$failed" >&2; exit 1; fi
+
+# The three suites under Wine with the official Windows CPython (3.13 and the 3.11 floor)
+# and the locked dependencies as Windows wheels (scripts/windows/test-windows.sh; Debian's
+# wine64 is installed when missing and this runs as root). Arguments: TEST_WINDOWS_ARGS.
+TEST_WINDOWS_ARGS ?=
+test-windows:
+	scripts/windows/test-windows.sh $(TEST_WINDOWS_ARGS)
 
 # The main job end to end: a sample worktree served over MCP stdio to the real MCP client.
 demo: bootstrap
@@ -193,4 +224,4 @@ bench: bootstrap
 	$(UV_RUN) python benchmarks/run.py $(BENCH_FLAGS)
 
 clean:
-	rm -rf .venv $(INSPECTOR)/node_modules .pytest_cache .mypy_cache .ruff_cache .coverage .coverage.* dist
+	rm -rf .venv .windows-env $(INSPECTOR)/node_modules .pytest_cache .mypy_cache .ruff_cache .coverage .coverage.* dist

@@ -26,6 +26,9 @@ from typing import Final
 
 import pytest
 
+pytest_plugins = ("platform_skips",)
+"""Which tests are POSIX-only, skipped on Windows with their reason (one list)."""
+
 STRAGGLER_BOUND_SECONDS: Final = float(os.environ.get("SPICE_LEAK_BOUND_SECONDS", "10"))
 """The bounded wait for stragglers; the guard's own test shortens it through the environment."""
 _POLL_SECONDS: Final = 0.05

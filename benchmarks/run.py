@@ -49,6 +49,7 @@ MODULES: Final = (
     "bench_pipelining",
     "bench_containment",
     "bench_seccomp",
+    "bench_windows",
 )
 """The bench modules, in run order. Each has ``SECTION: str`` and ``run(Settings) ->
 list[Figure]``; ``--only SECTION`` picks modules by their section. To add one, add its

@@ -1,4 +1,5 @@
-"""Only the ``_posix*`` modules of the application start processes (an AST scan)."""
+"""Only the platform modules (``_posix*``, ``_windows*``) of the application start processes
+(an AST scan)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,10 @@ import spice.agent.coding as application
 
 PROCESS_MODULES: Final = frozenset({"subprocess", "pty", "multiprocessing"})
 OS_FUNCTION: Final = re.compile(r"^(fork|forkpty|exec\w*|spawn\w*|posix_spawn\w*|system|popen)$")
-SUBPROCESS_FUNCTION: Final = re.compile(r"^create_subprocess_\w+$")
-PLATFORM_PREFIX: Final = "_posix"
+SUBPROCESS_FUNCTION: Final = re.compile(
+    r"^(create_subprocess_\w+|subprocess_exec|subprocess_shell)$"
+)
+PLATFORM_PREFIXES: Final = ("_posix", "_windows")
 
 
 def process_starts(source: str) -> list[int]:
@@ -45,11 +48,11 @@ def modules() -> list[Path]:
 
 
 def test_only_the_platform_modules_start_processes() -> None:
-    """Outside ``_posix*`` no application module imports or calls process machinery."""
+    """Outside ``_posix*`` and ``_windows*`` no application module starts processes."""
     offending = {
         path.name: process_starts(path.read_text())
         for path in modules()
-        if not path.name.startswith(PLATFORM_PREFIX)
+        if not path.name.startswith(PLATFORM_PREFIXES)
     }
     assert {} == {name: lines for name, lines in offending.items() if lines}
 
@@ -75,3 +78,9 @@ def test_the_scan_catches_every_kind_of_start() -> None:
     ]
     assert all(process_starts(sample) for sample in samples)
     assert [] == process_starts("import os\nos.getpid()\nfrom asyncio import create_task")
+
+
+def test_the_windows_launcher_module_is_seen_too() -> None:
+    """The scan sees the Windows launcher's ``subprocess`` and ``loop.subprocess_exec``."""
+    launcher = next(p for p in modules() if p.name == "_windows_launcher.py")
+    assert len(process_starts(launcher.read_text())) >= 2

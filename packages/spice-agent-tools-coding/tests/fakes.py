@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import cast, final
 
@@ -22,6 +23,9 @@ from spice.agent.process import (
     Spec,
 )
 from spice.agent.tool import Call, Progress, Result
+
+TRUE = os.path.abspath("/usr/bin/true")
+"""The resolver fake's default answer: an absolute path on every platform."""
 
 
 @final
@@ -50,7 +54,7 @@ class FakeResolver:
 
     def __init__(
         self,
-        answer: str | BaseException = "/usr/bin/true",
+        answer: str | BaseException = TRUE,
         gate: asyncio.Event | None = None,
         during: Callable[[], None] | None = None,
     ) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from pathlib import Path
 
 import pytest
@@ -17,12 +18,21 @@ from spice.agent.tools.coding._config import (
 )
 
 BYTE_FIELDS = ("max_read_bytes", "max_write_bytes", "max_output_bytes")
+TREE = os.path.abspath("/work/tree")
+R = os.path.abspath("/r")
+W_T = os.path.abspath("/w/t")
+"""Absolute roots on every platform (``C:\\work\\tree`` on Windows)."""
+WINDOWS_NAMES = ("COMSPEC", "PATHEXT", "SYSTEMDRIVE", "SYSTEMROOT", "TEMP", "TMP", "USERPROFILE")
+DEFAULT_NAMES = tuple(
+    sorted(("HOME", "LANG", "PATH", "TMPDIR") + (WINDOWS_NAMES if os.name == "nt" else ()))
+)
+"""The contract's four names, and on Windows the seven a program needs to start there."""
 
 
 def test_defaults_are_the_contracts() -> None:
     """256 KiB pages and captures, two minutes, and the four default variable names."""
-    config = Config("/work/tree")
-    assert ("/work/tree", 262_144, 262_144, 262_144, 120.0, ("HOME", "LANG", "PATH", "TMPDIR")) == (
+    config = Config(TREE)
+    assert (TREE, 262_144, 262_144, 262_144, 120.0, DEFAULT_NAMES) == (
         config.root,
         config.max_read_bytes,
         config.max_write_bytes,
@@ -48,7 +58,7 @@ def test_construction_touches_nothing_on_disk(tmp_path: Path) -> None:
 
 def test_config_is_frozen() -> None:
     """A Config cannot be changed after construction."""
-    config = Config("/work/tree")
+    config = Config(TREE)
     with pytest.raises(dataclasses.FrozenInstanceError):
         config.max_read_bytes = 1  # type: ignore[misc]
 
@@ -57,7 +67,7 @@ def test_config_is_frozen() -> None:
 @pytest.mark.parametrize("value", [1, MAXIMUM_BYTES])
 def test_byte_bounds_accept_both_ends(field: str, value: int) -> None:
     """1 and 524288 are accepted for every byte bound."""
-    assert value == getattr(Config("/r", **{field: value}), field)  # type: ignore[arg-type]
+    assert value == getattr(Config(R, **{field: value}), field)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("field", BYTE_FIELDS)
@@ -65,13 +75,13 @@ def test_byte_bounds_accept_both_ends(field: str, value: int) -> None:
 def test_byte_bounds_refuse_one_past_each_end_and_non_integers(field: str, value: object) -> None:
     """0 and 524289 are refused, and so are booleans, floats, strings and None."""
     with pytest.raises(ValueError, match=field):
-        Config("/r", **{field: value})  # type: ignore[arg-type]
+        Config(R, **{field: value})  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("value", [MAXIMUM_COMMAND_TIMEOUT, 1, 0.001, math.ulp(0.0)])
 def test_timeout_accepts_up_to_1800_seconds(value: float) -> None:
     """Any finite positive number of seconds up to 1800 is accepted, as a float."""
-    timeout = Config("/r", command_timeout=value).command_timeout
+    timeout = Config(R, command_timeout=value).command_timeout
     assert (float(value), float) == (timeout, type(timeout))
 
 
@@ -92,7 +102,7 @@ def test_timeout_accepts_up_to_1800_seconds(value: float) -> None:
 def test_timeout_refuses_zero_past_1800_and_non_numbers(value: object) -> None:
     """0, just above 1800, NaN, infinity, booleans and strings are refused."""
     with pytest.raises(ValueError, match="command_timeout"):
-        Config("/r", command_timeout=value)  # type: ignore[arg-type]
+        Config(R, command_timeout=value)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
@@ -120,23 +130,23 @@ def test_the_root_must_be_an_absolute_path(raw: object) -> None:
 
 def test_the_allowlist_is_trimmed_deduplicated_and_sorted() -> None:
     """Names are stripped, repeated names kept once, and the result sorted."""
-    config = Config("/r", environment_allowlist=[" PATH", "HOME ", "PATH", "LANG"])
+    config = Config(R, environment_allowlist=[" PATH", "HOME ", "PATH", "LANG"])
     assert ("HOME", "LANG", "PATH") == config.environment_allowlist
-    assert ("A", "B", "C") == Config("/r", environment_allowlist="C, B A,,").environment_allowlist
-    assert () == Config("/r", environment_allowlist=[]).environment_allowlist
+    assert ("A", "B", "C") == Config(R, environment_allowlist="C, B A,,").environment_allowlist
+    assert () == Config(R, environment_allowlist=[]).environment_allowlist
 
 
 @pytest.mark.parametrize("names", [[""], ["  "], ["A=B"], ["A\0"], [1], b"PATH", 3, None])
 def test_the_allowlist_refuses_empty_names_equals_nul_and_non_text(names: object) -> None:
     """An empty name, ``=``, NUL, a non-string name or a non-collection are refused."""
     with pytest.raises(ValueError, match="environment_allowlist"):
-        Config("/r", environment_allowlist=names)  # type: ignore[arg-type]
+        Config(R, environment_allowlist=names)  # type: ignore[arg-type]
 
 
 def test_from_environment_reads_the_worktree_variable() -> None:
     """The root comes from ``SPICE_AGENT_WORKTREE`` of the given mapping; overrides apply."""
-    config = Config.from_environment({"SPICE_AGENT_WORKTREE": "/w/t/"}, max_read_bytes=5)
-    assert ("/w/t", 5) == (config.root, config.max_read_bytes)
+    config = Config.from_environment({"SPICE_AGENT_WORKTREE": W_T + os.sep}, max_read_bytes=5)
+    assert (W_T, 5) == (config.root, config.max_read_bytes)
 
 
 def test_from_environment_without_the_variable_is_refused() -> None:
@@ -151,8 +161,8 @@ def test_from_environment_defaults_to_the_process_environment(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Without a mapping, ``os.environ`` is read."""
-    monkeypatch.setenv("SPICE_AGENT_WORKTREE", "/from/env")
-    assert "/from/env" == Config.from_environment().root
+    monkeypatch.setenv("SPICE_AGENT_WORKTREE", os.path.abspath("/from/env"))
+    assert os.path.abspath("/from/env") == Config.from_environment().root
 
 
 def test_the_security_warning_says_what_the_tools_can_do() -> None:

@@ -134,17 +134,6 @@ async def test_a_call_naming_another_tool_is_invalid(root: Path) -> None:
     assert "invalid_arguments" == content_of(result)["code"]
 
 
-async def test_windows_answers_unsupported_platform(
-    root: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """On Windows every call is ``unsupported_platform`` (os.name faked: no Windows CI)."""
-    tool = new_read(Config(root))
-    monkeypatch.setattr(os, "name", "nt")
-    result = await tool.execute(Call("c", "read", '{"path": "a"}'))
-    monkeypatch.undo()
-    assert "unsupported_platform" == content_of(result)["code"]
-
-
 # ---- arguments -----------------------------------------------------------------------------
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from fakes import (
     SHELL_FIELDS,
+    TRUE,
     AnsweringLauncher,
     ContainedLauncher,
     FakeLauncher,
@@ -414,7 +415,7 @@ class _MinimalResolver:
     async def resolve(self, lookup: Lookup) -> str:
         """Always ``/usr/bin/true``."""
         del lookup
-        return "/usr/bin/true"
+        return TRUE
 
 
 @pytest.mark.parametrize("resolver", [None, object(), _NoStart(), "resolver", FakeLauncher()])
@@ -442,7 +443,7 @@ async def test_minimal_third_party_collaborators_are_accepted_and_not_contained(
     content = content_of(await execute(tool, {"argv": ["true"]}))
     await _clean(cleanup)
     assert (True, False) == (content["ok"], content["contained"])
-    assert "/usr/bin/true" == launcher.inner.specs[0].executable
+    assert TRUE == launcher.inner.specs[0].executable
 
 
 async def _clean(cleanup: Cleanup) -> None:

@@ -38,6 +38,21 @@ async def run(
     return content_of(result), resolver, launcher
 
 
+def require_symlinks(directory: Path) -> None:
+    """Skip where this system makes no symbolic link: Wine's CreateSymbolicLinkW reports
+    success and creates nothing; Windows needs a privilege or Developer Mode."""
+    probe = directory / ".spice-link-probe"
+    try:
+        probe.symlink_to(directory)
+    except OSError:
+        pytest.skip("this system makes no symbolic link for this user")
+    made = probe.is_symlink()
+    if made:
+        probe.unlink()
+    if not made:
+        pytest.skip("this system reports a symbolic link made but makes none (Wine)")
+
+
 def open_descriptors() -> int:
     """Descriptors this process holds (Linux ``/proc``; elsewhere a constant)."""
     proc = Path("/proc/self/fd")
@@ -62,6 +77,7 @@ async def test_no_workdir_is_the_root(tmp_path: Path, route: str) -> None:
 
 async def test_a_symlink_workdir_inside_the_root_is_path_escape(tmp_path: Path, route: str) -> None:
     """Even a symlink that stays inside the root is refused as a workdir."""
+    require_symlinks(tmp_path)
     (tmp_path / "real").mkdir()
     (tmp_path / "link").symlink_to("real")
     content, resolver, _ = await run(tmp_path, "link")
@@ -70,6 +86,7 @@ async def test_a_symlink_workdir_inside_the_root_is_path_escape(tmp_path: Path, 
 
 async def test_a_symlink_component_is_path_escape(tmp_path: Path, route: str) -> None:
     """A symlink anywhere along the workdir is refused."""
+    require_symlinks(tmp_path)
     (tmp_path / "real" / "inner").mkdir(parents=True)
     (tmp_path / "link").symlink_to("real")
     content, _, _ = await run(tmp_path, "link/inner")
@@ -78,6 +95,7 @@ async def test_a_symlink_component_is_path_escape(tmp_path: Path, route: str) ->
 
 async def test_a_symlink_leaving_the_root_is_path_escape(tmp_path: Path, route: str) -> None:
     """A link to a directory outside the root (absolute target) is an escape."""
+    require_symlinks(tmp_path)
     outside = tmp_path / "outside"
     outside.mkdir()
     root = tmp_path / "root"
@@ -133,6 +151,7 @@ async def test_a_workdir_swapped_for_another_directory_is_caught(
 
 async def test_a_workdir_swapped_for_a_symlink_is_path_escape(tmp_path: Path, route: str) -> None:
     """Replaced by a symlink to the very same directory: still refused before launch."""
+    require_symlinks(tmp_path)
     (tmp_path / "sub").mkdir()
 
     def swap() -> None:

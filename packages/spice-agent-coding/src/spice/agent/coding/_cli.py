@@ -25,8 +25,8 @@ from spice.agent.tools.coding import SECURITY_WARNING
 
 from . import _posix_sandbox
 from ._compose import compose
-from ._containment import ContainmentUnavailable, resolve_containment
-from ._posix import PosixLauncher
+from ._containment import ContainmentUnavailable
+from ._platform import WINDOWS, PlatformLauncher, platform_launcher
 from ._posix_launcher import adopt_orphans
 from ._settings import Settings, SettingsError, add_arguments, flags_of, resolve_settings
 
@@ -144,19 +144,19 @@ def tools_json(dispatcher: Dispatcher, sandbox: Mapping[str, object] | None = No
 
 
 def _composed(
-    settings: Settings, launcher: PosixLauncher
+    settings: Settings, launcher: PlatformLauncher
 ) -> AbstractAsyncContextManager[Dispatcher]:
     """The application for ``settings``: its Config, and the launcher its sandbox mode asks for."""
     return compose(settings.config, launcher=launcher)
 
 
-async def _tools(settings: Settings, launcher: PosixLauncher) -> int:
+async def _tools(settings: Settings, launcher: PlatformLauncher) -> int:
     async with _composed(settings, launcher) as dispatcher:
         _out(tools_json(dispatcher, launcher.report()))
     return EXIT_OK
 
 
-async def _call(settings: Settings, launcher: PosixLauncher, call: Call) -> int:
+async def _call(settings: Settings, launcher: PlatformLauncher, call: Call) -> int:
     async with _composed(settings, launcher) as dispatcher:
         try:
             result = await dispatcher.dispatch(call)
@@ -172,7 +172,7 @@ async def _call(settings: Settings, launcher: PosixLauncher, call: Call) -> int:
     return EXIT_OK
 
 
-async def _serve(settings: Settings, launcher: PosixLauncher) -> int:
+async def _serve(settings: Settings, launcher: PlatformLauncher) -> int:
     # Imported here so that `tools` and `call` never load the MCP SDK.
     from ._stdio import serve_stdio  # noqa: PLC0415 - keeps the SDK off the fast paths
 
@@ -180,9 +180,7 @@ async def _serve(settings: Settings, launcher: PosixLauncher) -> int:
     _err(SECURITY_WARNING)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
-    signals = (signal.SIGTERM, signal.SIGINT)
-    for number in signals:
-        loop.add_signal_handler(number, stop.set)
+    signals = _stop_on_signals(loop, stop)
     try:
         async with _composed(settings, launcher) as dispatcher:
             serving = asyncio.ensure_future(serve_stdio(dispatcher, config=settings.config))
@@ -195,13 +193,41 @@ async def _serve(settings: Settings, launcher: PosixLauncher) -> int:
                 await asyncio.wait({serving, stopping})
             failed = not serving.cancelled() and serving.exception() is not None
     finally:
-        for number in signals:
-            loop.remove_signal_handler(number)
+        signals()
     if failed:
         _err(_TRANSPORT_FAILED)
         return EXIT_ERROR
     _err("stopped" + (" on a signal" if stop.is_set() else ": the client closed stdin"))
     return EXIT_OK
+
+
+def _stop_on_signals(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> Callable[[], None]:
+    """Set ``stop`` on SIGTERM or SIGINT; returns the undo.
+
+    Windows has no ``add_signal_handler``: there ``serve`` stops on stdin's end, on
+    Ctrl+Break (``SIGBREAK``, through ``signal.signal``), and on Ctrl+C as ``asyncio.run``
+    delivers it (cancellation). A server that is terminated ends its commands through
+    their kill-on-close jobs.
+    """
+    if not WINDOWS:
+        numbers = (signal.SIGTERM, signal.SIGINT)
+        for number in numbers:
+            loop.add_signal_handler(number, stop.set)
+
+        def remove() -> None:
+            for number in numbers:
+                loop.remove_signal_handler(number)
+
+        return remove
+    brk = getattr(signal, "SIGBREAK", None)
+    if brk is None:  # pragma: no cover - every Windows CPython has SIGBREAK
+        return lambda: None
+    previous = signal.signal(brk, lambda _number, _frame: loop.call_soon_threadsafe(stop.set))
+
+    def restore() -> None:
+        signal.signal(brk, previous)
+
+    return restore
 
 
 def _read_arguments(text: str) -> str | None:
@@ -218,22 +244,16 @@ def _read_arguments(text: str) -> str | None:
     return text
 
 
-def launcher_for(settings: Settings, probe: Callable[[], int] | None = None) -> PosixLauncher:
+def launcher_for(settings: Settings, probe: Callable[[], int] | None = None) -> PlatformLauncher:
     """The launcher that ``serve``, ``call`` and ``tools`` run shell commands with.
 
     The containment of contract 9.4 comes from ``settings.sandbox`` (``auto``,
     ``workspace``, ``off``) and ``settings.allow_network`` (``resolve_containment``;
     ``probe`` replaces the kernel's Landlock answer, for tests). Raises
-    ``ContainmentUnavailable`` for ``workspace`` where the kernel has no Landlock.
+    ``ContainmentUnavailable`` for ``workspace`` where the kernel has no Landlock, and
+    always on Windows (``_platform.platform_launcher`` picks the platform).
     """
-    containment = resolve_containment(
-        settings.sandbox,
-        settings.allow_network,
-        probe,
-        root=settings.config.root,
-        allow_write=settings.allow_write,
-    )
-    return PosixLauncher(containment, settings.config.root)
+    return platform_launcher(settings, probe)
 
 
 def _root_problem(root: str) -> str | None:

@@ -1,4 +1,4 @@
-"""The composition root: one ``Config``, the POSIX platform, the tools, one ``Dispatcher``.
+"""The composition root: one ``Config``, the platform, the tools, one ``Dispatcher``.
 
 The three coding tools come from the declarative fallback record of
 ``spice.agent.tools.coding.autoconfigure``; a tool the application provides
@@ -25,7 +25,7 @@ from spice.agent.tools.coding import Config
 from spice.agent.tools.coding.autoconfigure import spice_auto_configuration
 from spice.agent.tools.coding.settling import outlast
 
-from ._posix import PosixLauncher, PosixResolver
+from ._platform import default_launcher, default_resolver
 
 ROOT_ENVIRONMENT_VARIABLE: Final = "SPICE_AGENT_WORKTREE"
 """Where the worktree root comes from when no flag names it."""
@@ -151,7 +151,8 @@ async def compose(
 
     ``tools`` are the application's own; each of ``read``, ``replace`` and
     ``shell`` it does not provide is built from its autoconfigure fallback,
-    with ``PosixResolver``/``PosixLauncher`` unless others are given
+    with the platform's resolver and launcher (``PosixResolver``/``PosixLauncher``,
+    or ``WindowsResolver``/``WindowsLauncher`` on Windows) unless others are given
     (``defaults`` replaces the record, e.g. for a reviewed subset). Every
     ``Cleanup`` a fallback handed back runs when the block exits, on every
     path (shielded, each bounded by ``CLEANUP_TIMEOUT_SECONDS``)::
@@ -173,8 +174,8 @@ async def compose(
             if platform is None:
                 platform = _Platform(
                     config,
-                    PosixResolver() if resolver is None else resolver,
-                    PosixLauncher() if launcher is None else launcher,
+                    default_resolver() if resolver is None else resolver,
+                    default_launcher() if launcher is None else launcher,
                 )
             tool, cleanup = build_bean(bean, platform)
             if cleanup is not None:

@@ -234,8 +234,11 @@ async def _sweep_orphans() -> bool:
 
 # ``os.waitid`` is missing on macOS (CPython leaves it out there), so these are looked
 # up defensively; they are only used where ``waitid`` exists.
-_PEEK_FLAGS: Final = getattr(os, "WEXITED", 0) | os.WNOHANG | getattr(os, "WNOWAIT", 0)
-_REAP_FLAGS: Final = getattr(os, "WEXITED", 0) | os.WNOHANG
+# (``WNOHANG`` too, so that the module imports on Windows, which never runs it.)
+_PEEK_FLAGS: Final = (
+    getattr(os, "WEXITED", 0) | getattr(os, "WNOHANG", 0) | getattr(os, "WNOWAIT", 0)
+)
+_REAP_FLAGS: Final = getattr(os, "WEXITED", 0) | getattr(os, "WNOHANG", 0)
 
 
 def _has_waitid() -> bool:
@@ -273,7 +276,13 @@ def _outcome_of_wait_status(status: int) -> Outcome:
 
 _O_PATH: Final = getattr(os, "O_PATH", 0)
 # O_PATH (Linux) needs only search permission, like the kernel's own path walk.
-_STEP_FLAGS: Final = os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC | (_O_PATH or os.O_RDONLY)
+# POSIX-only flags with a default: the module imports on Windows, which never runs it.
+_STEP_FLAGS: Final = (
+    getattr(os, "O_DIRECTORY", 0)
+    | getattr(os, "O_NOFOLLOW", 0)
+    | getattr(os, "O_CLOEXEC", 0)
+    | (_O_PATH or os.O_RDONLY)
+)
 _FD_DIRECTORY: Final = "/proc/self/fd"
 _ENTER_BY_DESCRIPTOR: Final = sys.platform.startswith("linux") and os.path.isdir(_FD_DIRECTORY)
 

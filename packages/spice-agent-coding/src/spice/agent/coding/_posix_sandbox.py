@@ -539,9 +539,13 @@ def children(pid: int) -> list[int]:
 
 # -- the call's TMPDIR -------------------------------------------------------------------
 
-_TREE_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+# POSIX-only flags with a default: the module imports on Windows, which never runs this.
+_NO_FOLLOW_DIRECTORY: Final = (
+    getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+)
+_TREE_FLAGS: Final = os.O_RDONLY | _NO_FOLLOW_DIRECTORY
 _O_PATH: Final = getattr(os, "O_PATH", 0)
-_HOLD_FLAGS: Final = _O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_HOLD_FLAGS: Final = _O_PATH | _NO_FOLLOW_DIRECTORY
 _OWNER_ALL: Final = 0o700
 
 
@@ -621,7 +625,9 @@ def _open_own_directory(parent: int, name: str | bytes) -> int:
 # -- the supervisor ----------------------------------------------------------------------
 
 SPEC_VERSION: Final = b"spice-supervisor-2"
-END_SIGNAL: Final = signal.SIGHUP
+# POSIX-only signals are read with a default so that this module imports on Windows,
+# where no supervisor ever runs (contract 10.4).
+END_SIGNAL: Final[signal.Signals] = getattr(signal, "SIGHUP", signal.SIGTERM)
 """What the server sends the supervisor for "end the whole tree now" (and its death signal)."""
 
 SWEEP_BOUND_SECONDS: Final = 1.5
@@ -631,7 +637,9 @@ WATCH_SECONDS: Final = 1.0
 """How often an idle supervisor re-checks that its server is alive (besides the signal)."""
 
 _SWEEP_WAIT_SECONDS: Final = 0.02
-_WATCHED: Final = frozenset({signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, END_SIGNAL})
+_WATCHED: Final[frozenset[signal.Signals]] = frozenset(
+    {getattr(signal, "SIGCHLD", signal.SIGTERM), signal.SIGTERM, signal.SIGINT, END_SIGNAL}
+)
 _CANNOT_START: Final = 127
 
 REPORT_STARTED: Final = ord("S")

@@ -16,6 +16,7 @@ import json
 import os
 import selectors
 import stat
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Final, final
@@ -42,6 +43,7 @@ from spice.agent.tools.coding import Config
 
 from ._json import frame
 from ._mcp import serving
+from ._threaded_io import BlockingChannel
 
 MAXIMUM_FRAME_BYTES: Final = 8 * MAXIMUM_PAYLOAD_BYTES
 """Longest JSON-RPC line accepted: a maximal payload, escaped, inside its envelope.
@@ -62,6 +64,10 @@ EOF_GRACE_SECONDS: Final = 5.0
 Past it the server's stream closes, which stops the rest as on cancellation.
 """
 
+THREADED: Final = sys.platform == "win32"
+"""Whether stdin and stdout are read and written in threads (``_threaded_io``): on Windows,
+whose event loop cannot wait on the pipes a client hands the server."""
+
 READ_CHUNK_BYTES: Final = 65_536
 FLUSH_TIMEOUT_SECONDS: Final = 2.0
 """How long queued answers may take to leave once the server stops."""
@@ -71,6 +77,18 @@ _NOT_A_MESSAGE: Final = "a frame is not a JSON-RPC message"
 _PARSE_ERROR: Final = "the frame is not valid JSON"
 _INVALID_REQUEST: Final = "the frame is not a valid JSON-RPC request"
 _INVALID_PARAMS: Final = "the request's params are not valid for its method"
+
+
+def _get_blocking(fd: int) -> bool:
+    """``os.get_blocking`` (missing on Windows before 3.12, and never needed there)."""
+    if sys.platform == "win32":
+        return True
+    return os.get_blocking(fd)
+
+
+def _set_blocking(fd: int, blocking: bool) -> None:
+    if sys.platform != "win32":
+        os.set_blocking(fd, blocking)
 
 
 def _pollable(fd: int, events: int) -> bool:
@@ -91,15 +109,24 @@ def _pollable(fd: int, events: int) -> bool:
 class _Source:
     """Reads chunks from a descriptor through the event loop (or directly, for files)."""
 
-    __slots__ = ("_blocking", "_fd", "_reader", "_transport")
+    __slots__ = ("_blocking", "_channel", "_fd", "_reader", "_transport")
 
     def __init__(self, fd: int) -> None:
         self._fd = fd
-        self._blocking = os.get_blocking(fd)
+        self._blocking = _get_blocking(fd)
         self._reader: asyncio.StreamReader | None = None
         self._transport: asyncio.ReadTransport | None = None
+        self._channel: BlockingChannel | None = None
+
+    @property
+    def reading(self) -> bool:
+        """Whether a read is blocked in the reading thread (Windows)."""
+        return self._channel is not None and self._channel.busy
 
     async def open(self) -> None:
+        if THREADED:
+            self._channel = BlockingChannel("spice-stdin")
+            return
         if not _pollable(self._fd, selectors.EVENT_READ):
             return
         loop = asyncio.get_running_loop()
@@ -110,11 +137,14 @@ class _Source:
                 os.fdopen(self._fd, "rb", buffering=0, closefd=False),
             )
         except (OSError, ValueError):
-            os.set_blocking(self._fd, self._blocking)
+            _set_blocking(self._fd, self._blocking)
             return
         self._reader, self._transport = reader, transport
 
     async def read(self) -> bytes:
+        if self._channel is not None:
+            fd = self._fd
+            return await self._channel.run(lambda: os.read(fd, READ_CHUNK_BYTES))
         if self._reader is None:
             # A regular file or the null device never blocks; yield to the loop between reads.
             await asyncio.sleep(0)
@@ -122,9 +152,11 @@ class _Source:
         return await self._reader.read(READ_CHUNK_BYTES)
 
     def close(self) -> None:
+        if self._channel is not None:
+            self._channel.close()
         if self._transport is not None:
             with contextlib.suppress(OSError):
-                os.set_blocking(self._fd, self._blocking)
+                _set_blocking(self._fd, self._blocking)
             self._transport.close()
             self._transport = None
 
@@ -153,15 +185,19 @@ class _WriteProtocol(asyncio.Protocol):
 class _Sink:
     """Writes whole frames to a descriptor through the event loop (or directly, for files)."""
 
-    __slots__ = ("_blocking", "_fd", "_protocol", "_transport")
+    __slots__ = ("_blocking", "_channel", "_fd", "_protocol", "_transport")
 
     def __init__(self, fd: int) -> None:
         self._fd = fd
-        self._blocking = os.get_blocking(fd)
+        self._blocking = _get_blocking(fd)
         self._protocol: _WriteProtocol | None = None
         self._transport: asyncio.WriteTransport | None = None
+        self._channel: BlockingChannel | None = None
 
     async def open(self) -> None:
+        if THREADED:
+            self._channel = BlockingChannel("spice-stdout")
+            return
         if not _pollable(self._fd, selectors.EVENT_WRITE):
             return
         loop = asyncio.get_running_loop()
@@ -171,15 +207,17 @@ class _Sink:
                 lambda: protocol, os.fdopen(self._fd, "wb", buffering=0, closefd=False)
             )
         except (OSError, ValueError):
-            os.set_blocking(self._fd, self._blocking)
+            _set_blocking(self._fd, self._blocking)
             return
         self._protocol, self._transport = protocol, transport
 
     async def write(self, data: bytes) -> None:
+        if self._channel is not None:
+            fd = self._fd
+            await self._channel.run(lambda: _write_all(fd, data))
+            return
         if self._transport is None or self._protocol is None:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(self._fd, view) :]
+            _write_all(self._fd, data)
             return
         if self._protocol.lost or self._transport.is_closing():
             raise BrokenPipeError
@@ -189,11 +227,19 @@ class _Sink:
             raise BrokenPipeError
 
     def close(self) -> None:
+        if self._channel is not None:
+            self._channel.close()
         if self._transport is not None:
             with contextlib.suppress(OSError):
-                os.set_blocking(self._fd, self._blocking)
+                _set_blocking(self._fd, self._blocking)
             self._transport.close()
             self._transport = None
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def _usable_id(ident: object) -> bool:
@@ -510,7 +556,9 @@ async def open_stdio(
         for _, copy in saved:
             os.close(copy)
         if divert:
-            for fd in (wire_in, wire_out):
+            # A read still blocked in the reading thread keeps its descriptor: closing
+            # it under the read may block on Windows; the process is about to exit.
+            for fd in (wire_out,) if source.reading else (wire_in, wire_out):
                 with contextlib.suppress(OSError):
                     os.close(fd)
 

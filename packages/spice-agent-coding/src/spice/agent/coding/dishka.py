@@ -42,7 +42,7 @@ from spice.agent.tools.coding import Config
 from spice.agent.tools.coding.autoconfigure import spice_auto_configuration
 
 from ._compose import CLEANUP_INCOMPLETE, _Platform, build_bean, settle
-from ._posix import PosixLauncher, PosixResolver
+from ._platform import default_launcher, default_resolver
 
 BEAN_NAMES: Final = ("read", "replace", "shell")
 """The dishka components the fallback beans live in, one per bean name."""
@@ -88,11 +88,11 @@ def _dispatcher(
 
 
 def _resolver() -> ExecutableResolver:
-    return PosixResolver()
+    return default_resolver()
 
 
 def _launcher() -> Launcher:
-    return PosixLauncher()
+    return default_launcher()
 
 
 def coding_providers(defaults: AutoConfiguration | None = None) -> tuple[Provider, ...]:

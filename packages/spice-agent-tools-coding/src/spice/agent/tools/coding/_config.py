@@ -27,7 +27,22 @@ MAXIMUM_EDIT_BYTES: Final = 64 * 1024 * 1024
 """Most ``max_edit_bytes`` may be."""
 DEFAULT_COMMAND_TIMEOUT: Final = 120.0
 MAXIMUM_COMMAND_TIMEOUT: Final = 1800.0
-DEFAULT_ENVIRONMENT_ALLOWLIST: Final = ("HOME", "LANG", "PATH", "TMPDIR")
+WINDOWS_ENVIRONMENT_NAMES: Final = (
+    "COMSPEC",
+    "PATHEXT",
+    "SYSTEMDRIVE",
+    "SYSTEMROOT",
+    "TEMP",
+    "TMP",
+    "USERPROFILE",
+)
+"""What a program needs to start on Windows (winsock needs SYSTEMROOT, for one); added to
+the default allowlist there (contract 10.4)."""
+DEFAULT_ENVIRONMENT_ALLOWLIST: Final = tuple(
+    sorted(
+        ("HOME", "LANG", "PATH", "TMPDIR") + (WINDOWS_ENVIRONMENT_NAMES if os.name == "nt" else ())
+    )
+)
 
 
 def _bytes_bound(value: object, field: str) -> int:

@@ -202,7 +202,14 @@ _CREATE_FAILED: Final = "a missing directory could not be created"
 _LINK_OR_FILE: Final = frozenset({errno.ELOOP, errno.ENOTDIR, errno.EMLINK})
 
 _O_PATH: Final = O_PATH
-_DIRECTORY: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+# POSIX-only flags are read with a default: this module imports on Windows too, where read
+# and replace take the Windows root (``_root_windows``) and nothing here runs (10.4).
+_DIRECTORY: Final = (
+    os.O_RDONLY
+    | getattr(os, "O_DIRECTORY", 0)
+    | getattr(os, "O_NOFOLLOW", 0)
+    | getattr(os, "O_CLOEXEC", 0)
+)
 # Intermediate directories: O_PATH (Linux) needs only search permission, like the kernel.
 _SEARCH: Final = (_DIRECTORY | _O_PATH) if _O_PATH else _DIRECTORY
 

@@ -58,6 +58,7 @@ from ._arguments import ArgumentError, decode_object, take_number, take_string, 
 from ._capture import Capture
 from ._config import Config
 from ._ownership import Entry, Owner, Ticket, Timing
+from ._platform import batch_file, is_windows, workdir_check
 from ._results import attach, encoded_size, failure, report_progress, success
 from ._root import PathError, clean_path, open_directory, open_root
 from .settling import deliver_cancellation, settle
@@ -179,6 +180,10 @@ _PARTIAL_START: Final = "the command may have started; it was stopped"
 
 _PROBLEMS: Final = {
     "wrong_tool": "the call is not for the shell tool",
+    "batch_file": (
+        "argv[0] names a batch file (.bat, .cmd): Windows runs it through cmd.exe, whose "
+        "parsing of its arguments cannot be made safe; run a program (.exe) instead"
+    ),
     "unsupported_platform": "the shell tool is not supported on this platform yet",
     "shell_closing": "the shell tool is shutting down and accepts no new commands",
     "process_limit": "too many commands are running; wait for one to finish",
@@ -449,6 +454,8 @@ class _Shell:
         except ArgumentError as error:
             return _refuse(call, "invalid_arguments", str(error), unparsed)
         frame = _Frame(arguments.workdir, unparsed.contained)
+        if is_windows() and batch_file(arguments.argv[0]):
+            return _refuse(call, "invalid_arguments", _PROBLEMS["batch_file"], frame)
         ticket = self._owner.admit()
         if isinstance(ticket, str):
             return _refuse(call, ticket, _PROBLEMS[ticket], frame)
@@ -496,7 +503,9 @@ class _Shell:
     ) -> Spec | Result:
         root, cleaned = self._config.root, arguments.workdir
         try:
-            identity, workdir = await asyncio.to_thread(_inspect_workdir, root, cleaned)
+            identity, workdir = await asyncio.to_thread(
+                workdir_check(_inspect_workdir), root, cleaned
+            )
         except PathError as error:
             return _refuse(call, *_workdir_problem(error), frame)
         environment = _environment(self._config.environment_allowlist, os.environ)
@@ -514,7 +523,7 @@ class _Shell:
         if not _is_absolute_canonical(executable):
             raise ExecutionError(call.id, _DEFINITIVE, _RETRY, _RESOLVER_FAILED) from None
         try:
-            again = await asyncio.to_thread(_inspect_workdir, root, cleaned)
+            again = await asyncio.to_thread(workdir_check(_inspect_workdir), root, cleaned)
         except PathError as error:
             return _refuse(call, *_workdir_problem(error), frame)
         if again != (identity, workdir):
@@ -800,7 +809,8 @@ def process_cleaned_up(process: object) -> bool:
 
 
 def _posix_platform() -> bool:
-    return os.name != "nt"
+    """Whether the shell runs here: POSIX, and Windows (with its own workdir check)."""
+    return os.name in {"posix", "nt"}
 
 
 def _require(value: object, protocol: type, method: str, role: str) -> None:

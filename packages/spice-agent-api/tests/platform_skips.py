@@ -1,0 +1,149 @@
+"""Which tests are POSIX-only: skipped on Windows, with the reason, in one place.
+
+A pytest plugin (the root ``conftest.py`` loads it). On Windows, a module listed in
+``POSIX_ONLY_MODULES`` is reported as one skipped module with its reason (it is never
+imported: many read POSIX-only names at import), and a test listed in ``POSIX_ONLY_TESTS``
+is skipped with its reason. Everything else runs on both platforms. On other platforms the
+plugin changes nothing.
+"""
+
+from __future__ import annotations
+
+import sys
+from importlib.util import find_spec
+from pathlib import Path
+from typing import Final
+
+import pytest
+
+WINDOWS: Final = sys.platform == "win32"
+
+ROOT: Final = (
+    "the POSIX side of read and replace (modes, FIFOs, symlinks, the POSIX syscall seam, "
+    "the Linux inline route); the Windows root has its own tests (test_windows_*.py)"
+)
+LAUNCHER: Final = "the POSIX launcher, resolver and sandbox (Windows has its own launcher)"
+SIGNALS: Final = "POSIX signals, process groups, /proc or file descriptors"
+OWNERSHIP: Final = "POSIX owners, modes and setuid bits"
+STRACE: Final = "strace (Linux)"
+POSIX_PATHS: Final = "POSIX executables (/bin/sh, true) and paths"
+PLATFORM: Final = "the POSIX platform is the default (test_platform.py checks Windows')"
+RAW_PIPES: Final = (
+    "a raw peer on non-blocking os.pipe ends and the event loop's pipe transport; Windows "
+    "serves stdio through threads (test_windows_serve.py drives it with the real client)"
+)
+EXAMPLES: Final = "the examples group (agent frameworks) is not installed (make test-windows)"
+
+POSIX_ONLY_MODULES: Final[dict[str, str]] = {
+    # spice-agent-tools-coding
+    "test_absolute_paths.py": ROOT,
+    "test_cancellation_load.py": ROOT,
+    "test_read.py": ROOT,
+    "test_read_file_sha256.py": ROOT,
+    "test_read_inline.py": ROOT,
+    "test_read_properties.py": ROOT,
+    "test_replace.py": ROOT,
+    "test_replace_edits.py": ROOT,
+    "test_replace_ownership.py": OWNERSHIP,
+    "test_replace_parents.py": ROOT,
+    "test_replace_races.py": ROOT,
+    "test_replace_strace.py": STRACE,
+    "test_replace_round3.py": ROOT,
+    "test_regular.py": ROOT,
+    "test_read_fanotify.py": "fanotify (Linux)",
+    "test_hardening.py": ROOT,
+    "test_root.py": ROOT,
+    "test_root_cached.py": ROOT,
+    "test_root_race.py": ROOT,
+    # spice-agent-coding
+    "test_adv_crash.py": SIGNALS,
+    "test_adv_race.py": SIGNALS,
+    "test_adv_hostility.py": SIGNALS,
+    "test_adv_fuzz.py": ROOT,
+    "test_adv_traversal.py": ROOT,
+    "test_lifetime.py": SIGNALS,
+    "test_posix_architecture.py": LAUNCHER,
+    "test_posix_launcher.py": LAUNCHER,
+    "test_posix_leak_guard.py": SIGNALS,
+    "test_posix_memory.py": SIGNALS,
+    "test_posix_resolver.py": LAUNCHER,
+    "test_posix_sandbox.py": LAUNCHER,
+    "test_shell_posix.py": LAUNCHER,
+    "test_mcp_answers_fit.py": ROOT,
+    "test_mcp_load.py": RAW_PIPES,
+    "test_mcp_pipes.py": RAW_PIPES,
+    "test_mcp_shutdown.py": RAW_PIPES,
+    # spice-agent-api
+    "test_process_values.py": POSIX_PATHS,
+}
+"""Test modules (by file name) whose subject exists only on POSIX systems."""
+
+POSIX_ONLY_TESTS: Final[dict[str, str]] = {
+    "packages/spice-agent-tools-coding/tests/test_config.py::"
+    "test_the_root_is_normalized_lexically": "POSIX path spelling (//, /)",
+    "packages/spice-agent-tools-coding/tests/test_shell.py::test_lookup_and_spec_are_exact": (
+        POSIX_PATHS
+    ),
+    "packages/spice-agent-coding/tests/test_compose.py::"
+    "test_resolve_config_uses_the_environment_without_a_flag": POSIX_PATHS,
+    "packages/spice-agent-coding/tests/test_compose.py::"
+    "test_the_shell_fallback_gets_the_posix_platform_by_default": PLATFORM,
+    "packages/spice-agent-coding/tests/test_compose_dishka.py::"
+    "test_the_fallback_platform_is_posix": PLATFORM,
+    "packages/spice-agent-tools-coding/tests/test_replace_arguments.py::"
+    "test_any_argument_object_gives_a_result_and_stays_inside_the_root": ROOT,
+    "packages/spice-agent-tools-coding/tests/test_replace_arguments.py::"
+    "test_any_json_document_gives_a_result": ROOT,
+    "packages/spice-agent-tools-coding/tests/test_schemas.py::"
+    "test_a_required_property_given_as_null_is_missing": ROOT,
+    "packages/spice-agent-tools-coding/tests/test_schemas.py::"
+    "test_read_with_every_optional_property_null_is_the_default_read": ROOT,
+    "packages/spice-agent-tools-coding/tests/test_settling.py::"
+    "test_a_replace_cancelled_again_and_again_waits_for_its_worker_without_spinning": ROOT,
+    "packages/spice-agent-tools-coding/tests/test_settling.py::"
+    "test_a_replace_worker_past_the_bound_is_still_answered_honestly": ROOT,
+}
+"""Single tests (by node id without parameters) that are POSIX-only in a portable module."""
+
+
+EXAMPLE_MODULES: Final[dict[str, str]] = {
+    "test_examples.py": "agents",
+    "test_claude_code_answers.py": "claude_agent_sdk",
+}
+"""Test modules that need a package of the examples group, which the Wine environment of
+``make test-windows`` does not install (on Windows they run where it is installed)."""
+
+
+class _SkippedModule(pytest.Module):
+    """A module that is reported as skipped instead of being imported."""
+
+    reason: str = ""
+
+    def collect(self) -> list[pytest.Item | pytest.Collector]:
+        raise pytest.skip.Exception(self.reason, allow_module_level=True)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pycollect_makemodule(
+    module_path: Path, parent: pytest.Collector
+) -> pytest.Module | None:
+    """On Windows, a POSIX-only module becomes one skipped entry with its reason."""
+    reason = POSIX_ONLY_MODULES.get(module_path.name) if WINDOWS else None
+    needs = EXAMPLE_MODULES.get(module_path.name)
+    if WINDOWS and needs is not None and find_spec(needs) is None:
+        reason = EXAMPLES
+    if reason is None:
+        return None
+    module = _SkippedModule.from_parent(parent, path=module_path)
+    module.reason = reason if reason == EXAMPLES else f"POSIX-only: {reason}"
+    return module
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """On Windows, skip each listed POSIX-only test with its reason."""
+    if not WINDOWS:
+        return
+    for item in items:
+        reason = POSIX_ONLY_TESTS.get(item.nodeid.partition("[")[0].replace("\\", "/"))
+        if reason is not None:
+            item.add_marker(pytest.mark.skip(reason=f"POSIX-only: {reason}"))
