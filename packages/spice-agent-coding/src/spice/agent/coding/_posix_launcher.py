@@ -37,7 +37,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
-import fcntl
 import marshal
 import os
 import signal
@@ -115,12 +114,6 @@ SECCOMP_PATH: Final = os.path.join(os.path.dirname(os.path.abspath(__file__)), "
 SECCOMP_SOURCE: Final = _read_source(SECCOMP_PATH)
 """The seccomp module the supervisor imports, read once at start with the supervisor."""
 
-_SEALS: Final = (
-    getattr(fcntl, "F_SEAL_SEAL", 0)
-    | getattr(fcntl, "F_SEAL_SHRINK", 0)
-    | getattr(fcntl, "F_SEAL_GROW", 0)
-    | getattr(fcntl, "F_SEAL_WRITE", 0)
-)
 _code: list[int] = []
 """The sealed memory file with the supervisor's compiled code (made once, on first use)."""
 
@@ -128,6 +121,9 @@ _code: list[int] = []
 def _code_fd() -> int:
     """The sealed, close-on-exec memory file holding the supervisor's compiled code."""
     if not _code:
+        import fcntl  # noqa: PLC0415 - POSIX only, and only where a supervisor runs
+
+        seals = fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE
         if SUPERVISOR_SOURCE is None or SECCOMP_SOURCE is None:
             raise OSError("the supervisor's code is unavailable")
         data = marshal.dumps(
@@ -138,7 +134,7 @@ def _code_fd() -> int:
         )
         fd = os.memfd_create("spice-supervisor", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
         _write_all(fd, data)
-        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, _SEALS)
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, seals)
         _code.append(fd)
     return _code[0]
 
