@@ -25,7 +25,11 @@ from spice.agent.coding._windows_launcher import (
     WindowsLauncher,
     WindowsProcess,
 )
+from spice.agent.coding._windows_resolver import WindowsResolver
+from spice.agent.dispatch import Dispatcher
 from spice.agent.process import LaunchError, Outcome, Spec
+from spice.agent.tool import Call, ExecutionState, interruption_of
+from spice.agent.tools.coding import Config, new_shell
 
 pytestmark = pytest.mark.skipif(
     sys.platform != "win32",
@@ -319,4 +323,31 @@ def test_a_killed_server_takes_every_command_with_it(tmp_path: Path) -> None:
         if server.stdout is not None:
             server.stdout.close()
     assert gone(command)
+    assert gone(grandchild)
+
+
+async def test_a_cancelled_shell_call_ends_the_tree_and_says_uncertain(tmp_path: Path) -> None:
+    """Through the shell tool: the caller's cancellation ends the command and its grandchild."""
+    root = tmp_path / "root"
+    root.mkdir()
+    marker = root / "grandchild.pid"
+    code = (
+        "import subprocess, sys, time; "
+        "c = subprocess.Popen([sys.executable, '-I', '-S', '-c', 'import time; time.sleep(120)']); "
+        f"open({str(marker)!r}, 'w').write(str(c.pid)); time.sleep(120)"
+    )
+    tool, cleanup = new_shell(Config(str(root)), WindowsResolver(), WindowsLauncher())
+    call = Call("c1", "shell", json.dumps({"argv": [sys.executable, "-c", code]}))
+    task = asyncio.ensure_future(Dispatcher([tool]).dispatch(call))
+    async with asyncio.timeout(60):
+        while not marker.exists() or not marker.read_text():  # noqa: ASYNC110 - a file appears
+            await asyncio.sleep(0.02)
+    grandchild = int(marker.read_text())
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError) as raised:
+        await task
+    interruption = interruption_of(raised.value)
+    assert interruption is not None
+    assert ExecutionState.UNCERTAIN == interruption.state
+    await cleanup()
     assert gone(grandchild)
