@@ -119,6 +119,8 @@ POSIX_ONLY_TESTS: Final[dict[str, str]] = {
     "test_a_replace_cancelled_again_and_again_waits_for_its_worker_without_spinning": ROOT,
     "packages/spice-agent-tools-coding/tests/test_settling.py::"
     "test_a_replace_worker_past_the_bound_is_still_answered_honestly": ROOT,
+    "packages/spice-agent-tools-coding/tests/test_settling.py::"
+    "test_a_replace_at_loop_shutdown_keeps_its_interruption_and_its_lease": ROOT,
 }
 """Single tests (by node id without parameters) that are POSIX-only in a portable module."""
 

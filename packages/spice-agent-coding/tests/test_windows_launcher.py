@@ -96,8 +96,10 @@ async def run(spec: Spec) -> tuple[WindowsProcess, Outcome]:
 
 
 async def test_exit_codes_are_reported(tmp_path: Path) -> None:
-    for code in (0, 3, 255, 2**31 + 5):
-        _, outcome = await run(python_spec(f"import sys; sys.exit({code})", tmp_path))
+    # ExitProcess takes the whole DWORD (3.11's sys.exit cannot pass more than INT_MAX).
+    exit_with = "import ctypes; ctypes.windll.kernel32.ExitProcess(ctypes.c_uint({}))"
+    for code in (0, 3, 255, 2**31 + 5, 2**32 - 1):
+        _, outcome = await run(python_spec(exit_with.format(code), tmp_path))
         assert Outcome.exited(code) == outcome
 
 
