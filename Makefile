@@ -118,8 +118,11 @@ UNPRIVILEGED_TESTS := \
   packages/spice-agent-tools-coding/tests/test_regular.py \
   packages/spice-agent-tools-coding/tests/test_read_fanotify.py \
   packages/spice-agent-tools-coding/tests/test_shell.py
-# These start the environment's interpreter as that user (sys.executable): they run only
-# where that user may execute it itself.
+# These start the environment's interpreter as that user (sys.executable): they need an
+# interpreter that user may execute itself. Where .venv's lies beneath a directory that user
+# cannot search (pyenv under /root), the same locked environment is made once more, from
+# uv's cache, on the first of UNPRIVILEGED_PYTHONS that user can execute.
+UNPRIVILEGED_PYTHONS ?= /usr/bin/python3 /usr/local/bin/python3
 UNPRIVILEGED_SPAWNING_TESTS := \
   packages/spice-agent-coding/tests/test_shell_posix.py \
   packages/spice-agent-coding/tests/test_containment.py
@@ -139,15 +142,24 @@ test-unprivileged:
 	if ! $$as_user .venv/bin/python -c 'import pytest, spice.agent.coding' >/dev/null 2>&1; then \
 	  echo "test-unprivileged: skipped: uid $(UNPRIVILEGED_UID) cannot read the environment (.venv)"; exit 0; \
 	fi; \
-	tests="$(UNPRIVILEGED_TESTS)"; \
-	if $$as_user /bin/sh -c '"$$0" -c pass' .venv/bin/python >/dev/null 2>&1; then \
+	tests="$(UNPRIVILEGED_TESTS)"; python=.venv/bin/python; \
+	if ! $$as_user /bin/sh -c '"$$0" -c pass' $$python >/dev/null 2>&1; then \
+	  for candidate in $(UNPRIVILEGED_PYTHONS); do \
+	    if $$as_user /bin/sh -c '"$$0" -c pass' $$candidate >/dev/null 2>&1 \
+	       && UV_PROJECT_ENVIRONMENT=$$scratch/venv $(UV) sync --locked --all-packages --all-extras \
+	            --python $$candidate --quiet >/dev/null 2>&1; then \
+	      python=$$scratch/venv/bin/python; break; \
+	    fi; \
+	  done; \
+	fi; \
+	if $$as_user /bin/sh -c '"$$0" -c pass' $$python >/dev/null 2>&1; then \
 	  tests="$$tests $(UNPRIVILEGED_SPAWNING_TESTS)"; \
 	else \
 	  echo "test-unprivileged: not run: $(UNPRIVILEGED_SPAWNING_TESTS)"; \
-	  echo "  (uid $(UNPRIVILEGED_UID) cannot execute .venv/bin/python itself: its interpreter lies on a path that user cannot search)"; \
+	  echo "  (uid $(UNPRIVILEGED_UID) can execute neither .venv's interpreter nor any of: $(UNPRIVILEGED_PYTHONS))"; \
 	fi; \
-	echo "test-unprivileged: as uid $(UNPRIVILEGED_UID): $$tests"; \
-	$$as_user .venv/bin/python -m pytest -q -p no:cacheprovider $$tests
+	echo "test-unprivileged: as uid $(UNPRIVILEGED_UID) with $$python: $$tests"; \
+	$$as_user $$python -m pytest -q -p no:cacheprovider $$tests
 
 # The whole suite STRESS_ROUNDS times beside STRESS_LOAD busy processes (yes > /dev/null),
 # each round bounded by STRESS_ROUND_SECONDS; the load is stopped on every exit.
@@ -161,10 +173,13 @@ stress:
 	trap 'for p in $$pids; do kill $$p 2>/dev/null || true; done; wait 2>/dev/null || true' EXIT INT TERM; \
 	for _ in $$(seq $(STRESS_LOAD)); do yes > /dev/null & pids="$$pids $$!"; done; \
 	echo "stress: $(STRESS_LOAD) busy processes ($$pids ), $(STRESS_ROUNDS) rounds"; \
+	failed=""; \
 	for round in $$(seq $(STRESS_ROUNDS)); do \
 	  echo "stress: round $$round of $(STRESS_ROUNDS)"; \
-	  timeout --kill-after=30 $(STRESS_ROUND_SECONDS) $(UV_RUN) pytest -q -x -p no:cacheprovider $(STRESS_TESTS) || exit 1; \
-	done
+	  timeout --kill-after=30 $(STRESS_ROUND_SECONDS) $(UV_RUN) pytest -q -p no:cacheprovider $(STRESS_TESTS) \
+	    || failed="$$failed $$round"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "stress: failures in round(s)$$failed" >&2; exit 1; fi
 
 # The three suites under Wine with the official Windows CPython (3.13 and the 3.11 floor)
 # and the locked dependencies as Windows wheels (scripts/windows/test-windows.sh; Debian's

@@ -48,6 +48,7 @@ MODULES: Final = (
     "bench_edits",
     "bench_pipelining",
     "bench_containment",
+    "bench_seccomp",
     "bench_windows",
 )
 """The bench modules, in run order. Each has ``SECTION: str`` and ``run(Settings) ->

@@ -19,8 +19,8 @@ import pytest
 WINDOWS: Final = sys.platform == "win32"
 
 ROOT: Final = (
-    "read and replace answer unsupported_platform on Windows until the handle-relative "
-    "root lands (contract 10.4)"
+    "the POSIX side of read and replace (modes, FIFOs, symlinks, the POSIX syscall seam, "
+    "the Linux inline route); the Windows root has its own tests (test_windows_*.py)"
 )
 LAUNCHER: Final = "the POSIX launcher, resolver and sandbox (Windows has its own launcher)"
 SIGNALS: Final = "POSIX signals, process groups, /proc or file descriptors"

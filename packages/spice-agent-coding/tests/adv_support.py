@@ -210,6 +210,20 @@ def without_output(answer: Answer) -> Answer:
     return Answer(answer.code, kept, (json.dumps(kept), str(kept.get("message", ""))))
 
 
+def without_named_root(answer: Answer, root: str) -> Answer:
+    """The answer minus the one place it may name the configured root: the refusal of an
+    absolute path outside it (contract 10.2; the server's instructions name the root too)."""
+    named = f"the worktree root ({root})"
+    if answer.code != "invalid_arguments" or named not in str(answer.content.get("message", "")):
+        return answer
+    kept = {
+        key: value.replace(named, "the worktree root") if key == "message" else value
+        for key, value in answer.content.items()
+    }
+    texts = tuple(text.replace(named, "the worktree root") for text in answer.texts)
+    return Answer(answer.code, kept, texts)
+
+
 def leaks(answer: Answer, forbidden: Iterable[str], request: str = "") -> list[str]:
     """The forbidden fragments (and oversize messages) found in an answer's texts.
 

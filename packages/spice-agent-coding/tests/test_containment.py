@@ -407,14 +407,30 @@ def connect_code(port: int) -> str:
 
 
 @needs_abi4
+async def test_loopback_tcp_connect_and_bind_are_refused_by_landlock_alone(
+    layout: tuple[Path, Path], listener: socket.socket
+) -> None:
+    """Without the seccomp filter, Landlock refuses the connect and the bind (EACCES)."""
+    root, _ = layout
+    port = listener.getsockname()[1]
+    landlock_only = resolve_containment("workspace", seccomp_probe=lambda: False)
+    lines = await python(PosixLauncher(landlock_only, str(root)), root, connect_code(port))
+    assert ["EACCES", "EACCES"] == lines
+    with pytest.raises(BlockingIOError):
+        listener.accept()
+
+
+@needs_abi4
 async def test_loopback_tcp_connect_and_bind_are_refused(
     layout: tuple[Path, Path], listener: socket.socket
 ) -> None:
-    """A connect to a listener the test opened, and a bind, both fail with EACCES."""
+    """A connect and a bind both fail: EPERM from the filter's socket rule, else EACCES."""
     root, _ = layout
     port = listener.getsockname()[1]
-    lines = await python(PosixLauncher(contained(), str(root)), root, connect_code(port))
-    assert ["EACCES", "EACCES"] == lines
+    policy = contained()
+    lines = await python(PosixLauncher(policy, str(root)), root, connect_code(port))
+    refusal = "EPERM" if policy.seccomp else "EACCES"
+    assert [refusal, refusal] == lines
     with pytest.raises(BlockingIOError):
         listener.accept()
 

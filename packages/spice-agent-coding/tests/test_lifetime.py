@@ -41,6 +41,7 @@ from spice.agent.coding._containment import (
 )
 from spice.agent.coding._posix_launcher import SERVER_DEATH_BOUND_SECONDS
 from spice.agent.coding._posix_sandbox import landlock_abi
+from spice.agent.coding._seccomp import available as seccomp_available
 from spice.agent.dispatch import Dispatcher
 from spice.agent.tool import Call
 from spice.agent.tools.coding import Config, new_shell
@@ -375,10 +376,13 @@ def test_the_tools_output_reports_the_rules_the_kernel_offers(
     assert 0 == cli.main(["--root", str(tmp_path), "tools"])
     document = json.loads(capsys.readouterr().out)
     sandbox = document["sandbox"]
-    expected = Containment("workspace", "auto", ABI)
+    expected = Containment("workspace", "auto", ABI, seccomp=seccomp_available())
     assert ("workspace", True, ABI) == (sandbox["mode"], sandbox["contained"], sandbox["abi"])
     assert list(expected.enforced) == sandbox["enforced"]
     assert list(expected.missing) == sandbox["missing"]
+    assert (list(expected.filtered) or None) == sandbox["seccomp"]
+    assert list(expected.capabilities) == sandbox["capabilities"]
+    assert "none_held" in sandbox["capabilities"]
     shell = next(t for t in document["tools"] if t["name"] == "shell")
     assert expected.sentence is not None
     assert expected.sentence in shell["description"]
@@ -408,7 +412,7 @@ def test_each_abi_reports_every_rule_once_as_enforced_or_missing(abi: int) -> No
         assert ((), tuple(names)) == (policy.enforced, policy.missing)
         assert policy.sentence is None
         return
-    strict = resolve_containment("workspace", probe=lambda: abi)
+    strict = resolve_containment("workspace", probe=lambda: abi, seccomp_probe=lambda: False)
     assert sorted(names) == sorted(strict.enforced + strict.missing)
     sentence = strict.sentence
     assert sentence is not None
@@ -417,6 +421,12 @@ def test_each_abi_reports_every_rule_once_as_enforced_or_missing(abi: int) -> No
     assert ("signal" in sentence) == (abi >= 6)
     networked = resolve_containment("workspace", allow_network=True, probe=lambda: abi)
     assert not {"tcp_bind", "tcp_connect"} & set(networked.enforced)
+    filtered = resolve_containment("workspace", probe=lambda: abi, seccomp_probe=lambda: True)
+    sentence = filtered.sentence
+    assert sentence is not None
+    assert len(sentence.encode()) <= containment_module.MAXIMUM_SENTENCE_BYTES
+    assert "only UNIX sockets" in sentence
+    assert "TCP" not in sentence
 
 
 def test_a_launcher_refuses_a_contained_policy_without_a_root() -> None:

@@ -246,3 +246,67 @@ def test_without_a_config_the_instructions_do_not_invent_a_root() -> None:
         largest_answer_chars("read", config)
         == (tool_of(definition, config).meta or {})[RESULT_SIZE_META]
     )
+
+
+async def test_over_stdio_the_issue_s_edit_workflow_works_end_to_end(tmp_path: Path) -> None:
+    """The real client and ``spice-coding serve``: a 262,144-byte CRLF file; read with limit
+    1 for file_sha256; an LF three-line edit that grows it by 13 bytes; the next edit chained
+    on the answer's sha256; then an edit with the wrong indentation answers where to look."""
+    root = tmp_path / "root"
+    root.mkdir()
+    lines = [f"    value_{n:06d} = compute({n})\r\n" for n in range(10_000)]
+    data = "".join(lines).encode()[:262_144]
+    data = data[: data.rfind(b"\r\n") + 2]
+    data += b"x" * (262_144 - len(data))
+    (root / "big.py").write_bytes(data)
+    old = "".join(line.replace("\r\n", "\n") for line in lines[100:103])
+    new = old.replace("compute(100)", "compute(100, a=1)").replace(
+        "compute(102)", "compute(102)  # 13 b"
+    )
+    assert 13 == len(new) - len(old)
+    async with client_for(root) as client:
+        page = (await client.call_tool("read", {"path": "big.py", "limit": 1})).structured_content
+        assert page is not None
+        first = await client.call_tool(
+            "replace",
+            {
+                "path": "big.py",
+                "expected_sha256": page["file_sha256"],
+                "edits": [{"old_text": old, "new_text": new}],
+            },
+        )
+        answer = first.structured_content or {}
+        assert (False, True, 262_157) == (first.is_error, answer["ok"], answer["bytes"])
+        chained = await client.call_tool(
+            "replace",
+            {
+                "path": "big.py",
+                "expected_sha256": answer["sha256"],
+                "edits": [{"old_text": "a=1", "new_text": "a=2"}],
+            },
+        )
+        assert (chained.structured_content or {})["ok"] is True
+        missing = await client.call_tool(
+            "replace",
+            {
+                "path": "big.py",
+                "expected_sha256": (chained.structured_content or {})["sha256"],
+                "edits": [
+                    {"old_text": "value_000200 = compute(200)\n  value_000201", "new_text": ""}
+                ],
+            },
+        )
+    after = (root / "big.py").read_bytes()
+    expected = data.replace(b"compute(100)\r\n", b"compute(100, a=2)\r\n").replace(
+        b"compute(102)\r\n", b"compute(102)  # 13 b\r\n"
+    )
+    assert expected == after
+    hint = missing.structured_content or {}
+    assert (True, "edit_not_found", 0, 201, "whitespace") == (
+        missing.is_error,
+        hint["code"],
+        hint["edit_index"],
+        hint["similar_line"],
+        hint["similar_difference"],
+    )
+    assert "value_000200 = compute(200)\r\n    value_000201" in hint["similar_text"]

@@ -565,8 +565,11 @@ async def test_a_leader_outliving_the_exit_bound_fails_the_join_retryably(
 async def test_a_child_reaped_behind_our_back_fails_the_join_terminally() -> None:
     """Once someone else reaps the leader, the group id is not ours: nothing is signalled."""
     before = procutil.open_descriptors()
-    process = await start(spec("/bin/true"))
-    # The rogue reaper (a SIGCHLD handler, a waitpid(-1) loop); `true` exits at once.
+    process = await start(spec("/bin/sleep", "60"))
+    # The rogue reaper (a SIGCHLD handler, a waitpid(-1) loop). The leader is killed and
+    # reaped with no await in between, so the launcher's watch cannot have seen the exit
+    # first, however busy the machine (with `true`, a loaded loop sometimes saw it exit).
+    os.kill(process.pid, signal.SIGKILL)
     os.waitpid(process.pid, 0)  # noqa: ASYNC222 - the fault under test
     assert Outcome.unknown() == process.result()
     for operation in (process.request_stop, process.force_kill):

@@ -11,6 +11,9 @@ from typing import Final
 import procutil
 
 ROOT_CONFTEST: Final = Path(__file__).resolve().parents[3] / "conftest.py"
+PLATFORM_SKIPS: Final = (
+    Path(__file__).resolve().parents[3] / "packages/spice-agent-api/tests/platform_skips.py"
+)
 INNER_BOUND_SECONDS: Final = 120
 
 LEAKING_TEST: Final = """
@@ -36,6 +39,7 @@ def test_runs_a_child_and_collects_it():
 def run_inner(directory: Path, test: str) -> subprocess.CompletedProcess[str]:
     """Run pytest on one test file in ``directory`` with a copy of the root conftest."""
     shutil.copy(ROOT_CONFTEST, directory / "conftest.py")
+    shutil.copy(PLATFORM_SKIPS, directory / "platform_skips.py")  # the conftest's plugin
     (directory / "pytest.ini").write_text("[pytest]\n")
     (directory / "test_inner.py").write_text(test)
     return subprocess.run(

@@ -141,3 +141,23 @@ def test_a_hint_always_quotes_the_file_at_the_line_it_names(text: str, old: str)
     assert "\n".join(lines[similar.line - 1 :]).startswith(similar.quote)
     assert similar.difference in {"whitespace", "line_endings", "text"}
     assert similar.work <= SIMILAR_WORK_BOUND
+
+
+def test_no_repr_or_message_shows_the_files_text() -> None:
+    """The quote lives in its own field, out of every repr and of the message (the message
+    is also the result's problem, which the CLI prints)."""
+    text = "def secret_function(x):\n    return x\n"
+    failure = _failure(text, "def secret_function(x):\n  return x\n")
+    assert failure.similar is not None
+    assert "secret_function" in failure.similar.quote
+    for shown in (repr(failure), repr(failure.similar), failure.message):
+        assert "secret_function" not in shown
+
+
+def test_no_hint_is_looked_for_when_not_asked() -> None:
+    """``hint=False``: the plain not-found answer, without any search."""
+    outcome = apply_edits(
+        SOURCE, len(SOURCE), [Edit("def second(y):\n  total", "x")], 1 << 20, hint=False
+    )
+    assert isinstance(outcome, EditFailure)
+    assert outcome.similar is None

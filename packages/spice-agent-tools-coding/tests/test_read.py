@@ -29,7 +29,7 @@ from spice.agent.tool import (
 )
 from spice.agent.tools.coding import Config, new_read
 from spice.agent.tools.coding._config import MAXIMUM_BYTES
-from spice.agent.tools.coding._read import INLINE_READ_BYTES, PROGRESS
+from spice.agent.tools.coding._read import INLINE_READ_BYTES, PREAD_CHUNK_BYTES, PROGRESS, _pread
 
 REPORTER_TEXT = "reporter-text-\u2603"
 HAS_FD_DIR = os.path.isdir("/proc/self/fd")
@@ -132,17 +132,6 @@ async def test_a_call_naming_another_tool_is_invalid(root: Path) -> None:
     """A call whose name is not ``read`` is a model-visible ``invalid_arguments``."""
     result = await new_read(Config(root)).execute(Call("c", "replace", '{"path": "a"}'))
     assert "invalid_arguments" == content_of(result)["code"]
-
-
-async def test_windows_answers_unsupported_platform(
-    root: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """On Windows every call is ``unsupported_platform`` (os.name faked: no Windows CI)."""
-    tool = new_read(Config(root))
-    monkeypatch.setattr(os, "name", "nt")
-    result = await tool.execute(Call("c", "read", '{"path": "a"}'))
-    monkeypatch.undo()
-    assert "unsupported_platform" == content_of(result)["code"]
 
 
 # ---- arguments -----------------------------------------------------------------------------
@@ -509,3 +498,56 @@ async def test_cancellation_while_the_worker_reads_settles_its_descriptors(root:
     )
     if before is not None:
         assert before == len(os.listdir("/proc/self/fd"))
+
+
+async def test_a_procfs_file_of_unknown_size_is_read_whole_under_the_default_bounds() -> None:
+    """procfs says size 0 and refuses one 4 MiB read (``ENOMEM``): the read goes by chunks."""
+    tool = new_read(Config("/proc/sys/kernel"))  # max_edit_bytes 4 MiB: the hash bound
+    result = await tool.execute(Call("call-1", "read", json.dumps({"path": "ostype"})))
+    body = json.loads(result.content)
+    assert body["ok"] is True
+    assert body["content"] == "Linux\n"
+    assert body["file_sha256"] == hashlib.sha256(b"Linux\n").hexdigest()
+
+
+@pytest.mark.parametrize(
+    "count", [1, PREAD_CHUNK_BYTES, PREAD_CHUNK_BYTES + 1, 3 * PREAD_CHUNK_BYTES]
+)
+def test_no_single_pread_asks_for_more_than_the_chunk(tmp_path: Path, count: int) -> None:
+    """Boundary: a read of ``count`` bytes is calls of at most ``PREAD_CHUNK_BYTES``."""
+    path = tmp_path / "f.bin"
+    path.write_bytes(b"z" * count)
+    asked: list[int] = []
+
+    def once(fd: int, size: int, offset: int) -> bytes:
+        asked.append(size)
+        return os.pread(fd, size, offset)
+
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        assert _pread(fd, count + 1, 0, once) == b"z" * count
+    finally:
+        os.close(fd)
+    assert max(asked) <= PREAD_CHUNK_BYTES
+    assert len(asked) <= count // PREAD_CHUNK_BYTES + 2  # the chunks, then the end of file
+
+
+def test_a_failing_chunk_is_an_error_not_a_short_read(tmp_path: Path) -> None:
+    """Failure: an error on a later chunk propagates; no partial bytes are taken as the file."""
+    path = tmp_path / "f.bin"
+    path.write_bytes(b"z" * (2 * PREAD_CHUNK_BYTES))
+    calls = 0
+
+    def once(fd: int, size: int, offset: int) -> bytes:
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            raise OSError(5, "injected")
+        return os.pread(fd, size, offset)
+
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        with pytest.raises(OSError, match="injected"):
+            _pread(fd, 2 * PREAD_CHUNK_BYTES, 0, once)
+    finally:
+        os.close(fd)

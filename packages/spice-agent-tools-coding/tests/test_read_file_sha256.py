@@ -116,3 +116,13 @@ def test_the_whole_file_is_read_in_a_buffer_of_its_size_and_again_if_it_grew(
     finally:
         os.close(fd)
     assert expected == (None if whole is None else len(whole))
+
+
+def test_a_proc_file_has_its_digest_under_the_default_edit_bound() -> None:
+    """The real case: /proc/sys/kernel/ostype (size 0) under a 4 MiB bound."""
+    fd = os.open("/proc/sys/kernel/ostype", os.O_RDONLY)
+    try:
+        data = _whole_file(fd, 0, 4 * 1024 * 1024, _pread)
+    finally:
+        os.close(fd)
+    assert b"Linux\n" == data

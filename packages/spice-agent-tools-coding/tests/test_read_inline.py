@@ -81,7 +81,9 @@ def root(tmp_path: Path) -> Path:
 async def read(
     root: Path | str, arguments: dict[str, object], max_write_bytes: int = DEFAULT_BYTES
 ) -> Result:
-    tool = new_read(Config(str(root), max_write_bytes=max_write_bytes))
+    # The tests name the hash bound as the write bound: files up to it get file_sha256.
+    config = Config(str(root), max_write_bytes=max_write_bytes, max_edit_bytes=max_write_bytes)
+    tool = new_read(config)
     return await tool.execute(Call("call-1", "read", json.dumps(arguments)))
 
 

@@ -486,8 +486,10 @@ async def test_a_call_for_another_tool_is_invalid_arguments(root: Path) -> None:
     assert not (root / "n.txt").exists()
 
 
-async def test_windows_answers_unsupported_platform(root: Path) -> None:
-    """On Windows every call is a model-visible unsupported_platform failure."""
+async def test_windows_route_without_the_windows_api_is_unsupported_platform(root: Path) -> None:
+    """The Windows route (``platform="win32"``) on a system without the Windows API is a
+    model-visible unsupported_platform failure that writes nothing (the route itself is
+    tested under Windows Python: test_windows_replace.py)."""
     tool = ReplaceTool(Config(str(root)), platform="win32")
     _, content = await run(tool, create_arguments("n.txt", "x"))
     assert "unsupported_platform" == content["code"]

@@ -40,6 +40,7 @@ from adv_support import (
     sha256_of_file,
     snapshot,
     temporary_files,
+    without_named_root,
     without_output,
 )
 
@@ -170,6 +171,7 @@ def _verify(
     if not (answer.ok and tool == "read" and case.get("reads_outside")):
         forbidden.append(canary)
     visible = without_output(answer) if tool == "shell-workdir" else answer
+    visible = without_named_root(visible, os.fspath(base / case["root"]))
     assert [] == leaks(visible, forbidden, json.dumps(arguments, ensure_ascii=False))
     assert [] == temporary_files(base)
     if case.get("between") != "swap_root_for_link":

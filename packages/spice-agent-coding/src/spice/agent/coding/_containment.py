@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Final, final
 
 from . import _posix_sandbox as sandbox
+from . import _seccomp as seccomp
 
 SANDBOX_ENVIRONMENT_VARIABLE: Final = "SPICE_AGENT_SANDBOX"
 AUTO: Final = "auto"
@@ -50,7 +51,9 @@ class Containment:
 
     ``requested`` is what the settings asked for (``auto`` included); ``abi`` is the
     kernel's Landlock ABI (0 without Landlock); ``warning`` is set when ``auto`` fell
-    back to ``off``.
+    back to ``off``. ``seccomp`` says whether this machine can install the filter of
+    ``_seccomp`` (a known architecture and a kernel with seccomp filters); a contained
+    command gets it where it can, and never holds a capability.
     """
 
     mode: str
@@ -58,6 +61,7 @@ class Containment:
     abi: int = 0
     allow_network: bool = False
     warning: str | None = None
+    seccomp: bool = False
 
     def __post_init__(self) -> None:
         if self.mode not in {WORKSPACE, DISABLED} or self.requested not in MODES:
@@ -74,6 +78,20 @@ class Containment:
     def enforced(self) -> tuple[str, ...]:
         """The Landlock rules applied to every command (empty when off)."""
         return sandbox.enforced_rules(self.abi, self.allow_network) if self.contained else ()
+
+    @property
+    def layers(self) -> int:
+        """The supervisor's ``LAYER_*`` bits besides Landlock (0 when not contained)."""
+        if not self.contained:
+            return 0
+        return sandbox.LAYER_CAPABILITIES | (sandbox.LAYER_SECCOMP if self.seccomp else 0)
+
+    @property
+    def filtered(self) -> tuple[str, ...]:
+        """The seccomp filter's rules applied to every command (empty without it)."""
+        if not self.layers & sandbox.LAYER_SECCOMP:
+            return ()
+        return seccomp.rules(self.allow_network, private_ipc=False)
 
     @property
     def missing(self) -> tuple[str, ...]:
@@ -93,7 +111,9 @@ class Containment:
                 "/dev/null-like devices"
             )
         ]
-        if {"tcp_bind", "tcp_connect"} <= rules:
+        if "sockets_unix_only" in self.filtered:
+            parts.append("may open only UNIX sockets (no network)")
+        elif {"tcp_bind", "tcp_connect"} <= rules:
             parts.append("may not open or accept TCP connections")
         if "signal_scope" in rules:
             parts.append("may not signal processes outside the call")
@@ -113,17 +133,34 @@ class Containment:
             "network": "denied" if "tcp_connect" in self.enforced else "allowed",
             "enforced": list(self.enforced),
             "missing": list(self.missing),
-            "not_confined": [
-                "reads",
-                "execution",
-                "file metadata (chmod, chown, utimes, xattrs)",
-                "UDP and other non-TCP sockets",
-                "connections to existing named UNIX sockets",
-                "system calls (no seccomp)",
-            ]
-            if self.contained
-            else ["everything"],
+            "seccomp": list(self.filtered) if self.filtered else None,
+            "capabilities": list(self.capabilities),
+            "not_confined": self.not_confined,
         }
+
+    @property
+    def capabilities(self) -> tuple[str, ...]:
+        """What a command holds of capabilities: ``none`` held and how (empty when off)."""
+        if not self.contained:
+            return ()
+        if sandbox.can_empty_bounding_set():
+            return ("none_held", "bounding_set_empty", "securebits_locked")
+        return ("none_held", "no_new_privs")
+
+    @property
+    def not_confined(self) -> list[str]:
+        """What the sandbox leaves open, for the ``tools`` report."""
+        if not self.contained:
+            return ["everything"]
+        kept = [
+            "reads",
+            "execution",
+            "file metadata (chmod, chown, utimes, xattrs)",
+            "connections to existing named UNIX sockets",
+        ]
+        if not self.filtered:
+            kept[3:3] = ["UDP and other non-TCP sockets", "system calls (no seccomp)"]
+        return kept
 
 
 OFF: Final = Containment(DISABLED)
@@ -146,13 +183,14 @@ def resolve_containment(
     mode: str = DEFAULT_MODE,
     allow_network: bool = False,
     probe: Callable[[], int] | None = None,
+    seccomp_probe: Callable[[], bool] | None = None,
 ) -> Containment:
     """The effective ``Containment`` for ``mode`` on this kernel.
 
-    ``probe`` answers the Landlock ABI (0 = none); by default the real kernel is asked.
-    ``mode`` is a value of ``MODES`` (the settings parsed the text). Raises
-    ``ContainmentUnavailable`` for ``workspace`` without Landlock and ``ValueError``
-    for anything else.
+    ``probe`` answers the Landlock ABI (0 = none), ``seccomp_probe`` whether the filter
+    can be installed; by default the real kernel is asked. ``mode`` is a value of
+    ``MODES`` (the settings parsed the text). Raises ``ContainmentUnavailable`` for
+    ``workspace`` without Landlock and ``ValueError`` for anything else.
     """
     if mode not in MODES:
         raise ValueError("the sandbox mode must be one of auto, workspace, off")
@@ -161,7 +199,8 @@ def resolve_containment(
     if requested == DISABLED:
         return Containment(DISABLED, requested, abi, allow_network)
     if abi >= 1:
-        return Containment(WORKSPACE, requested, abi, allow_network)
+        filtered = (seccomp.available if seccomp_probe is None else seccomp_probe)()
+        return Containment(WORKSPACE, requested, abi, allow_network, seccomp=filtered)
     if requested == WORKSPACE:
         raise ContainmentUnavailable
     return Containment(DISABLED, requested, abi, allow_network, AUTO_WITHOUT_LANDLOCK)

@@ -639,6 +639,7 @@ class _Report:
         self.start_known = asyncio.Event()
         self.command: Outcome | None = None
         self.tree_gone = False
+        self.layers = 0
 
     def listen(self) -> None:
         if self._fd is not None:
@@ -671,6 +672,7 @@ class _Report:
 
     def _take(self, kind: int, value: int) -> None:
         if kind == sandbox.REPORT_STARTED and self.start is _Start.UNKNOWN:
+            self.layers = value  # the LAYER_* bits the command was started under
             self._heard(_Start.STARTED)
         elif kind == sandbox.REPORT_FAILED and self.start is _Start.UNKNOWN:
             self._heard(_Start.FAILED)
@@ -730,6 +732,16 @@ class PosixProcess:
     def supervised(self) -> bool:
         """Whether a per-call supervisor leads the group (and owns the command's tree)."""
         return self._report is not None
+
+    @property
+    def layers(self) -> int:
+        """The ``LAYER_*`` bits of ``_posix_sandbox`` the command was started under.
+
+        What the supervisor's child applied before ``execve`` (Landlock, seccomp,
+        capabilities), as its start report says; 0 before the start is known and
+        without a supervisor.
+        """
+        return 0 if self._report is None else self._report.layers
 
     @property
     def cleanup_completed(self) -> bool:
@@ -1155,6 +1167,7 @@ class PosixLauncher:
                 [os.fsencode(argument) for argument in spec.arguments],
                 [os.fsencode(entry) for entry in environment],
                 b"" if temporary is None else os.fsencode(temporary),
+                self._containment.layers,
             )
             memory = os.memfd_create("spice-command", os.MFD_CLOEXEC)
             ends.child.append(memory)

@@ -1,6 +1,7 @@
 """Linux Landlock and process-lifetime primitives, and the per-call supervisor.
 
-Standard library only and free of package imports, on purpose: besides being imported
+Standard library only and free of package imports but its sibling ``_seccomp`` (held
+to the same rule, and loaded from this file's directory), on purpose: besides being imported
 by the application (the ABI probe, ``prctl``), this file is run as a script by the
 launcher, ``python -I -S _posix_sandbox.py SPEC_FD REPORT_FD``, once per command. That
 process, the *supervisor*, is single-threaded, so it may run Python between ``fork``
@@ -14,10 +15,12 @@ and ``exec`` without the deadlocks that ``preexec_fn`` risks in the threaded ser
    becomes a child subreaper (every orphan of the call's tree is reparented to it)
    and makes itself non-dumpable;
 3. in ``workspace`` mode builds the Landlock ruleset, forks, and in the child sets
-   ``PR_SET_PDEATHSIG(SIGKILL)``, ``no_new_privs`` and ``landlock_restrict_self``
-   before it ``execve``\\s the command (so the command's domain does not include the
+   ``PR_SET_PDEATHSIG(SIGKILL)``, ``no_new_privs`` and ``landlock_restrict_self``, drops
+   every capability and installs the seccomp filter (``_seccomp``) before it
+   ``execve``\\s the command (so the command's domain does not include the
    supervisor, which the command therefore cannot signal);
-4. reports on ``REPORT_FD``, two bytes a record: ``S`` started, ``F`` could not start,
+4. reports on ``REPORT_FD``, two bytes a record: ``S`` started (with the ``LAYER_*``
+   bits the command was put under: Landlock, seccomp, capabilities), ``F`` could not start,
    ``X``+code exited, ``K``+signal killed, ``D`` the whole tree is gone;
 5. forwards a stop (``SIGTERM``) to the command when the command has left the group,
    and on ``SIGHUP`` (the server's "end now", or the server's death) kills every
@@ -30,10 +33,17 @@ and ``exec`` without the deadlocks that ``preexec_fn`` risks in the threaded ser
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import signal
 import sys
 import time
+
+if __package__:
+    from . import _seccomp as seccomp
+else:  # the supervisor script (``python -I -S``): its own directory is not on sys.path
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import _seccomp as seccomp  # type: ignore[import-not-found,no-redef]
 
 # Every command pays this module's imports (the supervisor's start): ``typing``,
 # ``collections.abc`` and ``contextlib`` are left out at run time (annotations are strings).
@@ -70,6 +80,12 @@ PR_SET_PDEATHSIG: Final = 1
 PR_SET_DUMPABLE: Final = 4
 PR_SET_CHILD_SUBREAPER: Final = 36
 PR_SET_NO_NEW_PRIVS: Final = 38
+PR_CAPBSET_READ: Final = 23
+PR_CAPBSET_DROP: Final = 24
+PR_GET_SECUREBITS: Final = 27
+PR_SET_SECUREBITS: Final = 28
+PR_CAP_AMBIENT: Final = 47
+PR_CAP_AMBIENT_CLEAR_ALL: Final = 4
 
 # -- Landlock (include/uapi/linux/landlock.h) --------------------------------------------
 
@@ -196,9 +212,9 @@ def _checked(result: int) -> int:
     return result
 
 
-def prctl(option: int, value: int) -> None:
-    """``prctl(option, value, 0, 0, 0)``; raises ``OSError`` on failure."""
-    _checked(
+def prctl(option: int, value: int) -> int:
+    """``prctl(option, value, 0, 0, 0)``, its result; raises ``OSError`` on failure."""
+    return _checked(
         _c().prctl(
             ctypes.c_int(option),
             ctypes.c_ulong(value),
@@ -274,12 +290,14 @@ def build_ruleset(abi: int, writable: Sequence[bytes], allow_network: bool) -> i
     """A ruleset fd: writes only beneath ``writable`` and to ``DEVICES``; TCP unless allowed.
 
     Every write-ish right of ``abi`` is handled; reads and execution are not handled, so
-    they stay allowed everywhere. From ABI 4 TCP bind and connect are handled with no
-    rule (denied) unless ``allow_network``; from ABI 6 signals and abstract UNIX sockets
-    are scoped to the domain. The fd is close-on-exec (the kernel makes it so). Raises
-    ``OSError`` when the kernel refuses a step or a ``writable`` path is missing.
+    they stay allowed everywhere. Making a character or block device is granted nowhere.
+    From ABI 4 TCP bind and connect are handled with no rule (denied) unless
+    ``allow_network``; from ABI 6 signals and abstract UNIX sockets are scoped to the
+    domain. The fd is close-on-exec (the kernel makes it so). Raises ``OSError`` when
+    the kernel refuses a step or a ``writable`` path is missing.
     """
     handled = handled_fs(abi)
+    granted = handled & ~(FS_MAKE_CHAR | FS_MAKE_BLOCK)  # no device nodes anywhere (N6)
     attribute = _RulesetAttr(handled, 0, 0)
     if abi >= 4 and not allow_network:
         attribute.handled_access_net = NET_BIND_TCP | NET_CONNECT_TCP
@@ -293,7 +311,7 @@ def build_ruleset(abi: int, writable: Sequence[bytes], allow_network: bool) -> i
     )
     try:
         for path in writable:
-            _add_path_rule(ruleset, path, handled, required=True)
+            _add_path_rule(ruleset, path, granted, required=True)
         for device in DEVICES:
             _add_path_rule(ruleset, device, _DEVICE_ACCESS & handled, required=False)
     except BaseException:
@@ -328,6 +346,144 @@ def become_subreaper() -> bool:
     except (OSError, AttributeError):
         return False
     return True
+
+
+# -- capabilities (include/uapi/linux/capability.h, securebits.h) -----------------------
+
+CAP_SETPCAP: Final = 8
+_CAPABILITY_VERSION_3: Final = 0x20080522
+_CAPABILITY_WORDS: Final = 2
+MAXIMUM_CAPABILITY: Final = 63
+"""The bounding set's drop loop stops here at the latest (``EINVAL`` ends it earlier)."""
+
+SECBIT_NOROOT: Final = 1 << 0
+SECBIT_NOROOT_LOCKED: Final = 1 << 1
+SECBIT_NO_SETUID_FIXUP: Final = 1 << 2
+SECBIT_NO_SETUID_FIXUP_LOCKED: Final = 1 << 3
+SECBIT_KEEP_CAPS_LOCKED: Final = 1 << 5
+SECBIT_NO_CAP_AMBIENT_RAISE: Final = 1 << 6
+SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED: Final = 1 << 7
+SECURE_BITS: Final = (
+    SECBIT_NOROOT
+    | SECBIT_NOROOT_LOCKED
+    | SECBIT_NO_SETUID_FIXUP
+    | SECBIT_NO_SETUID_FIXUP_LOCKED
+    | SECBIT_KEEP_CAPS_LOCKED
+    | SECBIT_NO_CAP_AMBIENT_RAISE
+    | SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED
+)
+"""Root gains nothing at ``execve``, and none of it can be undone (``KEEP_CAPS`` off)."""
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = (("version", ctypes.c_uint32), ("pid", ctypes.c_int))
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = (
+        ("effective", ctypes.c_uint32),
+        ("permitted", ctypes.c_uint32),
+        ("inheritable", ctypes.c_uint32),
+    )
+
+
+def capability_sets() -> tuple[int, int, int]:
+    """This thread's effective, permitted and inheritable sets (``capget``)."""
+    header = _CapHeader(_CAPABILITY_VERSION_3, 0)
+    data = (_CapData * _CAPABILITY_WORDS)()
+    _checked(int(_c().capget(ctypes.byref(header), data)))
+    low, high = data[0], data[1]
+    return (
+        int(low.effective) | int(high.effective) << 32,
+        int(low.permitted) | int(high.permitted) << 32,
+        int(low.inheritable) | int(high.inheritable) << 32,
+    )
+
+
+def _bounding_set_empty() -> bool:
+    for capability in range(MAXIMUM_CAPABILITY + 1):
+        try:
+            if prctl(PR_CAPBSET_READ, capability):
+                return False
+        except OSError:  # EINVAL: past the kernel's last capability
+            return True
+    return True
+
+
+def can_empty_bounding_set() -> bool:
+    """Whether this process may empty the bounding set and lock the securebits."""
+    return bool(capability_sets()[0] >> CAP_SETPCAP & 1)
+
+
+def drop_capabilities() -> int:
+    """Hold no capability, now and after ``execve``; the ``LAYER_*`` bits achieved.
+
+    With ``CAP_SETPCAP`` (root): ``SECURE_BITS`` set and locked, then every capability
+    dropped from the bounding set (``LAYER_BOUNDING``). Always: the ambient set cleared and
+    the effective, permitted and inheritable sets emptied (``LAYER_CAPABILITIES``),
+    checked after the fact. Without ``CAP_SETPCAP`` the bounding set cannot be changed;
+    ``no_new_privs`` (set before) keeps ``execve`` from granting anything.
+    Raises ``OSError`` when a step the process may take fails.
+    """
+    achieved = 0
+    if can_empty_bounding_set():
+        prctl(PR_SET_SECUREBITS, SECURE_BITS)
+        for capability in range(MAXIMUM_CAPABILITY + 1):
+            try:
+                prctl(PR_CAPBSET_DROP, capability)
+            except OSError as error:
+                if error.errno != errno.EINVAL:
+                    raise
+                break
+        if prctl(PR_GET_SECUREBITS, 0) != SECURE_BITS:
+            raise OSError(errno.EINVAL, "securebits")
+        if not _bounding_set_empty():
+            raise OSError(errno.EINVAL, "bounding set")
+        achieved |= LAYER_BOUNDING
+    prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL)
+    header = _CapHeader(_CAPABILITY_VERSION_3, 0)
+    data = (_CapData * _CAPABILITY_WORDS)()
+    _checked(int(_c().capset(ctypes.byref(header), data)))
+    if capability_sets() != (0, 0, 0):
+        raise OSError(errno.EINVAL, "capabilities")
+    return achieved | LAYER_CAPABILITIES
+
+
+# -- the layers a command is put under ---------------------------------------------------
+
+LAYER_LANDLOCK: Final = 1 << 0
+LAYER_SECCOMP: Final = 1 << 1
+LAYER_CAPABILITIES: Final = 1 << 2
+"""No capability held: effective, permitted, inheritable and ambient sets empty."""
+LAYER_BOUNDING: Final = 1 << 3
+"""The bounding set empty and ``SECURE_BITS`` locked (needs ``CAP_SETPCAP``: root)."""
+PRIVATE_IPC: Final = 1 << 7
+"""Not a layer: the command has an IPC namespace of its own, so the filter allows SysV IPC."""
+_REQUESTABLE: Final = LAYER_SECCOMP | LAYER_CAPABILITIES
+
+
+def apply_layers(ruleset: int | None, requested: int, allow_network: bool) -> int:
+    """Put this process under Landlock (``ruleset``), then the ``requested`` layers.
+
+    Landlock first (it sets ``no_new_privs``), then capabilities, then the seccomp
+    filter (last: nothing after it needs a refused call). Returns the ``LAYER_*`` bits
+    applied; raises ``OSError`` (or ``seccomp.Unsupported``) when a requested layer
+    cannot be applied, so the caller never runs the command without it.
+    """
+    applied = 0
+    if ruleset is not None:
+        restrict_self(ruleset)
+        applied |= LAYER_LANDLOCK
+    if requested & LAYER_CAPABILITIES:
+        prctl(PR_SET_NO_NEW_PRIVS, 1)
+        applied |= drop_capabilities()
+    if requested & LAYER_SECCOMP:
+        program = seccomp.build(os.getpid(), allow_network, bool(requested & PRIVATE_IPC))
+        seccomp.install(program)
+        applied |= LAYER_SECCOMP
+    if requested & _REQUESTABLE & ~applied:
+        raise OSError(errno.EPERM, "a requested layer was not applied")
+    return applied
 
 
 def children(pid: int) -> list[int]:
@@ -461,6 +617,7 @@ REPORT_FAILED: Final = ord("F")
 REPORT_EXITED: Final = ord("X")
 REPORT_KILLED: Final = ord("K")
 REPORT_DONE: Final = ord("D")
+_LAYERS_RECORD: Final = ord("L")
 
 
 def encode_spec(
@@ -472,12 +629,15 @@ def encode_spec(
     arguments: Sequence[bytes],
     environment: Sequence[bytes],
     temporary: bytes = b"",
+    layers: int = 0,
 ) -> bytes:
     """The supervisor's input: NUL-separated fields (none of them may contain NUL).
 
     ``abi`` 0 means no Landlock (mode ``off``); ``writable`` is then ignored.
     ``temporary`` is the call's private TMPDIR, which the supervisor removes itself
-    when the server dies (otherwise the server's join does).
+    when the server dies (otherwise the server's join does). ``layers`` are the
+    ``LAYER_SECCOMP``/``LAYER_CAPABILITIES`` bits (and ``PRIVATE_IPC``) the command
+    must be put under besides Landlock; the start fails when one cannot be applied.
     """
     fields = [
         SPEC_VERSION,
@@ -485,6 +645,7 @@ def encode_spec(
         str(abi).encode(),
         b"1" if allow_network else b"0",
         temporary,
+        str(layers).encode(),
         str(len(writable)).encode(),
         *writable,
         executable,
@@ -502,6 +663,7 @@ class _Spec:
         "arguments",
         "environment",
         "executable",
+        "layers",
         "server",
         "temporary",
         "writable",
@@ -515,9 +677,10 @@ class _Spec:
         self.abi = int(fields[2])
         self.allow_network = fields[3] == b"1"
         self.temporary = fields[4]
-        count = int(fields[5])
-        self.writable = fields[6 : 6 + count]
-        rest = fields[6 + count :]
+        self.layers = int(fields[5])
+        count = int(fields[6])
+        self.writable = fields[7 : 7 + count]
+        rest = fields[7 + count :]
         self.executable = rest[0]
         argument_count = int(rest[1])
         self.arguments = [self.executable, *rest[2 : 2 + argument_count]]
@@ -543,16 +706,20 @@ def _report(fd: int, kind: int, value: int = 0) -> None:
 def _child(
     spec: _Spec, ruleset: int | None, status: int, mask: Iterable[int], parent: int
 ) -> NoReturn:
-    """In the forked child: the command's last preparations, then ``execve``."""
+    """In the forked child: the command's last preparations, then ``execve``.
+
+    On ``status`` the child writes ``L`` and the ``LAYER_*`` bits it applied just before
+    ``execve`` (close-on-exec, so a start ends the pipe), or ``F`` when it cannot start.
+    """
     try:
         for number in (signal.SIGPIPE, signal.SIGXFSZ):
             signal.signal(number, signal.SIG_DFL)
         prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
         if os.getppid() != parent:
             os._exit(_CANNOT_START)  # the supervisor died before the death signal was set
-        if ruleset is not None:
-            restrict_self(ruleset)
+        applied = apply_layers(ruleset, spec.layers, spec.allow_network)
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        os.write(status, bytes((_LAYERS_RECORD, applied)))
         os.execve(spec.executable, spec.arguments, spec.environment)  # noqa: S606 - the point
     except BaseException:  # noqa: BLE001 - any failure here means "not started"
         with _suppress(OSError):
@@ -689,7 +856,8 @@ def supervise(spec_fd: int, report: int) -> NoReturn:
 
     Until the fork nothing of the command exists: any failure there is reported ``F``
     (the server then knows nothing was started). After it, only the command's own
-    start word (its status pipe closing on ``exec``) says whether it started.
+    start word says whether it started: ``L`` and the layers it applied, then its
+    status pipe closing on ``exec``.
     """
     os.set_inheritable(report, False)  # noqa: FBT003 - os's positional-only flag
     try:
@@ -706,16 +874,16 @@ def supervise(spec_fd: int, report: int) -> NoReturn:
     os.close(status_write)
     if ruleset is not None:
         os.close(ruleset)
-    failed = os.read(status_read, 1)
+    said = _read_all(status_read)
     os.close(status_read)
     supervisor = _Supervisor(spec, report)
     supervisor.command = command
-    if failed:
+    if len(said) != 2 or said[0] != _LAYERS_RECORD:  # "F", or "L" then "F": not started
         with _suppress(ChildProcessError):
             os.waitpid(command, 0)
         _report(report, REPORT_FAILED)
         os._exit(_CANNOT_START)
-    _report(report, REPORT_STARTED)
+    _report(report, REPORT_STARTED, said[1])
     # The command holds the pipes now; ours would keep them open after it exits.
     null = os.open("/dev/null", os.O_RDWR)
     for fd in (0, 1, 2):

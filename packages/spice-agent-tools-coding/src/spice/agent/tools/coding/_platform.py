@@ -1,10 +1,11 @@
 """The one place that picks the platform's file-system implementation (contract 10.4).
 
 - POSIX: ``_root`` (``openat2``, else a no-follow walk beneath a held descriptor) for
-  ``read``, ``replace`` and the shell's workdir.
-- Windows: the shell's workdir check is ``_windows_workdir``; ``read`` and ``replace``
-  answer ``unsupported_platform`` until the handle-relative root (``NtCreateFile`` beneath
-  a held directory handle, no reparse point followed) is plugged in here.
+  ``read``, ``replace`` and the shell's workdir; ``clean_path`` for names.
+- Windows: ``read`` and ``replace`` open every name beneath a held NT directory handle
+  (``_root_windows``: ``NtCreateFile`` with ``RootDirectory``, no reparse point followed),
+  names are checked by ``_winnames``; ``replace``'s worker is ``_replace_windows``
+  (picked by ``ReplaceTool``); the shell's workdir check is ``_windows_workdir``.
 """
 
 from __future__ import annotations
@@ -12,9 +13,47 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
+from typing import Final
+
+from . import _winapi
+from ._root import PathError
+
+__all__ = [
+    "BATCH_EXTENSIONS",
+    "WINDOWS",
+    "PathError",
+    "batch_file",
+    "clean_path",
+    "is_windows",
+    "open_regular",
+    "pread",
+    "root_supported",
+    "workdir_check",
+]
 
 Identity = tuple[int, int]
 WorkdirCheck = Callable[[str, str], tuple[Identity, str]]
+
+WINDOWS: Final = sys.platform == "win32"
+"""Whether ``read`` and ``replace`` take the Windows route in this process."""
+
+if sys.platform == "win32":
+    from ._root_windows import open_regular, pread
+    from ._winnames import clean_windows_path as clean_path
+else:
+    from ._root import clean_path, open_beneath, open_root
+
+    def pread(fd: int, count: int, offset: int) -> bytes:
+        """``os.pread`` (looked up at the call: a POSIX-only name)."""
+        return os.pread(fd, count, offset)
+
+    def open_regular(root: str, cleaned: str) -> int:
+        """Open the regular file ``cleaned`` beneath ``root`` for reading (the caller's fd)."""
+        root_fd = open_root(root)
+        try:
+            return open_beneath(root_fd, cleaned, os.O_RDONLY, follow_final=True, regular=True)
+        finally:
+            os.close(root_fd)
 
 
 def is_windows(platform: str | None = None) -> bool:
@@ -23,8 +62,9 @@ def is_windows(platform: str | None = None) -> bool:
 
 
 def root_supported(platform: str | None = None) -> bool:
-    """Whether ``read`` and ``replace`` have a root implementation on ``platform``."""
-    return not is_windows(platform)
+    """Whether ``read`` and ``replace`` have a root implementation on ``platform``: POSIX
+    always; Windows where the Windows API is there (a faked platform off Windows is not)."""
+    return not is_windows(platform) or _winapi.available()
 
 
 BATCH_EXTENSIONS = frozenset({".bat", ".cmd"})

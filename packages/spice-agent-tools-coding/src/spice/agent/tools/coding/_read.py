@@ -47,9 +47,9 @@ from spice.agent.tool import (
 from ._arguments import ArgumentError, decode_object, take_integer, take_string
 from ._cached import open_cached_regular
 from ._config import Config
-from ._platform import root_supported
+from ._platform import clean_path, open_regular, pread, root_supported
 from ._results import attach, failure, report_progress
-from ._root import PathError, clean_path, open_beneath, open_root
+from ._root import PathError
 from .settling import deliver_cancellation, settle
 
 NAME: Final = "read"
@@ -192,7 +192,7 @@ class _Read:
             return failure(
                 call,
                 "unsupported_platform",
-                "read is not yet supported on Windows",
+                "read on Windows needs the Windows API, which this system does not have",
                 _STATE,
                 _RETRY,
             )
@@ -308,11 +308,7 @@ def _read_page(root: str, request: _Request, call_id: str) -> Result | _Failure:
     A page's answer is built here, encoded once (see ``_shape``).
     """
     try:
-        root_fd = open_root(root)
-        try:
-            fd = open_beneath(root_fd, request.path, os.O_RDONLY, follow_final=True, regular=True)
-        finally:
-            os.close(root_fd)
+        fd = open_regular(root, request.path)
     except PathError as error:
         return _Failure(error.code, error.message)
     try:
@@ -322,6 +318,9 @@ def _read_page(root: str, request: _Request, call_id: str) -> Result | _Failure:
     finally:
         os.close(fd)
 
+
+PREAD_CHUNK_BYTES: Final = 256 * 1024
+"""The most one ``pread`` asks of the kernel; a longer read is several."""
 
 _Reader = Callable[[int, int, int], bytes]
 """``(fd, count, offset) -> bytes``: ``count`` bytes at ``offset``, fewer only at the end."""
@@ -366,16 +365,17 @@ def _whole_file(fd: int, size: int, limit: int, pread: _Reader) -> bytes | None:
     return data if len(data) <= limit else None
 
 
-def _pread(fd: int, count: int, offset: int, once: _Reader | None = None) -> bytes:
-    """Read ``count`` bytes at ``offset`` (fewer only at end of file); ``os.pread`` by default.
+def _pread(fd: int, count: int, offset: int, once: _Reader = pread) -> bytes:
+    """Read ``count`` bytes at ``offset`` (fewer only at end of file); the platform's
+    positional read by default (``_platform.pread``).
 
-    (``os.pread`` is POSIX-only: it is looked up at the call, so the module imports on Windows.)
+    At most ``PREAD_CHUNK_BYTES`` per system call: a file whose size the kernel does not
+    know (procfs says 0) is read up to the hash bound, and procfs refuses one read of
+    4 MiB with ``ENOMEM``; small reads also keep the buffer of a short file small.
     """
-    if once is None:
-        once = os.pread
     chunks: list[bytes] = []
     while count > 0:
-        chunk = once(fd, count, offset)
+        chunk = once(fd, min(count, PREAD_CHUNK_BYTES), offset)
         if not chunk:
             break
         chunks.append(chunk)

@@ -85,7 +85,7 @@ _ALLOWED: Final = RetryDisposition.ALLOWED
 
 PROGRESS: Final = "replace: writing a file under the root"
 WRONG_TOOL: Final = "the call names another tool"
-UNSUPPORTED: Final = "replace is not supported on this platform yet (only POSIX systems are)"
+UNSUPPORTED: Final = "replace on Windows needs the Windows API, which this system does not have"
 UNEXPECTED: Final = "replace failed unexpectedly"
 NOT_TEXT: Final = "the file is not valid UTF-8 text; edits need text (replace it with content)"
 
@@ -131,6 +131,7 @@ class ReplaceTool:
         self._config = config
         self._syscalls = syscalls
         self._platform = platform
+        self._worker = _windows_work if platform == "win32" else _work
         self._lease = asyncio.Lock()
         self._definition = Definition(
             NAME,
@@ -171,7 +172,7 @@ class ReplaceTool:
             await deliver_cancellation()
             # A future the thread completes from its own end (no task around it), so
             # the loop's shutdown cannot mark it done while the thread still runs.
-            worker = in_thread(_work, self._config, self._syscalls, arguments, gate)
+            worker = in_thread(self._worker, self._config, self._syscalls, arguments, gate)
         except asyncio.CancelledError as cancelled:
             self._lease.release()
             attach(cancelled, Interruption(call.id, _DEFINITIVE, _ALLOWED))
@@ -234,6 +235,21 @@ def _work(config: Config, syscalls: Syscalls, arguments: Arguments, gate: Commit
     finally:
         with contextlib.suppress(OSError):
             os.close(root_fd)
+
+
+def _windows_work(
+    config: Config, _syscalls: Syscalls, arguments: Arguments, gate: CommitGate
+) -> _Done:
+    """The Windows worker (``_replace_windows``); ``unsupported_platform`` without its API."""
+    from . import _winapi  # noqa: PLC0415 - the Windows modules load only on this route
+
+    if not _winapi.available():
+        body = arguments.body
+        change = _Change(body.data, body.sha256) if isinstance(body, Whole) else None
+        return _Done(Outcome("unsupported_platform", UNSUPPORTED), change)
+    from ._replace_windows import work  # noqa: PLC0415 - it imports this module's types
+
+    return work(config, arguments, gate)
 
 
 def _write_beneath(

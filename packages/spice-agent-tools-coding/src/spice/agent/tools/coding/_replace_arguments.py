@@ -27,7 +27,7 @@ from typing import Final, TypeAlias, final
 from ._arguments import ArgumentError, decode_object, take_boolean, take_string
 from ._config import Config
 from ._edits import MAXIMUM_DIFF_BYTES, MAXIMUM_EDITS, Edit
-from ._root import PathError, clean_path
+from ._platform import PathError, clean_path
 
 ENCODINGS: Final = ("utf-8", "base64")
 DIGEST: Final = re.compile(r"[0-9a-f]{64}")

@@ -1,0 +1,119 @@
+"""The worker of ``replace`` on Windows: the parent beneath the root handle, then the engine.
+
+The Windows counterpart of ``_replace._work`` (which runs it in the same worker thread,
+under the same lease and cancellation rules). Names are opened beneath held NT handles
+(``_root_windows``); the engine is ``_commit_windows``. The edit form reads the current
+file through the same engine's inspection (retried while another process holds it),
+checks the digest first, and applies the same pure edit rule (``_edits``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+
+from . import _commit_windows as cw
+from . import _root_windows as rw
+from ._commit import (
+    ABORTED,
+    DIRECTORIES_LEFT,
+    NOT_FOUND,
+    NOTHING_CHANGED,
+    STALE,
+    Absent,
+    CommitGate,
+    Occupied,
+    Outcome,
+    Request,
+)
+from ._config import Config
+from ._edits import EditFailure, apply_edits, unified_diff
+from ._replace import NOT_TEXT, _Change, _Done
+from ._replace_arguments import Arguments, Edits, Whole
+from ._root import MadeDirectory, PathError
+
+
+def work(config: Config, arguments: Arguments, gate: CommitGate) -> _Done:
+    """The blocking part of one call, in a worker thread."""
+    body = arguments.body
+    change = _Change(body.data, body.sha256) if isinstance(body, Whole) else None
+    if gate.cancelled:
+        return _Done(ABORTED, change)
+    try:
+        root = rw.open_root(config.root)
+    except PathError as error:
+        return _Done(Outcome(error.code, error.message), change)
+    made: list[MadeDirectory] = []
+    try:
+        done = _write_beneath(config, root, arguments, gate, made, change)
+        if made and not done.outcome.committed:
+            return _Done(_withdraw(root, made, done.outcome), done.change)
+        return done
+    finally:
+        rw.close(root)
+
+
+def _write_beneath(
+    config: Config,
+    root: int,
+    arguments: Arguments,
+    gate: CommitGate,
+    made: list[MadeDirectory],
+    change: _Change | None,
+) -> _Done:
+    creating = arguments.expected is None
+    parent, leaf = rw.split_parent(arguments.path)
+    try:
+        directory = rw.open_directory(root, parent, create_missing=creating, made=made)
+    except PathError as error:
+        return _Done(Outcome(error.code, error.message), change)
+    try:
+        limit = config.max_write_bytes
+        if isinstance(arguments.body, Edits):
+            edited = _edit(directory, leaf, arguments, arguments.body, limit, gate)
+            if isinstance(edited, Outcome):
+                return _Done(edited, None)
+            change = edited
+        assert change is not None  # noqa: S101 - the content form set it in work()
+        request = Request(leaf, change.data, change.sha256, arguments.expected, limit)
+        outcome = cw.write_file(directory, request, gate)
+        if outcome.created and outcome.durable and parent != ".":
+            outcome = cw.flush_ancestors(root, parent, outcome)
+        return _Done(outcome, change)
+    finally:
+        rw.close(directory)
+
+
+def _edit(
+    directory: int, leaf: str, arguments: Arguments, body: Edits, limit: int, gate: CommitGate
+) -> _Change | Outcome:
+    """Read the current file, check its digest first, then apply the edits (pure rule)."""
+    found = cw.inspect_settled(directory, leaf, limit, gate)
+    if isinstance(found, Outcome):
+        return found
+    if isinstance(found, Absent):
+        return Outcome("not_found", NOT_FOUND)
+    if isinstance(found, Occupied):
+        return Outcome(found.code, found.message)
+    if isinstance(found, cw.Busy):  # pragma: no cover - inspect_settled never answers it
+        return ABORTED
+    if found.sha256 != arguments.expected:
+        return Outcome("stale", STALE, current_sha256=found.sha256)
+    try:
+        before = found.data.decode("utf-8")
+    except UnicodeDecodeError:
+        return Outcome("not_text", NOT_TEXT)
+    edited = apply_edits(before, len(found.data), body.edits, limit)
+    if isinstance(edited, EditFailure):
+        return Outcome(edited.code, edited.message)
+    data = edited.text.encode("utf-8")
+    diff, truncated = unified_diff(arguments.path, before, edited.text)
+    return _Change(data, hashlib.sha256(data).hexdigest(), edited.replacements, diff, truncated)
+
+
+def _withdraw(root: int, made: list[MadeDirectory], outcome: Outcome) -> Outcome:
+    """Remove the directories a create made before it failed or stopped (contract 9.1)."""
+    if rw.remove_made(root, made):
+        return outcome
+    message = outcome.message.removesuffix(NOTHING_CHANGED) + DIRECTORIES_LEFT
+    return dataclasses.replace(outcome, message=message, directories_cleaned=False)
