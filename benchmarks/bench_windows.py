@@ -1,15 +1,16 @@
-"""Section "windows": what a ``shell`` call costs under Wine, beside Linux (issue 22).
+"""Section "windows": what ``shell``, ``read`` and ``replace`` cost under Wine (issue 22).
 
 Under Wine (the environment ``make test-windows`` builds in ``.windows-env``), Windows
 CPython runs ``_windows_probe.py``: ``shell`` of ``cmd /c exit 0`` through the Job Object
-launcher, beside its floor (a direct ``subprocess.run`` of it). On Linux, in this process:
-``shell`` of ``true`` through ``PosixLauncher``, beside its floor. The cross figure divides
-the Wine ``shell`` by the Linux one. **Wine is not Windows**: process creation under Wine
-goes through ``wineserver`` and costs what it costs there, not what it costs on Windows;
-the ratio says how the port behaves on this machine, not how fast Windows is.
+launcher, beside its floor (a direct ``subprocess.run`` of it). On Linux, in this process,
+the same probe: ``shell`` of ``true`` through ``PosixLauncher``, beside its floor. Each
+cross figure divides the Wine figure by the Linux one. **Wine is not Windows**: process
+creation and file calls under Wine go through ``wineserver`` and cost what they cost
+there, not what they cost on Windows; the ratio says how the port behaves on this machine,
+not how fast Windows is.
 
-``read`` and ``replace`` answer ``unsupported_platform`` on Windows until the
-handle-relative root lands: their figures say "unavailable" and why.
+``read`` and ``replace`` (the handle-relative Windows root) are measured the same way,
+each beside its floor (``open().read()``; a temporary written, flushed and renamed).
 
 Run alone: ``uv run --locked --no-sync python benchmarks/bench_windows.py``.
 """
@@ -22,16 +23,11 @@ import os
 import shutil
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 from typing import Final
 
+import _windows_probe
 from _harness import REPOSITORY, Figure, Settings, main_of, milliseconds, unavailable
-
-from spice.agent.coding import PosixLauncher, PosixResolver
-from spice.agent.dispatch import Dispatcher
-from spice.agent.tool import Call
-from spice.agent.tools.coding import Config, new_shell
 
 SECTION: Final = "windows"
 STATE: Final = Path(os.environ.get("SPICE_WINDOWS_ENV", REPOSITORY / ".windows-env"))
@@ -40,10 +36,6 @@ TIMEOUT_SECONDS: Final = 600
 WINE_CAVEAT: Final = (
     "Wine is not Windows: process creation goes through wineserver; the ratio describes "
     "this machine under Wine 8, not Windows"
-)
-NO_ROOT: Final = (
-    "read and replace answer unsupported_platform on Windows until the handle-relative "
-    "root (contract 10.4) lands"
 )
 
 
@@ -73,7 +65,7 @@ def _wine_samples(settings: Settings) -> dict[str, list[float]] | str:
             f"C:\\python{PYTHON_TAG}\\python.exe",
             "C:\\src\\benchmarks\\_windows_probe.py",
             str(settings.warmup),
-            str(settings.process_repeats * 3),
+            str(_repeats(settings)),
             "C:\\bench-root",
         ],
         cwd=prefix / "drive_c",
@@ -89,71 +81,63 @@ def _wine_samples(settings: Settings) -> dict[str, list[float]] | str:
     return samples
 
 
-async def _linux_samples(settings: Settings) -> dict[str, list[float]]:
+def _linux_samples(settings: Settings) -> dict[str, list[float]]:
     with tempfile.TemporaryDirectory() as root:
-        tool, cleanup = new_shell(Config(root), PosixResolver(), PosixLauncher())
-        dispatcher = Dispatcher([tool])
-        call = Call("bench", "shell", json.dumps({"argv": ["true"]}))
-        samples: dict[str, list[float]] = {"shell": [], "floor": []}
-        try:
-            for index in range(settings.warmup + settings.process_repeats * 3):
-                start = time.perf_counter()
-                if (await dispatcher.dispatch(call)).problem is not None:
-                    raise RuntimeError("the benchmarked call failed")
-                middle = time.perf_counter()
-                subprocess.run(["/bin/true"], check=True, cwd=root)  # noqa: ASYNC221 - the floor
-                end = time.perf_counter()
-                if index >= settings.warmup:
-                    samples["shell"].append(middle - start)
-                    samples["floor"].append(end - middle)
-        finally:
-            await cleanup()
-    return samples
+        return asyncio.run(_windows_probe.main(settings.warmup, _repeats(settings), root))
+
+
+def _repeats(settings: Settings) -> int:
+    return settings.process_repeats * 3
+
+
+LABELS: Final = {
+    "shell": ("shell `cmd /c exit 0`", "shell `true`", "subprocess.run of the same command"),
+    "read": ("read 4 KiB", "read 4 KiB", "open().read()"),
+    "replace": ("replace 4 KiB", "replace 4 KiB", "write, fsync, os.replace"),
+}
 
 
 def run(settings: Settings) -> list[Figure]:
-    """The Wine figures beside their floor and beside Linux."""
-    linux = asyncio.run(_linux_samples(settings))
-    linux_shell = milliseconds(linux["shell"])
+    """The Wine figures beside their floors and beside Linux."""
+    linux = _linux_samples(settings)
     wine = _wine_samples(settings)
-    figures = [
-        Figure(
-            SECTION,
-            "Linux: shell `true`",
-            linux_shell,
-            "floor",
-            "subprocess.run(['/bin/true'])",
-            milliseconds(linux["floor"]),
+    figures: list[Figure] = []
+    for key, (wine_name, linux_name, floor_name) in LABELS.items():
+        linux_subject = milliseconds(linux[key])
+        figures.append(
+            Figure(
+                SECTION,
+                f"Linux: {linux_name}",
+                linux_subject,
+                "floor",
+                floor_name,
+                milliseconds(linux[f"{key}_floor"]),
+            )
         )
-    ]
-    if isinstance(wine, str):
-        figures.append(unavailable(SECTION, "Wine: shell `cmd /c exit 0`", wine))
-    else:
-        wine_shell = milliseconds(wine["shell"])
+        if isinstance(wine, str):
+            figures.append(unavailable(SECTION, f"Wine: {wine_name}", wine))
+            continue
+        wine_subject = milliseconds(wine[key])
         figures += [
             Figure(
                 SECTION,
-                "Wine: shell `cmd /c exit 0`",
-                wine_shell,
+                f"Wine: {wine_name}",
+                wine_subject,
                 "floor",
-                "subprocess.run([COMSPEC, '/c', 'exit 0']) under Wine",
-                milliseconds(wine["floor"]),
+                f"{floor_name}, under Wine",
+                milliseconds(wine[f"{key}_floor"]),
                 notes=(WINE_CAVEAT,),
             ),
             Figure(
                 SECTION,
-                "Wine shell `cmd /c exit 0` / Linux shell `true`",
-                wine_shell,
+                f"Wine {wine_name} / Linux {linux_name}",
+                wine_subject,
                 "peer",
-                "Linux shell `true` (this run)",
-                linux_shell,
+                f"Linux {linux_name} (this run)",
+                linux_subject,
                 notes=(WINE_CAVEAT,),
             ),
         ]
-    figures += [
-        unavailable(SECTION, "Wine: read", NO_ROOT),
-        unavailable(SECTION, "Wine: replace", NO_ROOT),
-    ]
     return figures
 
 

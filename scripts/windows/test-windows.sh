@@ -46,7 +46,7 @@ fi
 
 if [ $# -eq 0 ]; then
   set -- packages/spice-agent-api/tests packages/spice-agent-tools-coding/tests \
-    packages/spice-agent-coding/tests -q -ra
+    packages/spice-agent-coding/tests -q -ra -o faulthandler_timeout=300
 fi
 rc=0
 for py in $PYTHONS; do

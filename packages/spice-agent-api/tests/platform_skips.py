@@ -27,6 +27,11 @@ SIGNALS: Final = "POSIX signals, process groups, /proc or file descriptors"
 OWNERSHIP: Final = "POSIX owners, modes and setuid bits"
 STRACE: Final = "strace (Linux)"
 POSIX_PATHS: Final = "POSIX executables (/bin/sh, true) and paths"
+POSIX_CLI: Final = (
+    "expects the POSIX answers (read and replace working, Landlock's warnings, the four-name "
+    "allowlist, POSIX roots); Windows' CLI is tested in test_windows_serve.py and "
+    "test_platform.py"
+)
 PLATFORM: Final = "the POSIX platform is the default (test_platform.py checks Windows')"
 RAW_PIPES: Final = (
     "a raw peer on non-blocking os.pipe ends and the event loop's pipe transport; Windows "
@@ -70,8 +75,20 @@ POSIX_ONLY_MODULES: Final[dict[str, str]] = {
     "test_posix_sandbox.py": LAUNCHER,
     "test_shell_posix.py": LAUNCHER,
     "test_mcp_answers_fit.py": ROOT,
+    "test_cli.py": POSIX_CLI,
+    "test_cli_root.py": POSIX_CLI,
+    "test_settings.py": POSIX_CLI,
+    "test_settings_edit_bound.py": POSIX_CLI,
+    "test_mcp_results.py": POSIX_PATHS,
+    "test_shell_description_truth.py": POSIX_PATHS,
+    "test_settling_anyio.py": ROOT,
+    "test_startup_imports.py": (
+        "on Windows pywin32's .pth loads pywin32_bootstrap at every start, before our code "
+        "(site), so the count of third-party modules differs"
+    ),
     "test_mcp_load.py": RAW_PIPES,
     "test_mcp_pipes.py": RAW_PIPES,
+    "test_mcp_progress.py": RAW_PIPES,
     "test_mcp_shutdown.py": RAW_PIPES,
     # spice-agent-api
     "test_process_values.py": POSIX_PATHS,
@@ -102,6 +119,8 @@ POSIX_ONLY_TESTS: Final[dict[str, str]] = {
     "test_a_replace_cancelled_again_and_again_waits_for_its_worker_without_spinning": ROOT,
     "packages/spice-agent-tools-coding/tests/test_settling.py::"
     "test_a_replace_worker_past_the_bound_is_still_answered_honestly": ROOT,
+    "packages/spice-agent-tools-coding/tests/test_settling.py::"
+    "test_a_replace_at_loop_shutdown_keeps_its_interruption_and_its_lease": ROOT,
 }
 """Single tests (by node id without parameters) that are POSIX-only in a portable module."""
 

@@ -25,7 +25,11 @@ from spice.agent.coding._windows_launcher import (
     WindowsLauncher,
     WindowsProcess,
 )
+from spice.agent.coding._windows_resolver import WindowsResolver
+from spice.agent.dispatch import Dispatcher
 from spice.agent.process import LaunchError, Outcome, Spec
+from spice.agent.tool import Call, ExecutionState, interruption_of
+from spice.agent.tools.coding import Config, new_shell
 
 pytestmark = pytest.mark.skipif(
     sys.platform != "win32",
@@ -92,8 +96,10 @@ async def run(spec: Spec) -> tuple[WindowsProcess, Outcome]:
 
 
 async def test_exit_codes_are_reported(tmp_path: Path) -> None:
-    for code in (0, 3, 255, 2**31 + 5):
-        _, outcome = await run(python_spec(f"import sys; sys.exit({code})", tmp_path))
+    # ExitProcess takes the whole DWORD (3.11's sys.exit cannot pass more than INT_MAX).
+    exit_with = "import ctypes; ctypes.windll.kernel32.ExitProcess(ctypes.c_uint({}))"
+    for code in (0, 3, 255, 2**31 + 5, 2**32 - 1):
+        _, outcome = await run(python_spec(exit_with.format(code), tmp_path))
         assert Outcome.exited(code) == outcome
 
 
@@ -319,4 +325,31 @@ def test_a_killed_server_takes_every_command_with_it(tmp_path: Path) -> None:
         if server.stdout is not None:
             server.stdout.close()
     assert gone(command)
+    assert gone(grandchild)
+
+
+async def test_a_cancelled_shell_call_ends_the_tree_and_says_uncertain(tmp_path: Path) -> None:
+    """Through the shell tool: the caller's cancellation ends the command and its grandchild."""
+    root = tmp_path / "root"
+    root.mkdir()
+    marker = root / "grandchild.pid"
+    code = (
+        "import subprocess, sys, time; "
+        "c = subprocess.Popen([sys.executable, '-I', '-S', '-c', 'import time; time.sleep(120)']); "
+        f"open({str(marker)!r}, 'w').write(str(c.pid)); time.sleep(120)"
+    )
+    tool, cleanup = new_shell(Config(str(root)), WindowsResolver(), WindowsLauncher())
+    call = Call("c1", "shell", json.dumps({"argv": [sys.executable, "-c", code]}))
+    task = asyncio.ensure_future(Dispatcher([tool]).dispatch(call))
+    async with asyncio.timeout(60):
+        while not marker.exists() or not marker.read_text():  # noqa: ASYNC110 - a file appears
+            await asyncio.sleep(0.02)
+    grandchild = int(marker.read_text())
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError) as raised:
+        await task
+    interruption = interruption_of(raised.value)
+    assert interruption is not None
+    assert ExecutionState.UNCERTAIN == interruption.state
+    await cleanup()
     assert gone(grandchild)

@@ -66,7 +66,10 @@ def test_tools_lists_three_tools_and_says_nothing_is_contained(worktree: Path) -
 
 def test_workspace_refuses_to_start_and_off_says_nothing(worktree: Path) -> None:
     refused = cli("--root", str(worktree), "call", "--sandbox", "workspace", "shell", "{}")
-    assert (2, NO_SANDBOX) == (refused.returncode, refused.stderr.strip().splitlines()[-1])
+    assert (2, f"spice-coding: {NO_SANDBOX}") == (
+        refused.returncode,
+        refused.stderr.strip().splitlines()[-1],
+    )
     quiet = cli("--root", str(worktree), "tools", "--sandbox", "off")
     assert 0 == quiet.returncode
     assert "warning" not in quiet.stderr
