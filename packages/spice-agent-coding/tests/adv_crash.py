@@ -77,6 +77,7 @@ _CLOSE_STARTED: Final = "\0close-started"
 """Marks a pending close that was already yielded when it began."""
 _LINE: Final = re.compile(r"^(?:\[pid +)?(\d+)\]?\s+(.*)$")
 _RESUMED: Final = re.compile(r"^<\.\.\. \w+ resumed>(.*)$")
+_PADDED_RESULT: Final = re.compile(r"^\)\s+= ")
 
 
 def _text(hexed: str | None) -> str:
@@ -130,7 +131,10 @@ def joined_lines(lines: Iterable[str]) -> Iterator[str]:
             continue
         pid, rest = match.groups()
         if rest.endswith("<unfinished ...>"):
-            started = rest.removesuffix("<unfinished ...>")
+            # "fsync(8<...> <unfinished ...>": the blank before the marker is strace's, not
+            # the call's, as is the padding in "<... fsync resumed>)      = 0" (a loaded
+            # machine interleaves threads, so the split calls are the ones that matter).
+            started = rest.removesuffix("<unfinished ...>").rstrip()
             if started.startswith("close("):
                 # The number is free once close has begun: another thread's open may get
                 # it (and be printed) before this close's end is, so it counts from here.
@@ -140,7 +144,7 @@ def joined_lines(lines: Iterable[str]) -> Iterator[str]:
             continue
         resumed = _RESUMED.match(rest)
         if resumed is not None:
-            rest = pending.pop(pid, "") + resumed.group(1)
+            rest = pending.pop(pid, "") + _PADDED_RESULT.sub(") = ", resumed.group(1), count=1)
             if rest.startswith(_CLOSE_STARTED):
                 continue
         yield rest

@@ -30,6 +30,7 @@ from adv_crash import (
     Trace,
     crash_states,
     durable_point,
+    joined_lines,
     materialize,
     parse_trace,
 )
@@ -291,3 +292,22 @@ def test_a_descriptor_reused_before_its_close_is_printed_keeps_the_new_files_wri
     trace = parse_trace(lines, root, {"f": b"OLD"})
     writes = [op for op in trace.ops if op.kind == "write"]
     assert [b"NEW"] == [op.data for op in writes]
+
+
+def test_a_call_split_by_another_threads_line_is_joined_as_one_call() -> None:
+    """Under load strace splits a worker's fsync around the loop thread's epoll_wait.
+
+    The joined call must read as strace prints an unsplit one: without the blank before
+    ``<unfinished ...>`` and the resumed line's padding, else the fsync is not seen and a
+    durable write looks lost (this failed ``make stress`` twice).
+    """
+    name = r"\x66"
+    lines = [
+        rf"11047 fsync(8<{name}> <unfinished ...>",
+        r"11046 epoll_wait(3<\x65>,  <unfinished ...>",
+        r"11047 <... fsync resumed>)              = 0",
+        r"11046 <... epoll_wait resumed>[], 1, 10) = 0",
+    ]
+    joined = list(joined_lines(lines))
+    assert rf"fsync(8<{name}>) = 0" in joined
+    assert rf"fsync(8<{name}>) = 0" == next(line for line in joined if line.startswith("fsync"))
