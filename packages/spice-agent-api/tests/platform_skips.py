@@ -73,6 +73,8 @@ POSIX_ONLY_MODULES: Final[dict[str, str]] = {
     "test_posix_memory.py": SIGNALS,
     "test_posix_resolver.py": LAUNCHER,
     "test_posix_sandbox.py": LAUNCHER,
+    "test_sandbox_layers.py": LAUNCHER,
+    "test_seccomp.py": LAUNCHER,
     "test_shell_posix.py": LAUNCHER,
     "test_mcp_answers_fit.py": ROOT,
     "test_cli.py": POSIX_CLI,

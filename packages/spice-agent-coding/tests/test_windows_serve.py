@@ -36,7 +36,7 @@ TIMEOUT_SECONDS: Final = 120
 def worktree(tmp_path: Path) -> Path:
     tree = tmp_path / "tree"
     tree.mkdir()
-    (tree / "notes.txt").write_text("first\n", encoding="utf-8")
+    (tree / "notes.txt").write_bytes(b"first\n")  # no newline translation on Windows
     (tree / "sub").mkdir()
     return tree
 
