@@ -52,12 +52,16 @@ $(INSPECTOR)/node_modules/.package-lock.json: $(INSPECTOR)/package.json $(INSPEC
 	fi
 
 # strace drives the crash-consistency tests of replace, GNU patch checks that cut diffs
-# apply; each is installed from Debian when missing.
+# apply, bubblewrap makes the sandbox's namespaces; each is installed from Debian when
+# missing (without root a missing bwrap is only noted: the namespace tests then skip).
 system-packages:
-	@for tool in strace patch; do \
+	@for pair in strace:strace patch:patch bwrap:bubblewrap; do \
+	  tool=$${pair%%:*}; package=$${pair##*:}; \
 	  if ! command -v $$tool >/dev/null 2>&1; then \
 	    if command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
-	      apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$tool >/dev/null; \
+	      apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$package >/dev/null; \
+	    elif [ "$$tool" = bwrap ]; then \
+	      echo "bwrap is missing: the sandbox's namespace tests will be skipped" >&2; \
 	    else \
 	      echo "$$tool is missing: install it with your package manager" >&2; exit 1; \
 	    fi; \

@@ -1,9 +1,11 @@
 """Section "containment": what the contained shell costs a command (issue 14).
 
-Three ways to run the same command, sampled in rotation: the floor (a direct
+Four ways to run the same command, sampled in rotation: the floor (a direct
 ``subprocess.run`` of it), ``PosixLauncher`` with the sandbox off (the per-call
-supervisor alone: subreaper, parent-death signal, sweep), and ``PosixLauncher`` in
-``workspace`` mode (the supervisor plus the Landlock ruleset and a private TMPDIR).
+supervisor alone: subreaper, parent-death signal, sweep), ``workspace`` without
+namespaces (the supervisor plus Landlock, the seccomp filter, the capability drop and a
+private TMPDIR), and ``workspace`` with bwrap's namespaces (the same layers applied by
+an inner stage inside them), where the host can make them.
 Commands: ``/bin/true`` (the fixed cost) and the sample worktree's own tests
 (``python3 -m unittest`` in a copy of ``examples/sample-worktree``, as ``make demo``
 runs them). Without Landlock the contained figures say "unavailable" and why.
@@ -71,18 +73,23 @@ def _launched(launcher: PosixLauncher, argv: list[str], cwd: Path) -> Callable[[
 
 async def _measure(settings: Settings, name: str, argv: list[str], cwd: Path) -> list[Figure]:
     contained = None
+    namespaced = None
     reason = ""
     if landlock_abi() >= 1:
         contained = PosixLauncher(resolve_containment("workspace"), str(cwd))
+        policy = resolve_containment("workspace", root=str(cwd))
+        if policy.namespaces.made:
+            namespaced = PosixLauncher(policy, str(cwd))
     else:
         reason = "the kernel has no Landlock"
     off = PosixLauncher(OFF, str(cwd))
     repeats = settings.repeats if name == "true" else settings.slow_repeats
-    floor_s, off_s, contained_s = await rotate(
+    floor_s, off_s, contained_s, namespaced_s = await rotate(
         [
             _floor(argv, cwd),
             _launched(off, argv, cwd),
             None if contained is None else _launched(contained, argv, cwd),
+            None if namespaced is None else _launched(namespaced, argv, cwd),
         ],
         settings.warmup,
         repeats,
@@ -99,23 +106,47 @@ async def _measure(settings: Settings, name: str, argv: list[str], cwd: Path) ->
         ),
     ]
     if contained is None:
-        figures.append(unavailable(SECTION, f"{name}: workspace (Landlock)", reason))
+        figures.append(unavailable(SECTION, f"{name}: Landlock + seccomp", reason))
         return figures
     sandboxed = milliseconds(contained_s)
     figures.append(
+        Figure(SECTION, f"{name}: Landlock + seccomp", sandboxed, "floor", "subprocess.run", floor)
+    )
+    figures.append(
         Figure(
-            SECTION, f"{name}: workspace (Landlock)", sandboxed, "floor", "subprocess.run", floor
+            SECTION,
+            f"{name}: Landlock + seccomp beside off",
+            sandboxed,
+            "peer",
+            "sandbox off",
+            uncontained,
+            notes=("the cost of Landlock, seccomp and the TMPDIR",),
+        )
+    )
+    if namespaced is None:
+        figures.append(
+            unavailable(SECTION, f"{name}: namespaces + Landlock + seccomp", "no namespaces")
+        )
+        return figures
+    figures.append(
+        Figure(
+            SECTION,
+            f"{name}: namespaces + Landlock + seccomp beside off",
+            milliseconds(namespaced_s),
+            "peer",
+            "sandbox off",
+            uncontained,
+            notes=("bwrap's namespaces and the inner stage",),
         )
     )
     figures.append(
         Figure(
             SECTION,
-            f"{name}: workspace beside off",
-            sandboxed,
-            "peer",
-            "sandbox off",
-            uncontained,
-            notes=("the cost of Landlock and the TMPDIR alone",),
+            f"{name}: namespaces + Landlock + seccomp",
+            milliseconds(namespaced_s),
+            "floor",
+            "subprocess.run",
+            floor,
         )
     )
     return figures

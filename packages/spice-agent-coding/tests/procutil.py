@@ -152,3 +152,67 @@ class Failing:
         """Refuse the chunk."""
         self.calls += 1
         raise RuntimeError("sink refuses data")
+
+
+_SIOCGIFFLAGS: Final = 0x8913
+_SIOCSIFFLAGS: Final = 0x8914
+_IFF_UP: Final = 0x1
+_IFREQ_BYTES: Final = 40
+
+
+def loopback_reason() -> str | None:
+    """``None`` once 127.0.0.1 works here; it brings ``lo`` up when it may; else why not.
+
+    ``make verify-offline`` runs the suite in a fresh network namespace whose ``lo`` is
+    down: as root there the interface is brought up (``SIOCSIFFLAGS``), as anyone else a
+    test that needs loopback skips with this reason.
+    """
+    import fcntl  # noqa: PLC0415 - only the network tests need these
+    import socket  # noqa: PLC0415
+    import struct  # noqa: PLC0415
+
+    def works() -> bool:
+        with socket.socket() as server, socket.socket() as client:
+            try:
+                server.bind(("127.0.0.1", 0))
+                server.listen(1)
+                client.settimeout(2)
+                client.connect(server.getsockname())
+            except OSError:
+                return False
+        return True
+
+    if works():
+        return None
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as control:
+        request = struct.pack("16sH", b"lo", 0).ljust(_IFREQ_BYTES, b"\0")
+        try:
+            flags = struct.unpack_from("16sH", fcntl.ioctl(control, _SIOCGIFFLAGS, request))[1]
+            wanted = struct.pack("16sH", b"lo", flags | _IFF_UP).ljust(_IFREQ_BYTES, b"\0")
+            fcntl.ioctl(control, _SIOCSIFFLAGS, wanted)
+        except OSError:
+            return "loopback is down in this network namespace and cannot be brought up"
+    return None if works() else "loopback does not work in this network namespace"
+
+
+def descendants_named(pid: int, name: str) -> list[int]:
+    """Live descendants of ``pid`` whose ``comm`` is ``name``, as the host sees them.
+
+    A command in a PID namespace writes its own pids (``$$``), which name other processes
+    here; the tests that watch a command's processes from outside find them this way.
+    """
+    below: dict[int, list[int]] = {}
+    for stat in all_processes():
+        below.setdefault(stat.ppid, []).append(stat.pid)
+    found: list[int] = []
+    pending = [pid]
+    while pending:
+        for child in below.get(pending.pop(), ()):
+            pending.append(child)
+            try:
+                with open(f"{PROC}/{child}/comm", encoding="utf-8") as comm:
+                    if comm.read().strip() == name and is_alive(child):
+                        found.append(child)
+            except OSError:
+                continue
+    return found

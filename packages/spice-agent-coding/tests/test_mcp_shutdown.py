@@ -20,7 +20,7 @@ from typing import Any, Final, final
 
 import pytest
 from app_fakes import BlockingTool, GatedTool, SlowFsync, StubbornTool
-from procutil import is_alive, until
+from procutil import descendants_named, is_alive, until
 from raw_peer import SERVER, RawPeer, encode, tool_call
 from test_mcp_pipes import INITIALIZE, INITIALIZED, write_all
 
@@ -100,12 +100,14 @@ def test_a_command_past_the_grace_period_is_stopped_and_the_server_exits_0(
         peer.initialize()
         peer.send(tool_call(2, "shell", {"argv": ["sh", "-c", script]}))
         assert asyncio.run(until((tmp_path / "pid").exists))
-        pid = int((tmp_path / "pid").read_text())
+        # The host's pid of the sleep (in a PID namespace ``$$`` is the namespace's own).
+        assert asyncio.run(until(lambda: bool(descendants_named(peer.pid, "sleep"))))
+        pids = descendants_named(peer.pid, "sleep")
         rest, code, _err = peer.finish(EXIT_BOUND_SECONDS)
     answer = answers_in(b"\n".join(json.dumps(m).encode() for m in rest))[2]
     assert 0 == code
     assert CONNECTION_CLOSED == answer["error"]["code"]
-    assert asyncio.run(until(lambda: not is_alive(pid)))
+    assert asyncio.run(until(lambda: not any(is_alive(pid) for pid in pids)))
 
 
 @final

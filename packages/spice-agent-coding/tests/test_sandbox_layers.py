@@ -299,14 +299,12 @@ async def test_an_uncontained_command_keeps_the_servers_capabilities(layout: Pat
 
 
 FAILING_FILTER: Final = (
+    "-I",
+    "-S",
     "-c",
-    (
-        "import sys\n"
-        "from spice.agent.coding import _seccomp, _posix_sandbox\n"
-        "def refuse(program):\n"
-        "    raise OSError(1, 'refused')\n"
-        "_seccomp.install = refuse\n"
-        "_posix_sandbox.supervise(int(sys.argv[2]), int(sys.argv[3]))\n"
+    "def _refuse(program):\n    raise OSError(1, 'refused')\n"
+    + sandbox.BOOTSTRAP.replace(
+        "exec(main[1], ", "sys.modules['_seccomp'].install = _refuse\nexec(main[1], "
     ),
 )
 """The supervisor with a kernel that refuses the filter (the fault cannot be made for real)."""

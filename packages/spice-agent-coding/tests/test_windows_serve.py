@@ -36,7 +36,7 @@ TIMEOUT_SECONDS: Final = 120
 def worktree(tmp_path: Path) -> Path:
     tree = tmp_path / "tree"
     tree.mkdir()
-    (tree / "notes.txt").write_bytes(b"first\n")  # no newline translation on Windows
+    (tree / "notes.txt").write_text("first\n", encoding="utf-8")
     (tree / "sub").mkdir()
     return tree
 
@@ -115,15 +115,20 @@ def test_a_batch_file_as_argv0_is_refused_with_the_reason(worktree: Path, argv0:
     assert "batch file" in content["message"]
 
 
-def test_read_and_replace_run_through_the_cli(worktree: Path) -> None:
-    """The Windows root answers ``call`` (its own suites are test_windows_read/replace)."""
-    read = cli("--root", str(worktree), "call", "read", json.dumps({"path": "notes.txt"}))
-    content = json.loads(read.stdout)
-    assert (0, "first\n") == (read.returncode, content["content"])
-    arguments = {"path": "new.txt", "create": True, "content": "x"}
-    created = cli("--root", str(worktree), "call", "replace", json.dumps(arguments))
-    assert (0, True) == (created.returncode, json.loads(created.stdout)["created"])
-    assert b"x" == (worktree / "new.txt").read_bytes()
+def test_read_and_replace_work_through_the_cli(worktree: Path) -> None:
+    """The Windows root answers through ``call``: a read (text mode wrote CRLF), a create,
+    and an absolute path outside the root refused."""
+    done = cli("--root", str(worktree), "call", "read", json.dumps({"path": "notes.txt"}))
+    content = json.loads(done.stdout)
+    assert (0, "first\r\n") == (done.returncode, content["content"])
+    arguments = {"path": "new\\x.txt", "create": True, "content": "x"}
+    done = cli("--root", str(worktree), "call", "replace", json.dumps(arguments))
+    content = json.loads(done.stdout)
+    assert (0, "new/x.txt", True) == (done.returncode, content["path"], content["created"])
+    assert b"x" == (worktree / "new" / "x.txt").read_bytes()
+    outside = json.dumps({"path": str(worktree.parent / "elsewhere.txt")})
+    done = cli("--root", str(worktree), "call", "read", outside)
+    assert (1, "invalid_arguments") == (done.returncode, json.loads(done.stdout)["code"])
 
 
 @pytest.mark.parametrize(
@@ -170,7 +175,7 @@ async def test_serve_answers_the_real_mcp_client(worktree: Path) -> None:
         )
         failed = await client.call_tool("shell", {"argv": ["cmd", "/c", "exit 3"]})
     assert ["read", "replace", "shell"] == names
-    assert (True, "first\n") == (read.structured_content["ok"], read.structured_content["content"])
+    assert "first\r\n" == read.structured_content["content"]
     assert (True, "hi", False) == (
         shell.structured_content["ok"],
         shell.structured_content["stdout"].strip(),

@@ -14,12 +14,16 @@ simulate a kernel without Landlock.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+import os
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Final, final
 
+from . import _posix_bwrap as _bwrap
 from . import _posix_sandbox as sandbox
 from . import _seccomp as seccomp
+from ._posix_bwrap import Namespaces
 
 SANDBOX_ENVIRONMENT_VARIABLE: Final = "SPICE_AGENT_SANDBOX"
 AUTO: Final = "auto"
@@ -28,8 +32,9 @@ DISABLED: Final = "off"
 MODES: Final = (AUTO, WORKSPACE, DISABLED)
 DEFAULT_MODE: Final = AUTO
 
-MAXIMUM_SENTENCE_BYTES: Final = 400
-"""Bound of the sentence the shell's description gets about what is confined."""
+MAXIMUM_SENTENCE_BYTES: Final = 512
+"""Bound of the sentence the shell's description gets about what is confined (the
+product's ``MAXIMUM_CONTAINMENT_BYTES``: a longer one would be dropped there)."""
 
 NO_LANDLOCK: Final = "the kernel has no Landlock: --sandbox workspace cannot be enforced"
 AUTO_WITHOUT_LANDLOCK: Final = (
@@ -37,11 +42,34 @@ AUTO_WITHOUT_LANDLOCK: Final = (
 )
 
 
+ROOT_IS_SLASH: Final = "the worktree root is /: --sandbox workspace would confine nothing"
+INTERPRETER_BENEATH_ROOT: Final = (
+    "the server's Python lies beneath the worktree root: a command could change the "
+    "sandbox's code, so --sandbox workspace cannot be enforced"
+)
+AUTO_UNSAFE_ROOT: Final = "warning: {reason}; shell commands run uncontained (--sandbox off)"
+
+NO_SECCOMP: Final = "system calls (no seccomp)"
+NOT_CONTAINED_WITHOUT_NAMESPACES: Final = (
+    "without namespaces and a seccomp filter, other processes, TCP through MPTCP, "
+    "Fast Open and listen(), UDP, SysV IPC and the keyring stay reachable"
+)
+
+
 class ContainmentUnavailable(Exception):
     """``workspace`` was asked for where the kernel cannot enforce it."""
 
-    def __init__(self) -> None:
-        super().__init__(NO_LANDLOCK)
+    def __init__(self, reason: str = NO_LANDLOCK) -> None:
+        super().__init__(reason)
+
+
+def unsafe_root(root: str, interpreter: str, prefixes: Sequence[str]) -> str | None:
+    """Why ``root`` cannot be contained (``/``, or it holds the interpreter), else ``None``."""
+    if os.path.realpath(root) == os.sep:
+        return ROOT_IS_SLASH
+    if any(_bwrap.beneath(path, root) for path in (interpreter, *prefixes) if path):
+        return INTERPRETER_BENEATH_ROOT
+    return None
 
 
 @final
@@ -61,6 +89,8 @@ class Containment:
     abi: int = 0
     allow_network: bool = False
     warning: str | None = None
+    namespaces: Namespaces = field(default_factory=Namespaces)
+    allow_write: tuple[str, ...] = ()
     seccomp: bool = False
 
     def __post_init__(self) -> None:
@@ -70,28 +100,44 @@ class Containment:
             raise ValueError("workspace containment needs a Landlock ABI")
 
     @property
-    def contained(self) -> bool:
-        """True when commands run under the Landlock policy."""
+    def confined(self) -> bool:
+        """True when commands run under the layers of ``workspace`` (Landlock at least)."""
         return self.mode == WORKSPACE
+
+    @property
+    def contained(self) -> bool:
+        """What a shell result's ``contained`` says (contract 10.1), and only when true.
+
+        Writes confined (Landlock), the network denied unless allowed, other processes
+        unreachable, no capabilities, and cleanup of the whole tree: the namespaces
+        give all of it beside Landlock; without them, only a seccomp filter with the
+        capabilities dropped would.
+        """
+        return self.confined and (self.namespaces.made or self.seccomp)
 
     @property
     def enforced(self) -> tuple[str, ...]:
         """The Landlock rules applied to every command (empty when off)."""
-        return sandbox.enforced_rules(self.abi, self.allow_network) if self.contained else ()
+        return sandbox.enforced_rules(self.abi, self.allow_network) if self.confined else ()
 
     @property
     def layers(self) -> int:
-        """The supervisor's ``LAYER_*`` bits besides Landlock (0 when not contained)."""
-        if not self.contained:
+        """The supervisor's ``LAYER_*`` bits besides Landlock (0 when not confined).
+
+        ``PRIVATE_IPC`` with namespaces: the command has its own IPC namespace, so the
+        filter leaves SysV IPC open there.
+        """
+        if not self.confined:
             return 0
-        return sandbox.LAYER_CAPABILITIES | (sandbox.LAYER_SECCOMP if self.seccomp else 0)
+        bits = sandbox.LAYER_CAPABILITIES | (sandbox.LAYER_SECCOMP if self.seccomp else 0)
+        return bits | (sandbox.PRIVATE_IPC if self.namespaces.made else 0)
 
     @property
     def filtered(self) -> tuple[str, ...]:
         """The seccomp filter's rules applied to every command (empty without it)."""
         if not self.layers & sandbox.LAYER_SECCOMP:
             return ()
-        return seccomp.rules(self.allow_network, private_ipc=False)
+        return seccomp.rules(self.allow_network, private_ipc=self.namespaces.made)
 
     @property
     def missing(self) -> tuple[str, ...]:
@@ -100,49 +146,77 @@ class Containment:
 
     @property
     def sentence(self) -> str | None:
-        """What the sandbox confines, one fixed sentence for the shell's description."""
-        if not self.contained:
+        """What the sandbox confines and what not, for the shell's description."""
+        if not self.confined:
             return None
-        rules = set(self.enforced)
-        parts = [
-            (
-                "Sandbox: the program and its children may write only beneath the worktree "
-                "root, in $TMPDIR (private to the call, removed after it) and to "
-                "/dev/null-like devices"
-            )
-        ]
-        if "sockets_unix_only" in self.filtered:
-            parts.append("may open only UNIX sockets (no network)")
-        elif {"tcp_bind", "tcp_connect"} <= rules:
-            parts.append("may not open or accept TCP connections")
-        if "signal_scope" in rules:
-            parts.append("may not signal processes outside the call")
-        return (
-            "; ".join(parts) + "; reads are not confined. A write elsewhere fails with a "
-            "permission error: do not retry it."
+        places = "a private $TMPDIR"
+        if self.namespaces.made:
+            places += ", a private /dev/shm"
+        extra = ", ".join(self.allow_write)
+        if extra:
+            places += f", {extra}"
+        if self.contained:
+            if self.allow_network:
+                net = "use the host's network"
+            elif "sockets_unix_only" in self.filtered:
+                net = "open only UNIX sockets (no network)"
+            else:
+                net = "reach no network"
+            others = "see or signal" if self.namespaces.made else "signal or trace"
+            isolation = f"; may {net}, hold no capabilities, cannot {others} other processes"
+        else:
+            rules = set(self.enforced)
+            parts = []
+            if {"tcp_bind", "tcp_connect"} <= rules:
+                parts.append("plain TCP connect/bind refused")
+            if "signal_scope" in rules:
+                parts.append("no signals out")
+            parts.append("network and other processes NOT fully isolated (see tools)")
+            isolation = "; " + "; ".join(parts)
+        text = (
+            "Sandbox: the program and its children may write only beneath the worktree "
+            f"root, {places} and /dev/null-like devices{isolation}. Not confined: reads; "
+            "hard-linked files; .git/config, hooks, build files (run later, outside). "
+            "A write elsewhere fails with a permission error: do not retry it."
         )
+        if len(text.encode()) > MAXIMUM_SENTENCE_BYTES and extra:
+            return text.replace(f", {extra}", ", the --allow-write directories (see tools)")
+        return text
 
     def report(self) -> dict[str, object]:
-        """The ``sandbox`` object of the ``tools`` output."""
+        """The ``sandbox`` object of the ``tools`` output: each layer, and what is open."""
         return {
             "mode": self.mode,
             "requested": self.requested,
             "contained": self.contained,
-            "mechanism": "landlock" if self.contained else None,
+            "mechanism": "landlock" if self.confined else None,
             "abi": self.abi,
-            "network": "denied" if "tcp_connect" in self.enforced else "allowed",
+            "network": "denied" if self.confined and not self.allow_network else "allowed",
             "enforced": list(self.enforced),
             "missing": list(self.missing),
             "seccomp": list(self.filtered) if self.filtered else None,
             "capabilities": list(self.capabilities),
+            "allow_write": list(self.allow_write),
+            "layers": {
+                "namespaces": (
+                    {"made": True, "bwrap": self.namespaces.bwrap}
+                    if self.confined and self.namespaces.made
+                    else {"made": False, "reason": self.namespaces.reason or "sandbox off"}
+                ),
+                "landlock": {"abi": self.abi, "rules": list(self.enforced)},
+                "seccomp": bool(self.filtered),
+                "capabilities": list(self.capabilities),
+            },
             "not_confined": self.not_confined,
         }
 
     @property
     def capabilities(self) -> tuple[str, ...]:
         """What a command holds of capabilities: ``none`` held and how (empty when off)."""
-        if not self.contained:
+        if not self.confined:
             return ()
+        if self.namespaces.made:
+            return ("none_held", "bounding_set_empty", "user_namespace")
         if sandbox.can_empty_bounding_set():
             return ("none_held", "bounding_set_empty", "securebits_locked")
         return ("none_held", "no_new_privs")
@@ -150,16 +224,25 @@ class Containment:
     @property
     def not_confined(self) -> list[str]:
         """What the sandbox leaves open, for the ``tools`` report."""
-        if not self.contained:
+        if not self.confined:
             return ["everything"]
         kept = [
             "reads",
             "execution",
             "file metadata (chmod, chown, utimes, xattrs)",
-            "connections to existing named UNIX sockets",
+            "a file hard-linked into the worktree (the same file outside it)",
+            "changes to .git/config, hooks and build files that run later outside",
         ]
+        if self.namespaces.made and not self.allow_network:
+            kept.append("named UNIX sockets outside /run (in /tmp or a home directory)")
+        else:
+            kept.append("connections to existing named UNIX sockets (Docker, D-Bus)")
+        if not self.contained:
+            kept.append(NOT_CONTAINED_WITHOUT_NAMESPACES)
         if not self.filtered:
-            kept[3:3] = ["UDP and other non-TCP sockets", "system calls (no seccomp)"]
+            kept.append(NO_SECCOMP)
+        if self.allow_network:
+            kept.append("the network (--allow-network)")
         return kept
 
 
@@ -183,24 +266,53 @@ def resolve_containment(
     mode: str = DEFAULT_MODE,
     allow_network: bool = False,
     probe: Callable[[], int] | None = None,
+    root: str | None = None,
+    allow_write: Sequence[str] = (),
+    namespaces: Callable[[str], Namespaces] | None = None,
     seccomp_probe: Callable[[], bool] | None = None,
 ) -> Containment:
-    """The effective ``Containment`` for ``mode`` on this kernel.
+    """The effective ``Containment`` for ``mode`` on this kernel and worktree ``root``.
 
     ``probe`` answers the Landlock ABI (0 = none), ``seccomp_probe`` whether the filter
     can be installed; by default the real kernel is asked. ``mode`` is a value of
-    ``MODES`` (the settings parsed the text). Raises ``ContainmentUnavailable`` for
-    ``workspace`` without Landlock and ``ValueError`` for anything else.
+    ``MODES`` (the settings parsed the text). ``namespaces`` finds and probes ``bwrap``
+    (``_posix_bwrap.resolve_namespaces``); without a ``root`` no namespaces are tried.
+    Raises ``ContainmentUnavailable`` for ``workspace`` without Landlock, with a root of
+    ``/`` or one holding the server's interpreter, and ``ValueError`` for anything else.
     """
     if mode not in MODES:
         raise ValueError("the sandbox mode must be one of auto, workspace, off")
     requested = mode
     abi = (sandbox.landlock_abi if probe is None else probe)()
+    writes = tuple(allow_write)
     if requested == DISABLED:
-        return Containment(DISABLED, requested, abi, allow_network)
-    if abi >= 1:
-        filtered = (seccomp.available if seccomp_probe is None else seccomp_probe)()
-        return Containment(WORKSPACE, requested, abi, allow_network, seccomp=filtered)
-    if requested == WORKSPACE:
-        raise ContainmentUnavailable
-    return Containment(DISABLED, requested, abi, allow_network, AUTO_WITHOUT_LANDLOCK)
+        return Containment(DISABLED, requested, abi, allow_network, allow_write=writes)
+    if abi < 1:
+        if requested == WORKSPACE:
+            raise ContainmentUnavailable
+        return Containment(
+            DISABLED, requested, abi, allow_network, AUTO_WITHOUT_LANDLOCK, allow_write=writes
+        )
+    if root is not None:
+        reason = unsafe_root(root, os.path.realpath(sys.executable), (sys.base_prefix,))
+        if reason is not None:
+            if requested == WORKSPACE:
+                raise ContainmentUnavailable(reason)
+            warning = AUTO_UNSAFE_ROOT.format(reason=reason)
+            return Containment(DISABLED, requested, abi, allow_network, warning, allow_write=writes)
+    made = (
+        Namespaces(None, "no worktree root was given")
+        if root is None
+        else (_bwrap.resolve_namespaces if namespaces is None else namespaces)(root)
+    )
+    filtered = (seccomp.available if seccomp_probe is None else seccomp_probe)()
+    return Containment(
+        WORKSPACE,
+        requested,
+        abi,
+        allow_network,
+        None,
+        seccomp=filtered,
+        namespaces=made,
+        allow_write=writes,
+    )

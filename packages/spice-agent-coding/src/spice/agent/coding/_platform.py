@@ -81,5 +81,11 @@ def platform_launcher(
         return WindowsLauncher(windows_containment(settings.sandbox, settings.allow_network))
     from ._posix import PosixLauncher  # noqa: PLC0415 - POSIX only
 
-    containment = resolve_containment(settings.sandbox, settings.allow_network, probe)
+    containment = resolve_containment(
+        settings.sandbox,
+        settings.allow_network,
+        probe,
+        root=settings.config.root,
+        allow_write=settings.allow_write,
+    )
     return PosixLauncher(containment, settings.config.root)

@@ -24,7 +24,8 @@ in short:
   reaps the leader, drains the pipes for at most ``DRAIN_BOUND_SECONDS`` and closes
   them. Nothing in it waits on a pipe held open by a descendant.
 - On Linux the leader is a per-call supervisor (``_posix_sandbox``, run as
-  ``python -I -S``) and the command is its child in the same group: it owns the whole
+  ``python -I -S -c``, its code compiled once at start) and the command is its child
+  (through ``bwrap`` where namespaces are made) in the same group: it owns the whole
   tree (a child subreaper), ends it on the join's request, on the force kill and when
   the server dies, applies the Landlock policy of ``_containment`` before ``exec``, and
   reports on a pipe whether the command started and how it ended. ``force_kill`` and
@@ -36,6 +37,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import fcntl
+import marshal
 import os
 import signal
 import subprocess
@@ -48,6 +51,7 @@ from typing import Final, final
 from spice.agent.process import LaunchError, Operation, Outcome, ProcessFailure, Sink, Spec
 from spice.agent.tools.coding.settling import settle
 
+from . import _posix_bwrap as _bwrap
 from . import _posix_sandbox as sandbox
 from ._containment import OFF, Containment
 
@@ -93,8 +97,57 @@ TMPDIR_PREFIX: Final = "spice-call-"
 SUPERVISOR_PATH: Final = os.path.join(
     os.path.dirname(os.path.abspath(__file__)), "_posix_sandbox.py"
 )
-_SUPERVISOR_FLAGS: tuple[str, ...] = ("-I", "-S")
-"""Isolated (no PYTHON* variables, no user site) and without ``site``: fast and hermetic."""
+
+
+def _read_source(path: str) -> bytes | None:
+    try:
+        with open(path, "rb") as file:
+            return file.read()
+    except OSError:
+        return None
+
+
+SUPERVISOR_SOURCE: Final = _read_source(SUPERVISOR_PATH)
+"""The supervisor's code, read once when the server starts (contract 10.1): every call
+runs it compiled from a sealed memory file, never again from a path a command could write."""
+
+SECCOMP_PATH: Final = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_seccomp.py")
+SECCOMP_SOURCE: Final = _read_source(SECCOMP_PATH)
+"""The seccomp module the supervisor imports, read once at start with the supervisor."""
+
+_SEALS: Final = (
+    getattr(fcntl, "F_SEAL_SEAL", 0)
+    | getattr(fcntl, "F_SEAL_SHRINK", 0)
+    | getattr(fcntl, "F_SEAL_GROW", 0)
+    | getattr(fcntl, "F_SEAL_WRITE", 0)
+)
+_code: list[int] = []
+"""The sealed memory file with the supervisor's compiled code (made once, on first use)."""
+
+
+def _code_fd() -> int:
+    """The sealed, close-on-exec memory file holding the supervisor's compiled code."""
+    if not _code:
+        if SUPERVISOR_SOURCE is None or SECCOMP_SOURCE is None:
+            raise OSError("the supervisor's code is unavailable")
+        data = marshal.dumps(
+            (
+                ("_seccomp", compile(SECCOMP_SOURCE, SECCOMP_PATH, "exec")),
+                ("__main__", compile(SUPERVISOR_SOURCE, SUPERVISOR_PATH, "exec")),
+            )
+        )
+        fd = os.memfd_create("spice-supervisor", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        _write_all(fd, data)
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, _SEALS)
+        _code.append(fd)
+    return _code[0]
+
+
+INTERPRETER: Final = os.path.realpath(sys.executable) if sys.executable else ""
+"""The interpreter the supervisor runs on, resolved once at start (not a venv's symlink)."""
+
+_SUPERVISOR_FLAGS: tuple[str, ...] = ("-I", "-S", "-c", sandbox.BOOTSTRAP)
+"""Isolated (no PYTHON* variables, no user site), without ``site``, the bootstrap."""
 
 _SUPERVISOR_ENVIRONMENT: dict[str, str] = {}
 """The supervisor's own environment (the command's comes through the spec file)."""
@@ -126,9 +179,10 @@ def _supervisor_available() -> bool:
     """Whether commands run under the per-call supervisor (Linux with an interpreter)."""
     return (
         sys.platform.startswith("linux")
-        and bool(sys.executable)
+        and bool(INTERPRETER)
         and hasattr(os, "memfd_create")
-        and os.path.isfile(SUPERVISOR_PATH)
+        and SUPERVISOR_SOURCE is not None
+        and SECCOMP_SOURCE is not None
     )
 
 
@@ -151,24 +205,30 @@ def _server_children() -> list[int]:
     return found
 
 
-async def _sweep_orphans() -> None:
-    """End (SIGKILL) and reap every child of ours that is not a live leader (bounded)."""
+async def _sweep_orphans() -> bool:
+    """End and reap every child of ours that is not a live leader, with its whole subtree.
+
+    Each round freezes (SIGSTOP) every orphan and its descendants, then kills them all
+    (bounded). Returns whether none is left.
+    """
     if not _adopting:
-        return
+        return True
     loop = asyncio.get_running_loop()
     deadline = loop.time() + ORPHAN_SWEEP_SECONDS
     while True:
         orphans = [pid for pid in _server_children() if pid not in _LEADERS]
         if not orphans:
-            return
-        for pid in orphans:
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
+            return True
+        tree = [*orphans, *(pid for orphan in orphans for pid in sandbox.descendants(orphan))]
+        for number in (signal.SIGSTOP, signal.SIGKILL):
+            for pid in tree:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, number)
         for pid in orphans:
             with contextlib.suppress(OSError):
                 os.waitpid(pid, os.WNOHANG)  # noqa: ASYNC222 - WNOHANG never blocks
         if loop.time() >= deadline:
-            return
+            return not [pid for pid in _server_children() if pid not in _LEADERS]
         await asyncio.sleep(_ORPHAN_POLL_SECONDS)
 
 
@@ -841,9 +901,10 @@ class PosixProcess:
             report = self._report
             if report is not None:
                 report.read()
-                if not report.tree_gone:
-                    # The supervisor died before it ended its tree: its orphans came here.
-                    await _sweep_orphans()
+                if not report.tree_gone and not await _sweep_orphans():
+                    # The supervisor died or ran out of time before it ended its tree, and
+                    # what came here is not all gone: not clean, the join is tried again.
+                    raise ProcessFailure(Operation.WAIT, retryable=True)
             await self._remove_temporary()
             await self._streams.drain(self._bounds.drain)
             if report is not None:
@@ -1020,17 +1081,17 @@ def _popen_supervisor(
     ``spec_fd`` and reports on ``report_fd`` (see ``_posix_sandbox``); it leads a new
     session and process group, with the child's standard streams and workdir.
     """
-    python = sys.executable
+    code = _code_fd()
     return subprocess.Popen(  # noqa: S603 - argv list, no shell; see PosixLauncher.start
-        [python, *_SUPERVISOR_FLAGS, SUPERVISOR_PATH, str(spec_fd), str(report_fd)],
-        executable=python,
+        [INTERPRETER, *_SUPERVISOR_FLAGS, str(code), str(spec_fd), str(report_fd)],
+        executable=INTERPRETER,
         stdin=standard.stdin,
         stdout=standard.stdout,
         stderr=standard.stderr,
         cwd=cwd,
         env=_SUPERVISOR_ENVIRONMENT,
         close_fds=True,
-        pass_fds=(spec_fd, report_fd),
+        pass_fds=(code, spec_fd, report_fd),
         start_new_session=True,
         restore_signals=True,
     )
@@ -1071,13 +1132,13 @@ class PosixLauncher:
     def __init__(self, containment: Containment = OFF, root: str | None = None) -> None:
         if not isinstance(containment, Containment):
             raise TypeError("containment must be a Containment")
-        if containment.contained and (root is None or not os.path.isabs(root)):
+        if containment.confined and (root is None or not os.path.isabs(root)):
             raise ValueError("a contained launcher needs the absolute worktree root")
         self._containment = containment
         self._root = root
         self._supervised = _supervisor_available()
         self._bounds = _Bounds()
-        if containment.contained and not self._supervised:
+        if containment.confined and not self._supervised:
             raise ValueError("containment needs the supervisor, which is unavailable here")
 
     @property
@@ -1153,21 +1214,28 @@ class PosixLauncher:
             report_read, report_write = ends.pipe(parent_reads=True)
             os.set_blocking(report_read, False)
             environment: Iterable[str] = spec.environment
-            writable: list[bytes] = []
-            if self._containment.contained and self._root is not None:
+            writable: list[str] = []
+            wrapper: list[str] = []
+            confined = self._containment.confined and self._root is not None
+            if confined and self._root is not None:
                 temporary = tempfile.mkdtemp(prefix=TMPDIR_PREFIX)
                 environment = _with_temporary(spec.environment, temporary)
-                writable = [os.fsencode(self._root), os.fsencode(temporary)]
+                writable = [self._root, temporary, *self._containment.allow_write]
+                bwrap = self._containment.namespaces.bwrap
+                if bwrap is not None:
+                    real = [os.path.realpath(path) for path in writable]
+                    wrapper = _bwrap.wrapper(bwrap, real, self._containment.allow_network)
             blob = sandbox.encode_spec(
                 os.getpid(),
-                self._containment.abi if self._containment.contained else 0,
-                writable,
+                self._containment.abi if confined else 0,
+                [os.fsencode(path) for path in writable],
                 self._containment.allow_network,
                 os.fsencode(spec.executable),
                 [os.fsencode(argument) for argument in spec.arguments],
                 [os.fsencode(entry) for entry in environment],
                 b"" if temporary is None else os.fsencode(temporary),
-                self._containment.layers,
+                self._containment.layers if confined else 0,
+                [os.fsencode(argument) for argument in wrapper],
             )
             memory = os.memfd_create("spice-command", os.MFD_CLOEXEC)
             ends.child.append(memory)

@@ -1,12 +1,14 @@
 """Linux Landlock and process-lifetime primitives, and the per-call supervisor.
 
 Standard library only and free of package imports but its sibling ``_seccomp`` (held
-to the same rule, and loaded from this file's directory), on purpose: besides being imported
-by the application (the ABI probe, ``prctl``), this file is run as a script by the
-launcher, ``python -I -S _posix_sandbox.py SPEC_FD REPORT_FD``, once per command. That
-process, the *supervisor*, is single-threaded, so it may run Python between ``fork``
-and ``exec`` without the deadlocks that ``preexec_fn`` risks in the threaded server
-(see ``docs/decisions.md``). It:
+to the same rule), on purpose: besides being imported by the application (the ABI
+probe, ``prctl``), this module's code is run by the launcher once per command,
+``python -I -S -c BOOTSTRAP CODE_FD SPEC_FD REPORT_FD``: both modules compiled once when
+the server started and kept in a sealed memory file (``CODE_FD``), never read again
+from a path a command could write (contract 10.1). That process, the *supervisor*, is
+single-threaded, so it may run Python between ``fork`` and ``exec`` without the
+deadlocks that ``preexec_fn`` risks in the threaded server (see ``docs/decisions.md``).
+It:
 
 1. reads the command (executable, argv, environment) and the policy from the
    memory file ``SPEC_FD`` (never from its argv or environment, which other users
@@ -14,20 +16,23 @@ and ``exec`` without the deadlocks that ``preexec_fn`` risks in the threaded ser
 2. asks for ``SIGHUP`` when its parent (the server) dies (``PR_SET_PDEATHSIG``),
    becomes a child subreaper (every orphan of the call's tree is reparented to it)
    and makes itself non-dumpable;
-3. in ``workspace`` mode builds the Landlock ruleset, forks, and in the child sets
+3. without namespaces builds the Landlock ruleset, forks, and in the child sets
    ``PR_SET_PDEATHSIG(SIGKILL)``, ``no_new_privs`` and ``landlock_restrict_self``, drops
    every capability and installs the seccomp filter (``_seccomp``) before it
    ``execve``\\s the command (so the command's domain does not include the
-   supervisor, which the command therefore cannot signal);
+   supervisor, which the command therefore cannot signal); with namespaces the child
+   ``execve``\\s ``bwrap`` instead, which runs the *inner stage* (this code again,
+   ``inner SPEC_FD DEV:INO``): the same layers inside the new namespaces, then the command;
 4. reports on ``REPORT_FD``, two bytes a record: ``S`` started (with the ``LAYER_*``
-   bits the command was put under: Landlock, seccomp, capabilities), ``F`` could not start,
-   ``X``+code exited, ``K``+signal killed, ``D`` the whole tree is gone;
+   bits the command was put under: Landlock, seccomp, capabilities), ``F`` could not
+   start, ``X``+code exited, ``K``+signal killed, ``D`` the whole tree is gone, ``R``
+   the sweep's bound ran out with processes remaining;
 5. forwards a stop (``SIGTERM``) to the command when the command has left the group,
-   and on ``SIGHUP`` (the server's "end now", or the server's death) kills every
-   descendant with ``SIGKILL`` (its direct children, round after round: killing only
-   unreaped children is safe from pid reuse, and the subreaper makes every descendant
-   a direct child in the end), reaps them, reports ``D`` and exits with the command's
-   status mirrored (a signal death as a signal death).
+   and on ``SIGHUP`` (the server's "end now", or the server's death) ends the whole
+   subtree, round after round (each round freezes every descendant with ``SIGSTOP``,
+   then kills them all; orphans come back to this subreaper and are reaped here),
+   reports ``D`` only when none is left (else ``L``), and exits with the command's
+   status mirrored (a signal death as a signal death; through ``bwrap``, 128+N).
 """
 
 from __future__ import annotations
@@ -41,8 +46,7 @@ import time
 
 if __package__:
     from . import _seccomp as seccomp
-else:  # the supervisor script (``python -I -S``): its own directory is not on sys.path
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+else:  # the supervisor: ``BOOTSTRAP`` put the module, compiled at start, in sys.modules
     import _seccomp as seccomp  # type: ignore[import-not-found,no-redef]
 
 # Every command pays this module's imports (the supervisor's start): ``typing``,
@@ -348,6 +352,32 @@ def become_subreaper() -> bool:
     return True
 
 
+def descendants(pid: int) -> list[int]:
+    """Every live descendant of ``pid`` (any depth, any thread's children), from ``/proc``.
+
+    One pass over ``/proc/*/stat`` builds the parent links (a process's parent is its
+    parent's thread group), then the tree below ``pid`` is collected.
+    """
+    below: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as file:
+                raw = file.read()
+        except OSError:
+            continue
+        parent = int(raw[raw.rindex(b")") + 2 :].split()[1])
+        below.setdefault(parent, []).append(int(name))
+    found: list[int] = []
+    pending = [pid]
+    while pending:
+        for child in below.get(pending.pop(), ()):
+            found.append(child)
+            pending.append(child)
+    return found
+
+
 # -- capabilities (include/uapi/linux/capability.h, securebits.h) -----------------------
 
 CAP_SETPCAP: Final = 8
@@ -594,7 +624,7 @@ def _open_own_directory(parent: int, name: str | bytes) -> int:
 
 # -- the supervisor ----------------------------------------------------------------------
 
-SPEC_VERSION: Final = b"spice-supervisor-1"
+SPEC_VERSION: Final = b"spice-supervisor-2"
 # POSIX-only signals are read with a default so that this module imports on Windows,
 # where no supervisor ever runs (contract 10.4).
 END_SIGNAL: Final[signal.Signals] = getattr(signal, "SIGHUP", signal.SIGTERM)
@@ -618,6 +648,36 @@ REPORT_EXITED: Final = ord("X")
 REPORT_KILLED: Final = ord("K")
 REPORT_DONE: Final = ord("D")
 _LAYERS_RECORD: Final = ord("L")
+REPORT_REMAINING: Final = ord("R")
+"""The sweep's bound ran out with processes of the call still alive (never ``D`` then)."""
+
+BOOTSTRAP: Final = (
+    "import marshal, os, sys\n"
+    "f = int(sys.argv.pop(1))\n"
+    "os.set_inheritable(f, False)\n"
+    "d = b''\n"
+    "while c := os.pread(f, 1 << 20, len(d)):\n"
+    "    d += c\n"
+    "*helpers, main = marshal.loads(d)\n"
+    "for name, code in helpers:\n"
+    "    m = type(sys)(name)\n"
+    "    exec(code, m.__dict__)\n"
+    "    sys.modules[name] = m\n"
+    "exec(main[1], {'__name__': '__main__', 'SPICE_CODE_FD': f})\n"
+)
+"""What ``python -I -S -c`` runs: ``_seccomp`` and this module, compiled once by the server
+at start and kept in a sealed memory file (the descriptor is ``argv[1]``) as marshalled
+``(name, code)`` pairs, the supervisor last; nothing is read from a path."""
+
+CODE_FD_GLOBAL: Final = "SPICE_CODE_FD"
+"""The global through which ``BOOTSTRAP`` hands the code's descriptor to this module."""
+
+INNER: Final = "inner"
+"""``argv[1]`` of the inner stage: run inside the namespaces by ``bwrap``, it applies
+Landlock (and the rest of the per-command confinement) and ``execve``\\s the command."""
+
+SHARED_MEMORY: Final = b"/dev/shm"
+"""The private, writable ``/dev/shm`` of the namespace path (a Landlock rule inside)."""
 
 
 def encode_spec(
@@ -630,6 +690,7 @@ def encode_spec(
     environment: Sequence[bytes],
     temporary: bytes = b"",
     layers: int = 0,
+    wrapper: Sequence[bytes] = (),
 ) -> bytes:
     """The supervisor's input: NUL-separated fields (none of them may contain NUL).
 
@@ -638,6 +699,8 @@ def encode_spec(
     when the server dies (otherwise the server's join does). ``layers`` are the
     ``LAYER_SECCOMP``/``LAYER_CAPABILITIES`` bits (and ``PRIVATE_IPC``) the command
     must be put under besides Landlock; the start fails when one cannot be applied.
+    ``wrapper`` is the ``bwrap`` argv (ending in ``--``) of the namespace path, empty
+    without namespaces.
     """
     fields = [
         SPEC_VERSION,
@@ -648,6 +711,8 @@ def encode_spec(
         str(layers).encode(),
         str(len(writable)).encode(),
         *writable,
+        str(len(wrapper)).encode(),
+        *wrapper,
         executable,
         str(len(arguments)).encode(),
         *arguments,
@@ -666,6 +731,7 @@ class _Spec:
         "layers",
         "server",
         "temporary",
+        "wrapper",
         "writable",
     )
 
@@ -681,6 +747,9 @@ class _Spec:
         count = int(fields[6])
         self.writable = fields[7 : 7 + count]
         rest = fields[7 + count :]
+        wrapper_count = int(rest[0])
+        self.wrapper = rest[1 : 1 + wrapper_count]
+        rest = rest[1 + wrapper_count :]
         self.executable = rest[0]
         argument_count = int(rest[1])
         self.arguments = [self.executable, *rest[2 : 2 + argument_count]]
@@ -704,12 +773,20 @@ def _report(fd: int, kind: int, value: int = 0) -> None:
 
 
 def _child(
-    spec: _Spec, ruleset: int | None, status: int, mask: Iterable[int], parent: int
+    spec: _Spec,
+    ruleset: int | None,
+    status: int,
+    mask: Iterable[int],
+    parent: int,
+    spec_fd: int,
 ) -> NoReturn:
     """In the forked child: the command's last preparations, then ``execve``.
 
     On ``status`` the child writes ``L`` and the ``LAYER_*`` bits it applied just before
     ``execve`` (close-on-exec, so a start ends the pipe), or ``F`` when it cannot start.
+    With namespaces it ``execve``\\s ``bwrap`` instead, and says the layers the inner
+    stage (this code again, on the same spec descriptor) applies before the command, or
+    it does not start the command at all.
     """
     try:
         for number in (signal.SIGPIPE, signal.SIGXFSZ):
@@ -717,6 +794,18 @@ def _child(
         prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
         if os.getppid() != parent:
             os._exit(_CANNOT_START)  # the supervisor died before the death signal was set
+        if spec.wrapper:
+            code = int(globals().get(CODE_FD_GLOBAL, -1))
+            os.lseek(spec_fd, 0, os.SEEK_SET)
+            os.set_inheritable(spec_fd, True)  # noqa: FBT003 - os's positional-only flag
+            os.set_inheritable(code, True)  # noqa: FBT003 - os's positional-only flag
+            here = os.stat(".")  # the held workdir: bwrap enters it again by its name
+            inner = [sys.executable, "-I", "-S", "-c", BOOTSTRAP, str(code), INNER, str(spec_fd)]
+            inner.append(f"{here.st_dev}:{here.st_ino}")
+            promised = spec.layers & _REQUESTABLE | (LAYER_LANDLOCK if spec.abi > 0 else 0)
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+            os.write(status, bytes((_LAYERS_RECORD, promised)))
+            os.execve(spec.wrapper[0], [*spec.wrapper, *map(os.fsencode, inner)], {})  # noqa: S606
         applied = apply_layers(ruleset, spec.layers, spec.allow_network)
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         os.write(status, bytes((_LAYERS_RECORD, applied)))
@@ -724,6 +813,32 @@ def _child(
     except BaseException:  # noqa: BLE001 - any failure here means "not started"
         with _suppress(OSError):
             os.write(status, b"F")
+    os._exit(_CANNOT_START)
+
+
+def inner(spec_fd: int, workdir: str) -> NoReturn:
+    """The inner stage, inside the namespaces: Landlock and the rest, then the command.
+
+    Landlock is applied here, not before ``bwrap`` (a Landlock domain may not mount),
+    with the paths as the new mount namespace shows them (the same inodes, bound) plus
+    its private ``/dev/shm``. ``workdir`` is ``DEV:INO`` of the directory the supervisor
+    held: bwrap entered it again by name, so a directory swapped meanwhile (a symlink
+    out of the worktree) is caught here and nothing starts.
+    """
+    try:
+        spec = _Spec(_read_all(spec_fd))
+        os.close(spec_fd)
+        here = os.stat(".")
+        if f"{here.st_dev}:{here.st_ino}" != workdir:
+            raise OSError("the working directory changed")  # noqa: TRY301 - one path out
+        ruleset = None
+        if spec.abi > 0:
+            ruleset = build_ruleset(spec.abi, [*spec.writable, SHARED_MEMORY], spec.allow_network)
+        apply_layers(ruleset, spec.layers, spec.allow_network)
+        os.execve(spec.executable, spec.arguments, spec.environment)  # noqa: S606 - the point
+    except BaseException:  # noqa: BLE001 - any failure here means "not started"
+        with _suppress(OSError):
+            os.write(2, b"spice: the contained command could not start\n")
     os._exit(_CANNOT_START)
 
 
@@ -765,20 +880,29 @@ class _Supervisor:
             if os.getpgid(self.command) != os.getpgid(0):
                 os.kill(self.command, signal.SIGTERM)
 
-    def sweep(self) -> None:
-        """SIGKILL every descendant, round after round, and reap them (bounded)."""
+    def sweep(self) -> bool:
+        """End the whole subtree, round after round, and reap it; ``True`` once none is left.
+
+        Each round freezes every descendant (``SIGSTOP``, so none forks again), walks
+        the tree once more for those forked meanwhile, and kills them all; orphans come
+        back to this subreaper and are reaped here. Bounded by ``SWEEP_BOUND_SECONDS``.
+        """
         me = os.getpid()
         deadline = time.monotonic() + SWEEP_BOUND_SECONDS
         while True:
             self.reap()
-            alive = children(me)
-            if not alive:
-                return
-            for pid in alive:
+            tree = descendants(me)
+            if not tree:
+                return True
+            for pid in tree:
+                with _suppress(OSError):
+                    os.kill(pid, signal.SIGSTOP)
+            for pid in {*tree, *descendants(me)}:
                 with _suppress(OSError):
                     os.kill(pid, signal.SIGKILL)
             if time.monotonic() >= deadline:
-                return
+                self.reap()
+                return not descendants(me)
             signal.sigtimedwait({signal.SIGCHLD}, _SWEEP_WAIT_SECONDS)
 
     def run(self) -> NoReturn:
@@ -804,9 +928,9 @@ class _Supervisor:
                 self.forward_stop()
             elif received.si_signo == END_SIGNAL:
                 break
-        self.sweep()
+        emptied = self.sweep()
         self.remove_temporary()
-        _report(self.report, REPORT_DONE)
+        _report(self.report, REPORT_DONE if emptied else REPORT_REMAINING)
         self.mirror()
 
     def remove_temporary(self) -> None:
@@ -838,7 +962,6 @@ class _Supervisor:
 def _prepare(spec_fd: int) -> tuple[_Spec, set[int | signal.Signals], int | None]:
     """Before the fork: the spec, the signal mask to restore, the ruleset (or none)."""
     spec = _Spec(_read_all(spec_fd))
-    os.close(spec_fd)
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, _WATCHED)
     prctl(PR_SET_PDEATHSIG, END_SIGNAL)
     if os.getppid() != spec.server:
@@ -846,8 +969,11 @@ def _prepare(spec_fd: int) -> tuple[_Spec, set[int | signal.Signals], int | None
     prctl(PR_SET_CHILD_SUBREAPER, 1)
     prctl(PR_SET_DUMPABLE, 0)
     ruleset: int | None = None
-    if spec.abi > 0:
+    if spec.abi > 0 and not spec.wrapper:
         ruleset = build_ruleset(spec.abi, spec.writable, spec.allow_network)
+    for path in spec.writable if spec.wrapper else ():
+        # Namespaces: Landlock comes inside; a missing writable place is "not started" now.
+        os.close(os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC))
     return spec, mask, ruleset
 
 
@@ -870,8 +996,9 @@ def supervise(spec_fd: int, report: int) -> NoReturn:
         os._exit(_CANNOT_START)
     if command == 0:
         os.close(status_read)
-        _child(spec, ruleset, status_write, mask, parent)
+        _child(spec, ruleset, status_write, mask, parent, spec_fd)
     os.close(status_write)
+    os.close(spec_fd)
     if ruleset is not None:
         os.close(ruleset)
     said = _read_all(status_read)
@@ -893,4 +1020,6 @@ def supervise(spec_fd: int, report: int) -> NoReturn:
 
 
 if __name__ == "__main__":
+    if sys.argv[1] == INNER:
+        inner(int(sys.argv[2]), sys.argv[3])
     supervise(int(sys.argv[1]), int(sys.argv[2]))

@@ -55,6 +55,12 @@ MAX_WRITE_BYTES_VARIABLE: Final = "SPICE_AGENT_MAX_WRITE_BYTES"
 MAX_OUTPUT_BYTES_VARIABLE: Final = "SPICE_AGENT_MAX_OUTPUT_BYTES"
 MAX_EDIT_BYTES_VARIABLE: Final = "SPICE_AGENT_MAX_EDIT_BYTES"
 ALLOW_NETWORK_VARIABLE: Final = "SPICE_AGENT_ALLOW_NETWORK"
+ALLOW_WRITE_VARIABLE: Final = "SPICE_AGENT_ALLOW_WRITE"
+
+MAXIMUM_ALLOW_WRITE: Final = 32
+"""At most this many ``--allow-write`` directories."""
+MAXIMUM_PATH_LENGTH: Final = 4096
+"""An ``--allow-write`` directory's text has at most this many characters (``PATH_MAX``)."""
 
 MAXIMUM_ALLOWED_NAMES: Final = 64
 """At most this many names may be added to the environment allowlist."""
@@ -72,6 +78,7 @@ _FALSE: Final = frozenset({"", "0", "false", "no", "off"})
 _ALLOW_ENV_FLAG: Final = "--allow-env"
 _COMMAND_TIMEOUT_FLAG: Final = "--command-timeout"
 _SANDBOX_FLAG: Final = "--sandbox"
+_ALLOW_WRITE_FLAG: Final = "--allow-write"
 _BYTES_FIELDS: Final = (
     ("max_read_bytes", "--max-read-bytes", MAX_READ_BYTES_VARIABLE),
     ("max_write_bytes", "--max-write-bytes", MAX_WRITE_BYTES_VARIABLE),
@@ -111,6 +118,7 @@ class Flags:
     max_edit_bytes: str | None = None
     sandbox: str | None = None
     allow_network: bool = False
+    allow_write: tuple[str, ...] = ()
 
 
 @final
@@ -126,6 +134,7 @@ class Settings:
     config: Config
     sandbox: str = DEFAULT_MODE
     allow_network: bool = False
+    allow_write: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.config, Config):
@@ -134,6 +143,10 @@ class Settings:
             raise ValueError("the sandbox mode must be one of auto, workspace, off")
         if not isinstance(self.allow_network, bool):
             raise TypeError("allow_network must be a bool")
+        if not isinstance(self.allow_write, tuple) or not all(
+            isinstance(path, str) for path in self.allow_write
+        ):
+            raise TypeError("allow_write must be a tuple of paths")
 
 
 def add_arguments(parser: argparse.ArgumentParser, *, after_command: bool) -> None:
@@ -184,6 +197,15 @@ def add_arguments(parser: argparse.ArgumentParser, *, after_command: bool) -> No
         default=argparse.SUPPRESS if after_command else False,
         help=f"let contained commands use the network (also ${ALLOW_NETWORK_VARIABLE}=1)",
     )
+    parser.add_argument(
+        _ALLOW_WRITE_FLAG,
+        metavar="DIR",
+        action="append",
+        dest="allow_write" + suffix,
+        default=argparse.SUPPRESS if after_command else [],
+        help="an existing absolute directory contained commands may also write, such as "
+        f"a cache (repeatable; default ${ALLOW_WRITE_VARIABLE}, {os.pathsep!r}-separated)",
+    )
 
 
 def flags_of(options: argparse.Namespace) -> Flags:
@@ -195,6 +217,7 @@ def flags_of(options: argparse.Namespace) -> Flags:
         return chosen if isinstance(chosen, str) else None
 
     allow_env = (*values.get("allow_env", ()), *values.get("allow_env" + _AFTER, ()))
+    allow_write = (*values.get("allow_write", ()), *values.get("allow_write" + _AFTER, ()))
     return Flags(
         root=text("root"),
         allow_env=tuple(allow_env),
@@ -205,6 +228,7 @@ def flags_of(options: argparse.Namespace) -> Flags:
         max_edit_bytes=text("max_edit_bytes"),
         sandbox=text("sandbox"),
         allow_network=bool(values.get("allow_network") or values.get("allow_network" + _AFTER)),
+        allow_write=tuple(allow_write),
     )
 
 
@@ -237,7 +261,12 @@ def resolve_settings(flags: Flags, environ: Mapping[str, str] | None = None) -> 
     if names:
         fields["environment_allowlist"] = (*base.environment_allowlist, *names)
     config = Config(base.root, **fields)  # type: ignore[arg-type]
-    return Settings(config, _sandbox(flags.sandbox, source), _allow_network(flags, source))
+    return Settings(
+        config,
+        _sandbox(flags.sandbox, source),
+        _allow_network(flags, source),
+        _allow_write(flags.allow_write, source),
+    )
 
 
 def _chosen(
@@ -324,3 +353,31 @@ def _allow_network(flags: Flags, source: Mapping[str, str]) -> bool:
     if text in _FALSE:
         return False
     raise SettingsError(f"{ALLOW_NETWORK_VARIABLE} must be 1 or 0 (true/false, yes/no, on/off)")
+
+
+def _allow_write(from_flags: tuple[str, ...], source: Mapping[str, str]) -> tuple[str, ...]:
+    """The ``--allow-write`` directories: flags, else the variable; each checked, resolved."""
+    if from_flags:
+        raw, origin = list(from_flags), _ALLOW_WRITE_FLAG
+    else:
+        text = source.get(ALLOW_WRITE_VARIABLE, "")
+        if text.strip() == "":
+            return ()
+        raw, origin = [item for item in text.split(os.pathsep) if item], ALLOW_WRITE_VARIABLE
+    if len(raw) > MAXIMUM_ALLOW_WRITE:
+        raise SettingsError(f"{origin} names at most {MAXIMUM_ALLOW_WRITE} directories")
+    chosen: list[str] = []
+    for item in raw:
+        if (
+            len(item) > MAXIMUM_PATH_LENGTH
+            or "\0" in item
+            or not os.path.isabs(item)
+            or not os.path.isdir(item)
+        ):
+            raise SettingsError(f"{origin} takes existing absolute directories")
+        real = os.path.realpath(item)
+        if real == os.sep:
+            raise SettingsError(f"{origin} cannot be /: it would confine nothing")
+        if real not in chosen:
+            chosen.append(real)
+    return tuple(chosen)

