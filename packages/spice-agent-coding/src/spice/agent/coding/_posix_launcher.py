@@ -37,7 +37,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
-import fcntl
 import marshal
 import os
 import signal
@@ -115,12 +114,8 @@ SECCOMP_PATH: Final = os.path.join(os.path.dirname(os.path.abspath(__file__)), "
 SECCOMP_SOURCE: Final = _read_source(SECCOMP_PATH)
 """The seccomp module the supervisor imports, read once at start with the supervisor."""
 
-_SEALS: Final = (
-    getattr(fcntl, "F_SEAL_SEAL", 0)
-    | getattr(fcntl, "F_SEAL_SHRINK", 0)
-    | getattr(fcntl, "F_SEAL_GROW", 0)
-    | getattr(fcntl, "F_SEAL_WRITE", 0)
-)
+_SEALS: Final = ("F_SEAL_SEAL", "F_SEAL_SHRINK", "F_SEAL_GROW", "F_SEAL_WRITE")
+"""The seals of the supervisor's memory file (``fcntl`` names, looked up at the call)."""
 _code: list[int] = []
 """The sealed memory file with the supervisor's compiled code (made once, on first use)."""
 
@@ -138,7 +133,13 @@ def _code_fd() -> int:
         )
         fd = os.memfd_create("spice-supervisor", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
         _write_all(fd, data)
-        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, _SEALS)
+        # fcntl is POSIX-only: imported here, so that this module imports on Windows.
+        import fcntl  # noqa: PLC0415
+
+        seals = 0
+        for name in _SEALS:
+            seals |= getattr(fcntl, name, 0)
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, seals)
         _code.append(fd)
     return _code[0]
 
