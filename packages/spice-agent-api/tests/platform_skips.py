@@ -56,10 +56,6 @@ POSIX_ONLY_MODULES: Final[dict[str, str]] = {
     "test_replace_round3.py": ROOT,
     "test_regular.py": ROOT,
     "test_read_fanotify.py": "fanotify (Linux)",
-    # spice-agent-coding: the Linux sandbox
-    "test_sandbox_attacks.py": LAUNCHER,
-    "test_sandbox_layers.py": LAUNCHER,
-    "test_seccomp.py": "seccomp (Linux)",
     "test_hardening.py": ROOT,
     "test_root.py": ROOT,
     "test_root_cached.py": ROOT,
