@@ -129,7 +129,13 @@ UNPRIVILEGED_TESTS := \
 UNPRIVILEGED_PYTHONS ?= /usr/bin/python3 /usr/local/bin/python3
 UNPRIVILEGED_SPAWNING_TESTS := \
   packages/spice-agent-coding/tests/test_shell_posix.py \
-  packages/spice-agent-coding/tests/test_containment.py
+  packages/spice-agent-coding/tests/test_containment.py \
+  packages/spice-agent-coding/tests/test_sandbox_attacks.py \
+  packages/spice-agent-coding/tests/test_sandbox_layers.py \
+  packages/spice-agent-coding/tests/test_posix_bwrap.py \
+  packages/spice-agent-coding/tests/test_allow_write.py \
+  packages/spice-agent-coding/tests/test_sandbox_tools.py \
+  packages/spice-agent-coding/tests/test_seccomp.py
 test-unprivileged:
 	@if [ "$$(id -u)" != 0 ]; then \
 	  echo "test-unprivileged: skipped: the runner is not root, so the suite already ran unprivileged"; exit 0; \
