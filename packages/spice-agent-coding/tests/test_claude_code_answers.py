@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Final
 
 import claude_agent_sdk
+import procutil
 import pytest
 from claude_agent_sdk import query
 from claude_standin import StandIn
@@ -36,6 +37,14 @@ LAST_LINE: Final = PAGE.decode().splitlines()[-2].strip()
 pytestmark = pytest.mark.skipif(
     not BUNDLED_CLI.is_file(), reason="the Claude Agent SDK's bundled Claude Code CLI is missing"
 )
+
+
+@pytest.fixture(autouse=True)
+def _loopback() -> None:
+    """The stand-in listens on 127.0.0.1: up it comes in verify-offline's namespace, or skip."""
+    reason = procutil.loopback_reason()
+    if reason is not None:
+        pytest.skip(reason)
 
 
 def _without_declaration(tmp_path: Path) -> str:
