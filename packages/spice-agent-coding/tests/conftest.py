@@ -11,6 +11,7 @@ run nothing changes.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -40,7 +41,13 @@ def _measured_supervisor() -> Iterator[None]:
     saved = (launcher_module._SUPERVISOR_FLAGS, launcher_module._SUPERVISOR_ENVIRONMENT)
     launcher_module._SUPERVISOR_FLAGS = MEASURED_FLAGS
     launcher_module._SUPERVISOR_ENVIRONMENT = {COVERAGE_VARIABLE: config}
+    # The launcher runs the resolved interpreter (the base Python behind the venv's link),
+    # which knows neither the venv's packages nor coverage's .pth: the measured supervisor
+    # imports ``spice``, so it runs on the venv's own interpreter.
+    patch = pytest.MonkeyPatch()
+    patch.setattr(launcher_module, "INTERPRETER", sys.executable)
     try:
         yield
     finally:
+        patch.undo()
         launcher_module._SUPERVISOR_FLAGS, launcher_module._SUPERVISOR_ENVIRONMENT = saved
