@@ -22,13 +22,18 @@ COVERAGE_VARIABLE = "COVERAGE_PROCESS_CONFIG"
 MEASURED_FLAGS = (
     "-c",
     (
-        "import sys\n"
+        "import os, sys\n"
         "from spice.agent.coding import _posix_sandbox\n"
-        "_posix_sandbox.supervise(int(sys.argv[2]), int(sys.argv[3]))\n"
+        "code = int(sys.argv.pop(1))\n"
+        "os.set_inheritable(code, False)\n"
+        "setattr(_posix_sandbox, _posix_sandbox.CODE_FD_GLOBAL, code)\n"
+        "_posix_sandbox.supervise(int(sys.argv[1]), int(sys.argv[2]))\n"
     ),
 )
 """The supervisor run by its module name (coverage measures ``spice`` by module, and a
-script runs as ``__main__``); ``argv`` is then ``-c PATH SPEC_FD REPORT_FD``."""
+script runs as ``__main__``); ``argv`` is then ``-c CODE_FD SPEC_FD REPORT_FD``. As
+``BOOTSTRAP`` does, it keeps the sealed code's descriptor for the namespaces' inner stage
+(which runs unmeasured, from that code)."""
 
 
 @pytest.fixture(scope="session", autouse=True)
