@@ -4,8 +4,8 @@ Four ways to run the same command, sampled in rotation: the floor (a direct
 ``subprocess.run`` of it), ``PosixLauncher`` with the sandbox off (the per-call
 supervisor alone: subreaper, parent-death signal, sweep), ``workspace`` without
 namespaces (the supervisor plus Landlock, the seccomp filter, the capability drop and a
-private TMPDIR), and ``workspace`` with bwrap's namespaces (the same layers applied by
-an inner stage inside them), where the host can make them.
+private TMPDIR), and ``workspace`` with bwrap's namespaces (the supervisor runs inside
+them and applies the same layers there), where the host can make them.
 Commands: ``/bin/true`` (the fixed cost) and the sample worktree's own tests
 (``python3 -m unittest`` in a copy of ``examples/sample-worktree``, as ``make demo``
 runs them). Without Landlock the contained figures say "unavailable" and why.
@@ -136,7 +136,7 @@ async def _measure(settings: Settings, name: str, argv: list[str], cwd: Path) ->
             "peer",
             "sandbox off",
             uncontained,
-            notes=("bwrap's namespaces and the inner stage",),
+            notes=("bwrap's namespaces, the supervisor inside them",),
         )
     )
     figures.append(

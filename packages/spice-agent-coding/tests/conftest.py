@@ -11,8 +11,12 @@ run nothing changes.
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Final
 
 import pytest
 
@@ -24,16 +28,15 @@ MEASURED_FLAGS = (
     (
         "import os, sys\n"
         "from spice.agent.coding import _posix_sandbox\n"
-        "code = int(sys.argv.pop(1))\n"
-        "os.set_inheritable(code, False)\n"
-        "setattr(_posix_sandbox, _posix_sandbox.CODE_FD_GLOBAL, code)\n"
+        "os.close(int(sys.argv.pop(1)))\n"
         "_posix_sandbox.supervise(int(sys.argv[1]), int(sys.argv[2]))\n"
     ),
 )
 """The supervisor run by its module name (coverage measures ``spice`` by module, and a
-script runs as ``__main__``); ``argv`` is then ``-c CODE_FD SPEC_FD REPORT_FD``. As
-``BOOTSTRAP`` does, it keeps the sealed code's descriptor for the namespaces' inner stage
-(which runs unmeasured, from that code)."""
+script runs as ``__main__``); ``argv`` is then ``-c CODE_FD SPEC_FD REPORT_FD``, and it
+closes the sealed code's descriptor as ``BOOTSTRAP`` does. Inside the namespaces the file
+system is read-only, so what a supervisor there measured is not saved (coverage's
+``_exit`` patch ignores the failed save): the fallback path's runs measure its code."""
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -56,3 +59,22 @@ def _measured_supervisor() -> Iterator[None]:
     finally:
         patch.undo()
         launcher_module._SUPERVISOR_FLAGS, launcher_module._SUPERVISOR_ENVIRONMENT = saved
+
+
+VISIBLE_BASE: Final = "/var/tmp"
+"""Where ``visible_path`` makes its directory: a place a contained command sees. With
+namespaces the host's ``/tmp`` (and so pytest's ``tmp_path``) is hidden behind the call's
+private one, so a directory there outside the root is refused as missing, not as
+read-only, and a cache there is written in the call's ``/tmp`` instead."""
+
+
+@pytest.fixture
+def visible_path() -> Iterator[Path]:
+    """A fresh directory outside ``/tmp`` (resolved), removed after the test."""
+    if not os.access(VISIBLE_BASE, os.W_OK):
+        pytest.skip(f"{VISIBLE_BASE} is not writable here")
+    base = Path(tempfile.mkdtemp(prefix="spice-test-", dir=VISIBLE_BASE)).resolve()
+    try:
+        yield base
+    finally:
+        shutil.rmtree(base, ignore_errors=True)

@@ -92,15 +92,14 @@ SIMULATED: Final = "simulated: no bwrap on this host"
 
 
 @pytest.fixture
-def layout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
+def layout(visible_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
     """A worktree root, a sibling directory outside it, and a private system temp dir.
 
-    The launcher makes each call's TMPDIR in ``tempfile.gettempdir()``; here that is
-    ``tmp_path/tmp``, so a test sees exactly the temporaries its own calls left.
+    In a directory a contained command sees (``visible_path``). The launcher makes each
+    call's TMPDIR in ``tempfile.gettempdir()`` (without namespaces); here that is
+    ``BASE/tmp``, so a test sees exactly the temporaries its own calls left.
     """
-    root = (tmp_path / "root").resolve()
-    outside = (tmp_path / "outside").resolve()
-    temporaries = (tmp_path / "tmp").resolve()
+    root, outside, temporaries = (visible_path / name for name in ("root", "outside", "tmp"))
     for path in (root, outside, temporaries):
         path.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(temporaries))
@@ -262,20 +261,31 @@ async def test_the_same_writes_outside_work_when_the_sandbox_is_off(
 
 
 async def test_the_calls_tmpdir_is_private_and_gone_after_the_join(
-    layout: tuple[Path, Path],
+    layout: tuple[Path, Path], sandbox_path: str
 ) -> None:
-    """TMPDIR is a fresh 0700 directory per call, removed with what was written in it."""
+    """TMPDIR is fresh per call, private, and gone with what was written in it.
+
+    Without namespaces it is a new 0700 directory in the system temp dir, removed by the
+    join. With them it is the call's own ``/tmp``, a tmpfs of its mount namespace: the
+    second call does not see what the first wrote, and nothing reaches the host.
+    """
     root, _ = layout
     script = (
         "import os, stat\n"
         "t = os.environ['TMPDIR']\n"
+        "print(t, oct(stat.S_IMODE(os.stat(t).st_mode)), sorted(os.listdir(t)))\n"
         "os.makedirs(os.path.join(t, 'a', 'b'))\n"
         "open(os.path.join(t, 'a', 'b', 'f'), 'w').write('x' * 1000)\n"
-        "print(t, oct(stat.S_IMODE(os.stat(t).st_mode)))\n"
     )
     launcher = PosixLauncher(contained(), str(root))
-    first = (await run(launcher, root, PYTHON, "-c", script))[1].split()
-    second = (await run(launcher, root, PYTHON, "-c", script))[1].split()
+    first = (await run(launcher, root, PYTHON, "-c", script))[1].strip().split(maxsplit=2)
+    second = (await run(launcher, root, PYTHON, "-c", script))[1].strip().split(maxsplit=2)
+    assert (first[2], second[2]) == ("[]", "[]")
+    assert [] == os.listdir(tempfile.gettempdir())
+    if sandbox_path == "namespaces":
+        assert (first[0], second[0]) == (_bwrap.PRIVATE_TMP, _bwrap.PRIVATE_TMP)
+        assert not (Path(_bwrap.PRIVATE_TMP) / "a" / "b" / "f").exists()
+        return
     assert (first[1], second[1]) == ("0o700", "0o700")
     assert first[0] != second[0]
     assert all(name.startswith(TMPDIR_PREFIX) for name in map(_base, (first[0], second[0])))
@@ -321,7 +331,12 @@ LOCK_THE_TMPDIR: Final = (
     ' && chmod 000 "$TMPDIR/keep/deeper" && chmod 000 "$TMPDIR/keep" && echo "$TMPDIR"'
 )
 """A command that leaves 1 MiB behind two ``chmod 000`` directories, and two symlinks out."""
-AS_NOBODY: Final = ("setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups")
+AS_NOBODY: Final = (
+    shutil.which("setpriv") or "setpriv",
+    f"--reuid={NOBODY}",
+    f"--regid={NOBODY}",
+    "--clear-groups",
+)
 CLI: Final = "import sys\nfrom spice.agent.coding._cli import main\nsys.exit(main(sys.argv[1:]))\n"
 
 
@@ -350,6 +365,26 @@ def nobody_layout() -> Iterator[Path]:
         shutil.rmtree(base)
 
 
+def _nobody_makes_namespaces() -> bool:
+    """Whether ``bwrap`` makes every namespace for the unprivileged user here."""
+    bwrap = NAMESPACES.bwrap
+    if bwrap is None:
+        return False
+    argv = [*AS_NOBODY, *_bwrap.wrapper(bwrap, (), allow_network=False), "/bin/true"]
+    return subprocess.run(argv, capture_output=True, timeout=BOUND, check=False).returncode == 0
+
+
+def _tools_without_bwrap(base: Path) -> str:
+    """A ``PATH`` with the script's tools and no ``bwrap``: the server takes the fallback."""
+    tools = base / "bin"
+    tools.mkdir()
+    for name in ("mkdir", "head", "ln", "chmod"):
+        found = shutil.which(name)
+        assert found is not None
+        (tools / name).symlink_to(found)
+    return str(tools)
+
+
 def _nobody_python() -> str | None:
     """An interpreter of this Python version whose path every user may traverse."""
     version = f"{sys.version_info[0]}.{sys.version_info[1]}"
@@ -374,15 +409,21 @@ def _nobody_cli() -> str:
 
 
 def test_a_tmpdir_with_unreadable_directories_is_removed_by_an_unprivileged_server(
-    nobody_layout: Path,
+    nobody_layout: Path, sandbox_path: str
 ) -> None:
     """Server and command as uid 65534: ``chmod 000`` inside TMPDIR still leaves nothing.
 
     The answer says the cleanup completed, the call's TMPDIR is gone, and neither the
-    file nor the directory its symlinks named changed mode (nothing is followed).
+    file nor the directory its symlinks named changed mode (nothing is followed). The
+    server is a process of its own: for the fallback path it finds no ``bwrap`` on its
+    ``PATH`` (an empty directory); with namespaces its TMPDIR is the call's private
+    ``/tmp`` and nothing is made on the host.
     """
     base = nobody_layout
     outside = base / "outside"
+    if sandbox_path == "namespaces" and not _nobody_makes_namespaces():
+        pytest.skip("the unprivileged user cannot make namespaces here")
+    search = "/usr/bin:/bin" if sandbox_path == "namespaces" else _tools_without_bwrap(base)
     arguments = json.dumps(
         {"argv": ["/bin/sh", "-c", LOCK_THE_TMPDIR, "sh", str(outside / "secret"), str(outside)]}
     )
@@ -392,14 +433,17 @@ def test_a_tmpdir_with_unreadable_directories_is_removed_by_an_unprivileged_serv
         capture_output=True,
         timeout=BOUND,
         check=False,
-        env={"PATH": "/usr/bin:/bin", "HOME": str(base / "root"), "TMPDIR": str(base / "tmp")},
+        env={"PATH": search, "HOME": str(base / "root"), "TMPDIR": str(base / "tmp")},
         cwd=base / "root",
     )
     assert 0 == completed.returncode, completed.stderr
     content = json.loads(completed.stdout)
     assert (True, True) == (content["ok"], content["managed_cleanup_completed"])
     tmpdir = content["stdout"].strip()
-    assert tmpdir.startswith(str(base / "tmp" / TMPDIR_PREFIX))
+    if sandbox_path == "namespaces":
+        assert tmpdir == _bwrap.PRIVATE_TMP
+    else:
+        assert tmpdir.startswith(str(base / "tmp" / TMPDIR_PREFIX))
     assert [] == os.listdir(base / "tmp")
     assert (0o500, 0o600) == (
         stat.S_IMODE(outside.stat().st_mode),
@@ -408,9 +452,11 @@ def test_a_tmpdir_with_unreadable_directories_is_removed_by_an_unprivileged_serv
 
 
 async def test_a_tmpdir_that_cannot_be_removed_makes_the_cleanup_incomplete(
-    shell: tuple[Dispatcher, Path], monkeypatch: pytest.MonkeyPatch
+    shell: tuple[Dispatcher, Path], monkeypatch: pytest.MonkeyPatch, sandbox_path: str
 ) -> None:
     """When the removal fails (the fault), the answer says ``managed_cleanup_completed: false``."""
+    if sandbox_path == "namespaces":
+        pytest.skip("with namespaces TMPDIR is a tmpfs of the call's mount namespace: no removal")
     dispatcher, _ = shell
     monkeypatch.setattr(launcher_module, "_remove_tree", lambda _path: False)
     content = await shell_call(dispatcher, ["/bin/true"])

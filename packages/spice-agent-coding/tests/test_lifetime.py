@@ -88,7 +88,7 @@ async def collect(pids: list[int]) -> None:
 
 
 def supervisors_of(server: int) -> list[int]:
-    """The live children of ``server`` (its per-call supervisors)."""
+    """The live children of ``server`` (its per-call supervisors, or bwrap's monitors)."""
     return [p.pid for p in procutil.all_processes() if p.ppid == server and p.alive]
 
 
@@ -126,7 +126,9 @@ async def test_a_sigkilled_server_leaves_no_process_behind(root: Path, mode: str
             assert family
             assert all(procutil.is_alive(pid) for pid in family)
             assert len(supervisors) == 1
-            assert (mode == "workspace") == any(temporaries.iterdir())
+            # Without namespaces workspace mode makes a TMPDIR on the host; with them the
+            # call's TMPDIR is its mount namespace's private /tmp.
+            assert (mode == "workspace" and not NAMESPACES.made) == any(temporaries.iterdir())
             os.kill(peer.pid, signal.SIGKILL)
             peer.process.wait(BOUND)
             # The bound of the contract, polled (no sleep): everything is gone by then.
@@ -137,6 +139,30 @@ async def test_a_sigkilled_server_leaves_no_process_behind(root: Path, mode: str
             assert await procutil.until(lambda: not any(temporaries.iterdir()))
         finally:
             await collect(family + supervisors)
+
+
+def zombies_of(server: int) -> list[int]:
+    """The children of ``server`` that exited and were not reaped."""
+    return [p.pid for p in procutil.all_processes() if p.ppid == server and p.state == "Z"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_calls_that_end_descendants_leave_the_server_no_zombie(root: Path, mode: str) -> None:
+    """A call whose background descendant is ended at its join, and a call stopped at its
+    timeout: nothing of them stays the server's child, not even unreaped. With namespaces
+    the supervisor outlives bwrap's monitor there and comes to the server (a subreaper)."""
+    with RawPeer(root, "--sandbox", mode) as peer:
+        peer.initialize()
+        background = {"argv": ["sh", "-c", "sleep 60 & echo started"], "timeout_seconds": 60}
+        peer.send(tool_call(1, "shell", background))
+        first = json.loads(peer.answer(1)["result"]["content"][0]["text"])
+        stopped = {"argv": ["sleep", "60"], "timeout_seconds": 1}
+        peer.send(tool_call(2, "shell", stopped))
+        second = json.loads(peer.answer(2)["result"]["content"][0]["text"])
+        assert (True, True) == (first["ok"], first["managed_cleanup_completed"])
+        assert (False, True) == (second["ok"], second["managed_cleanup_completed"])
+        assert await procutil.until(lambda: not zombies_of(peer.pid), BOUND)
+        assert [] == supervisors_of(peer.pid)
 
 
 # -- descendants that leave the group ---------------------------------------------------------

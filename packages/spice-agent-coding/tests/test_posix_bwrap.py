@@ -241,11 +241,12 @@ def test_without_namespaces_workspace_runs_but_is_not_contained(tmp_path: Path) 
     assert {"made": False, "reason": "none here"} == layers["namespaces"]
 
 
-# -- the inner stage -------------------------------------------------------------------------
+# -- the supervisor's check of the directory bwrap entered -------------------------------------
 
 
-def _inner(tmp_path: Path, workdir: str, marker: Path) -> int:
-    """Run the real inner stage (compiled from the sealed code, as in a call); its status."""
+def _supervise(tmp_path: Path, workdir: str, marker: Path) -> bytes:
+    """Run the real supervisor (compiled from the sealed code, as in a call) told that the
+    directory it was started in is ``workdir`` (``DEV:INO``); its first report record."""
     from spice.agent.coding import _posix_launcher, _posix_sandbox  # noqa: PLC0415
 
     blob = _posix_sandbox.encode_spec(
@@ -256,34 +257,58 @@ def _inner(tmp_path: Path, workdir: str, marker: Path) -> int:
         executable=b"/usr/bin/touch",
         arguments=[os.fsencode(marker)],
         environment=[b"PATH=/bin"],
+        workdir=workdir.encode(),
     )
     spec = os.memfd_create("t")
     os.write(spec, blob)
     os.lseek(spec, 0, os.SEEK_SET)
     code = _posix_launcher._code_fd()
+    report_read, report_write = os.pipe()
     try:
         argv = [
             _posix_launcher.INTERPRETER, "-I", "-S", "-c", _posix_sandbox.BOOTSTRAP,
-            str(code), _posix_sandbox.INNER, str(spec), workdir,
+            str(code), str(spec), str(report_write),
         ]  # fmt: skip
-        return subprocess.run(
-            argv, pass_fds=(code, spec), cwd=tmp_path, capture_output=True, check=False
-        ).returncode
+        subprocess.run(
+            argv,
+            pass_fds=(code, spec, report_write),
+            cwd=tmp_path,
+            capture_output=True,
+            check=False,
+            timeout=60,
+        )
+        os.close(report_write)
+        report_write = -1
+        with os.fdopen(report_read, "rb") as report:
+            report_read = -1
+            return report.read()[:1]
     finally:
-        os.close(spec)
+        for fd in (spec, report_read, report_write):
+            if fd >= 0:
+                os.close(fd)
 
 
-def test_the_inner_stage_runs_the_command_in_the_directory_it_was_told(tmp_path: Path) -> None:
+def test_the_supervisor_runs_the_command_in_the_directory_it_was_told(tmp_path: Path) -> None:
     here = os.stat(tmp_path)
-    assert 0 == _inner(tmp_path, f"{here.st_dev}:{here.st_ino}", tmp_path / "ran")
+    assert b"S" == _supervise(tmp_path, f"{here.st_dev}:{here.st_ino}", tmp_path / "ran")
     assert (tmp_path / "ran").exists()
 
 
-def test_the_inner_stage_starts_nothing_in_another_directory(tmp_path: Path) -> None:
+def test_the_supervisor_starts_nothing_in_another_directory(tmp_path: Path) -> None:
     """bwrap enters the workdir again by name: another inode there means nothing starts."""
     here = os.stat(tmp_path)
-    assert 127 == _inner(tmp_path, f"{here.st_dev}:{here.st_ino + 1}", tmp_path / "ran")
+    assert b"F" == _supervise(tmp_path, f"{here.st_dev}:{here.st_ino + 1}", tmp_path / "ran")
     assert not (tmp_path / "ran").exists()
+
+
+def test_the_wrapper_makes_the_supervisor_init_with_a_private_bounded_tmp() -> None:
+    """The supervisor is the PID namespace's init; /tmp is a tmpfs of a named size, mounted
+    before the writable binds (so a worktree beneath /tmp is bound on top of it)."""
+    argv = wrapper("/usr/bin/bwrap", ["/tmp/w"], allow_network=False)
+    assert argv[-2:] == ["--as-pid-1", "--"]
+    tmp = argv.index(_bwrap.PRIVATE_TMP)
+    assert argv[tmp - 3 : tmp] == ["--size", str(_bwrap.PRIVATE_TMP_BYTES), "--tmpfs"]
+    assert tmp < argv.index("/tmp/w")
 
 
 @pytest.mark.skipif(landlock_abi() < 1, reason="the kernel has no Landlock")

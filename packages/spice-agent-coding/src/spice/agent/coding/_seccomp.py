@@ -29,6 +29,8 @@ The filter answers ``EPERM`` (the call fails; the process goes on) for:
 - ``mknod``/``mknodat`` of a character or block device (``mode & S_IFMT``);
 - ``io_uring_setup``, ``io_uring_enter``, ``io_uring_register`` (io_uring's operations
   do not pass through the filter);
+- ``bpf``, ``perf_event_open`` and ``userfaultfd``: kernel attack surface no build or test
+  tool needs (``perf`` itself does not run contained);
 - on x86_64, every x32 system call (``nr >= __X32_SYSCALL_BIT``).
 
 A system call of any other architecture than the one the filter was built for
@@ -137,6 +139,9 @@ _X86_64: Final = {
     "io_uring_setup": 425,
     "io_uring_enter": 426,
     "io_uring_register": 427,
+    "bpf": 321,
+    "perf_event_open": 298,
+    "userfaultfd": 323,
     "seccomp": 317,
 }
 _AARCH64: Final = {  # asm-generic/unistd.h; there is no mknod
@@ -170,6 +175,9 @@ _AARCH64: Final = {  # asm-generic/unistd.h; there is no mknod
     "io_uring_setup": 425,
     "io_uring_enter": 426,
     "io_uring_register": 427,
+    "bpf": 280,
+    "perf_event_open": 241,
+    "userfaultfd": 282,
     "seccomp": 277,
 }
 
@@ -201,6 +209,9 @@ ALWAYS_DENIED: Final = (
     "io_uring_setup",
     "io_uring_enter",
     "io_uring_register",
+    "bpf",
+    "perf_event_open",
+    "userfaultfd",
 )
 SYSV_IPC: Final = (
     "shmget",
@@ -234,6 +245,7 @@ RULES: Final = (
     "no_terminal_injection",
     "no_device_nodes",
     "no_io_uring",
+    "no_bpf_perf_or_userfaultfd",
     "native_abi_only",
 )
 """Every rule of the filter, by name (for the ``tools`` report)."""
