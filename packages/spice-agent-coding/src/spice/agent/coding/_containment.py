@@ -151,7 +151,7 @@ class Containment:
             return None
         places = "a private $TMPDIR"
         if self.namespaces.made:
-            places = "a private /tmp ($TMPDIR; the host's /tmp is not visible), a private /dev/shm"
+            places = "its own /tmp ($TMPDIR) and /dev/shm"
         extra = ", ".join(self.allow_write)
         if extra:
             places += f", {extra}"
