@@ -9,6 +9,7 @@ process-lifetime tests, which hold in every mode, are in ``test_lifetime.py``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import errno
 import json
@@ -280,12 +281,17 @@ async def test_the_calls_tmpdir_is_private_and_gone_after_the_join(
     launcher = PosixLauncher(contained(), str(root))
     first = (await run(launcher, root, PYTHON, "-c", script))[1].strip().split(maxsplit=2)
     second = (await run(launcher, root, PYTHON, "-c", script))[1].strip().split(maxsplit=2)
-    assert (first[2], second[2]) == ("[]", "[]")
     assert [] == os.listdir(tempfile.gettempdir())
     if sandbox_path == "namespaces":
+        # Empty but for the mount points of what is bound on it (the server's own
+        # environment where it lies beneath /tmp): nothing of the first call is left.
+        tops = {Path(path).relative_to("/tmp").parts[0] for path in launcher_module._KEPT_VISIBLE}
+        kept = sorted(tops)
+        assert (first[2], second[2]) == (str(kept), str(kept))
         assert (first[0], second[0]) == (_bwrap.PRIVATE_TMP, _bwrap.PRIVATE_TMP)
         assert not (Path(_bwrap.PRIVATE_TMP) / "a" / "b" / "f").exists()
         return
+    assert (first[2], second[2]) == ("[]", "[]")
     assert (first[1], second[1]) == ("0o700", "0o700")
     assert first[0] != second[0]
     assert all(name.startswith(TMPDIR_PREFIX) for name in map(_base, (first[0], second[0])))
@@ -605,6 +611,32 @@ async def test_a_cancelled_contained_start_leaves_no_process_and_no_tmpdir(
         await starting
     assert [] == _temporaries()
     assert [] == [p for p in procutil.all_processes() if p.ppid == os.getpid() and p.alive]
+
+
+CANCEL_MOMENTS: Final = 12
+"""How many moments of the start a cancellation is tried at (loop turns after the spawn)."""
+
+
+async def test_starts_cancelled_at_every_moment_leave_no_process(
+    layout: tuple[Path, Path],
+) -> None:
+    """The cancellation's "end now" can reach bwrap's monitor while bwrap still sets up
+    the namespaces (before the supervisor's death signal exists): whatever the moment,
+    the join leaves no process of the call (the supervisor sees its lifeline end)."""
+    root, _ = layout
+    launcher = PosixLauncher(contained(), str(root))
+    spec = Spec("/bin/sleep", ("60",), str(root), (), b"", Collect(), Collect())
+    for turns in range(CANCEL_MOMENTS):
+        starting = asyncio.ensure_future(launcher.start(spec))
+        for _ in range(turns):
+            await asyncio.sleep(0)
+        starting.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            process = await starting
+            await process.force_kill()
+            await process.wait()
+        assert [] == [p for p in procutil.all_processes() if p.ppid == os.getpid() and p.alive]
+    assert [] == _temporaries()
 
 
 async def test_a_start_word_that_comes_after_the_bound_is_never_not_started(

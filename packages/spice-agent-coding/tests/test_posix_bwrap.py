@@ -244,9 +244,10 @@ def test_without_namespaces_workspace_runs_but_is_not_contained(tmp_path: Path) 
 # -- the supervisor's check of the directory bwrap entered -------------------------------------
 
 
-def _supervise(tmp_path: Path, workdir: str, marker: Path) -> bytes:
+def _supervise(tmp_path: Path, workdir: str, marker: Path, lifeline: int | None = None) -> bytes:
     """Run the real supervisor (compiled from the sealed code, as in a call) told that the
-    directory it was started in is ``workdir`` (``DEV:INO``); its first report record."""
+    directory it was started in is ``workdir`` (``DEV:INO``) and, if given, that its
+    lifeline to bwrap's monitor is ``lifeline``; its first report record."""
     from spice.agent.coding import _posix_launcher, _posix_sandbox  # noqa: PLC0415
 
     blob = _posix_sandbox.encode_spec(
@@ -258,6 +259,7 @@ def _supervise(tmp_path: Path, workdir: str, marker: Path) -> bytes:
         arguments=[os.fsencode(marker)],
         environment=[b"PATH=/bin"],
         workdir=workdir.encode(),
+        lifeline=lifeline,
     )
     spec = os.memfd_create("t")
     os.write(spec, blob)
@@ -271,7 +273,7 @@ def _supervise(tmp_path: Path, workdir: str, marker: Path) -> bytes:
         ]  # fmt: skip
         subprocess.run(
             argv,
-            pass_fds=(code, spec, report_write),
+            pass_fds=(code, spec, report_write, *(() if lifeline is None else (lifeline,))),
             cwd=tmp_path,
             capture_output=True,
             check=False,
@@ -325,3 +327,55 @@ def test_the_cli_refuses_a_root_of_slash_in_one_line_and_auto_warns(
     assert ROOT_IS_SLASH in auto.err
     assert "uncontained" in auto.err
     assert '"contained": false' in auto.out.replace('"contained":false', '"contained": false')
+
+
+def test_only_places_beneath_tmp_are_kept_visible_outermost_first(tmp_path: Path) -> None:
+    """The private /tmp hides the host's: of the server's own places, those strictly beneath
+    it (real paths, a symlink followed) are bound again, each once, none inside another."""
+    if not str(tmp_path).startswith(os.path.realpath("/tmp") + os.sep):
+        pytest.skip("pytest's tmp_path is not beneath /tmp here")
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (tmp_path / "link").symlink_to(venv)
+    elsewhere = os.path.realpath("/usr")
+    places = [str(venv / "bin"), str(tmp_path / "link"), elsewhere, "/tmp"]
+    assert [str(venv.resolve())] == _bwrap.under_private_tmp(places)
+    assert [str(venv.resolve() / "bin")] == _bwrap.under_private_tmp([str(venv / "bin")])
+    assert [] == _bwrap.under_private_tmp([elsewhere, "/tmp"])
+
+
+def test_kept_places_are_bound_read_only_between_the_tmpfs_and_the_writable_binds() -> None:
+    argv = wrapper("/usr/bin/bwrap", ["/tmp/w"], allow_network=False, visible=["/tmp/v"])
+    kept = argv.index("/tmp/v")
+    assert argv[kept - 1] == "--ro-bind"
+    assert argv.index(_bwrap.PRIVATE_TMP) < kept < argv.index("/tmp/w")
+
+
+def test_a_supervisor_whose_bwrap_is_gone_starts_nothing(tmp_path: Path) -> None:
+    """bwrap's monitor died before the supervisor set its death signal (the join's "end
+    now" during bwrap's start): its status pipe, the lifeline, is at its end (what the
+    monitor wrote is read first), so ``F``, and nothing runs."""
+    here = os.stat(tmp_path)
+    read, write = os.pipe()
+    os.write(write, b'{ "child-pid": 2 }\n')
+    os.close(write)
+    try:
+        workdir = f"{here.st_dev}:{here.st_ino}"
+        assert b"F" == _supervise(tmp_path, workdir, tmp_path / "ran", read)
+        assert not (tmp_path / "ran").exists()
+    finally:
+        os.close(read)
+
+
+def test_a_supervisor_whose_bwrap_lives_runs_the_command(tmp_path: Path) -> None:
+    """The monitor still holds the write end (and wrote its status line): ``S``."""
+    here = os.stat(tmp_path)
+    read, write = os.pipe()
+    os.write(write, b'{ "child-pid": 2 }\n')
+    try:
+        marker = tmp_path / "ran"
+        assert b"S" == _supervise(tmp_path, f"{here.st_dev}:{here.st_ino}", marker, read)
+        assert marker.exists()
+    finally:
+        os.close(read)
+        os.close(write)

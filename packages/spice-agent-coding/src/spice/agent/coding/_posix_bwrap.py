@@ -102,20 +102,36 @@ def find_bwrap(root: str, search_path: str | None = None) -> tuple[str | None, s
     return None, BWRAP_BENEATH_ROOT if beneath_root else NO_BWRAP
 
 
+def under_private_tmp(paths: Sequence[str]) -> list[str]:
+    """The real places among ``paths`` that lie strictly beneath ``/tmp`` (which the private
+    one hides), without repeats and without one beneath another of them."""
+    tmp = os.path.realpath(PRIVATE_TMP)
+    reals = {os.path.realpath(path) for path in paths}
+    found = sorted(real for real in reals if real != tmp and beneath(real, tmp))
+    return [p for p in found if not any(p != q and beneath(p, q) for q in found)]
+
+
 def wrapper(
     bwrap: str,
     writable: Sequence[str],
     allow_network: bool,
+    visible: Sequence[str] = (),
+    lifeline: int | None = None,
 ) -> list[str]:
     """The ``bwrap`` argv for one call; the supervisor's argv follows the ``--``.
 
     The file system read-only; a private ``/tmp`` (the call's TMPDIR, ``PRIVATE_TMP``);
     ``writable`` (the worktree and each ``--allow-write`` directory) bound read-write at
-    the same path; a private ``/dev`` with a private writable ``/dev/shm``; the new PID
+    the same path; ``visible`` (the server's own interpreter and environment when they
+    lie beneath ``/tmp``) bound read-only on the private ``/tmp`` first, so that the
+    supervisor and the commands the server resolved to them still start; a private
+    ``/dev`` with a private writable ``/dev/shm``; the new PID
     namespace's ``/proc``; without the network an empty ``/run``; no capabilities; a new
     session. The supervisor is the namespace's init (``--as-pid-1``: when it exits the
     kernel ends every process in it) and dies with ``bwrap``'s monitor, which dies with
-    the server (``--die-with-parent``).
+    the server (``--die-with-parent``). ``lifeline``, the write end of a pipe, becomes
+    bwrap's ``--json-status-fd``: only its monitor holds it, so the supervisor, which
+    reads the other end, sees the monitor's death as the end of file.
     """
     argv = [
         bwrap,
@@ -129,12 +145,16 @@ def wrapper(
         argv.append("--unshare-net")  # bwrap brings loopback up inside
     argv += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/dev/shm"]  # noqa: S108 - a private tmpfs
     argv += ["--size", str(PRIVATE_TMP_BYTES), "--tmpfs", PRIVATE_TMP]
+    for path in visible:
+        argv += ["--ro-bind", path, path]
     if not allow_network:
         # The daemons' named sockets (Docker, D-Bus, PostgreSQL, the user's agents in
         # /run/user) are other processes: hidden. With the network, DNS may need /run.
         argv += ["--tmpfs", HIDDEN_RUN]
     for path in writable:
         argv += ["--bind", path, path]
+    if lifeline is not None:
+        argv += ["--json-status-fd", str(lifeline)]
     argv += ["--cap-drop", "ALL", "--new-session", "--die-with-parent", "--as-pid-1", "--"]
     return argv
 

@@ -144,6 +144,12 @@ def _code_fd() -> int:
 INTERPRETER: Final = os.path.realpath(sys.executable) if sys.executable else ""
 """The interpreter the supervisor runs on, resolved once at start (not a venv's symlink)."""
 
+_KEPT_VISIBLE: Final = tuple(
+    _bwrap.under_private_tmp([sys.prefix, sys.base_prefix, sys.exec_prefix, INTERPRETER])
+)
+"""The server's own environment and interpreter where they lie beneath ``/tmp`` (a
+checkout or a venv there): kept visible, read-only, on each call's private ``/tmp``."""
+
 _SUPERVISOR_FLAGS: tuple[str, ...] = ("-I", "-S", "-c", sandbox.BOOTSTRAP)
 """Isolated (no PYTHON* variables, no user site), without ``site``, the bootstrap."""
 
@@ -785,10 +791,12 @@ class PosixProcess:
         bounds: _Bounds,
         report: int | None = None,
         temporary: str | None = None,
-        namespaced: bool = False,
+        lifeline: int | None = None,
     ) -> None:
         self._exited = asyncio.Event()
-        self._namespaced = namespaced
+        # With namespaces: the read end of bwrap's status pipe, kept open until the join
+        # so that the monitor's last status write never meets a closed pipe (SIGPIPE).
+        self._lifeline = lifeline
         self._leader = _Leader(loop, popen, self._leader_gone)
         self._report = None if report is None else _Report(loop, report, self._exited.set)
         self._streams = streams
@@ -920,7 +928,7 @@ class PosixProcess:
                 report.read()
                 # With namespaces the leader is bwrap's monitor: a supervisor that outlived
                 # it (a stop, "end now") came to a server that adopts orphans: reaped here.
-                orphans = self._namespaced or not report.tree_gone
+                orphans = self._lifeline is not None or not report.tree_gone
                 swept = await _sweep_orphans() if orphans else True
                 if not report.tree_gone and not swept:
                     # The supervisor died or ran out of time before it ended its tree, and
@@ -930,6 +938,9 @@ class PosixProcess:
             await self._streams.drain(self._bounds.drain)
             if report is not None:
                 report.close()
+            if self._lifeline is not None:
+                _close_quietly(self._lifeline)
+                self._lifeline = None
             if leader.state is _State.LOST:
                 raise ProcessFailure(Operation.WAIT, retryable=False)
             leader.joined()
@@ -1076,7 +1087,7 @@ class _Ends:
         *,
         report: int | None = None,
         temporary: str | None = None,
-        namespaced: bool = False,
+        lifeline: int | None = None,
     ) -> PosixProcess:
         """The started child as a ``PosixProcess``; the workdir it entered is let go."""
         _close_quietly(standard.directory)
@@ -1092,22 +1103,24 @@ class _Ends:
             else _InputPump(loop, standard.stdin_write, spec.stdin),
         )
         return PosixProcess(
-            loop, popen, streams, bounds, report=report, temporary=temporary, namespaced=namespaced
+            loop, popen, streams, bounds, report=report, temporary=temporary, lifeline=lifeline
         )
 
 
 def _popen_supervisor(
-    standard: _Standard, cwd: str, spec_fd: int, report_fd: int, wrapper: list[str]
+    standard: _Standard, cwd: str, descriptors: tuple[int, ...], wrapper: list[str]
 ) -> subprocess.Popen[bytes]:
     """Start the per-call supervisor: its argv, its environment, the descriptors it gets.
 
     The one place that says how the supervisor is run. It reads the command from
-    ``spec_fd`` and reports on ``report_fd`` (see ``_posix_sandbox``); it leads a new
+    ``descriptors[0]`` and reports on ``descriptors[1]`` (see ``_posix_sandbox``); the
+    rest (the lifeline, with namespaces) are passed on as they are. It leads a new
     session and process group, with the child's standard streams and workdir. With
     namespaces, ``wrapper`` (the ``bwrap`` argv) leads the group instead and runs the
     supervisor inside the namespaces, with the same descriptors.
     """
     code = _code_fd()
+    spec_fd, report_fd = descriptors[:2]
     argv = [*wrapper, INTERPRETER, *_SUPERVISOR_FLAGS, str(code), str(spec_fd), str(report_fd)]
     return subprocess.Popen(  # noqa: S603 - argv list, no shell; see PosixLauncher.start
         argv,
@@ -1118,7 +1131,7 @@ def _popen_supervisor(
         cwd=cwd,
         env=_SUPERVISOR_ENVIRONMENT,
         close_fds=True,
-        pass_fds=(code, spec_fd, report_fd),
+        pass_fds=(code, *descriptors),
         start_new_session=True,
         restore_signals=True,
     )
@@ -1244,17 +1257,24 @@ class PosixLauncher:
             writable: list[str] = []
             wrapper: list[str] = []
             workdir = b""
+            lifeline: tuple[int, int] | None = None
             confined = self._containment.confined and self._root is not None
             bwrap = self._containment.namespaces.bwrap if confined else None
             if confined and self._root is not None and bwrap is not None:
                 # Namespaces: the call's TMPDIR is the private /tmp of its mount namespace.
                 environment = _with_temporary(spec.environment, _bwrap.PRIVATE_TMP)
+                # bwrap's status pipe: the supervisor reads, only bwrap's monitor writes.
+                lifeline = os.pipe()
+                ends.parent.append(lifeline[0])
+                ends.child.append(lifeline[1])
                 real = [os.path.realpath(p) for p in (self._root, *self._containment.allow_write)]
                 for path in real:
                     # bwrap cannot bind a missing place, and would fail without a word:
                     # a missing one is "nothing started" here, before anything exists.
                     os.close(os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC))
-                wrapper = _bwrap.wrapper(bwrap, real, self._containment.allow_network)
+                wrapper = _bwrap.wrapper(
+                    bwrap, real, self._containment.allow_network, _KEPT_VISIBLE, lifeline[1]
+                )
                 writable = [*real, _bwrap.PRIVATE_TMP]
                 held = os.fstat(standard.directory)
                 workdir = f"{held.st_dev}:{held.st_ino}".encode()
@@ -1273,6 +1293,7 @@ class PosixLauncher:
                 b"" if temporary is None else os.fsencode(temporary),
                 self._containment.layers if confined else 0,
                 workdir,
+                None if lifeline is None else lifeline[0],
             )
             memory = os.memfd_create("spice-command", os.MFD_CLOEXEC)
             ends.child.append(memory)
@@ -1281,8 +1302,7 @@ class PosixLauncher:
             popen = _popen_supervisor(
                 standard,
                 _entry(standard.directory, spec.working_directory),
-                memory,
-                report_write,
+                (memory, report_write, *(lifeline or ())),
                 wrapper,
             )
         except Exception:  # noqa: BLE001 - every start failure is one LaunchError, no OS text
@@ -1299,7 +1319,7 @@ class PosixLauncher:
             self._bounds,
             report=report_read,
             temporary=temporary,
-            namespaced=bool(wrapper),
+            lifeline=None if lifeline is None else lifeline[0],
         )
 
     def _start_direct(self, spec: Spec) -> PosixProcess:

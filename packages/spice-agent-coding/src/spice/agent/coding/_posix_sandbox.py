@@ -42,6 +42,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+import select
 import signal
 import sys
 import time
@@ -639,6 +640,7 @@ WATCH_SECONDS: Final = 1.0
 """How often an idle supervisor re-checks that its server is alive (besides the signal)."""
 
 _SWEEP_WAIT_SECONDS: Final = 0.02
+_LIFELINE_READS: Final = 8
 _WATCHED: Final[frozenset[signal.Signals]] = frozenset(
     {getattr(signal, "SIGCHLD", signal.SIGTERM), signal.SIGTERM, signal.SIGINT, END_SIGNAL}
 )
@@ -686,6 +688,7 @@ def encode_spec(
     temporary: bytes = b"",
     layers: int = 0,
     workdir: bytes = b"",
+    lifeline: int | None = None,
 ) -> bytes:
     """The supervisor's input: NUL-separated fields (none of them may contain NUL).
 
@@ -696,7 +699,10 @@ def encode_spec(
     must be put under besides Landlock; the start fails when one cannot be applied.
     ``workdir`` is ``DEV:INO`` of the directory the server held, on the namespace path
     (``bwrap`` enters it again by its name), empty without namespaces; ``server`` is
-    then 0, the parent a process in a PID namespace sees.
+    then 0, the parent a process in a PID namespace sees. ``lifeline`` (namespaces) is
+    the read end of the pipe whose write end is ``bwrap``'s ``--json-status-fd``: only
+    bwrap's monitor holds that, so its end of file says the monitor died, also before
+    the supervisor's death signal was set.
     """
     fields = [
         SPEC_VERSION,
@@ -708,6 +714,7 @@ def encode_spec(
         str(len(writable)).encode(),
         *writable,
         workdir,
+        b"" if lifeline is None else str(lifeline).encode(),
         executable,
         str(len(arguments)).encode(),
         *arguments,
@@ -724,6 +731,7 @@ class _Spec:
         "environment",
         "executable",
         "layers",
+        "lifeline",
         "server",
         "temporary",
         "workdir",
@@ -743,7 +751,8 @@ class _Spec:
         self.writable = fields[7 : 7 + count]
         rest = fields[7 + count :]
         self.workdir = rest[0]
-        rest = rest[1:]
+        self.lifeline = int(rest[1]) if rest[1] else -1
+        rest = rest[2:]
         self.executable = rest[0]
         argument_count = int(rest[1])
         self.arguments = [self.executable, *rest[2 : 2 + argument_count]]
@@ -752,6 +761,23 @@ class _Spec:
             if entry:
                 name, _, value = entry.partition(b"=")
                 self.environment[name] = value
+
+
+def bwrap_gone(spec: _Spec) -> bool:
+    """With namespaces: whether ``bwrap``'s monitor (the lifeline's only writer) is gone.
+
+    The monitor writes a line or two of status there (read and dropped, at most
+    ``_LIFELINE_READS`` reads a look); its death is the end of file.
+    """
+    if spec.lifeline < 0:
+        return False
+    for _ in range(_LIFELINE_READS):
+        readable, _, _ = select.select([spec.lifeline], [], [], 0)
+        if not readable:
+            return False
+        if not os.read(spec.lifeline, 4096):
+            return True
+    return False
 
 
 def _read_all(fd: int) -> bytes:
@@ -866,7 +892,7 @@ class _Supervisor:
         (the join), or the server dies.
         """
         me = os.getpid()
-        while os.getppid() == self.spec.server:
+        while os.getppid() == self.spec.server and not bwrap_gone(self.spec):
             received = signal.sigtimedwait(_WATCHED, WATCH_SECONDS)
             if received is None:
                 continue
@@ -916,8 +942,12 @@ def _prepare(spec_fd: int) -> tuple[_Spec, set[int | signal.Signals], int | None
     spec = _Spec(_read_all(spec_fd))
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, _WATCHED)
     prctl(PR_SET_PDEATHSIG, END_SIGNAL)
+    if spec.lifeline >= 0:
+        os.set_inheritable(spec.lifeline, False)  # noqa: FBT003 - os's positional-only flag
     if os.getppid() != spec.server:
         os._exit(_CANNOT_START)  # the server died while we started: start nothing
+    if bwrap_gone(spec):
+        raise OSError(errno.ESRCH, "bwrap's monitor is gone")  # "end now" came first
     prctl(PR_SET_CHILD_SUBREAPER, 1)
     prctl(PR_SET_DUMPABLE, 0)
     if spec.workdir:
