@@ -613,6 +613,29 @@ async def test_a_cancelled_contained_start_leaves_no_process_and_no_tmpdir(
     assert [] == [p for p in procutil.all_processes() if p.ppid == os.getpid() and p.alive]
 
 
+async def test_a_stop_request_reaches_the_command_as_sigterm(layout: tuple[Path, Path]) -> None:
+    """``request_stop`` lets the command end itself (its TERM trap runs), on both paths:
+    with namespaces the server signals the supervisor (by its pidfd), which passes the
+    stop on; without them the group gets it."""
+    root, _ = layout
+    out = Collect()
+    script = 'trap "echo stopped; exit 7" TERM; echo ready; sleep 60 & wait'
+    spec = Spec("/bin/sh", ("-c", script), str(root), ("PATH=/usr/bin:/bin",), b"", out, Collect())
+    process = await PosixLauncher(contained(), str(root)).start(spec)
+    try:
+        assert await procutil.until(lambda: b"ready" in out.data, BOUND)
+        await process.request_stop()
+        async with asyncio.timeout(BOUND):
+            await process.wait_exit()
+    finally:
+        async with asyncio.timeout(BOUND):
+            await process.wait()
+    assert (Outcome.exited(7), ["ready", "stopped"]) == (
+        process.result(),
+        out.data.decode().split(),
+    )
+
+
 CANCEL_MOMENTS: Final = 12
 """How many moments of the start a cancellation is tried at (loop turns after the spawn)."""
 

@@ -18,6 +18,7 @@ and the rest there.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shutil
 import subprocess
@@ -27,14 +28,18 @@ from dataclasses import dataclass
 from typing import Final, final
 
 __all__ = [
+    "INFO_BOUND_BYTES",
     "PRIVATE_TMP",
     "PRIVATE_TMP_BYTES",
     "PROBE_BOUND_SECONDS",
     "Namespaces",
     "beneath",
+    "child_pid",
     "find_bwrap",
+    "open_child",
     "probe",
     "resolve_namespaces",
+    "under_private_tmp",
     "wrapper",
 ]
 
@@ -117,6 +122,7 @@ def wrapper(
     allow_network: bool,
     visible: Sequence[str] = (),
     lifeline: int | None = None,
+    info: int | None = None,
 ) -> list[str]:
     """The ``bwrap`` argv for one call; the supervisor's argv follows the ``--``.
 
@@ -131,7 +137,9 @@ def wrapper(
     kernel ends every process in it) and dies with ``bwrap``'s monitor, which dies with
     the server (``--die-with-parent``). ``lifeline``, the write end of a pipe, becomes
     bwrap's ``--json-status-fd``: only its monitor holds it, so the supervisor, which
-    reads the other end, sees the monitor's death as the end of file.
+    reads the other end, sees the monitor's death as the end of file. ``info``, the write
+    end of another pipe, becomes ``--info-fd``: bwrap writes the supervisor's pid there
+    (``child_pid`` reads it), so the server can signal the supervisor itself.
     """
     argv = [
         bwrap,
@@ -155,8 +163,50 @@ def wrapper(
         argv += ["--bind", path, path]
     if lifeline is not None:
         argv += ["--json-status-fd", str(lifeline)]
+    if info is not None:
+        argv += ["--info-fd", str(info)]
     argv += ["--cap-drop", "ALL", "--new-session", "--die-with-parent", "--as-pid-1", "--"]
     return argv
+
+
+INFO_BOUND_BYTES: Final = 4096
+"""The most of bwrap's ``--info-fd`` document read (it is one short JSON object)."""
+
+
+def child_pid(info: int) -> int | None:
+    """The pid (in the server's PID namespace) of the process bwrap runs, from its
+    ``--info-fd`` (non-blocking ``info``); ``None`` until bwrap has written it whole."""
+    try:
+        document = os.read(info, INFO_BOUND_BYTES)
+    except (BlockingIOError, InterruptedError):
+        return None
+    try:
+        pid = json.loads(document)["child-pid"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    return pid if isinstance(pid, int) and pid > 0 else None
+
+
+def open_child(pid: int, monitor: int) -> int | None:
+    """A pidfd for ``pid`` if it is still ``monitor``'s child (else ``None``).
+
+    Checked after the pidfd is open: a pid recycled before it would have another parent
+    (bwrap's monitor, kept unreaped by the server, has one child), and once open the
+    pidfd names that process for good, whatever becomes of its pid.
+    """
+    try:
+        pidfd = os.pidfd_open(pid)
+    except OSError:
+        return None
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            fields = stat.read().rpartition(b")")[2].split()
+        if int(fields[1]) == monitor:
+            return pidfd
+    except (OSError, ValueError, IndexError):
+        pass
+    os.close(pidfd)
+    return None
 
 
 def probe(bwrap: str) -> str | None:

@@ -792,8 +792,12 @@ class PosixProcess:
         report: int | None = None,
         temporary: str | None = None,
         lifeline: int | None = None,
+        info: int | None = None,
     ) -> None:
         self._exited = asyncio.Event()
+        # With namespaces: bwrap's --info-fd (the supervisor's pid), and a pidfd for it.
+        self._info = info
+        self._inside: int | None = None
         # With namespaces: the read end of bwrap's status pipe, kept open until the join
         # so that the monitor's last status write never meets a closed pipe (SIGPIPE).
         self._lifeline = lifeline
@@ -863,9 +867,33 @@ class PosixProcess:
         self._leader.observe()
         if self._leader.state is _State.RUNNING:
             # It may be stopped: CONT after the request.
-            self._leader.signal_leader((sandbox.END_SIGNAL, signal.SIGCONT))
+            if not self._signal_inside((sandbox.END_SIGNAL, signal.SIGCONT)):
+                # bwrap has not said the supervisor's pid yet: its monitor's death is the
+                # same request (the supervisor's death signal, else its lifeline).
+                self._leader.signal_leader((sandbox.END_SIGNAL, signal.SIGCONT))
             await self._leader.until_gone(bound)
         await report.until_closed(max(0.0, deadline - loop.time()))
+
+    def _signal_inside(self, signums: Iterable[signal.Signals]) -> bool:
+        """With namespaces: signal the supervisor inside them; whether it could be named.
+
+        Its pid comes from bwrap's ``--info-fd`` once bwrap has written it; the pidfd is
+        opened while bwrap's monitor (unreaped) is still its parent, so it names the
+        supervisor for good. Without namespaces, or before bwrap has said, ``False``.
+        """
+        if self._info is None or self._leader.state is not _State.RUNNING:
+            return False
+        if self._inside is None:
+            pid = _bwrap.child_pid(self._info)
+            if pid is None:
+                return False
+            self._inside = _bwrap.open_child(pid, self._leader.pid)
+            if self._inside is None:
+                return False
+        for signum in signums:
+            with contextlib.suppress(OSError):
+                signal.pidfd_send_signal(self._inside, signum)
+        return True
 
     # -- the Process protocol ---------------------------------------------------------
 
@@ -897,8 +925,14 @@ class PosixProcess:
         return outcome
 
     async def request_stop(self) -> None:
-        """SIGTERM to the whole group (a no-op once the join has finished)."""
-        self._leader.signal_group(signal.SIGTERM, Operation.REQUEST_STOP)
+        """SIGTERM to the whole group (a no-op once the join has finished).
+
+        With namespaces the group is bwrap's monitor alone: the supervisor inside is told
+        instead, and passes the stop on to the command.
+        """
+        self._leader.observe()
+        if not self._signal_inside((signal.SIGTERM,)):
+            self._leader.signal_group(signal.SIGTERM, Operation.REQUEST_STOP)
 
     async def force_kill(self) -> None:
         """SIGKILL to the whole tree (a no-op once the join has finished).
@@ -938,9 +972,10 @@ class PosixProcess:
             await self._streams.drain(self._bounds.drain)
             if report is not None:
                 report.close()
-            if self._lifeline is not None:
-                _close_quietly(self._lifeline)
-                self._lifeline = None
+            for fd in (self._lifeline, self._info, self._inside):
+                if fd is not None:
+                    _close_quietly(fd)
+            self._lifeline = self._info = self._inside = None
             if leader.state is _State.LOST:
                 raise ProcessFailure(Operation.WAIT, retryable=False)
             leader.joined()
@@ -1088,6 +1123,7 @@ class _Ends:
         report: int | None = None,
         temporary: str | None = None,
         lifeline: int | None = None,
+        info: int | None = None,
     ) -> PosixProcess:
         """The started child as a ``PosixProcess``; the workdir it entered is let go."""
         _close_quietly(standard.directory)
@@ -1103,7 +1139,14 @@ class _Ends:
             else _InputPump(loop, standard.stdin_write, spec.stdin),
         )
         return PosixProcess(
-            loop, popen, streams, bounds, report=report, temporary=temporary, lifeline=lifeline
+            loop,
+            popen,
+            streams,
+            bounds,
+            report=report,
+            temporary=temporary,
+            lifeline=lifeline,
+            info=info,
         )
 
 
@@ -1258,6 +1301,7 @@ class PosixLauncher:
             wrapper: list[str] = []
             workdir = b""
             lifeline: tuple[int, int] | None = None
+            info: tuple[int, int] | None = None
             confined = self._containment.confined and self._root is not None
             bwrap = self._containment.namespaces.bwrap if confined else None
             if confined and self._root is not None and bwrap is not None:
@@ -1267,13 +1311,20 @@ class PosixLauncher:
                 lifeline = os.pipe()
                 ends.parent.append(lifeline[0])
                 ends.child.append(lifeline[1])
+                info = ends.pipe(parent_reads=True)  # bwrap's --info-fd: the supervisor's pid
+                os.set_blocking(info[0], False)
                 real = [os.path.realpath(p) for p in (self._root, *self._containment.allow_write)]
                 for path in real:
                     # bwrap cannot bind a missing place, and would fail without a word:
                     # a missing one is "nothing started" here, before anything exists.
                     os.close(os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC))
                 wrapper = _bwrap.wrapper(
-                    bwrap, real, self._containment.allow_network, _KEPT_VISIBLE, lifeline[1]
+                    bwrap,
+                    real,
+                    self._containment.allow_network,
+                    _KEPT_VISIBLE,
+                    lifeline[1],
+                    info[1],
                 )
                 writable = [*real, _bwrap.PRIVATE_TMP]
                 held = os.fstat(standard.directory)
@@ -1302,7 +1353,7 @@ class PosixLauncher:
             popen = _popen_supervisor(
                 standard,
                 _entry(standard.directory, spec.working_directory),
-                (memory, report_write, *(lifeline or ())),
+                (memory, report_write, *(lifeline or ()), *(info or ())[1:]),
                 wrapper,
             )
         except Exception:  # noqa: BLE001 - every start failure is one LaunchError, no OS text
@@ -1320,6 +1371,7 @@ class PosixLauncher:
             report=report_read,
             temporary=temporary,
             lifeline=None if lifeline is None else lifeline[0],
+            info=None if info is None else info[0],
         )
 
     def _start_direct(self, spec: Spec) -> PosixProcess:

@@ -851,11 +851,15 @@ class _Supervisor:
             _report(self.report, REPORT_EXITED, os.WEXITSTATUS(self.status))
 
     def forward_stop(self) -> None:
-        """A stop reached our group; pass it on if the command has left the group."""
+        """A stop reached our group; pass it on if the command has left the group.
+
+        Inside namespaces the stop came to the supervisor alone (the server signals it
+        by its pidfd; bwrap's monitor leads the server's group): the command gets it.
+        """
         if self.status is not None:
             return
         with _suppress(OSError):
-            if os.getpgid(self.command) != os.getpgid(0):
+            if self.spec.workdir or os.getpgid(self.command) != os.getpgid(0):
                 os.kill(self.command, signal.SIGTERM)
 
     def sweep(self) -> bool:
