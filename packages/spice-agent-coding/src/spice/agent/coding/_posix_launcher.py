@@ -797,7 +797,9 @@ class PosixProcess:
         self._exited = asyncio.Event()
         # With namespaces: bwrap's --info-fd (the supervisor's pid), and a pidfd for it.
         self._info = info
+        self._inside_pid: int | None = None
         self._inside: int | None = None
+        self._loop = loop
         # With namespaces: the read end of bwrap's status pipe, kept open until the join
         # so that the monitor's last status write never meets a closed pipe (SIGPIPE).
         self._lifeline = lifeline
@@ -853,11 +855,15 @@ class PosixProcess:
         return report.start
 
     async def _let_the_supervisor_end(self, bound: float) -> None:
-        """Ask the supervisor to end its tree; wait (bounded) until it has reported.
+        """Have the command's whole tree ended; wait (bounded) until it is.
 
-        The leader is the supervisor, or with namespaces ``bwrap``'s monitor, whose
-        death is the supervisor's death signal (the same request): either way the
-        supervisor's report closes when it is done, which is what this waits for.
+        Without namespaces: ask the supervisor (the leader) to end its tree, and wait for
+        it to exit. With them: SIGKILL to the supervisor, the init of the call's PID
+        namespace, by its pidfd; the kernel ends every process in the namespace, and
+        bwrap's monitor (the leader) exits only once it is empty. When bwrap has not said
+        the supervisor's pid within the bound, the monitor's own death is the request
+        (the supervisor's death signal, else its lifeline). Either way the supervisor's
+        report is then read to its end.
         """
         report = self._report
         if report is None:
@@ -866,28 +872,54 @@ class PosixProcess:
         deadline = loop.time() + bound
         self._leader.observe()
         if self._leader.state is _State.RUNNING:
-            # It may be stopped: CONT after the request.
-            if not self._signal_inside((sandbox.END_SIGNAL, signal.SIGCONT)):
-                # bwrap has not said the supervisor's pid yet: its monitor's death is the
-                # same request (the supervisor's death signal, else its lifeline).
+            if await self._until_inside_known(bound):
+                self._signal_inside((signal.SIGKILL,))
+            else:
+                # It may be stopped: CONT after the request.
                 self._leader.signal_leader((sandbox.END_SIGNAL, signal.SIGCONT))
-            await self._leader.until_gone(bound)
+            await self._leader.until_gone(max(0.0, deadline - loop.time()))
         await report.until_closed(max(0.0, deadline - loop.time()))
+
+    async def _until_inside_known(self, bound: float) -> bool:
+        """With namespaces: wait (bounded) until bwrap has said the supervisor's pid."""
+        info = self._info
+        if info is None:
+            return False
+        if self._inside_pid is None:
+            self._inside_pid = _bwrap.child_pid(info)
+        if self._inside_pid is None:
+            written: asyncio.Future[None] = self._loop.create_future()
+
+            def readable() -> None:
+                if not written.done():
+                    written.set_result(None)
+
+            self._loop.add_reader(info, readable)
+            try:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(bound):
+                        await written
+            finally:
+                self._loop.remove_reader(info)
+            self._inside_pid = _bwrap.child_pid(info)
+        return self._inside_pid is not None
 
     def _signal_inside(self, signums: Iterable[signal.Signals]) -> bool:
         """With namespaces: signal the supervisor inside them; whether it could be named.
 
-        Its pid comes from bwrap's ``--info-fd`` once bwrap has written it; the pidfd is
-        opened while bwrap's monitor (unreaped) is still its parent, so it names the
+        Its pid is what bwrap wrote on its ``--info-fd``; the pidfd is opened while
+        bwrap's monitor (unreaped, running) is still its parent, so it names the
         supervisor for good. Without namespaces, or before bwrap has said, ``False``.
         """
-        if self._info is None or self._leader.state is not _State.RUNNING:
+        if self._info is None:
             return False
         if self._inside is None:
-            pid = _bwrap.child_pid(self._info)
-            if pid is None:
+            self._leader.observe()
+            if self._inside_pid is None:
+                self._inside_pid = _bwrap.child_pid(self._info)
+            if self._inside_pid is None or self._leader.state is not _State.RUNNING:
                 return False
-            self._inside = _bwrap.open_child(pid, self._leader.pid)
+            self._inside = _bwrap.open_child(self._inside_pid, self._leader.pid)
             if self._inside is None:
                 return False
         for signum in signums:
