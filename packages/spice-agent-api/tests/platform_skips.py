@@ -97,7 +97,6 @@ POSIX_ONLY_MODULES: Final[dict[str, str]] = {
     "test_mcp_progress.py": RAW_PIPES,
     "test_mcp_shutdown.py": RAW_PIPES,
     # spice-agent-api
-    "test_process_values.py": POSIX_PATHS,
 }
 """Test modules (by file name) whose subject exists only on POSIX systems."""
 
