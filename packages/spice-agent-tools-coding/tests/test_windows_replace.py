@@ -131,6 +131,32 @@ async def test_edits_form(root: Path) -> None:
     assert b"one\n2\n" == (root / "e.txt").read_bytes()
 
 
+@pytest.mark.parametrize(
+    ("grown", "accepted"), [(1, True), (4, True), (5, False)], ids=["under", "at", "over"]
+)
+async def test_the_edits_form_is_bounded_by_max_edit_bytes_not_max_write_bytes(
+    root: Path, grown: int, accepted: bool
+) -> None:
+    """Contract 10.2: the file and its result may reach ``max_edit_bytes`` (here 20 bytes,
+    over ``max_write_bytes`` of 8); one byte more is ``file_too_large``, nothing written."""
+    before = b"0123456789abcdef"  # 16 bytes: over max_write_bytes, under max_edit_bytes
+    (root / "big.txt").write_bytes(before)
+    arguments = {
+        "path": "big.txt",
+        "expected_sha256": sha(before),
+        "edits": [{"old_text": "abc", "new_text": "abc" + "x" * grown}],
+    }
+    config = Config(str(root), max_write_bytes=8, max_edit_bytes=20)
+    result = await new_replace(config).execute(Call("c", "replace", json.dumps(arguments)))
+    content = content_of(result)
+    if accepted:
+        assert (True, 16 + grown) == (content["ok"], content["bytes"])
+        assert before.replace(b"abc", b"abc" + b"x" * grown) == (root / "big.txt").read_bytes()
+    else:
+        assert (False, "file_too_large") == (content["ok"], content["code"])
+        assert before == (root / "big.txt").read_bytes()
+
+
 async def test_a_file_with_two_names_says_its_links_split(root: Path) -> None:
     os.link(root / "a.txt", root / "b.txt")
     content = await replace(

@@ -70,6 +70,8 @@ def _write_beneath(
     try:
         limit = config.max_write_bytes
         if isinstance(arguments.body, Edits):
+            # The edits form: the current file and the result are bounded by max_edit_bytes.
+            limit = config.max_edit_bytes
             edited = _edit(directory, leaf, arguments, arguments.body, limit, gate)
             if isinstance(edited, Outcome):
                 return _Done(edited, None)
