@@ -43,7 +43,7 @@ def script(
 def worktree(tmp_path: Path) -> Path:
     tree = tmp_path / "tree"
     tree.mkdir()
-    (tree / "hello.txt").write_text("hello\n")
+    (tree / "hello.txt").write_bytes(b"hello\n")
     return tree
 
 

@@ -72,7 +72,7 @@ def command_tail(command: str) -> list[str]:
 def worktree(tmp_path: Path) -> Path:
     tree = tmp_path / "tree"
     tree.mkdir()
-    (tree / "hello.txt").write_text("hello\n")
+    (tree / "hello.txt").write_bytes(b"hello\n")
     return tree
 
 
@@ -579,7 +579,14 @@ def test_an_allowed_name_reaches_the_child_and_others_do_not(
 ) -> None:
     """``call --allow-env NAME``: the child sees NAME; without the flag it does not."""
     clean_environment.setenv("SPICE_TEST_SECRET_HOME", "kept")
-    argv = [PYTHON, "-c", "import os; print(os.environ.get('SPICE_TEST_SECRET_HOME'))"]
+    argv = [
+        PYTHON,
+        "-c",
+        (
+            "import os, sys; value = os.environ.get('SPICE_TEST_SECRET_HOME'); "
+            "sys.stdout.buffer.write(f'{value}\\n'.encode())"
+        ),
+    ]
     shell = json.dumps({"argv": argv})
     allowed = run_main(
         capsys, "--root", str(worktree), "call", "--allow-env", "SPICE_TEST_SECRET_HOME",
@@ -594,7 +601,9 @@ def test_the_output_bound_reaches_the_shell(
     worktree: Path, capsys: pytest.CaptureFixture[str], clean_environment: pytest.MonkeyPatch
 ) -> None:
     """--max-output-bytes 16 keeps 16 bytes of a 100-byte output and says how many it left out."""
-    shell = json.dumps({"argv": [PYTHON, "-c", "print('x' * 99)"]})
+    shell = json.dumps(
+        {"argv": [PYTHON, "-c", "import sys; sys.stdout.buffer.write(b'x' * 99 + b'\\n')"]}
+    )
     code, out, _ = run_main(
         capsys, "--root", str(worktree), "call", "--max-output-bytes", "16", "shell", shell
     )

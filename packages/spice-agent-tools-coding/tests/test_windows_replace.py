@@ -32,6 +32,7 @@ from windows_helpers import (
 
 from spice.agent.tool import Call, Result, interruption_of
 from spice.agent.tools.coding import Config, new_replace
+from spice.agent.tools.coding._commit import EDIT_NOT_FOUND
 from spice.agent.tools.coding._commit_windows import (
     REPLACE_ATTEMPTS,
     RETRY_FIRST_DELAY_SECONDS,
@@ -155,6 +156,41 @@ async def test_the_edits_form_is_bounded_by_max_edit_bytes_not_max_write_bytes(
     else:
         assert (False, "file_too_large") == (content["ok"], content["code"])
         assert before == (root / "big.txt").read_bytes()
+
+
+async def test_an_edit_not_found_carries_the_same_hint_as_on_posix(root: Path) -> None:
+    """Contract 10.2: edit_not_found names the edit and the most similar line, as on POSIX."""
+    before = b"alpha\n    value = compute(1)\nomega\n"
+    (root / "h.txt").write_bytes(before)
+    content = await replace(
+        root,
+        {
+            "path": "h.txt",
+            "expected_sha256": sha(before),
+            "edits": [{"old_text": "value = compute(1)\n  omega", "new_text": ""}],
+        },
+    )
+    assert ("edit_not_found", 0, 2) == (
+        content["code"],
+        content["edit_index"],
+        content["similar_line"],
+    )
+    assert "value = compute(1)" in str(content["similar_text"])
+    assert before == (root / "h.txt").read_bytes()
+
+
+async def test_an_edit_of_a_missing_file_says_how_to_create_it(root: Path) -> None:
+    """The edits form of a missing file points to content with create (as on POSIX)."""
+    content = await replace(
+        root,
+        {
+            "path": "gone.txt",
+            "expected_sha256": sha(b""),
+            "edits": [{"old_text": "a", "new_text": "b"}],
+        },
+    )
+    assert ("not_found", EDIT_NOT_FOUND) == (content["code"], content["message"])
+    assert not (root / "gone.txt").exists()
 
 
 async def test_a_file_with_two_names_says_its_links_split(root: Path) -> None:
