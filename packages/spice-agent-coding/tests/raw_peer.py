@@ -53,6 +53,18 @@ def encode(message: object) -> bytes:
     return json.dumps(message, separators=(",", ":")).encode() + b"\n"
 
 
+def pump(fd: int, put: Callable[[bytes], None]) -> None:
+    """Read ``fd`` to its end in the calling (reading) thread: each chunk goes to ``put``,
+    then ``b""`` (also when the read fails, as when the end was closed)."""
+    chunk = b"-"
+    while chunk:
+        try:
+            chunk = os.read(fd, READ_BYTES)
+        except OSError:
+            chunk = b""
+        put(chunk)
+
+
 def vm_bytes(pid: int, field: str) -> int:
     """A ``/proc/PID/status`` memory field (``VmHWM``, ``VmRSS``) in bytes."""
     with open(f"/proc/{pid}/status", encoding="ascii") as status:
@@ -89,13 +101,7 @@ class RawPeer:
 
     def _read_all(self) -> None:
         """The reading thread (Windows): every chunk of stdout, then ``b""`` at its end."""
-        chunk = b"-"
-        while chunk:
-            try:
-                chunk = os.read(self._out, READ_BYTES)
-            except OSError:
-                chunk = b""
-            self._chunks.put(chunk)
+        pump(self._out, self._chunks.put)
 
     def _next_chunk(self, seconds: float) -> bytes | None:
         """The next chunk of stdout, ``b""`` at its end, ``None`` when ``seconds`` pass."""

@@ -17,6 +17,7 @@ import pytest
 from app_fakes import PROGRESS_MESSAGE, EchoTool
 from mcp import Client
 from mcp_types.version import LATEST_HANDSHAKE_VERSION
+from raw_peer import pump
 
 from spice.agent.coding import mcp_server
 from spice.agent.coding._stdio import (
@@ -91,16 +92,11 @@ class LineReader:
         threading.Thread(target=self._pump, name="line-reader", daemon=True).start()
 
     def _pump(self) -> None:
-        chunk = b"-"
-        while chunk:
-            try:
-                chunk = os.read(self._fd, READ_CHUNK_BYTES)
-            except OSError:
-                chunk = b""
-            try:
-                self._loop.call_soon_threadsafe(self._chunks.put_nowait, chunk)
-            except RuntimeError:  # the loop is closed: nobody reads any more
-                return
+        pump(self._fd, self._hand_over)
+
+    def _hand_over(self, chunk: bytes) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody reads any more
+            self._loop.call_soon_threadsafe(self._chunks.put_nowait, chunk)
 
     async def readline(self) -> bytes:
         """The next line with its newline; what is left at EOF; ``b""`` after it."""
