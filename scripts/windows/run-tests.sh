@@ -3,6 +3,8 @@
 # usage: [PY=3.13] run-tests.sh PROJECT_DIR STATE_DIR [pytest args...]
 #   e.g. run-tests.sh "$P" "$S" packages/spice-agent-api/tests -q -ra
 # Pass --junitxml='C:\results\x.xml' for a report: it lands in STATE_DIR/prefix/drive_c/results.
+# COVERAGE=1 runs pytest under coverage and prints the branch coverage of the Windows-only
+# modules (_*windows*.py, _win*.py; scripts/windows/coverage.ini).
 set -euo pipefail
 P=$(cd "$1" && pwd); S=$(cd "$2" && pwd); shift 2
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -11,8 +13,17 @@ TAG=${PY:-3.13}; TAG=${TAG/./}
 export WINEPREFIX="$S/prefix" WINEDEBUG=${WINEDEBUG:--all} WINEDLLOVERRIDES="mscoree,mshtml="
 mkdir -p "$WINEPREFIX/drive_c/results"
 cd "$WINEPREFIX/drive_c/src"     # the current drive must be C: (see the note)
+PYEXE="C:\\python$TAG\\python.exe"
 set +e
-wine "C:\\python$TAG\\python.exe" -m pytest -p no:cacheprovider "$@" </dev/null 2>&1 | cat
-rc=${PIPESTATUS[0]}
+if [ "${COVERAGE:-0}" = 1 ]; then   # branch coverage of the Windows-only modules
+  RC='--rcfile=C:\src\scripts\windows\coverage.ini'
+  wine "$PYEXE" -m coverage run "$RC" -m pytest -p no:cacheprovider "$@" </dev/null 2>&1 | cat
+  rc=${PIPESTATUS[0]}
+  wine "$PYEXE" -m coverage combine "$RC" -q </dev/null 2>&1 | cat
+  wine "$PYEXE" -m coverage report "$RC" </dev/null 2>&1 | cat
+else
+  wine "$PYEXE" -m pytest -p no:cacheprovider "$@" </dev/null 2>&1 | cat
+  rc=${PIPESTATUS[0]}
+fi
 wineserver -k 2>/dev/null   # end this prefix's leftover Windows processes, if any
 exit "$rc"

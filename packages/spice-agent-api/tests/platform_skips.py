@@ -33,10 +33,7 @@ POSIX_CLI: Final = (
     "test_platform.py"
 )
 PLATFORM: Final = "the POSIX platform is the default (test_platform.py checks Windows')"
-RAW_PIPES: Final = (
-    "a raw peer on non-blocking os.pipe ends and the event loop's pipe transport; Windows "
-    "serves stdio through threads (test_windows_serve.py drives it with the real client)"
-)
+PEAK_RSS: Final = "a process's peak resident memory, read from /proc/PID/status"
 EXAMPLES: Final = "the examples group (agent frameworks) is not installed (make test-windows)"
 
 POSIX_ONLY_MODULES: Final[dict[str, str]] = {
@@ -80,24 +77,11 @@ POSIX_ONLY_MODULES: Final[dict[str, str]] = {
     "test_allow_write.py": LAUNCHER,
     "test_posix_bwrap.py": LAUNCHER,
     "test_shell_posix.py": LAUNCHER,
-    "test_mcp_answers_fit.py": ROOT,
-    "test_cli.py": POSIX_CLI,
-    "test_cli_root.py": POSIX_CLI,
-    "test_settings.py": POSIX_CLI,
-    "test_settings_edit_bound.py": POSIX_CLI,
-    "test_mcp_results.py": POSIX_PATHS,
-    "test_shell_description_truth.py": POSIX_PATHS,
-    "test_settling_anyio.py": ROOT,
     "test_startup_imports.py": (
         "on Windows pywin32's .pth loads pywin32_bootstrap at every start, before our code "
         "(site), so the count of third-party modules differs"
     ),
-    "test_mcp_load.py": RAW_PIPES,
-    "test_mcp_pipes.py": RAW_PIPES,
-    "test_mcp_progress.py": RAW_PIPES,
-    "test_mcp_shutdown.py": RAW_PIPES,
     # spice-agent-api
-    "test_process_values.py": POSIX_PATHS,
 }
 """Test modules (by file name) whose subject exists only on POSIX systems."""
 
@@ -127,6 +111,31 @@ POSIX_ONLY_TESTS: Final[dict[str, str]] = {
     "test_a_replace_worker_past_the_bound_is_still_answered_honestly": ROOT,
     "packages/spice-agent-tools-coding/tests/test_settling.py::"
     "test_a_replace_at_loop_shutdown_keeps_its_interruption_and_its_lease": ROOT,
+    "packages/spice-agent-coding/tests/test_mcp_pipes.py::"
+    "test_divert_points_the_descriptors_away_while_serving_and_restores_them": (
+        "which file a descriptor names, told by st_ino (0 for every pipe on Windows)"
+    ),
+    "packages/spice-agent-coding/tests/test_mcp_pipes.py::"
+    "test_a_divert_that_fails_at_any_step_leaks_nothing_and_restores_both": (
+        "the open descriptors, listed in /proc/self/fd"
+    ),
+    "packages/spice-agent-coding/tests/test_mcp_shutdown.py::"
+    "test_a_command_past_the_grace_period_is_stopped_and_the_server_exits_0": SIGNALS,
+    "packages/spice-agent-coding/tests/test_mcp_load.py::"
+    "test_pipelined_large_requests_keep_the_peak_rss_growth_bounded": PEAK_RSS,
+    "packages/spice-agent-coding/tests/test_mcp_load.py::"
+    "test_two_thousand_pipelined_large_requests_keep_the_peak_rss_growth_bounded": PEAK_RSS,
+    "packages/spice-agent-coding/tests/test_mcp_shutdown.py::"
+    "test_a_cancelled_replace_waits_out_its_slow_worker_without_spinning": ROOT,
+    "packages/spice-agent-coding/tests/test_mcp_shutdown.py::"
+    "test_a_cancelled_command_that_ignores_sigterm_is_waited_out_without_spinning": SIGNALS,
+    "packages/spice-agent-coding/tests/test_settling_anyio.py::"
+    "test_a_tool_cancelled_in_an_anyio_scope_waits_for_its_worker_idle": ROOT,
+    "packages/spice-agent-coding/tests/test_cli_root.py::"
+    "test_a_link_to_a_directory_is_a_usable_root": (
+        "a symbolic link as the root (Wine makes none; Windows links are refused beneath the "
+        "root, test_windows_*.py)"
+    ),
 }
 """Single tests (by node id without parameters) that are POSIX-only in a portable module."""
 

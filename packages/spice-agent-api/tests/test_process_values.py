@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import pickle
+import sys
 from collections.abc import Awaitable
 
 import pytest
@@ -34,14 +35,44 @@ from spice.agent.process import (
 from spice.agent.tool import Capability, Reporter, Tool
 
 SECRET = "hunter2-secret-value"  # noqa: S105 - a marker the diagnostics must not show
+WINDOWS = sys.platform == "win32"
+
+
+def native(path: str) -> str:
+    """``path``, written the POSIX way, as an absolute path of this platform (``C:`` first)."""
+    return "C:" + path.replace("/", "\\") if WINDOWS else path
+
+
+NOT_ABSOLUTE_AND_CANONICAL = (
+    [
+        "work",
+        ".\\work",
+        "C:work",
+        "\\work",
+        "/work",
+        "C:/work",
+        "C:\\work\\",
+        "C:\\work\\..\\x",
+        "C:\\work\\.\\x",
+        "C:\\a\\\\b",
+        "",
+        "C:\\a\0b",
+    ]
+    if WINDOWS
+    else ["work", "./work", "/work/", "/work/../x", "/work/./x", "//work", "/a//b", "", "/a\0b"]
+)
+"""Working directories this platform does not take: relative (to the current directory or,
+on Windows, to the current drive or the drive's current directory), not in the platform's
+one spelling (trailing, doubled or, on Windows, forward separators, dot components), empty,
+with NUL."""
 
 
 def sample_spec(**changes: object) -> Spec:
     """A valid spec, with ``changes`` applied to its arguments."""
     fields: dict[str, object] = {
-        "executable": "/usr/bin/env",
+        "executable": native("/usr/bin/env"),
         "arguments": ["env", f"--token={SECRET}"],
-        "working_directory": "/tmp/work",
+        "working_directory": native("/tmp/work"),
         "environment": [f"TOKEN={SECRET}", "HOME=/home/u"],
         "stdin": SECRET.encode(),
         "stdout": CollectingSink(),
@@ -57,25 +88,30 @@ def sample_spec(**changes: object) -> Spec:
 
 def test_a_lookup_keeps_its_fields_with_the_environment_sorted_by_name() -> None:
     """The environment becomes a tuple sorted by name (not by whole entry)."""
-    lookup = Lookup("git", "/work", ["PATH=/bin", "A_B=2", "A=1=x", "HOME="])
+    lookup = Lookup("git", native("/work"), ["PATH=/bin", "A_B=2", "A=1=x", "HOME="])
     assert "git" == lookup.requested_executable
-    assert "/work" == lookup.working_directory
+    assert native("/work") == lookup.working_directory
     assert ("A=1=x", "A_B=2", "HOME=", "PATH=/bin") == lookup.environment
 
 
 def test_a_lookup_environment_defaults_to_empty() -> None:
     """No environment means an empty tuple."""
-    assert () == Lookup("ls", "/").environment
+    assert () == Lookup("ls", native("/")).environment
 
 
-@pytest.mark.parametrize(
-    "workdir",
-    ["work", "./work", "/work/", "/work/../x", "/work/./x", "//work", "/a//b", "", "/a\0b"],
-)
+@pytest.mark.parametrize("workdir", NOT_ABSOLUTE_AND_CANONICAL)
 def test_a_lookup_workdir_must_be_absolute_and_canonical(workdir: str) -> None:
     """Relative, trailing-slash, dotted, doubled-slash, empty and NUL workdirs are rejected."""
     with pytest.raises(ValueError, match="working directory"):
         Lookup("ls", workdir)
+
+
+@pytest.mark.parametrize(
+    "workdir", ["C:\\", "C:\\work", "D:\\a b\\c"] if WINDOWS else ["/", "/work", "/a b/c"]
+)
+def test_a_lookup_workdir_absolute_and_canonical_is_kept(workdir: str) -> None:
+    """The platform's root and absolute paths in its one spelling are taken as given."""
+    assert workdir == Lookup("ls", workdir).working_directory
 
 
 @pytest.mark.parametrize(
@@ -93,27 +129,27 @@ def test_a_lookup_workdir_must_be_absolute_and_canonical(workdir: str) -> None:
 def test_a_lookup_environment_breaking_a_rule_is_rejected(environment: object, rule: str) -> None:
     """Duplicate names, entries without NAME=, NUL and non-collections are rejected."""
     with pytest.raises(ValueError, match=rule):
-        Lookup("ls", "/work", environment)  # type: ignore[arg-type]
+        Lookup("ls", native("/work"), environment)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("requested", ["", "a\0b", None])
 def test_a_lookup_needs_a_plain_requested_executable(requested: object) -> None:
     """An empty, NUL-bearing or non-text executable is rejected."""
     with pytest.raises(ValueError, match="requested executable"):
-        Lookup(requested, "/work")  # type: ignore[arg-type]
+        Lookup(requested, native("/work"))  # type: ignore[arg-type]
 
 
 def test_a_lookup_repr_contains_no_value() -> None:
     """The repr tells neither the executable, the workdir nor any environment value."""
-    text = repr(Lookup(f"/opt/{SECRET}/tool", f"/home/{SECRET}", [f"TOKEN={SECRET}"]))
+    text = repr(Lookup(f"/opt/{SECRET}/tool", native(f"/home/{SECRET}"), [f"TOKEN={SECRET}"]))
     assert SECRET not in text
     assert "1 entries" in text
 
 
 def test_a_lookup_is_immutable_and_comparable() -> None:
     """Lookups are frozen values; equal inputs give equal lookups."""
-    lookup = Lookup("ls", "/work", ["B=1", "A=2"])
-    assert Lookup("ls", "/work", ["A=2", "B=1"]) == lookup
+    lookup = Lookup("ls", native("/work"), ["B=1", "A=2"])
+    assert Lookup("ls", native("/work"), ["A=2", "B=1"]) == lookup
     with pytest.raises(dataclasses.FrozenInstanceError):
         lookup.working_directory = "/"  # type: ignore[misc]
 
@@ -124,8 +160,8 @@ def test_a_lookup_is_immutable_and_comparable() -> None:
 def test_a_spec_keeps_its_fields() -> None:
     """Every field is kept; arguments become a tuple, capabilities a sorted tuple."""
     out, err = CollectingSink(), CollectingSink()
-    spec = Spec("/bin/true", ["true"], "/w", ["Z=1", "A=2"], b"", out, err)
-    assert ("/bin/true", ("true",), "/w", ("A=2", "Z=1"), b"") == (
+    spec = Spec(native("/bin/true"), ["true"], native("/w"), ["Z=1", "A=2"], b"", out, err)
+    assert (native("/bin/true"), ("true",), native("/w"), ("A=2", "Z=1"), b"") == (
         spec.executable,
         spec.arguments,
         spec.working_directory,
@@ -150,7 +186,7 @@ def test_a_spec_must_declare_process_execute() -> None:
     ("changes", "rule"),
     [
         ({"executable": "env"}, "executable"),
-        ({"executable": "/usr/bin/../bin/env"}, "executable"),
+        ({"executable": native("/usr/bin/../bin/env")}, "executable"),
         ({"working_directory": "w"}, "working directory"),
         ({"arguments": "env"}, "arguments"),
         ({"arguments": ["a\0"]}, "arguments"),
@@ -172,7 +208,9 @@ def test_a_spec_breaking_a_rule_is_rejected(changes: dict[str, object], rule: st
 
 def test_a_spec_repr_contains_no_argument_environment_or_input() -> None:
     """The repr tells counts, never argv, environment values, stdin or paths."""
-    text = repr(sample_spec(executable=f"/opt/{SECRET}", working_directory=f"/w/{SECRET}"))
+    text = repr(
+        sample_spec(executable=native(f"/opt/{SECRET}"), working_directory=native(f"/w/{SECRET}"))
+    )
     assert SECRET not in text
     assert "arguments=<2>" in text
 
@@ -322,14 +360,22 @@ def test_objects_missing_a_method_do_not_satisfy_the_protocols() -> None:
 
 async def test_a_resolver_and_a_launcher_are_used_through_their_protocols() -> None:
     """Resolve then start: not found and a partial launch are typed, owned failures."""
-    lookup = Lookup("true", "/")
+    lookup = Lookup("true", native("/"))
     assert "/bin/true" == await FixedResolver("/bin/true").resolve(lookup)
     with pytest.raises(ExecutableNotFound):
         await FixedResolver(None).resolve(lookup)
     launcher = PartialLauncher()
     with pytest.raises(LaunchError) as caught:
         await launcher.start(
-            Spec("/bin/true", ["true"], "/", [], b"", CollectingSink(), CollectingSink())
+            Spec(
+                native("/bin/true"),
+                ["true"],
+                native("/"),
+                [],
+                b"",
+                CollectingSink(),
+                CollectingSink(),
+            )
         )
     owned = caught.value.process
     assert owned is launcher.created

@@ -2,6 +2,8 @@
 
 It writes frames byte for byte (valid or not) and reads what comes back, every wait
 bounded; ``pipeline`` keeps writing while it reads, as a client that pipelines does.
+On POSIX it waits on the pipes with a selector; Windows cannot select on pipes, so there a
+daemon thread reads stdout into a queue and ``pipeline`` writes from a second thread.
 """
 
 from __future__ import annotations
@@ -9,9 +11,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import queue
 import selectors
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -24,6 +28,8 @@ ANSWER_SECONDS: Final = 30.0
 EXIT_SECONDS: Final = 30.0
 PROTOCOL_VERSION: Final = "2025-06-18"
 READ_BYTES: Final = 1 << 20
+THREADED: Final = sys.platform == "win32"
+"""Whether stdout is read in a thread (Windows: no selector waits on a pipe)."""
 
 
 def request(ident: object, method: str, params: object | None = None) -> dict[str, Any]:
@@ -45,6 +51,18 @@ def tool_call(ident: object, name: str, arguments: object, **meta: object) -> di
 def encode(message: object) -> bytes:
     """One frame: the message as compact JSON and a newline."""
     return json.dumps(message, separators=(",", ":")).encode() + b"\n"
+
+
+def pump(fd: int, put: Callable[[bytes], None]) -> None:
+    """Read ``fd`` to its end in the calling (reading) thread: each chunk goes to ``put``,
+    then ``b""`` (also when the read fails, as when the end was closed)."""
+    chunk = b"-"
+    while chunk:
+        try:
+            chunk = os.read(fd, READ_BYTES)
+        except OSError:
+            chunk = b""
+        put(chunk)
 
 
 def vm_bytes(pid: int, field: str) -> int:
@@ -74,7 +92,32 @@ class RawPeer:
         self._out = self.process.stdout.fileno()
         self._buffer = b""
         self._selector = selectors.DefaultSelector()
-        self._selector.register(self._out, selectors.EVENT_READ)
+        self._chunks: queue.SimpleQueue[bytes] = queue.SimpleQueue()
+        self._ended = False
+        if THREADED:
+            threading.Thread(target=self._read_all, name="raw-peer", daemon=True).start()
+        else:
+            self._selector.register(self._out, selectors.EVENT_READ)
+
+    def _read_all(self) -> None:
+        """The reading thread (Windows): every chunk of stdout, then ``b""`` at its end."""
+        pump(self._out, self._chunks.put)
+
+    def _next_chunk(self, seconds: float) -> bytes | None:
+        """The next chunk of stdout, ``b""`` at its end, ``None`` when ``seconds`` pass."""
+        if self._ended:
+            return b""
+        if THREADED:
+            try:
+                chunk = self._chunks.get(timeout=max(seconds, 0.0))
+            except queue.Empty:
+                return None
+        elif not self._selector.select(seconds):
+            return None
+        else:
+            chunk = os.read(self._out, READ_BYTES)
+        self._ended = not chunk
+        return chunk
 
     @property
     def pid(self) -> int:
@@ -115,9 +158,9 @@ class RawPeer:
                 line, self._buffer = self._buffer.split(b"\n", 1)
                 yield json.loads(line)
             remaining = deadline - time.monotonic()
-            if remaining <= 0 or not self._selector.select(remaining):
+            if remaining <= 0:
                 return
-            chunk = os.read(self._out, READ_BYTES)
+            chunk = self._next_chunk(remaining)
             if not chunk:
                 return
             self._buffer += chunk
@@ -136,6 +179,8 @@ class RawPeer:
 
         Reads until as many answers as frames have come (or the bound passes).
         """
+        if THREADED:
+            return self._pipeline_threaded(frames, on_message)
         os.set_blocking(self._in, False)
         selector = selectors.DefaultSelector()
         selector.register(self._out, selectors.EVENT_READ)
@@ -162,8 +207,33 @@ class RawPeer:
             os.set_blocking(self._in, True)
         return answers
 
+    def _pipeline_threaded(
+        self, frames: Sequence[bytes], on_message: Callable[[dict[str, Any]], None]
+    ) -> int:
+        """``pipeline`` on Windows: a thread writes the frames (blocking) while this reads."""
+        writer = threading.Thread(
+            target=self._write_frames, args=(frames,), name="raw-peer-writer", daemon=True
+        )
+        writer.start()
+        answers = 0
+        deadline = time.monotonic() + ANSWER_SECONDS + len(frames)
+        while answers < len(frames) and time.monotonic() < deadline:
+            chunk = self._next_chunk(1.0)
+            if chunk is not None:
+                answers += self._take(chunk, on_message)
+        writer.join(max(deadline - time.monotonic(), 0.0))
+        return answers
+
+    def _write_frames(self, frames: Sequence[bytes]) -> None:
+        with contextlib.suppress(OSError):  # the server went away: the answers tell
+            for data in frames:
+                self.write(data)
+
     def _drain(self, on_message: Callable[[dict[str, Any]], None]) -> int:
-        chunk = os.read(self._out, READ_BYTES)
+        return self._take(os.read(self._out, READ_BYTES), on_message)
+
+    def _take(self, chunk: bytes, on_message: Callable[[dict[str, Any]], None]) -> int:
+        """Take one chunk of stdout; hand on each whole message; how many were answers."""
         if not chunk:
             raise AssertionError("the server closed stdout early")
         self._buffer += chunk

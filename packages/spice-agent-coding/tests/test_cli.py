@@ -14,6 +14,7 @@ import pytest
 from app_fakes import FAILURE_MESSAGE, FailingTool
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from portable import ANY_ROOT, auto_warning
 
 from spice.agent.coding import _cli
 from spice.agent.coding._cli import main, tools_json
@@ -42,7 +43,7 @@ def script(
 def worktree(tmp_path: Path) -> Path:
     tree = tmp_path / "tree"
     tree.mkdir()
-    (tree / "hello.txt").write_text("hello\n")
+    (tree / "hello.txt").write_bytes(b"hello\n")
     return tree
 
 
@@ -60,7 +61,7 @@ def test_tools_prints_every_definition_with_its_fingerprint(
     listed = {t["name"]: t for t in json.loads(out)["tools"]}
     config = Config(worktree)
     assert 0 == code
-    assert "" == err
+    assert auto_warning() == err
     assert ["read", "replace", "shell"] == list(listed)
     assert new_read(config).definition.fingerprint == listed["read"]["fingerprint"]
     assert new_replace(config).definition.fingerprint == listed["replace"]["fingerprint"]
@@ -84,7 +85,7 @@ def test_call_prints_the_content_object_and_exits_0(
         capsys, "--root", str(worktree), "call", "read", '{"path":"hello.txt"}'
     )
     content = json.loads(out)
-    assert (0, "") == (code, err)
+    assert (0, auto_warning()) == (code, err)
     assert (True, "hello\n") == (content["ok"], content["content"])
     assert 1 == out.count("\n")
 
@@ -97,7 +98,7 @@ def test_call_with_a_model_visible_failure_exits_1(
     content = json.loads(out)
     assert 1 == code
     assert "not_found" == content["code"]
-    assert f"spice-coding: {content['message']}\n" == err
+    assert f"{auto_warning()}spice-coding: {content['message']}\n" == err
 
 
 def test_call_of_an_unknown_tool_exits_1(
@@ -123,7 +124,7 @@ def test_call_with_bad_json_exits_2_without_output(
     """Arguments that are not JSON are unusable input: exit 2, a short message, no stdout."""
     code, out, err = run_main(capsys, "--root", str(worktree), "call", "read", text)
     assert (2, "") == (code, out)
-    assert err.startswith("spice-coding: the arguments are not a JSON text")
+    assert err.startswith(f"{auto_warning()}spice-coding: the arguments are not a JSON text")
     assert "Traceback" not in err
 
 
@@ -170,7 +171,10 @@ def test_an_execution_error_exits_2(
     monkeypatch.setattr(_cli, "compose", failing_compose)
     code, out, err = run_main(capsys, "--root", str(worktree), "call", "read", "{}")
     assert (2, "") == (code, out)
-    assert f"spice-coding: execution error (uncertain, retry never): {FAILURE_MESSAGE}\n" == err
+    assert (
+        f"{auto_warning()}spice-coding: execution error (uncertain, retry never): "
+        f"{FAILURE_MESSAGE}\n"
+    ) == err
 
 
 def test_the_environment_names_the_root_without_a_flag(worktree: Path) -> None:
@@ -261,12 +265,12 @@ def test_tools_and_call_never_import_the_mcp_sdk(worktree: Path, command: list[s
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, timeout=60, check=False
     )
-    assert (0, b"[]") == (done.returncode, done.stderr)
+    assert (0, auto_warning().encode() + b"[]") == (done.returncode, done.stderr)
 
 
 def test_tools_json_sorts_by_name() -> None:
     """The JSON lists tools in the dispatcher's (sorted) order."""
-    config = Config("/nonexistent/root")
+    config = Config(ANY_ROOT)
     text = tools_json(Dispatcher([new_replace(config), new_read(config)]))
     assert ["read", "replace"] == [t["name"] for t in json.loads(text)["tools"]]
 

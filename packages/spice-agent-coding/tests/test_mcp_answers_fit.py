@@ -17,6 +17,7 @@ from typing import Any, Final
 
 import pytest
 from mcp import Client
+from portable import ANY_ROOT, PYTHON, WINDOWS
 from test_mcp_results import CORPUS, lay_out
 from test_mcp_stdio import client_for
 
@@ -80,7 +81,18 @@ EXTRA: Final[list[tuple[str, dict[str, Any]]]] = [
             "edits": [{"old_text": "o", "new_text": "x"}],
         },
     ),
-    ("shell", {"argv": ["sh", "-c", "printf 'x%.0s' $(seq 1 3000); echo err >&2; exit 1"]}),
+    (
+        "shell",
+        {
+            "argv": [
+                PYTHON,
+                "-c",
+                "import sys; sys.stdout.write('x' * 3000); sys.stderr.write('err\\n'); sys.exit(1)",
+            ]
+            if WINDOWS
+            else ["sh", "-c", "printf 'x%.0s' $(seq 1 3000); echo err >&2; exit 1"]
+        },
+    ),
 ]
 
 
@@ -124,7 +136,11 @@ async def test_a_long_answer_shows_its_digest_or_exit_code_in_the_first_2_kb(
             assert f'"file_sha256":"{sha(page[:262_144])}"' in head
             assert '"sha256"' in head
         else:
-            argv = ["sh", "-c", "cat big.py; echo FAILED-AT-THE-END; exit 1"]
+            argv = (
+                ["cmd", "/c", "type big.py & echo FAILED-AT-THE-END& exit 1"]
+                if WINDOWS
+                else ["sh", "-c", "cat big.py; echo FAILED-AT-THE-END; exit 1"]
+            )
             result = await dispatcher.dispatch(Call("s", "shell", json.dumps({"argv": argv})))
             assert '"exit_code":1' in result.content[:PREVIEW_CHARS]
             assert "FAILED-AT-THE-END" in json.loads(result.content)["stdout"][-200:]
@@ -135,17 +151,17 @@ async def test_a_long_answer_shows_its_digest_or_exit_code_in_the_first_2_kb(
 def test_the_declared_sizes_follow_the_bounds() -> None:
     """Small bounds give small declarations; the defaults give the payload bound for read and
     shell; replace is bounded by its diff; an unknown tool gets the payload bound."""
-    small = Config("/r", max_read_bytes=1000, max_output_bytes=1000)
+    small = Config(ANY_ROOT, max_read_bytes=1000, max_output_bytes=1000)
     assert largest_answer_chars("read", small) < 60_000
     assert largest_answer_chars("shell", small) < 90_000
-    big = Config("/r")
+    big = Config(ANY_ROOT)
     assert MAXIMUM_PAYLOAD_BYTES == largest_answer_chars("read", big)
     assert MAXIMUM_PAYLOAD_BYTES == largest_answer_chars("shell", big)
     assert 50_000 < largest_answer_chars("replace", big) < 500_000
     assert MAXIMUM_PAYLOAD_BYTES == largest_answer_chars("grep", big)
-    assert largest_answer_chars("read", Config("/r", max_read_bytes=1001)) > largest_answer_chars(
-        "read", small
-    )
+    assert largest_answer_chars(
+        "read", Config(ANY_ROOT, max_read_bytes=1001)
+    ) > largest_answer_chars("read", small)
 
 
 async def test_maximal_answers_fit_their_declarations(tmp_path: Path) -> None:
@@ -164,7 +180,14 @@ async def test_maximal_answers_fit_their_declarations(tmp_path: Path) -> None:
     (root / deep / "f.txt").write_bytes(lines)
     calls = [
         ("read", {"path": f"{deep}/c.txt"}),
-        ("shell", {"argv": ["sh", "-c", "printf '\\001%.0s' $(seq 1 2000); exit 3"]}),
+        (
+            "shell",
+            {
+                "argv": [PYTHON, "-c", "import sys; sys.stdout.write(chr(1) * 2000); sys.exit(3)"]
+                if WINDOWS
+                else ["sh", "-c", "printf '\\001%.0s' $(seq 1 2000); exit 3"]
+            },
+        ),
         (
             "replace",
             {
@@ -186,7 +209,8 @@ async def test_maximal_answers_fit_their_declarations(tmp_path: Path) -> None:
         for number, (name, arguments) in enumerate(calls):
             result = await dispatcher.dispatch(Call(f"m{number}", name, json.dumps(arguments)))
             assert utf16_length(result.content) <= largest_answer_chars(name, config), name
-            assert utf16_length(result.content) > 4000, name  # the worst case was reached
+            shown = (name, sorted(json.loads(result.content)))
+            assert utf16_length(result.content) > 4000, shown  # the worst case was reached
 
 
 async def test_the_mcp_listing_declares_the_sizes_and_the_instructions_teach_the_edits_form(
@@ -237,7 +261,7 @@ def test_without_a_config_the_instructions_do_not_invent_a_root() -> None:
     text = instructions_for(None)
     assert "edits" in text
     assert "{" not in text.replace("{old_text", "")
-    config = Config("/r")
+    config = Config(ANY_ROOT)
     from spice.agent.tools.coding import new_read  # noqa: PLC0415 - beside its one use
 
     definition = new_read(config).definition
@@ -276,7 +300,9 @@ async def test_over_stdio_the_issue_s_edit_workflow_works_end_to_end(tmp_path: P
             },
         )
         answer = first.structured_content or {}
-        assert (False, True, 262_157) == (first.is_error, answer["ok"], answer["bytes"])
+        assert (False, True, 262_157) == (first.is_error, answer["ok"], answer.get("bytes")), {
+            k: v for k, v in answer.items() if k in {"code", "message"}
+        }
         chained = await client.call_tool(
             "replace",
             {

@@ -19,7 +19,7 @@ from app_fakes import BlockingTool, FailingTool, GatedTool, ProblemTool
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from raw_peer import RawPeer, encode, request, tool_call, vm_bytes
-from test_mcp_pipes import INITIALIZE, INITIALIZED, exchange, pipes, write_all
+from test_mcp_pipes import INITIALIZE, INITIALIZED, LineReader, exchange, pipes, write_all
 from test_mcp_shutdown import initialized, piped
 
 from spice.agent.coding import mcp_server
@@ -210,7 +210,7 @@ def _gated_call(ident: int) -> bytes:
     return encode(tool_call(ident, "gated", {"text": PADDING}))
 
 
-async def _answers(reader: asyncio.StreamReader, count: int) -> list[dict[str, Any]]:
+async def _answers(reader: LineReader, count: int) -> list[dict[str, Any]]:
     found: list[dict[str, Any]] = []
     async with asyncio.timeout(30):
         while len(found) < count:
@@ -228,11 +228,7 @@ async def test_no_more_than_the_cap_of_requests_run_at_once_and_the_rest_wait_un
     assert len(data) > 4 * MAXIMUM_REQUESTS_IN_FLIGHT * len(PADDING)
     async with pipes() as (in_r, in_w, out_r, out_w):
         server = asyncio.create_task(_serve(tool, in_r, out_w))
-        loop = asyncio.get_running_loop()
-        reader = asyncio.StreamReader(limit=MAXIMUM_FRAME_BYTES)
-        transport, _ = await loop.connect_read_pipe(
-            lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(out_r, "rb", closefd=False)
-        )
+        reader = LineReader(out_r, MAXIMUM_FRAME_BYTES)
         written = threading.Event()
 
         def writer() -> None:
@@ -240,22 +236,19 @@ async def test_no_more_than_the_cap_of_requests_run_at_once_and_the_rest_wait_un
             written.set()
 
         feeding = asyncio.create_task(asyncio.to_thread(writer))
-        try:
-            await _answers(reader, 1)  # initialize
+        await _answers(reader, 1)  # initialize
+        async with asyncio.timeout(30):
+            await tool.until(MAXIMUM_REQUESTS_IN_FLIGHT)
+        stopped_reading = not written.is_set()
+        for remaining in range(total, 0, -1):
             async with asyncio.timeout(30):
-                await tool.until(MAXIMUM_REQUESTS_IN_FLIGHT)
-            stopped_reading = not written.is_set()
-            for remaining in range(total, 0, -1):
-                async with asyncio.timeout(30):
-                    await tool.until(min(remaining, MAXIMUM_REQUESTS_IN_FLIGHT))
-                tool.release()
-            answers = await _answers(reader, total)
-            await feeding
-            os.close(in_w)
-            async with asyncio.timeout(30):
-                await server
-        finally:
-            transport.close()
+                await tool.until(min(remaining, MAXIMUM_REQUESTS_IN_FLIGHT))
+            tool.release()
+        answers = await _answers(reader, total)
+        await feeding
+        os.close(in_w)
+        async with asyncio.timeout(30):
+            await server
     assert stopped_reading
     assert MAXIMUM_REQUESTS_IN_FLIGHT == tool.peak
     assert total == tool.started
@@ -272,36 +265,29 @@ async def test_a_cancelled_request_gives_its_place_back() -> None:
     full = MAXIMUM_REQUESTS_IN_FLIGHT
     async with pipes() as (in_r, in_w, out_r, out_w):
         server = asyncio.create_task(_serve(tool, in_r, out_w))
-        loop = asyncio.get_running_loop()
-        reader = asyncio.StreamReader(limit=MAXIMUM_FRAME_BYTES)
-        transport, _ = await loop.connect_read_pipe(
-            lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(out_r, "rb", closefd=False)
-        )
-        try:
-            calls = b"".join(_gated_call(n) for n in range(2, full + 2))
-            await asyncio.to_thread(write_all, in_w, frame_of_init() + calls)
-            await _answers(reader, 1)
-            async with asyncio.timeout(30):
-                await tool.until(full)
-            cancel = {
-                "jsonrpc": "2.0",
-                "method": "notifications/cancelled",
-                "params": {"requestId": 2},
-            }
-            extra = _gated_call(full + 2)
-            await asyncio.to_thread(write_all, in_w, encode(cancel) + extra)
-            async with asyncio.timeout(30):
-                while tool.started < full + 1:
-                    tool.changed.clear()
-                    await tool.changed.wait()
-            for _ in range(full):
-                tool.release()
-            answers = await _answers(reader, full)
-            os.close(in_w)
-            async with asyncio.timeout(30):
-                await server
-        finally:
-            transport.close()
+        reader = LineReader(out_r, MAXIMUM_FRAME_BYTES)
+        calls = b"".join(_gated_call(n) for n in range(2, full + 2))
+        await asyncio.to_thread(write_all, in_w, frame_of_init() + calls)
+        await _answers(reader, 1)
+        async with asyncio.timeout(30):
+            await tool.until(full)
+        cancel = {
+            "jsonrpc": "2.0",
+            "method": "notifications/cancelled",
+            "params": {"requestId": 2},
+        }
+        extra = _gated_call(full + 2)
+        await asyncio.to_thread(write_all, in_w, encode(cancel) + extra)
+        async with asyncio.timeout(30):
+            while tool.started < full + 1:
+                tool.changed.clear()
+                await tool.changed.wait()
+        for _ in range(full):
+            tool.release()
+        answers = await _answers(reader, full)
+        os.close(in_w)
+        async with asyncio.timeout(30):
+            await server
     assert set(range(3, full + 3)) == {a["id"] for a in answers}
 
 

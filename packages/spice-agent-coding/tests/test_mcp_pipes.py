@@ -7,6 +7,7 @@ import contextlib
 import errno
 import json
 import os
+import threading
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -16,6 +17,7 @@ import pytest
 from app_fakes import PROGRESS_MESSAGE, EchoTool
 from mcp import Client
 from mcp_types.version import LATEST_HANDSHAKE_VERSION
+from raw_peer import pump
 
 from spice.agent.coding import mcp_server
 from spice.agent.coding._stdio import (
@@ -62,15 +64,53 @@ def write_all(fd: int, data: bytes) -> None:
 
 @asynccontextmanager
 async def pipes() -> AsyncIterator[tuple[int, int, int, int]]:
-    """(server stdin read end, its write end, server stdout read end, its write end)."""
+    """(server stdin read end, its write end, server stdout read end, its write end).
+
+    The write ends close first: a thread still reading a read end (Windows serves stdio
+    from threads) then sees EOF, where closing the end it reads would wait for the read.
+    """
     in_r, in_w = os.pipe()
     out_r, out_w = os.pipe()
     try:
         yield in_r, in_w, out_r, out_w
     finally:
-        for fd in (in_r, in_w, out_r, out_w):
+        for fd in (in_w, out_w, in_r, out_r):
             with contextlib.suppress(OSError):
                 os.close(fd)
+
+
+class LineReader:
+    """Lines of a pipe's read end, read all along by a daemon thread (as the loop's pipe
+    transport reads, which needs overlapped pipes on Windows; ``os.pipe`` makes none); a
+    line longer than ``limit`` fails, as ``asyncio.StreamReader(limit=...)`` does. Built
+    inside the running loop."""
+
+    def __init__(self, fd: int, limit: int) -> None:
+        self._fd, self._limit, self._buffer, self._ended = fd, limit, b"", False
+        self._loop = asyncio.get_running_loop()
+        self._chunks: asyncio.Queue[bytes] = asyncio.Queue()
+        threading.Thread(target=self._pump, name="line-reader", daemon=True).start()
+
+    def _pump(self) -> None:
+        pump(self._fd, self._hand_over)
+
+    def _hand_over(self, chunk: bytes) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody reads any more
+            self._loop.call_soon_threadsafe(self._chunks.put_nowait, chunk)
+
+    async def readline(self) -> bytes:
+        """The next line with its newline; what is left at EOF; ``b""`` after it."""
+        while b"\n" not in self._buffer:
+            if len(self._buffer) > self._limit:
+                raise ValueError("a line longer than the limit")
+            chunk = b"" if self._ended else await self._chunks.get()
+            if not chunk:
+                self._ended = True
+                line, self._buffer = self._buffer, b""
+                return line
+            self._buffer += chunk
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        return line + b"\n"
 
 
 async def finished(task: asyncio.Task[None]) -> None:
@@ -185,24 +225,17 @@ async def exchange(chunks: list[bytes], requests: list[int | None]) -> list[dict
     """Feed raw chunks to a server over pipes; return the answers to ``requests``."""
     async with pipes() as (in_r, in_w, out_r, out_w):
         server = asyncio.create_task(serve(in_r, out_w))
-        loop = asyncio.get_running_loop()
-        reader = asyncio.StreamReader(limit=MAXIMUM_FRAME_BYTES)
-        transport, _ = await loop.connect_read_pipe(
-            lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(out_r, "rb", closefd=False)
-        )
-        try:
-            for chunk in chunks:
-                await asyncio.to_thread(write_all, in_w, chunk)
-            answers: dict[int | None, dict[str, Any]] = {}
-            async with asyncio.timeout(10):
-                while set(requests) - set(answers):
-                    message = json.loads(await reader.readline())
-                    if "id" in message:
-                        answers[message["id"]] = message
-            os.close(in_w)
-            await finished(server)
-        finally:
-            transport.close()
+        reader = LineReader(out_r, MAXIMUM_FRAME_BYTES)
+        for chunk in chunks:
+            await asyncio.to_thread(write_all, in_w, chunk)
+        answers: dict[int | None, dict[str, Any]] = {}
+        async with asyncio.timeout(10):
+            while set(requests) - set(answers):
+                message = json.loads(await reader.readline())
+                if "id" in message:
+                    answers[message["id"]] = message
+        os.close(in_w)
+        await finished(server)
     return [answers[i] for i in requests]
 
 

@@ -20,9 +20,10 @@ from typing import Any, Final, final
 
 import pytest
 from app_fakes import BlockingTool, GatedTool, SlowFsync, StubbornTool
+from portable import PYTHON, WINDOWS
 from procutil import descendants_named, is_alive, until
 from raw_peer import SERVER, RawPeer, encode, tool_call
-from test_mcp_pipes import INITIALIZE, INITIALIZED, write_all
+from test_mcp_pipes import INITIALIZE, INITIALIZED, LineReader, write_all
 
 from spice.agent.coding import _mcp as mcp
 from spice.agent.coding import _stdio as stdio
@@ -39,6 +40,11 @@ CONNECTION_CLOSED: Final = -32000
 SHORT_SLEEP_SECONDS: Final = 1
 """A command well inside the EOF grace period."""
 
+SHORT_SLEEP: Final = (
+    [PYTHON, "-c", f"import time; time.sleep({SHORT_SLEEP_SECONDS})"]
+    if WINDOWS
+    else ["sleep", str(SHORT_SLEEP_SECONDS)]
+)
 LONG_SLEEP_SECONDS: Final = 300
 """A command far past the EOF grace period (and every bound below)."""
 
@@ -65,7 +71,7 @@ def answers_in(output: bytes) -> dict[object, dict[str, Any]]:
 
 def test_a_call_piped_with_stdin_closed_behind_it_is_answered(tmp_path: Path) -> None:
     """``printf '<init><call>' | spice-coding serve``: the call's answer comes, exit 0."""
-    (tmp_path / "a.txt").write_text("piped\n")
+    (tmp_path / "a.txt").write_bytes(b"piped\n")
     frames = initialized() + encode(tool_call(2, "read", {"path": "a.txt"}))
     finished = subprocess.run(
         [str(SERVER), "--root", str(tmp_path), "serve"],
@@ -83,7 +89,7 @@ def test_a_command_shorter_than_the_grace_period_is_answered_after_eof(tmp_path:
     """A ``sleep`` well inside the 5 s bound runs to its end and is answered; exit 0."""
     with RawPeer(tmp_path) as peer:
         peer.initialize()
-        peer.send(tool_call(2, "shell", {"argv": ["sleep", str(SHORT_SLEEP_SECONDS)]}))
+        peer.send(tool_call(2, "shell", {"argv": SHORT_SLEEP}))
         rest, code, _err = peer.finish(EXIT_BOUND_SECONDS)
     answer = answers_in(b"\n".join(json.dumps(m).encode() for m in rest))[2]
     content = answer["result"]["structuredContent"]
@@ -114,7 +120,7 @@ def test_a_command_past_the_grace_period_is_stopped_and_the_server_exits_0(
 class Piped:
     """An in-process server over real pipes, fed raw frames; its calls observable."""
 
-    def __init__(self, in_w: int, reader: asyncio.StreamReader, server: asyncio.Task[None]) -> None:
+    def __init__(self, in_w: int, reader: LineReader, server: asyncio.Task[None]) -> None:
         self.in_w = in_w
         self.reader = reader
         self.server = server
@@ -165,11 +171,7 @@ async def piped(
             open_ends.discard(out_w)
             os.close(out_w)  # the client sees EOF once the server is done
 
-    loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader(limit=1 << 22)
-    transport, _ = await loop.connect_read_pipe(
-        lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(out_r, "rb", closefd=False)
-    )
+    reader = LineReader(out_r, 1 << 22)
     task = asyncio.create_task(serve())
     handle = Piped(in_w, reader, task)
     try:
@@ -179,10 +181,11 @@ async def piped(
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        transport.close()
         if handle.in_w < 0:
             open_ends.discard(in_w)
-        for fd in open_ends:
+        # Write ends first: a thread reading a read end then sees EOF (on Windows, closing
+        # the end a thread reads waits for the read).
+        for fd in sorted(open_ends, key=lambda end: end not in {in_w, out_w}):
             os.close(fd)
         await calls.settle(EXIT_BOUND_SECONDS)
     assert 0 == len(calls)

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from portable import ANY_ROOT, DEFAULT_NAMES, PYTHON, auto_warning
 
 from spice.agent.coding import _cli
 from spice.agent.coding._cli import main
@@ -38,7 +39,6 @@ from spice.agent.coding._settings import (
 from spice.agent.tools.coding import Config
 
 SCRIPT = Path(sys.executable).parent / "spice-coding"
-DEFAULT_NAMES = ("HOME", "LANG", "PATH", "TMPDIR")
 SETTING_VARIABLES = (
     ALLOW_ENV_VARIABLE,
     ALLOW_NETWORK_VARIABLE,
@@ -72,7 +72,7 @@ def command_tail(command: str) -> list[str]:
 def worktree(tmp_path: Path) -> Path:
     tree = tmp_path / "tree"
     tree.mkdir()
-    (tree / "hello.txt").write_text("hello\n")
+    (tree / "hello.txt").write_bytes(b"hello\n")
     return tree
 
 
@@ -204,7 +204,7 @@ def test_any_option_order_gives_the_last_value_per_side(
         (after if is_after else before).extend([flag, value])
         if is_after or not chosen.get(flag, (False, ""))[0]:
             chosen[flag] = (is_after, value)
-    actual = parsed(["--root", "/r", *before, command, *after, *command_tail(command)])
+    actual = parsed(["--root", ANY_ROOT, *before, command, *after, *command_tail(command)])
     expected_timeout = float(chosen.get("--command-timeout", (False, "120"))[1])
     expected_read = int(chosen.get("--max-read-bytes", (False, "262144"))[1])
     expected_sandbox = chosen.get("--sandbox", (False, DEFAULT_SANDBOX))[1]
@@ -225,7 +225,7 @@ def test_repeated_allow_env_adds_every_name_to_the_defaults(
     before: list[str], after: list[str], command: str
 ) -> None:
     """Every --allow-env NAME, repeated anywhere, is added; the defaults always stay."""
-    argv = ["--root", "/r"]
+    argv = ["--root", ANY_ROOT]
     for name in before:
         argv += ["--allow-env", name]
     argv.append(command)
@@ -292,7 +292,7 @@ def test_flags_win_over_the_environment(
     if read_variable is not None:
         environ[MAX_READ_BYTES_VARIABLE] = str(read_variable)
     argv = ["serve", *options] if after else [*options, "serve"]
-    actual = parsed(["--root", "/r", *argv], environ)
+    actual = parsed(["--root", ANY_ROOT, *argv], environ)
     expected_timeout = next(v for v in (flag, variable, 120) if v is not None)
     expected_read = next(v for v in (read_flag, read_variable, 262_144) if v is not None)
     assert (float(expected_timeout), expected_read) == (
@@ -304,15 +304,15 @@ def test_flags_win_over_the_environment(
 def test_allow_env_flags_replace_the_variable_names() -> None:
     """Given --allow-env, SPICE_AGENT_ALLOW_ENV is not read; either adds to the defaults."""
     environ = {ALLOW_ENV_VARIABLE: "FROM_ENV"}
-    with_flag = parsed(["--root", "/r", "serve", "--allow-env", "FROM_FLAG"], environ)
-    without = parsed(["--root", "/r", "serve"], environ)
+    with_flag = parsed(["--root", ANY_ROOT, "serve", "--allow-env", "FROM_FLAG"], environ)
+    without = parsed(["--root", ANY_ROOT, "serve"], environ)
     assert tuple(sorted({*DEFAULT_NAMES, "FROM_FLAG"})) == with_flag.config.environment_allowlist
     assert tuple(sorted({*DEFAULT_NAMES, "FROM_ENV"})) == without.config.environment_allowlist
 
 
 def test_the_sandbox_flag_wins_over_its_variable() -> None:
     """--sandbox beats SPICE_AGENT_SANDBOX, even a bad one it makes irrelevant."""
-    actual = parsed(["--root", "/r", "--sandbox", "off", "serve"], {SANDBOX_VARIABLE: "bogus"})
+    actual = parsed(["--root", ANY_ROOT, "--sandbox", "off", "serve"], {SANDBOX_VARIABLE: "bogus"})
     assert "off" == actual.sandbox
 
 
@@ -324,7 +324,8 @@ def test_the_sandbox_flag_wins_over_its_variable() -> None:
 def test_the_network_variable_reads_common_spellings(text: str, expected: bool) -> None:
     """SPICE_AGENT_ALLOW_NETWORK takes 1/0, true/false, yes/no, on/off (any case)."""
     assert (
-        expected == parsed(["--root", "/r", "serve"], {ALLOW_NETWORK_VARIABLE: text}).allow_network
+        expected
+        == parsed(["--root", ANY_ROOT, "serve"], {ALLOW_NETWORK_VARIABLE: text}).allow_network
     )
 
 
@@ -341,15 +342,15 @@ def test_a_sandbox_mode_is_read_in_any_case_with_blanks_around(
     spelled = "".join(c.upper() if up else c for c, up in zip(mode, cases, strict=False))
     text = f"{blanks}{spelled}{blanks}"
     if from_flag:
-        actual = parsed(["--root", "/r", "serve", "--sandbox", text], {SANDBOX_VARIABLE: "x"})
+        actual = parsed(["--root", ANY_ROOT, "serve", "--sandbox", text], {SANDBOX_VARIABLE: "x"})
     else:
-        actual = parsed(["--root", "/r", "serve"], {SANDBOX_VARIABLE: text})
+        actual = parsed(["--root", ANY_ROOT, "serve"], {SANDBOX_VARIABLE: text})
     assert mode == actual.sandbox
 
 
 def test_the_network_flag_wins_over_a_variable_that_says_no() -> None:
     """--allow-network is on even where SPICE_AGENT_ALLOW_NETWORK says 0."""
-    actual = parsed(["--root", "/r", "serve", "--allow-network"], {ALLOW_NETWORK_VARIABLE: "0"})
+    actual = parsed(["--root", ANY_ROOT, "serve", "--allow-network"], {ALLOW_NETWORK_VARIABLE: "0"})
     assert actual.allow_network
 
 
@@ -377,7 +378,7 @@ def test_byte_bounds_hold_on_both_sides(
     by_variable = run_main(capsys, "--root", str(worktree), "tools")
     for code, out, err in (by_flag, by_variable):
         if accepted:
-            assert (0, "") == (code, err)
+            assert (0, auto_warning()) == (code, err)
         else:
             assert (2, "", 1) == (code, out, err.count("\n"))
             assert f"{field} must be within 1..524288" in err
@@ -402,7 +403,7 @@ def test_timeout_bounds_hold_on_both_sides(
     by_variable = run_main(capsys, "--root", str(worktree), "tools")
     for code, out, err in (by_flag, by_variable):
         if accepted:
-            assert (0, "") == (code, err)
+            assert (0, auto_warning()) == (code, err)
             assert float(value) == maximum_of(out, "shell", "timeout_seconds")
         else:
             assert (2, "", 1) == (code, out, err.count("\n"))
@@ -412,15 +413,18 @@ def test_timeout_bounds_hold_on_both_sides(
 def test_the_longest_value_text_is_accepted_and_one_more_character_is_not() -> None:
     """A numeric text of MAXIMUM_VALUE_LENGTH characters parses; one character more does not."""
     longest = "1".rjust(MAXIMUM_VALUE_LENGTH, "0")
-    assert 1 == parsed(["--root", "/r", "tools", "--max-read-bytes", longest]).config.max_read_bytes
+    assert (
+        1
+        == parsed(["--root", ANY_ROOT, "tools", "--max-read-bytes", longest]).config.max_read_bytes
+    )
     with pytest.raises(SettingsError, match="whole number of bytes"):
-        parsed(["--root", "/r", "tools", "--max-read-bytes", "0" + longest])
+        parsed(["--root", ANY_ROOT, "tools", "--max-read-bytes", "0" + longest])
 
 
 def test_at_most_the_bound_of_names_may_be_added() -> None:
     """MAXIMUM_ALLOWED_NAMES names are accepted, one more is refused (flags and variable)."""
     many = [f"N{i}" for i in range(MAXIMUM_ALLOWED_NAMES)]
-    argv = ["--root", "/r", "serve"]
+    argv = ["--root", ANY_ROOT, "serve"]
     for name in many:
         argv += ["--allow-env", name]
     accepted = parsed(argv).config.environment_allowlist
@@ -428,7 +432,7 @@ def test_at_most_the_bound_of_names_may_be_added() -> None:
     with pytest.raises(SettingsError, match=f"at most {MAXIMUM_ALLOWED_NAMES} variables"):
         parsed([*argv, "--allow-env", "ONE_MORE"])
     with pytest.raises(SettingsError, match=f"at most {MAXIMUM_ALLOWED_NAMES} variables"):
-        parsed(["--root", "/r", "serve"], {ALLOW_ENV_VARIABLE: ",".join([*many, "ONE_MORE"])})
+        parsed(["--root", ANY_ROOT, "serve"], {ALLOW_ENV_VARIABLE: ",".join([*many, "ONE_MORE"])})
 
 
 def test_a_name_of_the_bound_length_is_accepted_and_a_longer_one_is_not() -> None:
@@ -436,10 +440,12 @@ def test_a_name_of_the_bound_length_is_accepted_and_a_longer_one_is_not() -> Non
     longest = "A" * MAXIMUM_NAME_LENGTH
     assert (
         longest
-        in parsed(["--root", "/r", "serve", "--allow-env", longest]).config.environment_allowlist
+        in parsed(
+            ["--root", ANY_ROOT, "serve", "--allow-env", longest]
+        ).config.environment_allowlist
     )
     with pytest.raises(SettingsError, match="environment variable names"):
-        parsed(["--root", "/r", "serve", "--allow-env", longest + "A"])
+        parsed(["--root", ANY_ROOT, "serve", "--allow-env", longest + "A"])
 
 
 # --- bad values: one line, exit 2, never the value --------------------------------------------
@@ -525,7 +531,7 @@ def test_a_bad_variable_is_one_line_naming_it_and_exit_2(
 def test_any_value_is_a_setting_or_a_settings_error(flag: str, value: str) -> None:
     """Whatever the text, resolving gives Settings or SettingsError with one short line."""
     try:
-        actual = parsed(["--root", "/r", "serve", flag, value])
+        actual = parsed(["--root", ANY_ROOT, "serve", flag, value])
     except SettingsError as error:
         message = str(error)
         assert message.startswith(flag)
@@ -543,9 +549,9 @@ def test_a_bad_root_is_the_settings_one_line_error() -> None:
 
 def test_settings_refuse_what_is_not_a_setting() -> None:
     """Settings itself checks its Config, its mode and its flag's type."""
-    config = Config("/r")
+    config = Config(ANY_ROOT)
     with pytest.raises(TypeError):
-        Settings("/r")  # type: ignore[arg-type]
+        Settings(ANY_ROOT)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="sandbox mode"):
         Settings(config, "strict")
     with pytest.raises(TypeError):
@@ -573,7 +579,14 @@ def test_an_allowed_name_reaches_the_child_and_others_do_not(
 ) -> None:
     """``call --allow-env NAME``: the child sees NAME; without the flag it does not."""
     clean_environment.setenv("SPICE_TEST_SECRET_HOME", "kept")
-    argv = ["python3", "-c", "import os; print(os.environ.get('SPICE_TEST_SECRET_HOME'))"]
+    argv = [
+        PYTHON,
+        "-c",
+        (
+            "import os, sys; value = os.environ.get('SPICE_TEST_SECRET_HOME'); "
+            "sys.stdout.buffer.write(f'{value}\\n'.encode())"
+        ),
+    ]
     shell = json.dumps({"argv": argv})
     allowed = run_main(
         capsys, "--root", str(worktree), "call", "--allow-env", "SPICE_TEST_SECRET_HOME",
@@ -588,7 +601,9 @@ def test_the_output_bound_reaches_the_shell(
     worktree: Path, capsys: pytest.CaptureFixture[str], clean_environment: pytest.MonkeyPatch
 ) -> None:
     """--max-output-bytes 16 keeps 16 bytes of a 100-byte output and says how many it left out."""
-    shell = json.dumps({"argv": ["python3", "-c", "print('x' * 99)"]})
+    shell = json.dumps(
+        {"argv": [PYTHON, "-c", "import sys; sys.stdout.buffer.write(b'x' * 99 + b'\\n')"]}
+    )
     code, out, _ = run_main(
         capsys, "--root", str(worktree), "call", "--max-output-bytes", "16", "shell", shell
     )
@@ -675,7 +690,7 @@ def test_a_byte_bound_is_accepted_exactly_within_1_to_524288(
     """Any whole number, by flag or by variable: accepted iff 1 <= N <= 524288."""
     variable, field = {f: (v, n) for f, v, n in BYTES_FLAGS}[flag]
     text = str(value)
-    argv = ["--root", "/r", "serve"] + ([] if by_variable else [flag, text])
+    argv = ["--root", ANY_ROOT, "serve"] + ([] if by_variable else [flag, text])
     environ = {variable: text} if by_variable else {}
     if 1 <= value <= 524_288:
         assert value == getattr(parsed(argv, environ).config, field)
@@ -696,7 +711,7 @@ def test_a_timeout_is_accepted_exactly_within_0_to_1800(
     """Any decimal text: accepted iff 0 < seconds <= 1800, before or after the command word."""
     text = f"{whole}{fraction}"
     option = ["--command-timeout", text]
-    argv = ["--root", "/r", *(["call", *option] if after else [*option, "call"]), "read", "{}"]
+    argv = ["--root", ANY_ROOT, *(["call", *option] if after else [*option, "call"]), "read", "{}"]
     seconds = float(text)
     if 0 < seconds <= 1800:
         assert seconds == parsed(argv).config.command_timeout

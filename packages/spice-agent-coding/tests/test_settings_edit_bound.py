@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from portable import ANY_ROOT
 
 from spice.agent.coding import _cli
 from spice.agent.coding._cli import main
@@ -30,7 +31,7 @@ def _config(argv: list[str], environ: Mapping[str, str] | None = None) -> Config
 
 def test_the_default_is_4_mib_and_the_write_bound_stays_apart() -> None:
     """No flag, no variable: 4 MiB to edit, 256 KiB of content."""
-    config = _config(["--root", "/r", "serve"])
+    config = _config(["--root", ANY_ROOT, "serve"])
     assert (4 * 1024 * 1024, 262_144) == (config.max_edit_bytes, config.max_write_bytes)
 
 
@@ -38,9 +39,9 @@ def test_the_default_is_4_mib_and_the_write_bound_stays_apart() -> None:
 def test_the_flag_before_or_after_the_command_word_and_the_variable_set_it(where: str) -> None:
     """The same value three ways."""
     argv = {
-        "before": ["--root", "/r", FLAG, "1000", "serve"],
-        "after": ["--root", "/r", "serve", FLAG, "1000"],
-        "variable": ["--root", "/r", "serve"],
+        "before": ["--root", ANY_ROOT, FLAG, "1000", "serve"],
+        "after": ["--root", ANY_ROOT, "serve", FLAG, "1000"],
+        "variable": ["--root", ANY_ROOT, "serve"],
     }[where]
     environ = {MAX_EDIT_BYTES_VARIABLE: "1000"} if where == "variable" else {}
     assert 1000 == _config(argv, environ).max_edit_bytes
@@ -48,7 +49,7 @@ def test_the_flag_before_or_after_the_command_word_and_the_variable_set_it(where
 
 def test_the_flag_wins_over_the_variable() -> None:
     """Flag 7, variable 9: 7."""
-    argv = ["--root", "/r", "serve", FLAG, "7"]
+    argv = ["--root", ANY_ROOT, "serve", FLAG, "7"]
     assert 7 == _config(argv, {MAX_EDIT_BYTES_VARIABLE: "9"}).max_edit_bytes
 
 
@@ -60,7 +61,7 @@ def test_the_flag_wins_over_the_variable() -> None:
 def test_the_bound_is_accepted_exactly_within_1_to_64_mib(value: int, by_variable: bool) -> None:
     """Accepted iff 1 <= N <= 67108864, by flag or variable; else one line naming the origin."""
     text = str(value)
-    argv = ["--root", "/r", "serve"] + ([] if by_variable else [FLAG, text])
+    argv = ["--root", ANY_ROOT, "serve"] + ([] if by_variable else [FLAG, text])
     environ = {MAX_EDIT_BYTES_VARIABLE: text} if by_variable else {}
     if 1 <= value <= MOST:
         assert value == _config(argv, environ).max_edit_bytes
@@ -89,8 +90,8 @@ def test_config_refuses_both_sides_of_its_range() -> None:
     """Config itself: 0 and 64 MiB + 1 are refused, 1 and 64 MiB accepted, bools refused."""
     for bad in (0, MOST + 1, True):
         with pytest.raises(ValueError, match="max_edit_bytes"):
-            Config("/r", max_edit_bytes=bad)
+            Config(ANY_ROOT, max_edit_bytes=bad)
     assert (1, MOST) == (
-        Config("/r", max_edit_bytes=1).max_edit_bytes,
-        Config("/r", max_edit_bytes=MOST).max_edit_bytes,
+        Config(ANY_ROOT, max_edit_bytes=1).max_edit_bytes,
+        Config(ANY_ROOT, max_edit_bytes=MOST).max_edit_bytes,
     )

@@ -1,6 +1,6 @@
-"""The shell's description tells the truth about the real POSIX platform (contract 9.3).
+"""The shell's description tells the truth about the real platform (contract 9.3).
 
-What the description promises is run here with ``PosixResolver`` and ``PosixLauncher``:
+What the description promises is run here with the platform's resolver and launcher:
 a bare ``argv[0]`` is looked up in ``PATH`` only (a program of the worktree needs
 ``./``), ``./name`` is relative to the workdir, an absolute workdir beneath the root is
 accepted, and exactly the variables the description names can reach the program.
@@ -17,8 +17,11 @@ from pathlib import Path
 from typing import Final
 
 import pytest
+from portable import WINDOWS, windows_program
 
 from spice.agent.coding import PosixLauncher, PosixResolver
+from spice.agent.coding._windows_launcher import WindowsLauncher
+from spice.agent.coding._windows_resolver import WindowsResolver
 from spice.agent.dispatch import Dispatcher
 from spice.agent.lifecycle import Cleanup
 from spice.agent.tool import Call
@@ -35,6 +38,8 @@ ENVIRONMENT_NAMES: Final = (
 )
 """The names of the environment the program was started with (not Python's own changes)."""
 ALLOWED: Final = ("PATH", "SPICE_TRUTH_ALLOWED")
+TOOL: Final = "./tool.exe" if WINDOWS else "./tool"
+"""The worktree's program, named relative to the workdir (Windows runs ``.exe`` files)."""
 
 
 class Shell:
@@ -42,7 +47,12 @@ class Shell:
 
     def __init__(self, root: Path) -> None:
         self.config = Config(root, environment_allowlist=ALLOWED, command_timeout=30)
-        tool, self.cleanup = new_shell(self.config, PosixResolver(), PosixLauncher())
+        platform = (
+            (WindowsResolver(), WindowsLauncher())
+            if WINDOWS
+            else (PosixResolver(), PosixLauncher())
+        )
+        tool, self.cleanup = new_shell(self.config, *platform)
         self.description = tool.definition.description
         self.dispatcher = Dispatcher([tool])
 
@@ -61,6 +71,9 @@ async def shell(tmp_path: Path) -> AsyncIterator[Shell]:
     root = tmp_path / "root"
     (root / "sub").mkdir(parents=True)
     for where, word in ((root, "root"), (root / "sub", "sub")):
+        if WINDOWS:
+            (where / "tool.exe").write_bytes(windows_program(f"print({word!r})"))
+            continue
         script = where / "tool"
         script.write_text(f"#!/bin/sh\necho {word}\n")
         script.chmod(0o755)
@@ -81,15 +94,23 @@ async def test_a_bare_name_is_not_looked_up_in_the_workdir(shell: Shell) -> None
 
 async def test_dot_slash_runs_the_program_of_the_workdir(shell: Shell) -> None:
     """``./tool`` is resolved against the workdir, as the description says."""
-    in_root = await shell.call({"argv": ["./tool"]})
-    in_sub = await shell.call({"argv": ["./tool"], "workdir": "sub"})
-    assert ("root\n", "sub\n") == (in_root["stdout"], in_sub["stdout"])
+    in_root = await shell.call({"argv": [TOOL]})
+    in_sub = await shell.call({"argv": [TOOL], "workdir": "sub"})
+    newline = "\r\n" if WINDOWS else "\n"
+    assert (f"root{newline}", f"sub{newline}") == (in_root["stdout"], in_sub["stdout"])
 
 
 async def test_an_absolute_workdir_beneath_the_root_runs_there(shell: Shell) -> None:
     """The absolute form of ``sub`` is ``sub``; the result shows it relative."""
-    content = await shell.call({"argv": ["./tool"], "workdir": f"{shell.config.root}/sub"})
-    assert (True, "sub", "sub\n") == (content["ok"], content["workdir"], content["stdout"])
+    newline = "\r\n" if WINDOWS else "\n"
+    # The platform's own spelling, and the root followed by "/" (answers show paths with "/")
+    for workdir in (os.path.join(shell.config.root, "sub"), f"{shell.config.root}/sub"):
+        content = await shell.call({"argv": [TOOL], "workdir": workdir})
+        assert (True, "sub", f"sub{newline}") == (
+            content["ok"],
+            content["workdir"],
+            content["stdout"],
+        )
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads /proc/self/environ")

@@ -32,6 +32,7 @@ from windows_helpers import (
 
 from spice.agent.tool import Call, Result, interruption_of
 from spice.agent.tools.coding import Config, new_replace
+from spice.agent.tools.coding._commit import EDIT_NOT_FOUND
 from spice.agent.tools.coding._commit_windows import (
     REPLACE_ATTEMPTS,
     RETRY_FIRST_DELAY_SECONDS,
@@ -129,6 +130,67 @@ async def test_edits_form(root: Path) -> None:
     assert content["ok"] is True
     assert 1 == content["edits_applied"]
     assert b"one\n2\n" == (root / "e.txt").read_bytes()
+
+
+@pytest.mark.parametrize(
+    ("grown", "accepted"), [(1, True), (4, True), (5, False)], ids=["under", "at", "over"]
+)
+async def test_the_edits_form_is_bounded_by_max_edit_bytes_not_max_write_bytes(
+    root: Path, grown: int, accepted: bool
+) -> None:
+    """Contract 10.2: the file and its result may reach ``max_edit_bytes`` (here 20 bytes,
+    over ``max_write_bytes`` of 8); one byte more is ``file_too_large``, nothing written."""
+    before = b"0123456789abcdef"  # 16 bytes: over max_write_bytes, under max_edit_bytes
+    (root / "big.txt").write_bytes(before)
+    arguments = {
+        "path": "big.txt",
+        "expected_sha256": sha(before),
+        "edits": [{"old_text": "abc", "new_text": "abc" + "x" * grown}],
+    }
+    config = Config(str(root), max_write_bytes=8, max_edit_bytes=20)
+    result = await new_replace(config).execute(Call("c", "replace", json.dumps(arguments)))
+    content = content_of(result)
+    if accepted:
+        assert (True, 16 + grown) == (content["ok"], content["bytes"])
+        assert before.replace(b"abc", b"abc" + b"x" * grown) == (root / "big.txt").read_bytes()
+    else:
+        assert (False, "file_too_large") == (content["ok"], content["code"])
+        assert before == (root / "big.txt").read_bytes()
+
+
+async def test_an_edit_not_found_carries_the_same_hint_as_on_posix(root: Path) -> None:
+    """Contract 10.2: edit_not_found names the edit and the most similar line, as on POSIX."""
+    before = b"alpha\n    value = compute(1)\nomega\n"
+    (root / "h.txt").write_bytes(before)
+    content = await replace(
+        root,
+        {
+            "path": "h.txt",
+            "expected_sha256": sha(before),
+            "edits": [{"old_text": "value = compute(1)\n  omega", "new_text": ""}],
+        },
+    )
+    assert ("edit_not_found", 0, 2) == (
+        content["code"],
+        content["edit_index"],
+        content["similar_line"],
+    )
+    assert "value = compute(1)" in str(content["similar_text"])
+    assert before == (root / "h.txt").read_bytes()
+
+
+async def test_an_edit_of_a_missing_file_says_how_to_create_it(root: Path) -> None:
+    """The edits form of a missing file points to content with create (as on POSIX)."""
+    content = await replace(
+        root,
+        {
+            "path": "gone.txt",
+            "expected_sha256": sha(b""),
+            "edits": [{"old_text": "a", "new_text": "b"}],
+        },
+    )
+    assert ("not_found", EDIT_NOT_FOUND) == (content["code"], content["message"])
+    assert not (root / "gone.txt").exists()
 
 
 async def test_a_file_with_two_names_says_its_links_split(root: Path) -> None:

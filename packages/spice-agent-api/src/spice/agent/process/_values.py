@@ -37,9 +37,18 @@ def _plain(value: object, field: str) -> str:
     return value
 
 
+def _absolute(text: str) -> bool:
+    """Whether ``text`` is absolute; on Windows that needs a drive (``C:``) or a UNC share.
+
+    Before Python 3.13, ``ntpath.isabs`` also took ``\\work``, which is relative to the
+    current drive.
+    """
+    return os.path.isabs(text) and (os.name != "nt" or bool(os.path.splitdrive(text)[0]))
+
+
 def _absolute_canonical(value: object, field: str) -> str:
     text = _plain(value, field)
-    if not os.path.isabs(text) or os.path.normpath(text) != text or text.startswith("//"):
+    if not _absolute(text) or os.path.normpath(text) != text or text.startswith("//"):
         raise ValueError(f"{field} must be an absolute, canonical path")
     return text
 

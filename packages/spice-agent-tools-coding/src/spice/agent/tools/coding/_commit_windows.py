@@ -372,30 +372,13 @@ def rename(handle: int, directory: int, leaf: str, *, replace: bool) -> int:
     file open, as ``rename(2)`` does); where Windows or its file system has none, the
     classic rename with ``ReplaceIfExists``.
     """
-    api = w.api()
     flags = w.FILE_RENAME_POSIX_SEMANTICS | (w.FILE_RENAME_REPLACE_IF_EXISTS if replace else 0)
     information = w.rename_information(flags, directory, leaf)
-    status = w.unsigned(
-        api.nt_set_information_file(
-            handle,
-            ctypes.byref(w.IoStatusBlock()),
-            information,
-            len(information),
-            w.FILE_RENAME_INFORMATION_EX,
-        )
-    )
+    status = w.set_information(handle, information, w.FILE_RENAME_INFORMATION_EX)
     if status not in _POSIX_RENAME_REFUSED:
         return status
     information = w.rename_information(1 if replace else 0, directory, leaf)
-    return w.unsigned(
-        api.nt_set_information_file(
-            handle,
-            ctypes.byref(w.IoStatusBlock()),
-            information,
-            len(information),
-            w.FILE_RENAME_INFORMATION,
-        )
-    )
+    return w.set_information(handle, information, w.FILE_RENAME_INFORMATION)
 
 
 def _after_commit(

@@ -17,7 +17,7 @@ from . import _root_windows as rw
 from ._commit import (
     ABORTED,
     DIRECTORIES_LEFT,
-    NOT_FOUND,
+    EDIT_NOT_FOUND,
     NOTHING_CHANGED,
     STALE,
     Absent,
@@ -28,7 +28,7 @@ from ._commit import (
 )
 from ._config import Config
 from ._edits import EditFailure, apply_edits, unified_diff
-from ._replace import NOT_TEXT, _Change, _Done
+from ._replace import NOT_TEXT, _Change, _Done, _Refused
 from ._replace_arguments import Arguments, Edits, Whole
 from ._root import MadeDirectory, PathError
 
@@ -70,9 +70,13 @@ def _write_beneath(
     try:
         limit = config.max_write_bytes
         if isinstance(arguments.body, Edits):
+            # The edits form: the current file and the result are bounded by max_edit_bytes.
+            limit = config.max_edit_bytes
             edited = _edit(directory, leaf, arguments, arguments.body, limit, gate)
             if isinstance(edited, Outcome):
                 return _Done(edited, None)
+            if isinstance(edited, _Refused):  # the hint goes into the answer, as on POSIX
+                return _Done(edited.outcome, None, edited.failure)
             change = edited
         assert change is not None  # noqa: S101 - the content form set it in work()
         request = Request(leaf, change.data, change.sha256, arguments.expected, limit)
@@ -86,13 +90,13 @@ def _write_beneath(
 
 def _edit(
     directory: int, leaf: str, arguments: Arguments, body: Edits, limit: int, gate: CommitGate
-) -> _Change | Outcome:
+) -> _Change | Outcome | _Refused:
     """Read the current file, check its digest first, then apply the edits (pure rule)."""
     found = cw.inspect_settled(directory, leaf, limit, gate)
     if isinstance(found, Outcome):
         return found
     if isinstance(found, Absent):
-        return Outcome("not_found", NOT_FOUND)
+        return Outcome("not_found", EDIT_NOT_FOUND)
     if isinstance(found, Occupied):
         return Outcome(found.code, found.message)
     if isinstance(found, cw.Busy):  # pragma: no cover - inspect_settled never answers it
@@ -105,7 +109,7 @@ def _edit(
         return Outcome("not_text", NOT_TEXT)
     edited = apply_edits(before, len(found.data), body.edits, limit)
     if isinstance(edited, EditFailure):
-        return Outcome(edited.code, edited.message)
+        return _Refused(Outcome(edited.code, edited.message), edited)
     data = edited.text.encode("utf-8")
     diff, truncated = unified_diff(arguments.path, before, edited.text)
     return _Change(data, hashlib.sha256(data).hexdigest(), edited.replacements, diff, truncated)

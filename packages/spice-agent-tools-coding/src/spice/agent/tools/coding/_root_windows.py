@@ -167,15 +167,7 @@ def nt_open(
 def kind(handle: int) -> Kind:
     """The handle's attributes and reparse tag (``OSError`` when they cannot be read)."""
     info = w.FileAttributeTagInformation()
-    status = w.unsigned(
-        w.api().nt_query_information_file(
-            handle,
-            ctypes.byref(w.IoStatusBlock()),
-            ctypes.byref(info),
-            ctypes.sizeof(info),
-            w.FILE_ATTRIBUTE_TAG_INFORMATION,
-        )
-    )
+    status = w.query_information(handle, info, w.FILE_ATTRIBUTE_TAG_INFORMATION)
     if status != w.STATUS_SUCCESS:
         raise OSError("the file's attributes could not be read")
     return Kind(info.FileAttributes, info.ReparseTag)
@@ -184,15 +176,7 @@ def kind(handle: int) -> Kind:
 def standard(handle: int) -> w.FileStandardInformation:
     """Size, link count and directory flag of the handle (``OSError`` on failure)."""
     info = w.FileStandardInformation()
-    status = w.unsigned(
-        w.api().nt_query_information_file(
-            handle,
-            ctypes.byref(w.IoStatusBlock()),
-            ctypes.byref(info),
-            ctypes.sizeof(info),
-            w.FILE_STANDARD_INFORMATION,
-        )
-    )
+    status = w.query_information(handle, info, w.FILE_STANDARD_INFORMATION)
     if status != w.STATUS_SUCCESS:
         raise OSError("the file's size could not be read")
     return info
@@ -201,15 +185,7 @@ def standard(handle: int) -> w.FileStandardInformation:
 def file_id(handle: int) -> int:
     """The file's 64-bit index on its volume (``OSError`` on failure)."""
     value = ctypes.c_ulonglong(0)
-    status = w.unsigned(
-        w.api().nt_query_information_file(
-            handle,
-            ctypes.byref(w.IoStatusBlock()),
-            ctypes.byref(value),
-            ctypes.sizeof(value),
-            w.FILE_INTERNAL_INFORMATION,
-        )
-    )
+    status = w.query_information(handle, value, w.FILE_INTERNAL_INFORMATION)
     if status != w.STATUS_SUCCESS:
         raise OSError("the file's identity could not be read")
     return value.value
@@ -474,15 +450,7 @@ def remove_made(root: int, made: list[MadeDirectory]) -> bool:
 def delete_on_close(handle: int) -> bool:
     """Mark ``handle``'s file for deletion when its last handle closes; True on success."""
     flag = ctypes.c_ubyte(1)
-    status = w.unsigned(
-        w.api().nt_set_information_file(
-            handle,
-            ctypes.byref(w.IoStatusBlock()),
-            ctypes.byref(flag),
-            ctypes.sizeof(flag),
-            w.FILE_DISPOSITION_INFORMATION,
-        )
-    )
+    status = w.set_information(handle, flag, w.FILE_DISPOSITION_INFORMATION)
     return status == w.STATUS_SUCCESS
 
 

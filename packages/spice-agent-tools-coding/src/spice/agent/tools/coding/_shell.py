@@ -58,9 +58,9 @@ from ._arguments import ArgumentError, decode_object, take_number, take_string, 
 from ._capture import Capture
 from ._config import Config
 from ._ownership import Entry, Owner, Ticket, Timing
-from ._platform import batch_file, is_windows, workdir_check
+from ._platform import batch_file, clean_path, is_windows, workdir_check
 from ._results import attach, encoded_size, failure, report_progress, success
-from ._root import PathError, clean_path, open_directory, open_root
+from ._root import PathError, open_directory, open_root
 from .settling import deliver_cancellation, settle
 
 NAME: Final = "shell"

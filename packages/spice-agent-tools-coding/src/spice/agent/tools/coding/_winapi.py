@@ -12,7 +12,8 @@ import ctypes
 import struct
 import sys
 import threading
-from typing import Any, Final, final
+from collections.abc import Callable
+from typing import Any, Final, TypeVar, final
 
 # NTSTATUS values (as unsigned 32-bit numbers).
 STATUS_SUCCESS: Final = 0x00000000
@@ -251,8 +252,25 @@ class Api:
         self.flush_file_buffers.argtypes = (handle,)
 
 
-_lock: Final = threading.Lock()
-_api: Api | None = None
+_Loaded = TypeVar("_Loaded")
+
+
+def loaded_once(load: Callable[[], _Loaded]) -> Callable[[], _Loaded]:
+    """``load`` run at the first call only (under a lock), its result kept for the process;
+    ``OSError`` off Windows, where the DLLs do not exist."""
+    lock = threading.Lock()
+    kept: list[_Loaded] = []
+
+    def loaded() -> _Loaded:
+        if sys.platform != "win32":
+            raise OSError("the Windows API exists only on Windows")
+        if not kept:
+            with lock:
+                if not kept:
+                    kept.append(load())
+        return kept[0]
+
+    return loaded
 
 
 def available() -> bool:
@@ -260,16 +278,8 @@ def available() -> bool:
     return sys.platform == "win32"
 
 
-def api() -> Api:
-    """The loaded functions; ``OSError`` off Windows."""
-    global _api  # noqa: PLW0603 - loaded once per process, under a lock
-    if sys.platform != "win32":
-        raise OSError("the Windows API exists only on Windows")
-    if _api is None:
-        with _lock:
-            if _api is None:
-                _api = Api()
-    return _api
+api: Final = loaded_once(Api)
+"""The loaded functions; ``OSError`` off Windows."""
 
 
 def last_error() -> int:
@@ -281,3 +291,27 @@ def last_error() -> int:
 def unsigned(status: int) -> int:
     """An ``NTSTATUS`` as the unsigned number the constants above use."""
     return status & 0xFFFFFFFF
+
+
+Information = ctypes.Structure | ctypes.Array[ctypes.c_char] | ctypes.c_ulonglong | ctypes.c_ubyte
+"""What an information call reads into or sets from: a structure, bytes or a number."""
+
+
+def query_information(handle: int, into: Information, information_class: int) -> int:
+    """``NtQueryInformationFile``: ``handle``'s information of ``information_class`` into the
+    ctypes object ``into`` (its whole size); the unsigned ``NTSTATUS``."""
+    call = api().nt_query_information_file
+    size = ctypes.sizeof(into)
+    return unsigned(
+        call(handle, ctypes.byref(IoStatusBlock()), ctypes.byref(into), size, information_class)
+    )
+
+
+def set_information(handle: int, value: Information, information_class: int) -> int:
+    """``NtSetInformationFile``: set ``handle``'s information of ``information_class`` from
+    the ctypes object ``value`` (its whole size); the unsigned ``NTSTATUS``."""
+    call = api().nt_set_information_file
+    size = ctypes.sizeof(value)
+    return unsigned(
+        call(handle, ctypes.byref(IoStatusBlock()), ctypes.byref(value), size, information_class)
+    )

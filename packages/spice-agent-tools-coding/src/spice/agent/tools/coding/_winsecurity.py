@@ -15,8 +15,6 @@ says ``owner_changed: true``).
 from __future__ import annotations
 
 import ctypes
-import sys
-import threading
 from typing import Any, Final, final
 
 from . import _root_windows as rw
@@ -82,19 +80,7 @@ class _Advapi:
         self.local_free.argtypes = (pointer,)
 
 
-_lock: Final = threading.Lock()
-_advapi: _Advapi | None = None
-
-
-def _api() -> _Advapi:
-    global _advapi  # noqa: PLW0603 - loaded once per process, under a lock
-    if sys.platform != "win32":
-        raise OSError("the Windows API exists only on Windows")
-    if _advapi is None:
-        with _lock:
-            if _advapi is None:
-                _advapi = _Advapi()
-    return _advapi
+_api: Final = w.loaded_once(_Advapi)
 
 
 @final
