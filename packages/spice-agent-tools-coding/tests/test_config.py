@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import ntpath
 import os
+import posixpath
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from spice.agent.tools.coding import SECURITY_WARNING, Config
+from spice.agent.tools.coding import SECURITY_WARNING, Config, _config
 from spice.agent.tools.coding._config import (
     DEFAULT_BYTES,
     DEFAULT_COMMAND_TIMEOUT,
@@ -172,3 +176,44 @@ def test_the_security_warning_says_what_the_tools_can_do() -> None:
         assert word in lowered
     assert "no sandbox" in lowered
     assert "approval prompt" in lowered
+
+
+# -- what is an absolute path (both spellings are checked on every platform) ----------------
+
+
+@pytest.mark.parametrize(
+    ("path", "expected"),
+    [
+        ("C:\\work", True),
+        ("c:/work", True),
+        ("\\\\server\\share\\work", True),
+        ("\\work", False),  # rooted, but on the current drive: ntpath.isabs took it before 3.13
+        ("/work", False),
+        ("C:work", False),  # relative to drive C's current directory
+        ("work", False),
+        ("", False),
+    ],
+)
+def test_a_windows_path_is_absolute_only_with_a_drive_or_a_share(path: str, expected: bool) -> None:
+    assert expected is _config.absolute(path, ntpath)
+
+
+@pytest.mark.parametrize(("path", "expected"), [("/work", True), ("work", False), ("", False)])
+def test_a_posix_path_is_absolute_as_posixpath_says(path: str, expected: bool) -> None:
+    assert expected is _config.absolute(path, posixpath)
+
+
+@given(st.text(alphabet="C:\\/.aw", max_size=12))
+def test_a_windows_path_taken_as_absolute_names_its_drive_or_share(path: str) -> None:
+    if _config.absolute(path, ntpath):
+        drive, rest = ntpath.splitdrive(path)
+        assert drive
+        share = len(drive) >= 2 and set(drive[:2]) <= {"\\", "/"}
+        assert share or (drive[0].isalpha() and rest.startswith(("\\", "/")))
+
+
+def test_a_root_without_a_drive_is_refused_on_windows() -> None:
+    if os.name != "nt":
+        pytest.skip("the platform's own spelling: Windows (make test-windows)")
+    with pytest.raises(ValueError, match="absolute"):
+        Config("\\work")

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import math
+import ntpath
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Final, final
 
 SECURITY_WARNING: Final = (
@@ -70,6 +72,21 @@ def _timeout(value: object) -> float:
     return seconds
 
 
+def absolute(path: str, module: ModuleType = os.path) -> bool:
+    """Whether ``path`` is absolute in ``module``'s spelling (the platform's by default).
+
+    On Windows that needs a drive (``C:\\``) or a UNC share: before Python 3.13
+    ``ntpath.isabs`` also took ``\\work``, which is relative to the current drive.
+    """
+    if not module.isabs(path):
+        return False
+    if module is not ntpath:
+        return True
+    drive = ntpath.splitdrive(path)[0]
+    letter = len(drive) == 2 and drive[0].isascii() and drive[0].isalpha() and drive[1] == ":"
+    return letter or drive[:2] in {"\\\\", "//", "\\/", "/\\"}
+
+
 def _root(value: object) -> str:
     if isinstance(value, os.PathLike):
         value = os.fspath(value)
@@ -77,7 +94,7 @@ def _root(value: object) -> str:
         raise ValueError("root must be a non-empty path")
     if "\0" in value:
         raise ValueError("root must not contain NUL")
-    if not os.path.isabs(value):
+    if not absolute(value):
         raise ValueError("root must be an absolute path")
     cleaned = os.path.normpath(value)
     # POSIX keeps a leading "//"; the root is a plain absolute path.

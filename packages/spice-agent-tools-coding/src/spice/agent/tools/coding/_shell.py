@@ -56,7 +56,7 @@ from spice.agent.tool import (
 
 from ._arguments import ArgumentError, decode_object, take_number, take_string, take_string_list
 from ._capture import Capture
-from ._config import Config
+from ._config import Config, absolute
 from ._ownership import Entry, Owner, Ticket, Timing
 from ._platform import batch_file, clean_path, is_windows, workdir_check
 from ._results import attach, encoded_size, failure, report_progress, success
@@ -340,7 +340,7 @@ def _is_absolute_canonical(path: object) -> bool:
     return (
         isinstance(path, str)
         and "\0" not in path
-        and os.path.isabs(path)
+        and absolute(path)
         and os.path.normpath(path) == path
         and not path.startswith("//")
     )

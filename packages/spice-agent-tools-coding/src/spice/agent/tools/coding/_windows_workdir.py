@@ -9,8 +9,8 @@ not a directory (``workdir_unavailable``). Names Windows would read otherwise ar
 (``CON``, ``NUL``, ``COM1``, ... with any extension), a trailing dot or space, and a
 ``~`` followed by a digit (an 8.3 alias may name another entry).
 
-This is the shell's check only; ``read`` and ``replace`` need the handle-relative root of
-contract 10.4 and answer ``unsupported_platform`` on Windows until it exists.
+This is the shell's check only; ``read`` and ``replace`` open every name beneath a held
+directory handle (``_root_windows``, contract 10.4).
 """
 
 from __future__ import annotations
