@@ -10,6 +10,7 @@ so ``inject=NAME:when=N`` hits exactly the worker's N-th ``NAME``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -149,8 +150,11 @@ def traced_call(
         assert tracer.stderr is not None
         attached = _read_line(tracer.stderr.fileno(), deadline)
         assert b"attached" in attached, attached.decode(errors="replace")
-        child.stdin.write(b"go\n")
-        child.stdin.flush()
+        # An injected kill counts the child's calls from the attach: when the child made
+        # more of them while it waited (a busy machine), the kill can land before "go".
+        with contextlib.suppress(BrokenPipeError):
+            child.stdin.write(b"go\n")
+            child.stdin.flush()
         out, _ = child.communicate(timeout=max(0.1, deadline - time.monotonic()))
         tracer.wait(timeout=max(0.1, deadline - time.monotonic()))
     finally:
@@ -158,8 +162,10 @@ def traced_call(
             if process is not None and process.poll() is None:
                 process.kill()
                 process.wait()
-        if tracer is not None and tracer.stderr is not None:
-            tracer.stderr.close()
+        for pipe in (child.stdin, child.stdout, None if tracer is None else tracer.stderr):
+            if pipe is not None:
+                with contextlib.suppress(BrokenPipeError):
+                    pipe.close()
     lines = out.decode().splitlines()
     content = json.loads(lines[-1]) if lines and lines[-1].startswith("{") else None
     return Traced(child.returncode, content, trace.read_text(), child.pid)
