@@ -29,9 +29,10 @@ in short:
   force kill and when the server dies, applies the Landlock policy of ``_containment``
   before ``exec``, and reports on a pipe whether the command started and how it ended.
   Where namespaces are made, ``bwrap``'s monitor leads the group instead and runs the
-  supervisor inside them, as the init of the call's PID namespace; the monitor's death
-  is the supervisor's "end now". ``force_kill`` and the join ask it to end the tree
-  first and wait for its report to close (``END_BOUND_SECONDS``), then SIGKILL the group.
+  supervisor inside them, as the init of the call's PID namespace; the server signals
+  it by a pidfd (its pid from bwrap's ``--info-fd``), and SIGKILL to it ends the whole
+  namespace. ``force_kill`` and the join have the tree ended first and wait for it
+  (``END_BOUND_SECONDS``), then SIGKILL the group.
 """
 
 from __future__ import annotations
@@ -993,7 +994,8 @@ class PosixProcess:
             if report is not None:
                 report.read()
                 # With namespaces the leader is bwrap's monitor: a supervisor that outlived
-                # it (a stop, "end now") came to a server that adopts orphans: reaped here.
+                # it (ended through its monitor, before bwrap said its pid) came to a
+                # server that adopts orphans: swept and reaped here.
                 orphans = self._lifeline is not None or not report.tree_gone
                 swept = await _sweep_orphans() if orphans else True
                 if not report.tree_gone and not swept:
