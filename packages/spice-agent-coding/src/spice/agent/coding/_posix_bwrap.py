@@ -27,6 +27,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final, final
 
+from ._posix_sandbox import parent_of
+
 __all__ = [
     "INFO_BOUND_BYTES",
     "PRIVATE_TMP",
@@ -198,13 +200,8 @@ def open_child(pid: int, monitor: int) -> int | None:
         pidfd = os.pidfd_open(pid)
     except OSError:
         return None
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as stat:
-            fields = stat.read().rpartition(b")")[2].split()
-        if int(fields[1]) == monitor:
-            return pidfd
-    except (OSError, ValueError, IndexError):
-        pass
+    if parent_of(pid) == monitor:
+        return pidfd
     os.close(pidfd)
     return None
 

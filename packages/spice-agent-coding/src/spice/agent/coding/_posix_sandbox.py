@@ -355,23 +355,34 @@ def become_subreaper() -> bool:
     return True
 
 
+def parent_of(pid: int) -> int | None:
+    """The parent of ``pid`` from ``/proc/PID/stat`` (``None`` once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as file:
+            raw = file.read()
+    except OSError:
+        return None
+    return int(raw[raw.rindex(b")") + 2 :].split()[1])
+
+
+def _parent_links() -> Iterable[tuple[int, int]]:
+    """``(pid, parent)`` of every process ``/proc`` shows (a parent is a thread group)."""
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            parent = parent_of(int(name))
+            if parent is not None:
+                yield int(name), parent
+
+
 def descendants(pid: int) -> list[int]:
     """Every live descendant of ``pid`` (any depth, any thread's children), from ``/proc``.
 
-    One pass over ``/proc/*/stat`` builds the parent links (a process's parent is its
-    parent's thread group), then the tree below ``pid`` is collected.
+    One pass over ``/proc/*/stat`` builds the parent links, then the tree below ``pid``
+    is collected.
     """
     below: dict[int, list[int]] = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as file:
-                raw = file.read()
-        except OSError:
-            continue
-        parent = int(raw[raw.rindex(b")") + 2 :].split()[1])
-        below.setdefault(parent, []).append(int(name))
+    for child, parent in _parent_links():
+        below.setdefault(parent, []).append(child)
     found: list[int] = []
     pending = [pid]
     while pending:
@@ -526,18 +537,7 @@ def children(pid: int) -> list[int]:
             return [int(field) for field in file.read().split()]
     except FileNotFoundError:
         pass
-    found: list[int] = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as file:
-                raw = file.read()
-        except OSError:
-            continue
-        if int(raw[raw.rindex(b")") + 2 :].split()[1]) == pid:
-            found.append(int(name))
-    return found
+    return [child for child, parent in _parent_links() if parent == pid]
 
 
 # -- the call's TMPDIR -------------------------------------------------------------------
