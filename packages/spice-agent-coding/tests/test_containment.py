@@ -636,6 +636,35 @@ async def test_a_stop_request_reaches_the_command_as_sigterm(layout: tuple[Path,
     )
 
 
+async def test_a_stop_request_reaches_the_commands_whole_group(layout: tuple[Path, Path]) -> None:
+    """The stop is SIGTERM to the command's group (contract 7), not to the command alone,
+    on both paths: a descendant in the group runs its own TERM trap, and the command's
+    trap, waiting for it, sees it end before the force that would follow."""
+    root, _ = layout
+    out = Collect()
+    script = (
+        '(trap "echo descendant; exit 3" TERM; echo sub-ready; sleep 60 & wait) & '
+        'trap "wait; echo stopped; exit 7" TERM; echo ready; wait'
+    )
+    spec = Spec("/bin/sh", ("-c", script), str(root), ("PATH=/usr/bin:/bin",), b"", out, Collect())
+    process = await PosixLauncher(contained(), str(root)).start(spec)
+    try:
+        assert await procutil.until(
+            lambda: {"ready", "sub-ready"} <= set(out.data.decode().split()), BOUND
+        )
+        await process.request_stop()
+        async with asyncio.timeout(BOUND):
+            await process.wait_exit()
+    finally:
+        await process.force_kill()
+        async with asyncio.timeout(BOUND):
+            await process.wait()
+    assert (Outcome.exited(7), ["descendant", "ready", "stopped", "sub-ready"]) == (
+        process.result(),
+        sorted(out.data.decode().split()),
+    )
+
+
 CANCEL_MOMENTS: Final = 12
 """How many moments of the start a cancellation is tried at (loop turns after the spawn)."""
 

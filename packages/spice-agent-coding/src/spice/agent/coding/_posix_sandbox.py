@@ -29,12 +29,14 @@ It:
    bits the command was put under: Landlock, seccomp, capabilities), ``F`` could not
    start, ``X``+code exited, ``K``+signal killed, ``D`` the whole tree is gone, ``R``
    the sweep's bound ran out with processes remaining;
-5. forwards a stop (``SIGTERM``) to the command when the command has left the group,
-   and on ``SIGHUP`` (the server's "end now", or the server's death) ends the whole
-   subtree, round after round (each round freezes every descendant with ``SIGSTOP``,
-   then kills them all; orphans come back to this subreaper and are reaped here),
-   reports ``D`` only when none is left (else ``L``), and exits with the command's
-   status mirrored (a signal death as a signal death; through ``bwrap``, 128+N).
+5. forwards a stop (``SIGTERM``): with namespaces to the command's own group (the command
+   leads a new session there, as the server's children do), without them to the command
+   when it has left the server's group; on ``SIGHUP`` (the server's "end now", or the
+   server's death) ends the whole subtree, round after round (each round freezes every
+   descendant with ``SIGSTOP``, then kills them all; orphans come back to this subreaper
+   and are reaped here), reports ``D`` only when none is left (else ``L``), and exits
+   with the command's status mirrored (a signal death as a signal death; through
+   ``bwrap``, 128+N).
 """
 
 from __future__ import annotations
@@ -810,6 +812,8 @@ def _child(
         prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
         if os.getppid() != parent:
             os._exit(_CANNOT_START)  # the supervisor died before the death signal was set
+        if spec.workdir:  # inside the namespaces: the command's own session and group
+            os.setsid()
         applied = apply_layers(ruleset, spec.layers, spec.allow_network)
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         os.write(status, bytes((_LAYERS_RECORD, applied)))
@@ -851,15 +855,18 @@ class _Supervisor:
             _report(self.report, REPORT_EXITED, os.WEXITSTATUS(self.status))
 
     def forward_stop(self) -> None:
-        """A stop reached our group; pass it on if the command has left the group.
+        """A stop reached us; pass it on to the command's group where the server's cannot.
 
         Inside namespaces the stop came to the supervisor alone (the server signals it
-        by its pidfd; bwrap's monitor leads the server's group): the command gets it.
+        by its pidfd; bwrap's monitor leads the server's group): the command's own group
+        gets it, what is left of it too once the command exited (a group's id is not
+        reused while it has members). Without namespaces the server signalled the group
+        the command was started in: the command gets it only if it left that group.
         """
-        if self.status is not None:
-            return
         with _suppress(OSError):
-            if self.spec.workdir or os.getpgid(self.command) != os.getpgid(0):
+            if self.spec.workdir:
+                os.killpg(self.command, signal.SIGTERM)
+            elif self.status is None and os.getpgid(self.command) != os.getpgid(0):
                 os.kill(self.command, signal.SIGTERM)
 
     def sweep(self) -> bool:
