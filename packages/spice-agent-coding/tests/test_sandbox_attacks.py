@@ -23,7 +23,10 @@ from typing import Any, Final
 
 import procutil
 import pytest
+from mcp import Client, StdioServerParameters, stdio_client
 from procutil import Collect
+from test_mcp_results import CORPUS, lay_out
+from test_mcp_stdio import SCRIPT
 
 from spice.agent.coding import PosixLauncher
 from spice.agent.coding import _posix_bwrap as _bwrap
@@ -344,6 +347,42 @@ def test_n4_a_worktree_holding_the_servers_code_cannot_switch_containment_off(
     assert isinstance(second, dict)
     content = json.loads(second["content"][0]["text"])
     assert content["exit_code"] != 0
+
+
+async def test_n4_the_server_imports_no_module_once_a_command_could_have_written(
+    tmp_path: Path,
+) -> None:
+    """The rest of N4: a module the server imported for the first time after a command ran
+    could come from a ``.venv`` beneath the root that the command rewrote. Over stdio, with
+    the real client, every outcome the schema corpus provokes (the three tools, success and
+    every failure, a timed-out command) imports nothing once the first command may have
+    run: ``-X importtime`` logs no import after the mark, and many before it."""
+    root = lay_out(tmp_path / "root")
+    log = tmp_path / "imports.log"
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-X", "importtime", str(SCRIPT), "serve", "--root", str(root)],
+        cwd=str(tmp_path),
+    )
+    with log.open("w", encoding="utf-8") as errlog:
+        async with Client(stdio_client(params, errlog=errlog)) as client:
+            await client.list_tools()
+            await client.call_tool("read", {"path": "a.txt"})
+            before = log.read_text(encoding="utf-8")
+            for name, arguments in CORPUS:
+                await client.call_tool(name, arguments)
+            await client.list_tools()
+            after = log.read_text(encoding="utf-8")[len(before) :]
+    assert IMPORTS_BEFORE_THE_MARK <= _imports(before)
+    assert 0 == _imports(after), after
+
+
+IMPORTS_BEFORE_THE_MARK: Final = 100
+"""The log is not vacuous: serving imports hundreds of modules before the first command."""
+
+
+def _imports(log: str) -> int:
+    return sum(line.startswith("import time:") for line in log.splitlines())
 
 
 # -- N6: as root, mknod and capabilities -----------------------------------------------------
