@@ -1,4 +1,4 @@
-"""Session guard: the test run fails if any test leaked a process.
+"""Session guard: the test run fails if any test leaked a process; a Wine workaround.
 
 At session start this pytest process makes itself a child subreaper (Linux
 ``PR_SET_CHILD_SUBREAPER``), so every orphan of every process a test starts (a
@@ -11,10 +11,17 @@ subreaper). Zombies are collected, not counted: they run nothing and hold nothin
 At session end, after a bounded wait for stragglers (processes that were sent SIGKILL
 and are still being torn down), anything new and alive fails the run; the leaked
 processes are then killed so they do not outlive it.
+
+Under Wine (``make test-windows``) every event loop the tests make waits at most
+``WINE_POLL_CAP_SECONDS`` for a completion before it looks at its ready queue again:
+Wine 8 can lose the wake-up ``call_soon_threadsafe`` posts, and a thread's result then
+waits forever (seen once: a ``read`` in ``asyncio.run``, its worker idle, the loop in
+``GetQueuedCompletionStatus`` with no timeout). Real Windows runs the stock loop.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ctypes
 import os
@@ -32,8 +39,39 @@ pytest_plugins = ("platform_skips",)
 STRAGGLER_BOUND_SECONDS: Final = float(os.environ.get("SPICE_LEAK_BOUND_SECONDS", "10"))
 """The bounded wait for stragglers; the guard's own test shortens it through the environment."""
 _POLL_SECONDS: Final = 0.05
+WINE_POLL_CAP_SECONDS: Final = 0.1
+"""Under Wine, the longest one wait of the Proactor: a lost wake-up costs at most this."""
 _PR_SET_CHILD_SUBREAPER: Final = 36
 _PROC: Final = "/proc"
+
+
+def _under_wine() -> bool:
+    """Whether this is Windows CPython under Wine (its ntdll exports ``wine_get_version``)."""
+    if sys.platform != "win32":
+        return False
+    try:
+        return hasattr(getattr(ctypes, "WinDLL")("ntdll"), "wine_get_version")  # noqa: B009
+    except OSError:
+        return False
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under Wine, every new event loop is a Proactor whose waits are capped."""
+    del config
+    if sys.platform == "win32" and _under_wine():
+        asyncio.set_event_loop_policy(_CappedPolicy())
+
+
+if sys.platform == "win32":
+
+    class _CappedProactor(asyncio.IocpProactor):
+        def select(self, timeout: float | None = None) -> list[asyncio.Future[object]]:
+            cap = WINE_POLL_CAP_SECONDS
+            return super().select(cap if timeout is None else min(timeout, cap))
+
+    class _CappedPolicy(asyncio.WindowsProactorEventLoopPolicy):
+        def new_event_loop(self) -> asyncio.AbstractEventLoop:
+            return asyncio.ProactorEventLoop(_CappedProactor())
 
 
 def _become_subreaper() -> bool:
