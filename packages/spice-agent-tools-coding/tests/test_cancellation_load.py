@@ -5,9 +5,11 @@ the tool reports its progress, with burner threads contending for the interprete
 Before the fix the cancellation was delivered only at the first await after the worker
 thread had been started, and that thread could pass its commit gate before the event
 loop told it to stop: some calls committed. Now none may, and no worker is started.
-The default run is short; the ``slow`` variant runs many more iterations. The worst
-schedule is also made deterministic: an executor that blocks the loop until the worker
-is done (``_RunsToTheEnd``) commits every such call without the fix.
+Both load tests are ``slow`` (``make verify`` runs them, ``make fast`` does not: burner
+threads for seconds are no unit test); the short one runs ``ITERATIONS`` calls, the long
+one many more. The worst schedule is also made deterministic, and runs everywhere: an
+executor that blocks the loop until the worker is done (``_RunsToTheEnd``) commits every
+such call without the fix.
 """
 
 from __future__ import annotations
@@ -171,6 +173,7 @@ def root(tmp_path: Path) -> Path:
     return tree
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("creating", [True, False], ids=["create", "replace"])
 @pytest.mark.parametrize("starter", list(STARTERS), ids=str)
 async def test_a_call_cancelled_before_it_could_commit_never_commits_under_load(
