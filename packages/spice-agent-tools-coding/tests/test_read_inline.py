@@ -222,17 +222,32 @@ def _evicted(path: Path) -> bool:
         os.close(fd)
 
 
+COLD_READ_ATTEMPTS: Final = 5
+"""Evict-then-read rounds: the kernel may bring a page back between the check and the read."""
+
+
 async def test_data_not_in_the_page_cache_goes_to_a_worker(root: Path, executor: Counting) -> None:
-    """``RWF_NOWAIT`` says the bytes need I/O: the worker reads them; same answer."""
+    """``RWF_NOWAIT`` says the bytes need I/O: the worker reads them; same answer.
+
+    Eviction is advice and the page can come back before the read (seen once under CI's
+    load), so each round evicts again; a read of a cold file that never goes to a worker
+    in ``COLD_READ_ATTEMPTS`` rounds fails, and no confirmed eviction at all skips."""
     path = root / "cold.txt"
     path.write_bytes(b"cold data\n" * 100)
     await warm(root, "cold.txt")
-    if not _evicted(path):
+    evicted = 0
+    for _ in range(COLD_READ_ATTEMPTS):
+        if not _evicted(path):
+            continue
+        evicted += 1
+        before = executor.submitted
+        result = await read(root, {"path": "cold.txt"})
+        assert json.loads(result.content)["content"] == "cold data\n" * 100
+        if before + 1 == executor.submitted:
+            return
+    if not evicted:
         pytest.skip("the kernel kept the file's pages cached (advice only; a busy machine)")
-    before = executor.submitted
-    result = await read(root, {"path": "cold.txt"})
-    assert before + 1 == executor.submitted
-    assert json.loads(result.content)["content"] == "cold data\n" * 100
+    pytest.fail(f"{evicted} reads of an evicted file stayed on the loop")
 
 
 async def test_a_file_in_another_mount_goes_to_a_worker(executor: Counting) -> None:
