@@ -11,7 +11,7 @@ from __future__ import annotations
 import cProfile
 import sys
 
-import spice.agent.coding._stdio  # noqa: F401 - the SDK loads before the profiler starts
+import spice.agent.coding._mcp._stdio  # noqa: F401 - the SDK loads before the profiler starts
 from spice.agent.coding._cli import main
 
 

@@ -190,7 +190,7 @@ def grouped(stats: pstats.Stats) -> list[tuple[str, float]]:
 
 
 STARTUP_IMPORTS: Final = {
-    "serve": "import spice.agent.coding._cli, spice.agent.coding._stdio",
+    "serve": "import spice.agent.coding._cli, spice.agent.coding._mcp._stdio",
     "call": "import spice.agent.coding._cli",
 }
 """What each start imports before it can answer (``serve``: the CLI and the MCP transport)."""
@@ -226,7 +226,7 @@ import sys, time
 start = time.perf_counter()
 marks = []
 import spice.agent.coding._cli as cli
-import spice.agent.coding._stdio as stdio
+import spice.agent.coding._mcp._stdio as stdio
 marks.append(("imports done", time.perf_counter()))
 encode = stdio.frame
 def frame(message):

@@ -121,7 +121,7 @@ async def mcp_route(config: Config) -> AsyncIterator[Route]:
     from mcp import Client  # noqa: PLC0415 - only the MCP tests pay for the SDK import
     from mcp.shared.exceptions import MCPError  # noqa: PLC0415
 
-    from spice.agent.coding._mcp import mcp_server  # noqa: PLC0415
+    from spice.agent.coding._mcp._server import mcp_server  # noqa: PLC0415
 
     dispatcher, cleanup = build_tools(config)
     try:

@@ -20,14 +20,14 @@ from typing import Final
 
 import pytest
 
-from spice.agent.coding import _posix_launcher as launcher_module
+from spice.agent.coding._posix import _launcher as launcher_module
 
 COVERAGE_VARIABLE = "COVERAGE_PROCESS_CONFIG"
 MEASURED_FLAGS = (
     "-c",
     (
         "import os, sys\n"
-        "from spice.agent.coding import _posix_sandbox\n"
+        "from spice.agent.coding._posix import _sandbox as _posix_sandbox\n"
         "os.close(int(sys.argv.pop(1)))\n"
         "_posix_sandbox.supervise(int(sys.argv[1]), int(sys.argv[2]))\n"
     ),

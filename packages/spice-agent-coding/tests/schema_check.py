@@ -13,7 +13,7 @@ from jsonschema import (  # type: ignore[import-untyped]  # no stubs; typed by t
     Draft202012Validator,
 )
 
-from spice.agent.coding._outputs import output_schema
+from spice.agent.coding._mcp._outputs import output_schema
 
 _VALIDATORS: dict[str, Any] = {}
 

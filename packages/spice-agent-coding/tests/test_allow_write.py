@@ -17,10 +17,10 @@ from hypothesis import strategies as st
 from procutil import Collect
 
 from spice.agent.coding import PosixLauncher, _cli
-from spice.agent.coding import _posix_bwrap as _bwrap
 from spice.agent.coding._containment import resolve_containment
-from spice.agent.coding._posix_bwrap import Namespaces
-from spice.agent.coding._posix_sandbox import landlock_abi
+from spice.agent.coding._posix import _bwrap
+from spice.agent.coding._posix._bwrap import Namespaces
+from spice.agent.coding._posix._sandbox import landlock_abi
 from spice.agent.coding._settings import (
     ALLOW_WRITE_VARIABLE,
     MAXIMUM_ALLOW_WRITE,

@@ -6,8 +6,8 @@ import pytest
 
 import spice.agent.coding as application
 import spice.agent.coding.dishka as dishka_integration
-from spice.agent.coding._mcp import mcp_server
-from spice.agent.coding._stdio import serve_stdio
+from spice.agent.coding._mcp._server import mcp_server
+from spice.agent.coding._mcp._stdio import serve_stdio
 
 
 def test_the_application_exports_exactly_its_public_names() -> None:

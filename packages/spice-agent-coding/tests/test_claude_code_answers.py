@@ -52,7 +52,7 @@ def _without_declaration(tmp_path: Path) -> str:
     script = tmp_path / "undeclared.py"
     script.write_text(
         "import sys\n"
-        "from spice.agent.coding import _mcp\n"
+        "from spice.agent.coding._mcp import _server as _mcp\n"
         "_mcp.RESULT_SIZE_META = 'spice.agent/undeclared'\n"
         "from spice.agent.coding._cli import main\n"
         "sys.exit(main())\n"

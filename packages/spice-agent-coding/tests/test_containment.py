@@ -31,12 +31,12 @@ from procutil import Collect
 
 from spice.agent.coding import PosixLauncher, PosixResolver
 from spice.agent.coding import _containment as containment_module
-from spice.agent.coding import _posix_bwrap as _bwrap
-from spice.agent.coding import _posix_launcher as launcher_module
 from spice.agent.coding._containment import Containment, resolve_containment
-from spice.agent.coding._posix_bwrap import Namespaces
-from spice.agent.coding._posix_launcher import TMPDIR_PREFIX, PosixProcess
-from spice.agent.coding._posix_sandbox import landlock_abi
+from spice.agent.coding._posix import _bwrap
+from spice.agent.coding._posix import _launcher as launcher_module
+from spice.agent.coding._posix._bwrap import Namespaces
+from spice.agent.coding._posix._launcher import TMPDIR_PREFIX, PosixProcess
+from spice.agent.coding._posix._sandbox import landlock_abi
 from spice.agent.dispatch import Dispatcher
 from spice.agent.process import LaunchError, Outcome, Spec
 from spice.agent.tool import Call

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mcp.types import JSONRPCNotification, JSONRPCResponse
 
-from spice.agent.coding._json import (
+from spice.agent.coding._mcp._json import (
     _LARGEST,
     _SMALLEST,
     PLAIN_DEPTH,

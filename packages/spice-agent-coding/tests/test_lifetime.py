@@ -31,8 +31,6 @@ from raw_peer import SERVER, RawPeer, tool_call
 from spice.agent.coding import PosixLauncher, PosixResolver
 from spice.agent.coding import _cli as cli
 from spice.agent.coding import _containment as containment_module
-from spice.agent.coding import _posix_bwrap as _bwrap
-from spice.agent.coding import _posix_sandbox as posix_sandbox
 from spice.agent.coding._containment import (
     AUTO_WITHOUT_LANDLOCK,
     NO_LANDLOCK,
@@ -40,8 +38,10 @@ from spice.agent.coding._containment import (
     ContainmentUnavailable,
     resolve_containment,
 )
-from spice.agent.coding._posix_launcher import SERVER_DEATH_BOUND_SECONDS
-from spice.agent.coding._posix_sandbox import landlock_abi
+from spice.agent.coding._posix import _bwrap
+from spice.agent.coding._posix import _sandbox as posix_sandbox
+from spice.agent.coding._posix._launcher import SERVER_DEATH_BOUND_SECONDS
+from spice.agent.coding._posix._sandbox import landlock_abi
 from spice.agent.dispatch import Dispatcher
 from spice.agent.tool import Call
 from spice.agent.tools.coding import Config, new_shell
@@ -394,7 +394,7 @@ def test_the_report_says_when_the_lifetime_is_not_guaranteed(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Without the supervisor (macOS) the tools report does not promise it."""
-    from spice.agent.coding import _posix_launcher as launcher_module  # noqa: PLC0415
+    from spice.agent.coding._posix import _launcher as launcher_module  # noqa: PLC0415
 
     monkeypatch.setattr(launcher_module, "_supervisor_available", lambda: False)
     report = PosixLauncher().report()
@@ -442,7 +442,7 @@ def test_a_contained_policy_needs_an_abi() -> None:
 @pytest.mark.parametrize("abi", range(8))
 def test_each_abi_reports_every_rule_once_as_enforced_or_missing(abi: int) -> None:
     """What is enforced plus what is missing is every rule; the network flag waives TCP."""
-    from spice.agent.coding._posix_sandbox import RULES  # noqa: PLC0415
+    from spice.agent.coding._posix._sandbox import RULES  # noqa: PLC0415
 
     names = [name for name, _ in RULES]
     if abi == 0:

@@ -22,8 +22,8 @@ from test_mcp_results import CORPUS, lay_out
 from test_mcp_stdio import client_for
 
 from spice.agent.coding import compose, mcp_server
-from spice.agent.coding._mcp import RESULT_SIZE_META, instructions_for, tool_of
-from spice.agent.coding._outputs import largest_answer_chars
+from spice.agent.coding._mcp._outputs import largest_answer_chars
+from spice.agent.coding._mcp._server import RESULT_SIZE_META, instructions_for, tool_of
 from spice.agent.tool import MAXIMUM_PAYLOAD_BYTES, Call
 from spice.agent.tools.coding import Config
 

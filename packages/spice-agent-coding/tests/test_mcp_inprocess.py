@@ -24,7 +24,7 @@ from mcp import Client, MCPError
 from mcp.types import INTERNAL_ERROR, TextContent
 
 from spice.agent.coding import mcp_server
-from spice.agent.coding._mcp import META_PREFIX, annotations_of
+from spice.agent.coding._mcp._server import META_PREFIX, annotations_of
 from spice.agent.dispatch import Dispatcher
 from spice.agent.tool import (
     MAXIMUM_IDENTITY_BYTES,

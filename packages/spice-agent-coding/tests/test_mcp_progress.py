@@ -17,7 +17,7 @@ from raw_peer import encode, tool_call
 from test_mcp_shutdown import Piped, initialized, piped
 
 from spice.agent.coding import mcp_server
-from spice.agent.coding._mcp import PROGRESS_HEARTBEAT_SECONDS, _outcome, _SessionReporter
+from spice.agent.coding._mcp._server import PROGRESS_HEARTBEAT_SECONDS, _outcome, _SessionReporter
 from spice.agent.dispatch import Dispatcher
 from spice.agent.tool import Result
 

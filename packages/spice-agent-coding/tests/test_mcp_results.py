@@ -24,8 +24,8 @@ from schema_check import check_schema, output_errors, schema_errors
 from test_mcp_stdio import SCRIPT, client_for
 
 from spice.agent.coding import compose, mcp_server
-from spice.agent.coding._mcp import DATA_FAILURE_CODES, result_of
-from spice.agent.coding._outputs import TITLES, output_schema, title_of
+from spice.agent.coding._mcp._outputs import TITLES, output_schema, title_of
+from spice.agent.coding._mcp._server import DATA_FAILURE_CODES, result_of
 from spice.agent.tool import Call, Result
 from spice.agent.tools.coding import Config
 

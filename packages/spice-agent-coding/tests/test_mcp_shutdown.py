@@ -25,11 +25,11 @@ from procutil import descendants_named, is_alive, until
 from raw_peer import SERVER, RawPeer, encode, tool_call
 from test_mcp_pipes import INITIALIZE, INITIALIZED, LineReader, write_all
 
-from spice.agent.coding import _mcp as mcp
-from spice.agent.coding import _stdio as stdio
 from spice.agent.coding import compose
-from spice.agent.coding._mcp import PROGRESS_HEARTBEAT_SECONDS, serving
-from spice.agent.coding._stdio import EOF_GRACE_SECONDS, FLUSH_TIMEOUT_SECONDS, open_stdio
+from spice.agent.coding._mcp import _server as mcp
+from spice.agent.coding._mcp import _stdio as stdio
+from spice.agent.coding._mcp._server import PROGRESS_HEARTBEAT_SECONDS, serving
+from spice.agent.coding._mcp._stdio import EOF_GRACE_SECONDS, FLUSH_TIMEOUT_SECONDS, open_stdio
 from spice.agent.dispatch import Dispatcher
 from spice.agent.tool import Tool
 from spice.agent.tools.coding import Config

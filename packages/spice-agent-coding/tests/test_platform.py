@@ -16,14 +16,14 @@ from spice.agent.coding._platform import (
     platform_launcher,
 )
 from spice.agent.coding._settings import Settings
-from spice.agent.coding._windows_launcher import (
+from spice.agent.coding._windows._launcher import (
     AUTO_ON_WINDOWS,
     NO_SANDBOX,
     WindowsContainmentUnavailable,
     WindowsLauncher,
     windows_containment,
 )
-from spice.agent.coding._windows_resolver import WindowsResolver
+from spice.agent.coding._windows._resolver import WindowsResolver
 from spice.agent.tools.coding import Config
 
 

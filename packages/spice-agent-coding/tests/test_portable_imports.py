@@ -112,11 +112,11 @@ def test_every_module_is_found() -> None:
         "spice.agent.tools.coding._root",
         "spice.agent.tools.coding._read",
         "spice.agent.coding._cli",
-        "spice.agent.coding._stdio",
-        "spice.agent.coding._posix_launcher",
-        "spice.agent.coding._posix_sandbox",
-        "spice.agent.coding._windows_launcher",
-        "spice.agent.coding._windows_resolver",
+        "spice.agent.coding._mcp._stdio",
+        "spice.agent.coding._posix._launcher",
+        "spice.agent.coding._posix._sandbox",
+        "spice.agent.coding._windows._launcher",
+        "spice.agent.coding._windows._resolver",
     ):
         assert expected in modules
 

@@ -14,7 +14,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from spice.agent.coding import _posix_bwrap as _bwrap
 from spice.agent.coding._containment import (
     INTERPRETER_BENEATH_ROOT,
     ROOT_IS_SLASH,
@@ -22,14 +21,15 @@ from spice.agent.coding._containment import (
     resolve_containment,
     unsafe_root,
 )
-from spice.agent.coding._posix_bwrap import (
+from spice.agent.coding._posix import _bwrap
+from spice.agent.coding._posix._bwrap import (
     Namespaces,
     beneath,
     find_bwrap,
     resolve_namespaces,
     wrapper,
 )
-from spice.agent.coding._posix_sandbox import landlock_abi
+from spice.agent.coding._posix._sandbox import landlock_abi
 
 SYSTEM: Final = shutil.which("bwrap")
 needs_bwrap = pytest.mark.skipif(SYSTEM is None, reason="no bwrap installed here")
@@ -248,7 +248,8 @@ def _supervise(tmp_path: Path, workdir: str, marker: Path, lifeline: int | None 
     """Run the real supervisor (compiled from the sealed code, as in a call) told that the
     directory it was started in is ``workdir`` (``DEV:INO``) and, if given, that its
     lifeline to bwrap's monitor is ``lifeline``; its first report record."""
-    from spice.agent.coding import _posix_launcher, _posix_sandbox  # noqa: PLC0415
+    from spice.agent.coding._posix import _launcher as _posix_launcher  # noqa: PLC0415
+    from spice.agent.coding._posix import _sandbox as _posix_sandbox  # noqa: PLC0415
 
     blob = _posix_sandbox.encode_spec(
         os.getpid(),

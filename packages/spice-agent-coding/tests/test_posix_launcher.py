@@ -19,9 +19,9 @@ import pytest
 from procutil import Collect, Failing
 
 from spice.agent.coding import PosixLauncher
-from spice.agent.coding import _posix_launcher as launcher_module
-from spice.agent.coding import _posix_sandbox as posix_sandbox
-from spice.agent.coding._posix_launcher import READ_CHUNK_BYTES, PosixProcess
+from spice.agent.coding._posix import _launcher as launcher_module
+from spice.agent.coding._posix import _sandbox as posix_sandbox
+from spice.agent.coding._posix._launcher import READ_CHUNK_BYTES, PosixProcess
 from spice.agent.process import (
     LaunchError,
     Operation,

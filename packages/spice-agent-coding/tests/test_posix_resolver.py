@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from spice.agent.coding import PosixResolver
-from spice.agent.coding._posix_resolver import resolve_blocking
+from spice.agent.coding._posix._resolver import resolve_blocking
 from spice.agent.process import ExecutableNotFound, Lookup
 
 

@@ -21,7 +21,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from spice.agent.coding import _posix_sandbox as sandbox
+from spice.agent.coding._posix import _sandbox as sandbox
 
 ABI = sandbox.landlock_abi()
 needs_landlock = pytest.mark.skipif(ABI < 1, reason="the kernel has no Landlock")

@@ -29,10 +29,10 @@ from test_mcp_results import CORPUS, lay_out
 from test_mcp_stdio import SCRIPT
 
 from spice.agent.coding import PosixLauncher
-from spice.agent.coding import _posix_bwrap as _bwrap
 from spice.agent.coding._containment import Containment, resolve_containment
-from spice.agent.coding._posix_bwrap import Namespaces
-from spice.agent.coding._posix_sandbox import landlock_abi
+from spice.agent.coding._posix import _bwrap
+from spice.agent.coding._posix._bwrap import Namespaces
+from spice.agent.coding._posix._sandbox import landlock_abi
 from spice.agent.process import Outcome, Spec
 
 PYTHON: Final = os.path.realpath(sys.executable)
@@ -206,10 +206,10 @@ def test_n2_a_setsid_chain_ends_when_the_server_is_killed(
         "import asyncio, dataclasses, sys\n"
         "sys.path.insert(0, sys.argv[1])\n"
         "from procutil import Collect\n"
-        "from spice.agent.coding import PosixLauncher\n"
-        "from spice.agent.coding import _posix_bwrap as _bwrap\n"
-        "from spice.agent.coding._posix_bwrap import Namespaces\n"
-        "from spice.agent.coding._posix_launcher import adopt_orphans\n"
+        "\n"
+        "from spice.agent.coding._posix import _bwrap\n"
+        "from spice.agent.coding._posix._bwrap import Namespaces\n"
+        "from spice.agent.coding._posix._launcher import adopt_orphans\n"
         "from spice.agent.coding._containment import resolve_containment\n"
         "from spice.agent.process import Spec\n"
         "adopt_orphans()\n"
@@ -316,7 +316,8 @@ def test_n4_a_worktree_holding_the_servers_code_cannot_switch_containment_off(
     ]  # fmt: skip
     boot = (
         "import sys; sys.path.insert(0, sys.argv[1]); "
-        "import spice.agent.coding._posix_sandbox as m; assert m.__file__.startswith(sys.argv[1]); "
+        "import spice.agent.coding._posix._sandbox as m; "
+        "assert m.__file__.startswith(sys.argv[1]); "
         "from spice.agent.coding._cli import run; sys.exit(run(sys.argv[2:]))"
     )
     server = subprocess.Popen(

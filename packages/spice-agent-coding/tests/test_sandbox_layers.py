@@ -25,10 +25,10 @@ import pytest
 from procutil import Collect
 
 from spice.agent.coding import PosixLauncher, PosixResolver
-from spice.agent.coding import _posix_launcher as launcher_module
-from spice.agent.coding import _posix_sandbox as sandbox
 from spice.agent.coding._containment import Containment, resolve_containment
-from spice.agent.coding._seccomp import available as seccomp_available
+from spice.agent.coding._posix import _launcher as launcher_module
+from spice.agent.coding._posix import _sandbox as sandbox
+from spice.agent.coding._posix._seccomp import available as seccomp_available
 from spice.agent.dispatch import Dispatcher
 from spice.agent.process import LaunchError, Outcome, Spec
 from spice.agent.tool import Call
@@ -434,7 +434,7 @@ async def test_the_attacks_fail_with_eperm_through_the_shell_tool(
     mknod, TIOCSTI: each EPERM from inside a contained call; UNIX sockets and a
     prlimit on itself still work, and the server lives on.
     """
-    from spice.agent.coding._seccomp import architecture  # noqa: PLC0415
+    from spice.agent.coding._posix._seccomp import architecture  # noqa: PLC0415
 
     dispatcher, root = shell
     table = architecture()

@@ -35,8 +35,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spice.agent.coding import _seccomp as seccomp
-from spice.agent.coding._seccomp import (
+from spice.agent.coding._posix import _seccomp as seccomp
+from spice.agent.coding._posix._seccomp import (
     AARCH64,
     RET_EPERM,
     SECCOMP_RET_ALLOW,

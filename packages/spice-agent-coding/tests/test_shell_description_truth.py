@@ -20,8 +20,8 @@ import pytest
 from portable import WINDOWS, windows_program
 
 from spice.agent.coding import PosixLauncher, PosixResolver
-from spice.agent.coding._windows_launcher import WindowsLauncher
-from spice.agent.coding._windows_resolver import WindowsResolver
+from spice.agent.coding._windows._launcher import WindowsLauncher
+from spice.agent.coding._windows._resolver import WindowsResolver
 from spice.agent.dispatch import Dispatcher
 from spice.agent.lifecycle import Cleanup
 from spice.agent.tool import Call

@@ -19,13 +19,13 @@ from typing import Final
 import pytest
 from windows_support import gone, kill, running, under_wine
 
-from spice.agent.coding import _windows_api as api
-from spice.agent.coding._windows_launcher import (
+from spice.agent.coding._windows import _api as api
+from spice.agent.coding._windows._launcher import (
     TERMINATED_EXIT_CODE,
     WindowsLauncher,
     WindowsProcess,
 )
-from spice.agent.coding._windows_resolver import WindowsResolver
+from spice.agent.coding._windows._resolver import WindowsResolver
 from spice.agent.dispatch import Dispatcher
 from spice.agent.process import LaunchError, Outcome, Spec
 from spice.agent.tool import Call, ExecutionState, interruption_of
@@ -284,7 +284,7 @@ async def test_a_cancelled_wait_leaves_the_process_owned_and_joinable(tmp_path: 
 
 SERVER: Final = """
 import asyncio, os, sys
-from spice.agent.coding._windows_launcher import WindowsLauncher
+from spice.agent.coding._windows._launcher import WindowsLauncher
 from spice.agent.process import Spec
 
 class Out:

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from spice.agent.coding._windows_resolver import (
+from spice.agent.coding._windows._resolver import (
     DEFAULT_PATHEXT,
     MAXIMUM_PATHEXT_ENTRIES,
     WindowsResolver,

@@ -21,7 +21,7 @@ import pytest
 from mcp import Client, StdioServerParameters
 from windows_support import gone
 
-from spice.agent.coding._windows_launcher import AUTO_ON_WINDOWS, NO_SANDBOX
+from spice.agent.coding._windows._launcher import AUTO_ON_WINDOWS, NO_SANDBOX
 
 pytestmark = pytest.mark.skipif(
     sys.platform != "win32",

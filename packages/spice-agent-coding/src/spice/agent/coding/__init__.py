@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING
 
 from ._compose import compose as compose
 from ._compose import resolve_config as resolve_config
-from ._posix import PosixLauncher as PosixLauncher
-from ._posix import PosixResolver as PosixResolver
+from ._posix._launcher import PosixLauncher as PosixLauncher
+from ._posix._resolver import PosixResolver as PosixResolver
 
 if TYPE_CHECKING:
-    from ._mcp import mcp_server as mcp_server
-    from ._stdio import serve_stdio as serve_stdio
+    from ._mcp._server import mcp_server as mcp_server
+    from ._mcp._stdio import serve_stdio as serve_stdio
 
 __all__ = [
     "PosixLauncher",
@@ -36,11 +36,11 @@ __all__ = [
 
 def __getattr__(name: str) -> object:
     if name == "mcp_server":
-        from ._mcp import mcp_server  # noqa: PLC0415 - the MCP SDK loads on first use only
+        from ._mcp._server import mcp_server  # noqa: PLC0415 - the MCP SDK loads on first use only
 
         return mcp_server
     if name == "serve_stdio":
-        from ._stdio import serve_stdio  # noqa: PLC0415 - the MCP SDK loads on first use only
+        from ._mcp._stdio import serve_stdio  # noqa: PLC0415 - the MCP SDK loads on first use only
 
         return serve_stdio
     raise AttributeError(name)

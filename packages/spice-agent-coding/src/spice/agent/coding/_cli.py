@@ -23,11 +23,11 @@ from spice.agent.dispatch import Dispatcher
 from spice.agent.tool import MAXIMUM_PAYLOAD_BYTES, Call, Definition, ExecutionError
 from spice.agent.tools.coding import SECURITY_WARNING
 
-from . import _posix_sandbox
 from ._compose import compose
 from ._containment import ContainmentUnavailable
 from ._platform import WINDOWS, PlatformLauncher, platform_launcher
-from ._posix_launcher import adopt_orphans
+from ._posix import _sandbox as _posix_sandbox
+from ._posix._launcher import adopt_orphans
 from ._settings import Settings, SettingsError, add_arguments, flags_of, resolve_settings
 
 PROGRAM: Final = "spice-coding"
@@ -174,7 +174,7 @@ async def _call(settings: Settings, launcher: PlatformLauncher, call: Call) -> i
 
 async def _serve(settings: Settings, launcher: PlatformLauncher) -> int:
     # Imported here so that `tools` and `call` never load the MCP SDK.
-    from ._stdio import serve_stdio  # noqa: PLC0415 - keeps the SDK off the fast paths
+    from ._mcp._stdio import serve_stdio  # noqa: PLC0415 - keeps the SDK off the fast paths
 
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format=f"{PROGRAM}: %(message)s")
     _err(SECURITY_WARNING)

@@ -1,7 +1,7 @@
 """The shell's containment policy: from the settings and the kernel to a ``Containment``.
 
 ``--sandbox {auto,workspace,off}`` (``SPICE_AGENT_SANDBOX``) and ``--allow-network``
-become one ``Containment`` value here; the launcher applies it (``_posix_sandbox`` has
+become one ``Containment`` value here; the launcher applies it (``_posix._sandbox`` has
 the Landlock ruleset and the supervisor). The kernel's answer comes from a probe that
 can be replaced (``resolve_containment(..., probe=...)``), which is how the tests
 simulate a kernel without Landlock.
@@ -20,10 +20,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Final, final
 
-from . import _posix_bwrap as _bwrap
-from . import _posix_sandbox as sandbox
-from . import _seccomp as seccomp
-from ._posix_bwrap import Namespaces
+from ._posix import _bwrap
+from ._posix import _sandbox as sandbox
+from ._posix import _seccomp as seccomp
+from ._posix._bwrap import Namespaces
 
 SANDBOX_ENVIRONMENT_VARIABLE: Final = "SPICE_AGENT_SANDBOX"
 AUTO: Final = "auto"
@@ -276,7 +276,7 @@ def resolve_containment(
     ``probe`` answers the Landlock ABI (0 = none), ``seccomp_probe`` whether the filter
     can be installed; by default the real kernel is asked. ``mode`` is a value of
     ``MODES`` (the settings parsed the text). ``namespaces`` finds and probes ``bwrap``
-    (``_posix_bwrap.resolve_namespaces``); without a ``root`` no namespaces are tried.
+    (``_posix._bwrap.resolve_namespaces``); without a ``root`` no namespaces are tried.
     Raises ``ContainmentUnavailable`` for ``workspace`` without Landlock, with a root of
     ``/`` or one holding the server's interpreter, and ``ValueError`` for anything else.
     """

@@ -43,10 +43,10 @@ class PlatformLauncher(Protocol):
 def default_resolver(windows: bool = WINDOWS) -> ExecutableResolver:
     """The platform's resolver."""
     if windows:
-        from ._windows_resolver import WindowsResolver  # noqa: PLC0415 - Windows only
+        from ._windows._resolver import WindowsResolver  # noqa: PLC0415 - Windows only
 
         return WindowsResolver()
-    from ._posix import PosixResolver  # noqa: PLC0415 - POSIX only
+    from ._posix._resolver import PosixResolver  # noqa: PLC0415 - POSIX only
 
     return PosixResolver()
 
@@ -54,10 +54,10 @@ def default_resolver(windows: bool = WINDOWS) -> ExecutableResolver:
 def default_launcher(windows: bool = WINDOWS) -> Launcher:
     """The platform's launcher, uncontained."""
     if windows:
-        from ._windows_launcher import WindowsLauncher  # noqa: PLC0415 - Windows only
+        from ._windows._launcher import WindowsLauncher  # noqa: PLC0415 - Windows only
 
         return WindowsLauncher()
-    from ._posix import PosixLauncher  # noqa: PLC0415 - POSIX only
+    from ._posix._launcher import PosixLauncher  # noqa: PLC0415 - POSIX only
 
     return PosixLauncher()
 
@@ -73,13 +73,13 @@ def platform_launcher(
     ``ContainmentUnavailable`` (a ``WindowsContainmentUnavailable``).
     """
     if windows:
-        from ._windows_launcher import (  # noqa: PLC0415 - Windows only
+        from ._windows._launcher import (  # noqa: PLC0415 - Windows only
             WindowsLauncher,
             windows_containment,
         )
 
         return WindowsLauncher(windows_containment(settings.sandbox, settings.allow_network))
-    from ._posix import PosixLauncher  # noqa: PLC0415 - POSIX only
+    from ._posix._launcher import PosixLauncher  # noqa: PLC0415 - POSIX only
 
     containment = resolve_containment(
         settings.sandbox,

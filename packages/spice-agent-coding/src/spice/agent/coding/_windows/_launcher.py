@@ -29,8 +29,7 @@ from typing import Final, final
 
 from spice.agent.process import LaunchError, Operation, Outcome, ProcessFailure, Sink, Spec
 
-from . import _windows_api as api
-from ._containment import (
+from .._containment import (
     AUTO,
     DISABLED,
     WORKSPACE,
@@ -38,7 +37,8 @@ from ._containment import (
     ContainmentUnavailable,
     parse_mode,
 )
-from ._windows_resolver import is_batch
+from . import _api as api
+from ._resolver import is_batch
 
 TERMINATED_EXIT_CODE: Final = 1
 """The exit code a command ended by its job's termination gets (as ``kill()`` gives)."""

@@ -42,7 +42,7 @@ from spice.agent.tool import MAXIMUM_PAYLOAD_BYTES
 from spice.agent.tools.coding import Config
 
 from ._json import frame
-from ._mcp import serving
+from ._server import serving
 from ._threaded_io import BlockingChannel
 
 MAXIMUM_FRAME_BYTES: Final = 8 * MAXIMUM_PAYLOAD_BYTES
@@ -65,7 +65,7 @@ Past it the server's stream closes, which stops the rest as on cancellation.
 """
 
 THREADED: Final = sys.platform == "win32"
-"""Whether stdin and stdout are read and written in threads (``_threaded_io``): on Windows,
+"""Whether stdin and stdout are read and written in threads (``_mcp._threaded_io``): on Windows,
 whose event loop cannot wait on the pipes a client hands the server."""
 
 READ_CHUNK_BYTES: Final = 65_536

@@ -23,7 +23,7 @@ in short:
 - ``wait`` (the join) kills what is left of the group while the leader still pins it,
   reaps the leader, drains the pipes for at most ``DRAIN_BOUND_SECONDS`` and closes
   them. Nothing in it waits on a pipe held open by a descendant.
-- On Linux the leader is a per-call supervisor (``_posix_sandbox``, run as
+- On Linux the leader is a per-call supervisor (``_posix._sandbox``, run as
   ``python -I -S -c``, its code compiled once at start) and the command is its child:
   it owns the whole tree (a child subreaper), ends it on the join's request, on the
   force kill and when the server dies, applies the Landlock policy of ``_containment``
@@ -53,9 +53,9 @@ from typing import Final, final
 from spice.agent.process import LaunchError, Operation, Outcome, ProcessFailure, Sink, Spec
 from spice.agent.tools.coding.settling import settle
 
-from . import _posix_bwrap as _bwrap
-from . import _posix_sandbox as sandbox
-from ._containment import OFF, Containment
+from .._containment import OFF, Containment
+from . import _bwrap
+from . import _sandbox as sandbox
 
 READ_CHUNK_BYTES: Final = 64 * 1024
 """Bytes read from a child's stdout or stderr per readiness event (and handed to the sink)."""
@@ -96,9 +96,7 @@ with room for the TMPDIR's removal.
 TMPDIR_PREFIX: Final = "spice-call-"
 """Name prefix of the private temporary directory a contained call gets as ``TMPDIR``."""
 
-SUPERVISOR_PATH: Final = os.path.join(
-    os.path.dirname(os.path.abspath(__file__)), "_posix_sandbox.py"
-)
+SUPERVISOR_PATH: Final = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_sandbox.py")
 
 
 def _read_source(path: str) -> bytes | None:
@@ -819,7 +817,7 @@ class PosixProcess:
 
     @property
     def layers(self) -> int:
-        """The ``LAYER_*`` bits of ``_posix_sandbox`` the command was started under.
+        """The ``LAYER_*`` bits of ``_posix._sandbox`` the command was started under.
 
         What the supervisor's child applied before ``execve`` (Landlock, seccomp,
         capabilities), as its start report says; 0 before the start is known and
@@ -1190,7 +1188,7 @@ def _popen_supervisor(
     """Start the per-call supervisor: its argv, its environment, the descriptors it gets.
 
     The one place that says how the supervisor is run. It reads the command from
-    ``descriptors[0]`` and reports on ``descriptors[1]`` (see ``_posix_sandbox``); the
+    ``descriptors[0]`` and reports on ``descriptors[1]`` (see ``_posix._sandbox``); the
     rest (the lifeline, with namespaces) are passed on as they are. It leads a new
     session and process group, with the child's standard streams and workdir. With
     namespaces, ``wrapper`` (the ``bwrap`` argv) leads the group instead and runs the
@@ -1224,7 +1222,7 @@ def _write_all(fd: int, data: bytes) -> None:
 class PosixLauncher:
     """Starts each child in its own session and process group.
 
-    On Linux each command runs under a small per-call supervisor (``_posix_sandbox``)
+    On Linux each command runs under a small per-call supervisor (``_posix._sandbox``)
     that leads the group, owns the command's whole tree (a child subreaper), ends it
     when the server dies, and, when ``containment`` says so, applies the Landlock
     policy between ``fork`` and ``exec`` of the command (writes only beneath ``root``

@@ -1,0 +1,1 @@
+"""The MCP server: one server object (results, listing, progress) and its transports."""
