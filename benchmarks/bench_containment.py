@@ -28,7 +28,7 @@ from _harness import REPOSITORY, Figure, Settings, main_of, milliseconds, rotate
 
 from spice.agent.coding import PosixLauncher
 from spice.agent.coding._containment import OFF, resolve_containment
-from spice.agent.coding._posix._sandbox import landlock_abi
+from spice.agent.coding._posix._landlock import landlock_abi
 from spice.agent.process import Spec
 
 SECTION: Final = "containment"

@@ -27,9 +27,9 @@ MEASURED_FLAGS = (
     "-c",
     (
         "import os, sys\n"
-        "from spice.agent.coding._posix import _sandbox as _posix_sandbox\n"
+        "from spice.agent.coding._posix import _supervisor as supervisor\n"
         "os.close(int(sys.argv.pop(1)))\n"
-        "_posix_sandbox.supervise(int(sys.argv[1]), int(sys.argv[2]))\n"
+        "supervisor.supervise(int(sys.argv[1]), int(sys.argv[2]))\n"
     ),
 )
 """The supervisor run by its module name (coverage measures ``spice`` by module, and a

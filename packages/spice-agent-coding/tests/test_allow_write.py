@@ -20,7 +20,7 @@ from spice.agent.coding import PosixLauncher, _cli
 from spice.agent.coding._containment import resolve_containment
 from spice.agent.coding._posix import _bwrap
 from spice.agent.coding._posix._bwrap import Namespaces
-from spice.agent.coding._posix._sandbox import landlock_abi
+from spice.agent.coding._posix._landlock import landlock_abi
 from spice.agent.coding._settings import (
     ALLOW_WRITE_VARIABLE,
     MAXIMUM_ALLOW_WRITE,

@@ -35,8 +35,8 @@ from spice.agent.coding._containment import Containment, resolve_containment
 from spice.agent.coding._posix import _bwrap
 from spice.agent.coding._posix import _launcher as launcher_module
 from spice.agent.coding._posix._bwrap import Namespaces
+from spice.agent.coding._posix._landlock import landlock_abi
 from spice.agent.coding._posix._launcher import TMPDIR_PREFIX, PosixProcess
-from spice.agent.coding._posix._sandbox import landlock_abi
 from spice.agent.dispatch import Dispatcher
 from spice.agent.process import LaunchError, Outcome, Spec
 from spice.agent.tool import Call

@@ -39,9 +39,9 @@ from spice.agent.coding._containment import (
     resolve_containment,
 )
 from spice.agent.coding._posix import _bwrap
-from spice.agent.coding._posix import _sandbox as posix_sandbox
+from spice.agent.coding._posix import _landlock as landlock
+from spice.agent.coding._posix._landlock import landlock_abi
 from spice.agent.coding._posix._launcher import SERVER_DEATH_BOUND_SECONDS
-from spice.agent.coding._posix._sandbox import landlock_abi
 from spice.agent.dispatch import Dispatcher
 from spice.agent.tool import Call
 from spice.agent.tools.coding import Config, new_shell
@@ -118,9 +118,9 @@ async def test_a_sigkilled_server_leaves_no_process_behind(root: Path, mode: str
         if mode != "off" and NAMESPACES.made:
             # In a PID namespace the pids it wrote are its own: take the host's view, the
             # processes seen in two looks 0.3 s apart (not the polling loop's short ones).
-            first = {pid for s in supervisors for pid in posix_sandbox.descendants(s)}
+            first = {pid for s in supervisors for pid in landlock.descendants(s)}
             await asyncio.sleep(0.3)
-            second = {pid for s in supervisors for pid in posix_sandbox.descendants(s)}
+            second = {pid for s in supervisors for pid in landlock.descendants(s)}
             family = sorted(first & second)
         try:
             assert family
@@ -354,7 +354,7 @@ def test_workspace_without_landlock_refuses_to_start(
     command: list[str],
 ) -> None:
     """One line on stderr, exit 2, nothing served or run."""
-    monkeypatch.setattr(posix_sandbox, "landlock_abi", no_landlock)
+    monkeypatch.setattr(landlock, "landlock_abi", no_landlock)
     code = cli.main(["--root", str(tmp_path), command[0], "--sandbox", "workspace", *command[1:]])
     captured = capsys.readouterr()
     assert (2, "") == (code, captured.out)
@@ -365,7 +365,7 @@ def test_workspace_from_the_environment_is_refused_the_same_way(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """SPICE_AGENT_SANDBOX=workspace without Landlock: the same refusal."""
-    monkeypatch.setattr(posix_sandbox, "landlock_abi", no_landlock)
+    monkeypatch.setattr(landlock, "landlock_abi", no_landlock)
     monkeypatch.setenv("SPICE_AGENT_SANDBOX", "workspace")
     assert 2 == cli.main(["--root", str(tmp_path), "serve"])
     assert [f"spice-coding: {NO_LANDLOCK}"] == capsys.readouterr().err.splitlines()
@@ -375,7 +375,7 @@ def test_auto_without_landlock_warns_and_runs_uncontained(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """auto falls back to off with a warning; the tools output says contained false."""
-    monkeypatch.setattr(posix_sandbox, "landlock_abi", no_landlock)
+    monkeypatch.setattr(landlock, "landlock_abi", no_landlock)
     assert 0 == cli.main(["--root", str(tmp_path), "tools"])
     captured = capsys.readouterr()
     assert f"spice-coding: {AUTO_WITHOUT_LANDLOCK}" in captured.err.splitlines()
@@ -442,7 +442,7 @@ def test_a_contained_policy_needs_an_abi() -> None:
 @pytest.mark.parametrize("abi", range(8))
 def test_each_abi_reports_every_rule_once_as_enforced_or_missing(abi: int) -> None:
     """What is enforced plus what is missing is every rule; the network flag waives TCP."""
-    from spice.agent.coding._posix._sandbox import RULES  # noqa: PLC0415
+    from spice.agent.coding._posix._landlock import RULES  # noqa: PLC0415
 
     names = [name for name, _ in RULES]
     if abi == 0:

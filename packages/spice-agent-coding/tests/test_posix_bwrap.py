@@ -29,7 +29,7 @@ from spice.agent.coding._posix._bwrap import (
     resolve_namespaces,
     wrapper,
 )
-from spice.agent.coding._posix._sandbox import landlock_abi
+from spice.agent.coding._posix._landlock import landlock_abi
 
 SYSTEM: Final = shutil.which("bwrap")
 needs_bwrap = pytest.mark.skipif(SYSTEM is None, reason="no bwrap installed here")
@@ -249,9 +249,9 @@ def _supervise(tmp_path: Path, workdir: str, marker: Path, lifeline: int | None 
     directory it was started in is ``workdir`` (``DEV:INO``) and, if given, that its
     lifeline to bwrap's monitor is ``lifeline``; its first report record."""
     from spice.agent.coding._posix import _launcher as _posix_launcher  # noqa: PLC0415
-    from spice.agent.coding._posix import _sandbox as _posix_sandbox  # noqa: PLC0415
+    from spice.agent.coding._posix import _supervisor as supervisor  # noqa: PLC0415
 
-    blob = _posix_sandbox.encode_spec(
+    blob = supervisor.encode_spec(
         os.getpid(),
         0,
         [],
@@ -269,7 +269,7 @@ def _supervise(tmp_path: Path, workdir: str, marker: Path, lifeline: int | None 
     report_read, report_write = os.pipe()
     try:
         argv = [
-            _posix_launcher.INTERPRETER, "-I", "-S", "-c", _posix_sandbox.BOOTSTRAP,
+            _posix_launcher.INTERPRETER, "-I", "-S", "-c", supervisor.BOOTSTRAP,
             str(code), str(spec), str(report_write),
         ]  # fmt: skip
         subprocess.run(

@@ -20,7 +20,7 @@ from procutil import Collect, Failing
 
 from spice.agent.coding import PosixLauncher
 from spice.agent.coding._posix import _launcher as launcher_module
-from spice.agent.coding._posix import _sandbox as posix_sandbox
+from spice.agent.coding._posix import _supervisor as supervisor
 from spice.agent.coding._posix._launcher import READ_CHUNK_BYTES, PosixProcess
 from spice.agent.process import (
     LaunchError,
@@ -305,7 +305,7 @@ async def test_a_command_leaving_a_child_is_joined_without_waiting_the_end_bound
 
         def busy_after_start(report: launcher_module._Report, kind: int, value: int) -> None:
             take(report, kind, value)
-            if kind == posix_sandbox.REPORT_STARTED:
+            if kind == supervisor.REPORT_STARTED:
                 time.sleep(0.05)  # the loop is busy: the exit record is read with the start's
 
         monkeypatch.setattr(launcher_module._Report, "_take", busy_after_start)
@@ -610,7 +610,7 @@ async def test_cancelling_a_join_midway_lets_a_later_join_finish(
     await out.contains(b"\n")
     escapee = int(out.data)
     # A supervisor deaf to the end request (the fault): the join waits for its bound.
-    monkeypatch.setattr(posix_sandbox, "END_SIGNAL", signal.SIGWINCH)
+    monkeypatch.setattr(supervisor, "END_SIGNAL", signal.SIGWINCH)
     try:
         join = asyncio.create_task(process.wait())
         async with asyncio.timeout(BOUND):
@@ -638,7 +638,7 @@ async def test_a_start_cancelled_again_while_it_joins_raises_its_first_cancellat
     got first, as every tool's ``settle`` rule says.
     """
     # A supervisor deaf to the end request (the fault): the join waits its end bound.
-    monkeypatch.setattr(posix_sandbox, "END_SIGNAL", signal.SIGWINCH)
+    monkeypatch.setattr(supervisor, "END_SIGNAL", signal.SIGWINCH)
     before = procutil.open_descriptors()
     starting = asyncio.ensure_future(bounded(end=0.5).start(spec("/bin/sleep", "60")))
     await asyncio.sleep(0)  # the start waits for its word
@@ -726,7 +726,7 @@ async def test_a_supervisor_that_fails_before_its_fork_says_so(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A spec the supervisor cannot read (the fault): ``F``, so a bare ``LaunchError``."""
-    monkeypatch.setattr(posix_sandbox, "encode_spec", lambda *_fields: b"not-a-spec")
+    monkeypatch.setattr(supervisor, "encode_spec", lambda *_fields: b"not-a-spec")
     before = procutil.open_descriptors()
     with pytest.raises(LaunchError) as caught:
         await bounded(start=3600.0).start(spec("/bin/true"))

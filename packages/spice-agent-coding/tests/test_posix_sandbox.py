@@ -21,9 +21,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from spice.agent.coding._posix import _sandbox as sandbox
+from spice.agent.coding._posix import _landlock as landlock
+from spice.agent.coding._posix import _supervisor as supervisor
+from spice.agent.coding._posix import _tmpdir as tmpdir
 
-ABI = sandbox.landlock_abi()
+ABI = landlock.landlock_abi()
 needs_landlock = pytest.mark.skipif(ABI < 1, reason="the kernel has no Landlock")
 
 no_nul = st.binary(max_size=40).filter(lambda b: b"\0" not in b)
@@ -51,10 +53,10 @@ def test_the_spec_survives_its_encoding(
 ) -> None:
     """Every field, empty arguments and ``=`` inside values included, comes back as given."""
     environment = [name + b"=" + name + b"=x" for name in names]
-    blob = sandbox.encode_spec(
+    blob = supervisor.encode_spec(
         server, abi, writable, allow_network, executable, arguments, environment, temporary
     )
-    spec = sandbox._Spec(blob)
+    spec = supervisor._Spec(blob)
     assert (server, abi, writable, allow_network, temporary) == (
         spec.server,
         spec.abi,
@@ -69,7 +71,7 @@ def test_the_spec_survives_its_encoding(
 def test_a_spec_of_another_version_is_refused() -> None:
     """The supervisor reads only its own format."""
     with pytest.raises(ValueError, match="spec"):
-        sandbox._Spec(b"other\x001")
+        supervisor._Spec(b"other\x001")
 
 
 @pytest.mark.parametrize(
@@ -85,14 +87,14 @@ def test_each_abi_handles_the_write_rights_it_has(
     abi: int, refer: bool, truncate: bool, ioctl: bool
 ) -> None:
     """Writes from ABI 1, REFER from 2, TRUNCATE from 3, IOCTL_DEV from 5; reads never."""
-    handled = sandbox.handled_fs(abi)
-    assert handled & sandbox.FS_WRITE_FILE
+    handled = landlock.handled_fs(abi)
+    assert handled & landlock.FS_WRITE_FILE
     assert (refer, truncate, ioctl) == (
-        bool(handled & sandbox.FS_REFER),
-        bool(handled & sandbox.FS_TRUNCATE),
-        bool(handled & sandbox.FS_IOCTL_DEV),
+        bool(handled & landlock.FS_REFER),
+        bool(handled & landlock.FS_TRUNCATE),
+        bool(handled & landlock.FS_IOCTL_DEV),
     )
-    reads = sandbox.FS_READ_FILE | sandbox.FS_READ_DIR | sandbox.FS_EXECUTE
+    reads = landlock.FS_READ_FILE | landlock.FS_READ_DIR | landlock.FS_EXECUTE
     assert 0 == handled & reads
 
 
@@ -101,16 +103,16 @@ def test_the_probe_answers_zero_on_another_architecture(monkeypatch: pytest.Monk
     real = os.uname()
     fake = os.uname_result((real.sysname, real.nodename, real.release, real.version, "mips"))
     monkeypatch.setattr(os, "uname", lambda: fake)
-    assert 0 == sandbox.landlock_abi()
+    assert 0 == landlock.landlock_abi()
 
 
 def test_the_probe_answers_zero_off_linux(monkeypatch: pytest.MonkeyPatch) -> None:
     """Not Linux: no Landlock, no dumpability switch, no subreaper."""
     monkeypatch.setattr(sys, "platform", "darwin")
     assert (0, False, False) == (
-        sandbox.landlock_abi(),
-        sandbox.set_dumpable(False),
-        sandbox.become_subreaper(),
+        landlock.landlock_abi(),
+        landlock.set_dumpable(False),
+        landlock.become_subreaper(),
     )
 
 
@@ -120,21 +122,21 @@ def test_a_refusing_prctl_is_reported_not_raised(monkeypatch: pytest.MonkeyPatch
     def refuse(option: int, value: int) -> None:
         raise PermissionError(option, value)
 
-    monkeypatch.setattr(sandbox, "prctl", refuse)
-    assert (False, False) == (sandbox.set_dumpable(False), sandbox.become_subreaper())
+    monkeypatch.setattr(landlock, "prctl", refuse)
+    assert (False, False) == (landlock.set_dumpable(False), landlock.become_subreaper())
 
 
 def test_a_failing_syscall_raises_with_its_errno() -> None:
     """An invalid ruleset fd is EBADF from the kernel, raised as OSError."""
     with pytest.raises(OSError, match="descriptor") as caught:
-        sandbox._syscall(sandbox._SYS_RESTRICT_SELF, ctypes.c_int(-1), ctypes.c_uint32(0))
+        landlock._syscall(landlock._SYS_RESTRICT_SELF, ctypes.c_int(-1), ctypes.c_uint32(0))
     assert errno.EBADF == caught.value.errno
 
 
 @needs_landlock
 def test_a_ruleset_is_built_for_real_and_closed_on_exec(tmp_path: Path) -> None:
     """The kernel accepts the rules; the fd is close-on-exec; nothing restricts us yet."""
-    ruleset = sandbox.build_ruleset(ABI, [os.fsencode(tmp_path)], allow_network=False)
+    ruleset = landlock.build_ruleset(ABI, [os.fsencode(tmp_path)], allow_network=False)
     try:
         assert not os.get_inheritable(ruleset)
     finally:
@@ -148,7 +150,7 @@ def test_a_missing_writable_path_fails_the_ruleset(tmp_path: Path) -> None:
     """A root that does not exist cannot be allowed: FileNotFoundError, no fd left."""
     before = len(os.listdir("/proc/self/fd"))
     with pytest.raises(FileNotFoundError):
-        sandbox.build_ruleset(ABI, [os.fsencode(tmp_path / "gone")], allow_network=True)
+        landlock.build_ruleset(ABI, [os.fsencode(tmp_path / "gone")], allow_network=True)
     assert before == len(os.listdir("/proc/self/fd"))
 
 
@@ -163,7 +165,7 @@ def child() -> Iterator[int]:
 
 def test_children_lists_a_direct_child(child: int) -> None:
     """The kernel's children list names the child we started."""
-    assert child in sandbox.children(os.getpid())
+    assert child in landlock.children(os.getpid())
 
 
 def test_children_falls_back_to_a_proc_scan(child: int, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -176,7 +178,7 @@ def test_children_falls_back_to_a_proc_scan(child: int, monkeypatch: pytest.Monk
         return real_open(path, "rb")
 
     monkeypatch.setattr(builtins, "open", no_children_file)
-    assert child in sandbox.children(os.getpid())
+    assert child in landlock.children(os.getpid())
 
 
 # -- remove_tree (the call's TMPDIR) ------------------------------------------------------
@@ -197,7 +199,7 @@ def test_remove_tree_removes_every_kind_of_entry_and_follows_no_symlink(tmp_path
     (tree / "a" / "b").chmod(0)
     (tree / "a").chmod(0o500)
     try:
-        assert sandbox.remove_tree(str(tree)) is True
+        assert tmpdir.remove_tree(str(tree)) is True
         assert not tree.exists()
         assert ("kept\n", 0o500) == ((outside / "kept").read_text(), outside.stat().st_mode & 0o777)
     finally:
@@ -208,7 +210,7 @@ def test_remove_tree_of_a_missing_path_is_true_and_of_a_file_beneath_a_file_fals
     tmp_path: Path,
 ) -> None:
     """Nothing there is removed already; a path that cannot be reached is not proven gone."""
-    assert sandbox.remove_tree(str(tmp_path / "missing")) is True
+    assert tmpdir.remove_tree(str(tmp_path / "missing")) is True
     (tmp_path / "file").write_text("")
-    assert sandbox.remove_tree(str(tmp_path / "file" / "below")) is False
-    assert sandbox.remove_tree(os.fsencode(tmp_path / "file")) is True
+    assert tmpdir.remove_tree(str(tmp_path / "file" / "below")) is False
+    assert tmpdir.remove_tree(os.fsencode(tmp_path / "file")) is True

@@ -32,7 +32,7 @@ from spice.agent.coding import PosixLauncher
 from spice.agent.coding._containment import Containment, resolve_containment
 from spice.agent.coding._posix import _bwrap
 from spice.agent.coding._posix._bwrap import Namespaces
-from spice.agent.coding._posix._sandbox import landlock_abi
+from spice.agent.coding._posix._landlock import landlock_abi
 from spice.agent.process import Outcome, Spec
 
 PYTHON: Final = os.path.realpath(sys.executable)
@@ -293,7 +293,7 @@ def test_n4_a_worktree_holding_the_servers_code_cannot_switch_containment_off(
     subprocess.run(["cp", "-r", str(package), str(copy)], check=True)
     outside = (tmp_path / "out").resolve()
     outside.mkdir()
-    target = copy / "_posix_sandbox.py"
+    target = copy / "_posix" / "_landlock.py"
     disable = (
         f"p = {str(target)!r}; s = open(p).read(); "
         "open(p, 'w').write(s.replace('def restrict_self(ruleset: int) -> None:\\n', "
@@ -316,7 +316,7 @@ def test_n4_a_worktree_holding_the_servers_code_cannot_switch_containment_off(
     ]  # fmt: skip
     boot = (
         "import sys; sys.path.insert(0, sys.argv[1]); "
-        "import spice.agent.coding._posix._sandbox as m; "
+        "import spice.agent.coding._posix._landlock as m; "
         "assert m.__file__.startswith(sys.argv[1]); "
         "from spice.agent.coding._cli import run; sys.exit(run(sys.argv[2:]))"
     )

@@ -26,8 +26,9 @@ from procutil import Collect
 
 from spice.agent.coding import PosixLauncher, PosixResolver
 from spice.agent.coding._containment import Containment, resolve_containment
+from spice.agent.coding._posix import _landlock as landlock
 from spice.agent.coding._posix import _launcher as launcher_module
-from spice.agent.coding._posix import _sandbox as sandbox
+from spice.agent.coding._posix import _supervisor as supervisor
 from spice.agent.coding._posix._seccomp import available as seccomp_available
 from spice.agent.dispatch import Dispatcher
 from spice.agent.process import LaunchError, Outcome, Spec
@@ -40,7 +41,7 @@ BOUND: Final = 60.0
 NOBODY: Final = 65534
 CAPABILITY_LINES: Final = ("CapInh:", "CapPrm:", "CapEff:", "CapBnd:", "CapAmb:")
 
-ABI: Final = sandbox.landlock_abi()
+ABI: Final = landlock.landlock_abi()
 SECCOMP: Final = seccomp_available()
 ROOT: Final = os.geteuid() == 0
 needs_linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only")
@@ -114,11 +115,11 @@ def test_root_ends_with_no_capability_and_locked_securebits_also_after_exec() ->
     """As root: every set empty (bounding too), SECURE_BITS locked; an exec regains none."""
 
     def drop() -> dict[str, object]:
-        sandbox.prctl(sandbox.PR_SET_NO_NEW_PRIVS, 1)
-        achieved = sandbox.drop_capabilities()
+        landlock.prctl(landlock.PR_SET_NO_NEW_PRIVS, 1)
+        achieved = landlock.drop_capabilities()
         return {
             "achieved": achieved,
-            "securebits": sandbox.prctl(sandbox.PR_GET_SECUREBITS, 0),
+            "securebits": landlock.prctl(landlock.PR_GET_SECUREBITS, 0),
             "status": status_fields(Path("/proc/self/status").read_text()),
             "after_exec": status_fields(read_status_after_exec("/bin/cat", "/proc/self/status")),
         }
@@ -127,8 +128,8 @@ def test_root_ends_with_no_capability_and_locked_securebits_also_after_exec() ->
     assert ZERO["CapEff:"] != before["CapEff:"]  # root holds capabilities to start with
     answer = in_child(drop)
     assert {
-        "achieved": sandbox.LAYER_CAPABILITIES | sandbox.LAYER_BOUNDING,
-        "securebits": sandbox.SECURE_BITS,
+        "achieved": landlock.LAYER_CAPABILITIES | landlock.LAYER_BOUNDING,
+        "securebits": landlock.SECURE_BITS,
         "status": ZERO,
         "after_exec": ZERO,
     } == answer
@@ -173,8 +174,8 @@ def test_a_setuid_root_program_gives_an_unprivileged_command_nothing() -> None:
 
         def dropped() -> dict[str, object]:
             _as_nobody()
-            sandbox.prctl(sandbox.PR_SET_NO_NEW_PRIVS, 1)
-            achieved = sandbox.drop_capabilities()
+            landlock.prctl(landlock.PR_SET_NO_NEW_PRIVS, 1)
+            achieved = landlock.drop_capabilities()
             text = read_status_after_exec(str(copy), "/proc/self/status")
             return {"achieved": achieved, "status": status_fields(text, uid_lines)}
 
@@ -183,7 +184,7 @@ def test_a_setuid_root_program_gives_an_unprivileged_command_nothing() -> None:
         assert ZERO["CapEff:"] != gained["CapEff:"]  # the setuid bit works without the drop
         assert (
             {
-                "achieved": sandbox.LAYER_CAPABILITIES,  # no CAP_SETPCAP: the bounding set stays
+                "achieved": landlock.LAYER_CAPABILITIES,  # no CAP_SETPCAP: the bounding set stays
                 "status": {"Uid:": str(NOBODY), **{n: ZERO[n] for n in CAPABILITY_LINES[:3]}},
             }
             == in_child(dropped)
@@ -198,7 +199,7 @@ def test_the_reported_capability_state_matches_the_process() -> None:
     policy = Containment("workspace", "workspace", 1)
     expected = (
         ("none_held", "bounding_set_empty", "securebits_locked")
-        if sandbox.can_empty_bounding_set()
+        if landlock.can_empty_bounding_set()
         else ("none_held", "no_new_privs")
     )
     assert expected == policy.capabilities
@@ -209,8 +210,8 @@ def test_the_layers_follow_the_policy() -> None:
     """Contained: capabilities always, seccomp where available; off: no layer at all."""
     with_filter = Containment("workspace", "workspace", 1, seccomp=True)
     without = Containment("workspace", "workspace", 1, seccomp=False)
-    assert sandbox.LAYER_CAPABILITIES | sandbox.LAYER_SECCOMP == with_filter.layers
-    assert sandbox.LAYER_CAPABILITIES == without.layers
+    assert landlock.LAYER_CAPABILITIES | landlock.LAYER_SECCOMP == with_filter.layers
+    assert landlock.LAYER_CAPABILITIES == without.layers
     assert 0 == Containment("off", seccomp=True).layers
     assert () == without.filtered
     assert "system calls (no seccomp)" in without.not_confined
@@ -220,8 +221,8 @@ def test_the_layers_follow_the_policy() -> None:
 
 def test_the_spec_carries_the_layers() -> None:
     """encode_spec's layers reach the supervisor's reading of the spec."""
-    for layers in (0, sandbox.LAYER_SECCOMP | sandbox.LAYER_CAPABILITIES | sandbox.PRIVATE_IPC):
-        blob = sandbox.encode_spec(
+    for layers in (0, landlock.LAYER_SECCOMP | landlock.LAYER_CAPABILITIES | landlock.PRIVATE_IPC):
+        blob = supervisor.encode_spec(
             1,
             3,
             [b"/w"],
@@ -231,7 +232,7 @@ def test_the_spec_carries_the_layers() -> None:
             environment=[b"K=V"],
             layers=layers,
         )
-        spec = sandbox._Spec(blob)
+        spec = supervisor._Spec(blob)
         assert (layers, [b"/w"], [b"/bin/true", b"a"]) == (
             spec.layers,
             spec.writable,
@@ -278,13 +279,13 @@ async def test_a_contained_command_holds_nothing_and_runs_filtered(layout: Path)
     assert Outcome.exited(0) == outcome
     fields = status_fields(out, (*CAPABILITY_LINES, "Seccomp:", "NoNewPrivs:"))
     want = dict(ZERO)
-    if not sandbox.can_empty_bounding_set():
+    if not landlock.can_empty_bounding_set():
         want["CapBnd:"] = status_fields(own_status())["CapBnd:"]
     want |= {"Seccomp:": "2" if policy.seccomp else "0", "NoNewPrivs:": "1"}
     assert want == fields
-    expected_layers = sandbox.LAYER_LANDLOCK | policy.layers
-    if sandbox.can_empty_bounding_set():
-        expected_layers |= sandbox.LAYER_BOUNDING
+    expected_layers = landlock.LAYER_LANDLOCK | policy.layers
+    if landlock.can_empty_bounding_set():
+        expected_layers |= landlock.LAYER_BOUNDING
     assert expected_layers == layers
 
 
@@ -303,7 +304,7 @@ FAILING_FILTER: Final = (
     "-S",
     "-c",
     "def _refuse(program):\n    raise OSError(1, 'refused')\n"
-    + sandbox.BOOTSTRAP.replace(
+    + supervisor.BOOTSTRAP.replace(
         "exec(main[1], ", "sys.modules['_seccomp'].install = _refuse\nexec(main[1], "
     ),
 )

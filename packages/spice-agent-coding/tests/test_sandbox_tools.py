@@ -21,7 +21,7 @@ from spice.agent.coding import PosixLauncher, PosixResolver
 from spice.agent.coding._containment import resolve_containment
 from spice.agent.coding._posix import _bwrap
 from spice.agent.coding._posix._bwrap import Namespaces
-from spice.agent.coding._posix._sandbox import landlock_abi
+from spice.agent.coding._posix._landlock import landlock_abi
 from spice.agent.dispatch import Dispatcher
 from spice.agent.tool import Call
 from spice.agent.tools.coding import Config, new_shell

@@ -26,7 +26,7 @@ from spice.agent.tools.coding import SECURITY_WARNING
 from ._compose import compose
 from ._containment import ContainmentUnavailable
 from ._platform import WINDOWS, PlatformLauncher, platform_launcher
-from ._posix import _sandbox as _posix_sandbox
+from ._posix import _landlock as landlock
 from ._posix._launcher import adopt_orphans
 from ._settings import Settings, SettingsError, add_arguments, flags_of, resolve_settings
 
@@ -317,7 +317,7 @@ def _harden() -> None:
     process's ``/proc/PID/environ`` or memory. Subreaper: descendants orphaned by a
     killed supervisor come back here and are ended at their call's join.
     """
-    _posix_sandbox.set_dumpable(False)
+    landlock.set_dumpable(False)
     adopt_orphans()
 
 

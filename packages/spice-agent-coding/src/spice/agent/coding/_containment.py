@@ -1,7 +1,7 @@
 """The shell's containment policy: from the settings and the kernel to a ``Containment``.
 
 ``--sandbox {auto,workspace,off}`` (``SPICE_AGENT_SANDBOX``) and ``--allow-network``
-become one ``Containment`` value here; the launcher applies it (``_posix._sandbox`` has
+become one ``Containment`` value here; the launcher applies it (``_posix._landlock`` has
 the Landlock ruleset and the supervisor). The kernel's answer comes from a probe that
 can be replaced (``resolve_containment(..., probe=...)``), which is how the tests
 simulate a kernel without Landlock.
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Final, final
 
 from ._posix import _bwrap
-from ._posix import _sandbox as sandbox
+from ._posix import _landlock as landlock
 from ._posix import _seccomp as seccomp
 from ._posix._bwrap import Namespaces
 
@@ -118,7 +118,7 @@ class Containment:
     @property
     def enforced(self) -> tuple[str, ...]:
         """The Landlock rules applied to every command (empty when off)."""
-        return sandbox.enforced_rules(self.abi, self.allow_network) if self.confined else ()
+        return landlock.enforced_rules(self.abi, self.allow_network) if self.confined else ()
 
     @property
     def layers(self) -> int:
@@ -129,20 +129,20 @@ class Containment:
         """
         if not self.confined:
             return 0
-        bits = sandbox.LAYER_CAPABILITIES | (sandbox.LAYER_SECCOMP if self.seccomp else 0)
-        return bits | (sandbox.PRIVATE_IPC if self.namespaces.made else 0)
+        bits = landlock.LAYER_CAPABILITIES | (landlock.LAYER_SECCOMP if self.seccomp else 0)
+        return bits | (landlock.PRIVATE_IPC if self.namespaces.made else 0)
 
     @property
     def filtered(self) -> tuple[str, ...]:
         """The seccomp filter's rules applied to every command (empty without it)."""
-        if not self.layers & sandbox.LAYER_SECCOMP:
+        if not self.layers & landlock.LAYER_SECCOMP:
             return ()
         return seccomp.rules(self.allow_network, private_ipc=self.namespaces.made)
 
     @property
     def missing(self) -> tuple[str, ...]:
         """The rules this kernel's Landlock ABI lacks (all of them without Landlock)."""
-        return sandbox.missing_rules(self.abi)
+        return landlock.missing_rules(self.abi)
 
     @property
     def sentence(self) -> str | None:
@@ -217,7 +217,7 @@ class Containment:
             return ()
         if self.namespaces.made:
             return ("none_held", "bounding_set_empty", "user_namespace")
-        if sandbox.can_empty_bounding_set():
+        if landlock.can_empty_bounding_set():
             return ("none_held", "bounding_set_empty", "securebits_locked")
         return ("none_held", "no_new_privs")
 
@@ -283,7 +283,7 @@ def resolve_containment(
     if mode not in MODES:
         raise ValueError("the sandbox mode must be one of auto, workspace, off")
     requested = mode
-    abi = (sandbox.landlock_abi if probe is None else probe)()
+    abi = (landlock.landlock_abi if probe is None else probe)()
     writes = tuple(allow_write)
     if requested == DISABLED:
         return Containment(DISABLED, requested, abi, allow_network, allow_write=writes)

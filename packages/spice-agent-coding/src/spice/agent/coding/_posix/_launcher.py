@@ -23,7 +23,7 @@ in short:
 - ``wait`` (the join) kills what is left of the group while the leader still pins it,
   reaps the leader, drains the pipes for at most ``DRAIN_BOUND_SECONDS`` and closes
   them. Nothing in it waits on a pipe held open by a descendant.
-- On Linux the leader is a per-call supervisor (``_posix._sandbox``, run as
+- On Linux the leader is a per-call supervisor (``_posix._supervisor``, run as
   ``python -I -S -c``, its code compiled once at start) and the command is its child:
   it owns the whole tree (a child subreaper), ends it on the join's request, on the
   force kill and when the server dies, applies the Landlock policy of ``_containment``
@@ -55,7 +55,9 @@ from spice.agent.tools.coding.settling import settle
 
 from .._containment import OFF, Containment
 from . import _bwrap
-from . import _sandbox as sandbox
+from . import _landlock as landlock
+from . import _supervisor as supervisor
+from . import _tmpdir as tmpdir
 
 READ_CHUNK_BYTES: Final = 64 * 1024
 """Bytes read from a child's stdout or stderr per readiness event (and handed to the sink)."""
@@ -96,7 +98,9 @@ with room for the TMPDIR's removal.
 TMPDIR_PREFIX: Final = "spice-call-"
 """Name prefix of the private temporary directory a contained call gets as ``TMPDIR``."""
 
-SUPERVISOR_PATH: Final = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_sandbox.py")
+_HERE: Final = os.path.dirname(os.path.abspath(__file__))
+SUPERVISOR_MODULES: Final = ("_seccomp", "_landlock", "_tmpdir", "_supervisor")
+"""The modules a supervisor runs, in import order: its helpers, then itself (``__main__``)."""
 
 
 def _read_source(path: str) -> bytes | None:
@@ -107,13 +111,11 @@ def _read_source(path: str) -> bytes | None:
         return None
 
 
-SUPERVISOR_SOURCE: Final = _read_source(SUPERVISOR_PATH)
+SUPERVISOR_SOURCES: Final = {
+    name: _read_source(os.path.join(_HERE, name + ".py")) for name in SUPERVISOR_MODULES
+}
 """The supervisor's code, read once when the server starts (contract 10.1): every call
 runs it compiled from a sealed memory file, never again from a path a command could write."""
-
-SECCOMP_PATH: Final = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_seccomp.py")
-SECCOMP_SOURCE: Final = _read_source(SECCOMP_PATH)
-"""The seccomp module the supervisor imports, read once at start with the supervisor."""
 
 _code: list[int] = []
 """The sealed memory file with the supervisor's compiled code (made once, on first use)."""
@@ -125,14 +127,14 @@ def _code_fd() -> int:
         import fcntl  # noqa: PLC0415 - POSIX only, and only where a supervisor runs
 
         seals = fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE
-        if SUPERVISOR_SOURCE is None or SECCOMP_SOURCE is None:
-            raise OSError("the supervisor's code is unavailable")
-        data = marshal.dumps(
-            (
-                ("_seccomp", compile(SECCOMP_SOURCE, SECCOMP_PATH, "exec")),
-                ("__main__", compile(SUPERVISOR_SOURCE, SUPERVISOR_PATH, "exec")),
-            )
-        )
+        compiled = []
+        for name in SUPERVISOR_MODULES:
+            source = SUPERVISOR_SOURCES[name]
+            if source is None:
+                raise OSError("the supervisor's code is unavailable")
+            code = compile(source, os.path.join(_HERE, name + ".py"), "exec")
+            compiled.append(("__main__" if name == SUPERVISOR_MODULES[-1] else name, code))
+        data = marshal.dumps(tuple(compiled))
         fd = os.memfd_create("spice-supervisor", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
         _write_all(fd, data)
         fcntl.fcntl(fd, fcntl.F_ADD_SEALS, seals)
@@ -149,7 +151,7 @@ _KEPT_VISIBLE: Final = tuple(
 """The server's own environment and interpreter where they lie beneath ``/tmp`` (a
 checkout or a venv there): kept visible, read-only, on each call's private ``/tmp``."""
 
-_SUPERVISOR_FLAGS: tuple[str, ...] = ("-I", "-S", "-c", sandbox.BOOTSTRAP)
+_SUPERVISOR_FLAGS: tuple[str, ...] = ("-I", "-S", "-c", supervisor.BOOTSTRAP)
 """Isolated (no PYTHON* variables, no user site), without ``site``, the bootstrap."""
 
 _SUPERVISOR_ENVIRONMENT: dict[str, str] = {}
@@ -174,7 +176,7 @@ def adopt_orphans() -> bool:
     kernel made this process a subreaper (Linux).
     """
     global _adopting  # noqa: PLW0603 - a process-wide choice made once at start
-    _adopting = sandbox.become_subreaper()
+    _adopting = landlock.become_subreaper()
     return _adopting
 
 
@@ -184,8 +186,7 @@ def _supervisor_available() -> bool:
         sys.platform.startswith("linux")
         and bool(INTERPRETER)
         and hasattr(os, "memfd_create")
-        and SUPERVISOR_SOURCE is not None
-        and SECCOMP_SOURCE is not None
+        and None not in SUPERVISOR_SOURCES.values()
     )
 
 
@@ -196,13 +197,13 @@ def _server_children() -> list[int]:
     try:
         tasks = os.listdir(f"/proc/{me}/task")
     except OSError:
-        return sandbox.children(me)
+        return landlock.children(me)
     for task in tasks:
         try:
             with open(f"/proc/{me}/task/{task}/children", "rb") as file:
                 found.extend(int(field) for field in file.read().split())
         except FileNotFoundError:
-            return sandbox.children(me)
+            return landlock.children(me)
         except OSError:
             continue
     return found
@@ -222,7 +223,7 @@ async def _sweep_orphans() -> bool:
         orphans = [pid for pid in _server_children() if pid not in _LEADERS]
         if not orphans:
             return True
-        tree = [*orphans, *(pid for orphan in orphans for pid in sandbox.descendants(orphan))]
+        tree = [*orphans, *(pid for orphan in orphans for pid in landlock.descendants(orphan))]
         for number in (signal.SIGSTOP, signal.SIGKILL):
             for pid in tree:
                 with contextlib.suppress(OSError):
@@ -735,16 +736,16 @@ class _Report:
         self.start_known.set()
 
     def _take(self, kind: int, value: int) -> None:
-        if kind == sandbox.REPORT_STARTED and self.start is _Start.UNKNOWN:
+        if kind == supervisor.REPORT_STARTED and self.start is _Start.UNKNOWN:
             self.layers = value  # the LAYER_* bits the command was started under
             self._heard(_Start.STARTED)
-        elif kind == sandbox.REPORT_FAILED and self.start is _Start.UNKNOWN:
+        elif kind == supervisor.REPORT_FAILED and self.start is _Start.UNKNOWN:
             self._heard(_Start.FAILED)
-        elif kind == sandbox.REPORT_EXITED:
+        elif kind == supervisor.REPORT_EXITED:
             self._command_exited(Outcome.exited(value))
-        elif kind == sandbox.REPORT_KILLED:
+        elif kind == supervisor.REPORT_KILLED:
             self._command_exited(Outcome.signaled())
-        elif kind == sandbox.REPORT_DONE:
+        elif kind == supervisor.REPORT_DONE:
             self.tree_gone = True
 
     def _command_exited(self, outcome: Outcome) -> None:
@@ -817,7 +818,7 @@ class PosixProcess:
 
     @property
     def layers(self) -> int:
-        """The ``LAYER_*`` bits of ``_posix._sandbox`` the command was started under.
+        """The ``LAYER_*`` bits of ``_posix._supervisor`` the command was started under.
 
         What the supervisor's child applied before ``execve`` (Landlock, seccomp,
         capabilities), as its start report says; 0 before the start is known and
@@ -875,7 +876,7 @@ class PosixProcess:
                 self._signal_inside((signal.SIGKILL,))
             else:
                 # It may be stopped: CONT after the request.
-                self._leader.signal_leader((sandbox.END_SIGNAL, signal.SIGCONT))
+                self._leader.signal_leader((supervisor.END_SIGNAL, signal.SIGCONT))
             await self._leader.until_gone(max(0.0, deadline - loop.time()))
         await report.until_closed(max(0.0, deadline - loop.time()))
 
@@ -1036,7 +1037,7 @@ class PosixProcess:
 
 def _remove_tree(path: str) -> bool:
     """Remove a call's ``TMPDIR`` whatever its command did to it; whether it is gone."""
-    return sandbox.remove_tree(path)
+    return tmpdir.remove_tree(path)
 
 
 def _environment(entries: Iterable[str]) -> dict[str, str]:
@@ -1188,7 +1189,7 @@ def _popen_supervisor(
     """Start the per-call supervisor: its argv, its environment, the descriptors it gets.
 
     The one place that says how the supervisor is run. It reads the command from
-    ``descriptors[0]`` and reports on ``descriptors[1]`` (see ``_posix._sandbox``); the
+    ``descriptors[0]`` and reports on ``descriptors[1]`` (see ``_posix._supervisor``); the
     rest (the lifeline, with namespaces) are passed on as they are. It leads a new
     session and process group, with the child's standard streams and workdir. With
     namespaces, ``wrapper`` (the ``bwrap`` argv) leads the group instead and runs the
@@ -1222,7 +1223,7 @@ def _write_all(fd: int, data: bytes) -> None:
 class PosixLauncher:
     """Starts each child in its own session and process group.
 
-    On Linux each command runs under a small per-call supervisor (``_posix._sandbox``)
+    On Linux each command runs under a small per-call supervisor (``_posix._supervisor``)
     that leads the group, owns the command's whole tree (a child subreaper), ends it
     when the server dies, and, when ``containment`` says so, applies the Landlock
     policy between ``fork`` and ``exec`` of the command (writes only beneath ``root``
@@ -1365,7 +1366,7 @@ class PosixLauncher:
                 temporary = tempfile.mkdtemp(prefix=TMPDIR_PREFIX)
                 environment = _with_temporary(spec.environment, temporary)
                 writable = [self._root, temporary, *self._containment.allow_write]
-            blob = sandbox.encode_spec(
+            blob = supervisor.encode_spec(
                 0 if wrapper else os.getpid(),
                 self._containment.abi if confined else 0,
                 [os.fsencode(path) for path in writable],

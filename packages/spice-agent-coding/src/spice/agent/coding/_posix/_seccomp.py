@@ -1,7 +1,7 @@
 """A classic-BPF seccomp filter for contained commands, written out and installed by hand.
 
 Standard library only and free of package imports: the per-call supervisor
-(``_posix._sandbox``, run as ``python -I -S``) loads this file next to itself and
+(``_posix._supervisor``, run as ``python -I -S``) loads this file next to itself and
 installs the filter in the command's fork, after ``no_new_privs`` and before
 ``execve``. No libseccomp: the program is small, and each instruction is tested.
 
