@@ -206,7 +206,7 @@ def test_n2_a_setsid_chain_ends_when_the_server_is_killed(
         "import asyncio, dataclasses, sys\n"
         "sys.path.insert(0, sys.argv[1])\n"
         "from procutil import Collect\n"
-        "\n"
+        "from spice.agent.coding import PosixLauncher\n"
         "from spice.agent.coding._posix import _bwrap\n"
         "from spice.agent.coding._posix._bwrap import Namespaces\n"
         "from spice.agent.coding._posix._launcher import adopt_orphans\n"
