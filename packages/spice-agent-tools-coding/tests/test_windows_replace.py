@@ -13,7 +13,6 @@ import asyncio
 import hashlib
 import json
 import os
-import time
 from pathlib import Path
 
 import pytest
@@ -34,12 +33,21 @@ from spice.agent.tool import Call, Result, interruption_of
 from spice.agent.tools.coding import Config, new_replace
 from spice.agent.tools.coding._commit import EDIT_NOT_FOUND
 from spice.agent.tools.coding._commit_windows import (
+    REFUSED_ATTEMPTS,
     REPLACE_ATTEMPTS,
     RETRY_FIRST_DELAY_SECONDS,
     RETRY_MAXIMUM_DELAY_SECONDS,
 )
 
 pytestmark = windows_only
+
+REFUSAL_WAIT_SECONDS = 120.0
+"""Longest a test waits for the call's first refused attempt (Wine starts slowly)."""
+
+
+async def refused_after(seen: int) -> None:
+    """Wait until an attempt after ``seen`` was refused: the call is in its retry loop."""
+    assert await asyncio.to_thread(REFUSED_ATTEMPTS.wait_past, seen, REFUSAL_WAIT_SECONDS)
 
 
 def sha(data: bytes) -> str:
@@ -351,8 +359,9 @@ async def test_a_hold_that_clears_is_waited_out(root: Path) -> None:
         "replace",
         json.dumps({"path": "a.txt", "content": "n", "expected_sha256": sha(b"old\n")}),
     )
+    seen = REFUSED_ATTEMPTS.value
     task = asyncio.ensure_future(tool.execute(call))
-    await asyncio.sleep(RETRY_FIRST_DELAY_SECONDS * 4)
+    await refused_after(seen)
     assert not task.done()
     holder.release()
     content = content_of(await task)
@@ -364,7 +373,7 @@ async def test_a_hold_that_clears_is_waited_out(root: Path) -> None:
 async def test_a_hold_that_does_not_clear_exhausts_to_replace_failed(root: Path) -> None:
     """Every attempt is refused: after the bounded attempts, replace_failed; nothing changed,
     no temporary left."""
-    started = time.monotonic()
+    seen = REFUSED_ATTEMPTS.value
     with Holder(root / "a.txt"):
         content = await replace(
             root, {"path": "a.txt", "content": "n", "expected_sha256": sha(b"old\n")}
@@ -373,8 +382,8 @@ async def test_a_hold_that_does_not_clear_exhausts_to_replace_failed(root: Path)
     assert content["committed"] is False
     assert b"old\n" == (root / "a.txt").read_bytes()
     assert [] == leftovers(root)
-    # The waits were made (at least the first few), and they are bounded.
-    assert time.monotonic() - started >= RETRY_FIRST_DELAY_SECONDS * (2**3 - 1)
+    # Every one of the bounded attempts was made, and refused.
+    assert REPLACE_ATTEMPTS == REFUSED_ATTEMPTS.value - seen
 
 
 def test_the_retry_bound_is_a_few_seconds() -> None:
@@ -387,22 +396,21 @@ def test_the_retry_bound_is_a_few_seconds() -> None:
 
 
 async def test_every_attempt_repeats_the_digest_check(root: Path) -> None:
-    """Held, then changed by another writer while the call waits: the next attempt sees
-    the new digest and answers stale, without writing."""
-    holder = Holder(root / "a.txt")
+    """Held, then changed by the holder itself while the call waits (it writes through its
+    handle, then lets go): the next attempt sees the new digest and answers stale, without
+    writing."""
+    holder = Holder(root / "a.txt", writable=True)
     tool = new_replace(Config(str(root)))
     call = Call(
         "c",
         "replace",
         json.dumps({"path": "a.txt", "content": "n", "expected_sha256": sha(b"old\n")}),
     )
+    seen = REFUSED_ATTEMPTS.value
     task = asyncio.ensure_future(tool.execute(call))
-    await asyncio.sleep(RETRY_FIRST_DELAY_SECONDS * 4)
-    holder.release()
-    (root / "a.txt").write_bytes(b"theirs")
+    await refused_after(seen)
+    holder.release(write=b"theirs")
     content = content_of(await task)
-    if content["ok"] is True:  # the call's attempt came between release and write
-        pytest.skip("the attempt won the race against the other writer; run again")
     assert "stale" == content["code"]
     assert sha(b"theirs") == content["current_sha256"]
     assert b"theirs" == (root / "a.txt").read_bytes()
@@ -417,8 +425,9 @@ async def test_every_attempt_repeats_the_regular_file_check(root: Path) -> None:
         "replace",
         json.dumps({"path": "a.txt", "content": "n", "expected_sha256": sha(b"old\n")}),
     )
+    seen = REFUSED_ATTEMPTS.value
     task = asyncio.ensure_future(tool.execute(call))
-    await asyncio.sleep(RETRY_FIRST_DELAY_SECONDS * 4)
+    await refused_after(seen)
     holder.release()
     (root / "a.txt").unlink()
     (root / "a.txt").mkdir()
@@ -438,8 +447,9 @@ async def test_cancellation_during_the_retries_is_definitive(root: Path) -> None
             "replace",
             json.dumps({"path": "a.txt", "content": "n", "expected_sha256": sha(b"old\n")}),
         )
+        seen = REFUSED_ATTEMPTS.value
         task = asyncio.ensure_future(tool.execute(call))
-        await asyncio.sleep(RETRY_FIRST_DELAY_SECONDS * 4)
+        await refused_after(seen)
         task.cancel()
         with pytest.raises(asyncio.CancelledError) as raised:
             await task
@@ -464,8 +474,9 @@ async def test_a_directory_renamed_while_held_never_redirects_the_write(root: Pa
     holder = Holder(root / "sub" / "a.txt")
     tool = new_replace(Config(str(root)))
     arguments = {"path": "sub/a.txt", "content": "n", "expected_sha256": sha(b"old\n")}
+    seen = REFUSED_ATTEMPTS.value
     task = asyncio.ensure_future(tool.execute(Call("c", "replace", json.dumps(arguments))))
-    await asyncio.sleep(RETRY_FIRST_DELAY_SECONDS * 4)
+    await refused_after(seen)
     try:
         (root / "sub").rename(root / "moved")
     except PermissionError:

@@ -70,22 +70,33 @@ k = ctypes.WinDLL("kernel32", use_last_error=True)
 k.CreateFileW.restype = ctypes.c_void_p
 k.CreateFileW.argtypes = (ctypes.c_wchar_p, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_void_p,
                           ctypes.c_ulong, ctypes.c_ulong, ctypes.c_void_p)
-h = k.CreateFileW(sys.argv[1], 0x80000000, int(sys.argv[2]), None, 3, 0, None)  # GENERIC_READ
+k.WriteFile.argtypes = (ctypes.c_void_p, ctypes.c_char_p, ctypes.c_ulong,
+                        ctypes.POINTER(ctypes.c_ulong), ctypes.c_void_p)
+k.SetEndOfFile.argtypes = (ctypes.c_void_p,)
+access = int(sys.argv[3])  # GENERIC_READ, or GENERIC_READ | GENERIC_WRITE
+h = k.CreateFileW(sys.argv[1], access, int(sys.argv[2]), None, 3, 0, None)
 if h in (None, ctypes.c_void_p(-1).value):
     print("failed", ctypes.get_last_error(), flush=True)
     sys.exit(1)
 print("held", flush=True)
-sys.stdin.readline()  # release when the test writes a line (or closes the pipe)
+line = sys.stdin.readline().strip()  # release when the test writes a line (or closes the pipe)
+if line:  # the holder's own write through its handle, before it lets go
+    data, done = bytes.fromhex(line), ctypes.c_ulong(0)
+    assert k.WriteFile(h, data, len(data), ctypes.byref(done), None) and done.value == len(data)
+    assert k.SetEndOfFile(h)
 """
+GENERIC_READ = 0x80000000
+GENERIC_WRITE = 0x40000000
 
 
 class Holder:
     """A second Windows process holding ``path`` open (share mode 0 unless ``share``) until
     released."""
 
-    def __init__(self, path: Path, share: int = 0) -> None:
+    def __init__(self, path: Path, share: int = 0, writable: bool = False) -> None:
+        access = GENERIC_READ | (GENERIC_WRITE if writable else 0)
         self.process = subprocess.Popen(
-            [sys.executable, "-c", HOLDER_SOURCE, str(path), str(share)],
+            [sys.executable, "-c", HOLDER_SOURCE, str(path), str(share), str(access)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
         )
@@ -93,11 +104,13 @@ class Holder:
         line = self.process.stdout.readline()
         assert line.strip() == b"held", line
 
-    def release(self) -> None:
-        """Let the process close the file and exit; wait for it."""
+    def release(self, write: bytes = b"") -> None:
+        """Let the process close the file and exit; wait for it. With ``write`` (a holder
+        made ``writable``) it first writes those bytes over the file through its handle,
+        so nobody else can come between its write and its release."""
         if self.process.poll() is None:
             assert self.process.stdin is not None
-            self.process.stdin.write(b"\n")
+            self.process.stdin.write(write.hex().encode() + b"\n")
             self.process.stdin.close()
             self.process.wait(timeout=60)
         if self.process.stdout is not None:

@@ -1,7 +1,9 @@
 """``WindowsLauncher``: each command in a kill-on-close Job Object (contract 10.4).
 
-The start, on the event loop's thread (so no cancellation can fall between the creation
-of the process and its ownership)::
+The start, on the event loop's thread. The Proactor's ``subprocess_exec`` awaits the
+pipes' connection after the suspended process exists, so a cancellation can fall there:
+asyncio then kills the process, which never ran an instruction, and the start closes the
+job it made before re-raising::
 
     CreateJobObject ─► limits: KILL_ON_JOB_CLOSE, no breakaway
       ─► CreateProcess(CREATE_SUSPENDED | CREATE_NEW_PROCESS_GROUP), pipes on the Proactor
@@ -279,6 +281,11 @@ class WindowsLauncher:
         except (OSError, ValueError, subprocess.SubprocessError):
             job.close()
             raise LaunchError from None
+        except BaseException:
+            # A cancellation while the Proactor connects the pipes: asyncio kills the
+            # suspended process, and the job it never ran in is closed here.
+            job.close()
+            raise
         process = WindowsProcess(transport, pipes, job)
         try:
             handle = _handle_of(transport)

@@ -478,14 +478,14 @@ def write_file(syscalls: Syscalls, dir_fd: int, request: Request, gate: CommitGa
         if isinstance(found, Occupied) and found.code == "path_unavailable":
             return Outcome(found.code, found.message)
         if not isinstance(found, Absent):
-            return _exists(found, request)
+            return exists_outcome(found, request)
     else:
         if isinstance(found, Absent):
             return Outcome("not_found", NOT_FOUND)
         if isinstance(found, Occupied):
             return Outcome(found.code, found.message)
         if found.sha256 != request.expected:
-            return _stale(found.sha256, request)
+            return stale_outcome(found.sha256, request)
         if request.sha256 == request.expected:
             # The same content: a successful no-op. Nothing was written, so nothing
             # needed syncing: the file on disk is exactly as durable as before.
@@ -582,7 +582,7 @@ def _before_commit(
         # are what the caller read, so they are not stale (and a stale answer never
         # shows the expected digest as the current one).
         if again.sha256 != request.expected:
-            return _stale(again.sha256, request)
+            return stale_outcome(again.sha256, request)
         if _metadata(again) != _metadata(current):
             read_fd = temporary.read_fd
             assert read_fd is not None  # noqa: S101 - opened above
@@ -639,7 +639,7 @@ def _link(
             return Outcome("create_failed", CREATE_FAILED)
         else:
             return None
-    return _exists(inspect(syscalls, dir_fd, request.leaf, request.limit), request)
+    return exists_outcome(inspect(syscalls, dir_fd, request.leaf, request.limit), request)
 
 
 def _after_commit(
@@ -711,7 +711,8 @@ def _close(syscalls: Syscalls, temporary: _Temporary) -> None:
     temporary.write_fd = temporary.read_fd = None
 
 
-def _exists(found: Found, request: Request) -> Outcome:
+def exists_outcome(found: Current | Absent | Occupied | object, request: Request) -> Outcome:
+    """The answer to a create whose target exists (the same bytes say so); both engines'."""
     if isinstance(found, Current):
         same = found.sha256 == request.sha256
         return Outcome(
@@ -720,6 +721,7 @@ def _exists(found: Found, request: Request) -> Outcome:
     return Outcome("already_exists", EXISTS)
 
 
-def _stale(digest: str, request: Request) -> Outcome:
+def stale_outcome(digest: str, request: Request) -> Outcome:
+    """The answer to a write whose target's digest is not the expected one; both engines'."""
     same = digest == request.sha256
     return Outcome("stale", STALE_SAME if same else STALE, current_sha256=digest)

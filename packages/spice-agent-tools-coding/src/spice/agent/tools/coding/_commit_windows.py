@@ -48,15 +48,11 @@ from ._commit import (
     ABORTED,
     CREATE_FAILED,
     DURABILITY_UNCONFIRMED,
-    EXISTS,
-    EXISTS_SAME,
     NOT_FOUND,
     NOT_REGULAR,
     PATH_UNAVAILABLE,
     READ_FAILED,
     REPLACE_FAILED,
-    STALE,
-    STALE_SAME,
     SYNC_FAILED,
     TARGET_TOO_LARGE,
     TEMPORARY_FAILED,
@@ -67,6 +63,8 @@ from ._commit import (
     Occupied,
     Outcome,
     Request,
+    exists_outcome,
+    stale_outcome,
     temporary_name,
 )
 from ._root import PathError
@@ -172,7 +170,9 @@ def inspect(directory: int, leaf: str, limit: int) -> Found:
     )
 
 
-def inspect_settled(directory: int, leaf: str, limit: int, gate: CommitGate) -> Found | Outcome:
+def inspect_settled(
+    directory: int, leaf: str, limit: int, gate: CommitGate
+) -> Current | Absent | Occupied | Outcome:
     """:func:`inspect`, retried while the target is held; an Outcome when cancelled or
     when the hold does not clear."""
     waits = _Waits(gate)
@@ -183,6 +183,42 @@ def inspect_settled(directory: int, leaf: str, limit: int, gate: CommitGate) -> 
         stop = waits.next()
         if stop is not None:
             return stop
+
+
+@final
+class AttemptCount:
+    """How many attempts this process's writers found refused by a hold, for waiting on.
+
+    The seam a test waits on instead of sleeping: :meth:`wait_past` returns once another
+    attempt was refused, so a test acts on the hold only after the retry loop was entered.
+    """
+
+    __slots__ = ("_changed", "_count")
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._count = 0
+
+    @property
+    def value(self) -> int:
+        """Refused attempts so far."""
+        with self._changed:
+            return self._count
+
+    def add(self) -> None:
+        """One more refused attempt."""
+        with self._changed:
+            self._count += 1
+            self._changed.notify_all()
+
+    def wait_past(self, seen: int, timeout: float) -> bool:
+        """Block until more than ``seen`` attempts were refused, at most ``timeout`` s."""
+        with self._changed:
+            return self._changed.wait_for(lambda: self._count > seen, timeout)
+
+
+REFUSED_ATTEMPTS: Final = AttemptCount()
+"""Every refused attempt of this process's Windows writers (see :class:`AttemptCount`)."""
 
 
 @final
@@ -198,6 +234,7 @@ class _Waits:
 
     def next(self) -> Outcome | None:
         """Wait before another attempt; an Outcome when there must be none."""
+        REFUSED_ATTEMPTS.add()
         if self._attempts >= REPLACE_ATTEMPTS:
             return Outcome("replace_failed", REPLACE_FAILED)
         deadline = time.monotonic() + self._delay
@@ -228,14 +265,14 @@ def write_file(directory: int, request: Request, gate: CommitGate) -> Outcome:
         if isinstance(found, Occupied) and found.code == "path_unavailable":
             return Outcome(found.code, found.message)
         if not isinstance(found, Absent):
-            return _exists(found, request)
+            return exists_outcome(found, request)
     else:
         if isinstance(found, Absent):
             return Outcome("not_found", NOT_FOUND)
-        if isinstance(found, Occupied | Busy):  # Busy: inspect_settled never answers it
-            return Outcome(found.code, found.message) if isinstance(found, Occupied) else ABORTED
+        if isinstance(found, Occupied):
+            return Outcome(found.code, found.message)
         if found.sha256 != request.expected:
-            return _stale(found.sha256, request)
+            return stale_outcome(found.sha256, request)
         if request.sha256 == request.expected:
             return Outcome(durable=True)  # a no-op: nothing needed flushing
         current = found
@@ -337,7 +374,7 @@ def _replace(directory: int, request: Request, gate: CommitGate, temporary: int)
                 return Outcome(again.code, again.message)
             if isinstance(again, Current):
                 if again.sha256 != request.expected:
-                    return _stale(again.sha256, request)
+                    return stale_outcome(again.sha256, request)
                 if not gate.enter():
                     return ABORTED
                 status = rename(temporary, directory, request.leaf, replace=True)
@@ -361,7 +398,7 @@ def _create(directory: int, request: Request, gate: CommitGate, temporary: int) 
         if status == w.STATUS_SUCCESS:
             return None
     if status == w.STATUS_OBJECT_NAME_COLLISION:
-        return _exists(inspect(directory, request.leaf, request.limit), request)
+        return exists_outcome(inspect(directory, request.leaf, request.limit), request)
     return Outcome("create_failed", CREATE_FAILED)
 
 
@@ -432,17 +469,3 @@ def flush_ancestors(root: int, parent: str, outcome: Outcome) -> Outcome:
         if state == rw.DIRECTORY_FLUSH_REFUSED:
             outcome = dataclasses.replace(outcome, durable=False)
     return outcome
-
-
-def _exists(found: Found, request: Request) -> Outcome:
-    if isinstance(found, Current):
-        same = found.sha256 == request.sha256
-        return Outcome(
-            "already_exists", EXISTS_SAME if same else EXISTS, current_sha256=found.sha256
-        )
-    return Outcome("already_exists", EXISTS)
-
-
-def _stale(digest: str, request: Request) -> Outcome:
-    same = digest == request.sha256
-    return Outcome("stale", STALE_SAME if same else STALE, current_sha256=digest)

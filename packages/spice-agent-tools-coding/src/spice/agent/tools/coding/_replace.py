@@ -30,10 +30,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import hashlib
 import os
 import sys
-from dataclasses import dataclass, field
 from typing import Final, final
 
 from spice.agent.tool import (
@@ -53,16 +51,10 @@ from spice.agent.tool import (
 
 from ._commit import (
     ABORTED,
-    DIRECTORIES_LEFT,
     DURABILITY_UNCONFIRMED,
-    EDIT_NOT_FOUND,
-    NOTHING_CHANGED,
     POSIX,
-    STALE,
-    Absent,
     Checkpoint,
     CommitGate,
-    Occupied,
     Outcome,
     Request,
     Syscalls,
@@ -70,9 +62,10 @@ from ._commit import (
     write_file,
 )
 from ._config import Config
-from ._edits import EditFailure, apply_edits, unified_diff
+from ._edits import EditFailure
 from ._platform import root_supported
 from ._replace_arguments import Arguments, Edits, Invalid, Whole, decode, description, schema
+from ._replace_work import Change, Done, Refused, edited, withdrawn
 from ._results import attach, failure, report_progress, success
 from ._root import MadeDirectory, PathError, open_directory, open_root, remove_made, split_parent
 from .settling import deliver_cancellation, in_thread, settle
@@ -87,38 +80,6 @@ PROGRESS: Final = "replace: writing a file under the root"
 WRONG_TOOL: Final = "the call names another tool"
 UNSUPPORTED: Final = "replace on Windows needs the Windows API, which this system does not have"
 UNEXPECTED: Final = "replace failed unexpectedly"
-NOT_TEXT: Final = "the file is not valid UTF-8 text; edits need text (replace it with content)"
-
-
-@final
-@dataclass(frozen=True, slots=True)
-class _Change:
-    """The bytes a call writes and, for the edit form, what its edits did."""
-
-    data: bytes = field(repr=False)
-    sha256: str
-    edits_applied: int | None = None
-    diff: str = field(default="", repr=False)
-    diff_truncated: bool = False
-
-
-@final
-@dataclass(frozen=True, slots=True)
-class _Refused:
-    """An edit that could not apply: the engine's outcome and the edit rule's reason."""
-
-    outcome: Outcome
-    failure: EditFailure
-
-
-@final
-@dataclass(frozen=True, slots=True)
-class _Done:
-    """What the worker did, and what it wrote (``None`` when it never got that far)."""
-
-    outcome: Outcome
-    change: _Change | None
-    refused: EditFailure | None = None
 
 
 @final
@@ -193,14 +154,14 @@ class ReplaceTool:
             raise ExecutionError(call.id, state, retry, UNEXPECTED) from None
         return _answer(call, arguments, done)
 
-    def _release(self, _worker: asyncio.Future[_Done]) -> None:
+    def _release(self, _worker: asyncio.Future[Done]) -> None:
         self._lease.release()
 
     async def _settle(
         self,
         call: Call,
         arguments: Arguments,
-        worker: asyncio.Future[_Done],
+        worker: asyncio.Future[Done],
         gate: CommitGate,
     ) -> Interruption:
         """Stop the worker before its commit point or let it finish; say what happened."""
@@ -216,21 +177,21 @@ class ReplaceTool:
         return Interruption(call.id, _DEFINITIVE, _ALLOWED)
 
 
-def _work(config: Config, syscalls: Syscalls, arguments: Arguments, gate: CommitGate) -> _Done:
+def _work(config: Config, syscalls: Syscalls, arguments: Arguments, gate: CommitGate) -> Done:
     """The blocking part, in a worker thread."""
     body = arguments.body
-    change = _Change(body.data, body.sha256) if isinstance(body, Whole) else None
+    change = Change(body.data, body.sha256) if isinstance(body, Whole) else None
     if gate.cancelled:
-        return _Done(ABORTED, change)
+        return Done(ABORTED, change)
     try:
         root_fd = open_root(config.root)
     except PathError as error:
-        return _Done(Outcome(error.code, error.message), change)
+        return Done(Outcome(error.code, error.message), change)
     made: list[MadeDirectory] = []
     try:
         done = _write_beneath(config, syscalls, root_fd, arguments, gate, made, change)
         if made and not done.outcome.committed:
-            return _Done(_withdraw(root_fd, made, done.outcome), done.change)
+            return Done(_withdraw(root_fd, made, done.outcome), done.change)
         return done
     finally:
         with contextlib.suppress(OSError):
@@ -239,15 +200,15 @@ def _work(config: Config, syscalls: Syscalls, arguments: Arguments, gate: Commit
 
 def _windows_work(
     config: Config, _syscalls: Syscalls, arguments: Arguments, gate: CommitGate
-) -> _Done:
+) -> Done:
     """The Windows worker (``_replace_windows``); ``unsupported_platform`` without its API."""
     from . import _winapi  # noqa: PLC0415 - the Windows modules load only on this route
 
     if not _winapi.available():
         body = arguments.body
-        change = _Change(body.data, body.sha256) if isinstance(body, Whole) else None
-        return _Done(Outcome("unsupported_platform", UNSUPPORTED), change)
-    from ._replace_windows import work  # noqa: PLC0415 - it imports this module's types
+        change = Change(body.data, body.sha256) if isinstance(body, Whole) else None
+        return Done(Outcome("unsupported_platform", UNSUPPORTED), change)
+    from ._replace_windows import work  # noqa: PLC0415 - the Windows modules load only here
 
     return work(config, arguments, gate)
 
@@ -259,8 +220,8 @@ def _write_beneath(
     arguments: Arguments,
     gate: CommitGate,
     made: list[MadeDirectory],
-    change: _Change | None,
-) -> _Done:
+    change: Change | None,
+) -> Done:
     """Open (a create: make) the parent, edit (edit form), run the engine, sync ancestors."""
     creating = arguments.expected is None
     parent, leaf = split_parent(arguments.path)
@@ -269,7 +230,7 @@ def _write_beneath(
             root_fd, parent, follow_symlinks=True, create_missing=creating, made=made
         )
     except PathError as error:
-        return _Done(Outcome(error.code, error.message), change)
+        return Done(Outcome(error.code, error.message), change)
     try:
         limit = config.max_write_bytes
         if isinstance(arguments.body, Edits):
@@ -277,9 +238,9 @@ def _write_beneath(
             limit = config.max_edit_bytes
             edited = _edit(syscalls, dir_fd, leaf, arguments, arguments.body, limit)
             if isinstance(edited, Outcome):
-                return _Done(edited, None)
-            if isinstance(edited, _Refused):
-                return _Done(edited.outcome, None, edited.failure)
+                return Done(edited, None)
+            if isinstance(edited, Refused):
+                return Done(edited.outcome, None, edited.failure)
             change = edited
             syscalls.checkpoint(Checkpoint.EDITS_APPLIED)
         assert change is not None  # noqa: S101 - the content form set it in _work
@@ -287,7 +248,7 @@ def _write_beneath(
         outcome = write_file(syscalls, dir_fd, request, gate)
         if outcome.created and outcome.durable and parent != ".":
             outcome = _sync_ancestors(syscalls, root_fd, parent, outcome)
-        return _Done(outcome, change)
+        return Done(outcome, change)
     finally:
         with contextlib.suppress(OSError):
             os.close(dir_fd)
@@ -295,26 +256,9 @@ def _write_beneath(
 
 def _edit(
     syscalls: Syscalls, dir_fd: int, leaf: str, arguments: Arguments, body: Edits, limit: int
-) -> _Change | Outcome | _Refused:
-    """Read the current file, check its digest first, then apply the edits (pure rule)."""
-    found = inspect(syscalls, dir_fd, leaf, limit)
-    if isinstance(found, Absent):
-        return Outcome("not_found", EDIT_NOT_FOUND)
-    if isinstance(found, Occupied):
-        return Outcome(found.code, found.message)
-    if found.sha256 != arguments.expected:
-        return Outcome("stale", STALE, current_sha256=found.sha256)
-    try:
-        before = found.data.decode("utf-8")
-    except UnicodeDecodeError:
-        return Outcome("not_text", NOT_TEXT)
-    edited = apply_edits(before, len(found.data), body.edits, limit)
-    if isinstance(edited, EditFailure):
-        return _Refused(Outcome(edited.code, edited.message), edited)
-    data = edited.text.encode("utf-8")
-    diff, truncated = unified_diff(arguments.path, before, edited.text)
-    digest = hashlib.sha256(data).hexdigest()
-    return _Change(data, digest, edited.replacements, diff, truncated)
+) -> Change | Outcome | Refused:
+    """Read the current file, then apply the edit form's rule (``_replace_work.edited``)."""
+    return edited(inspect(syscalls, dir_fd, leaf, limit), arguments, body, limit)
 
 
 def _sync_ancestors(syscalls: Syscalls, root_fd: int, parent: str, outcome: Outcome) -> Outcome:
@@ -351,15 +295,8 @@ def _sync_ancestors(syscalls: Syscalls, root_fd: int, parent: str, outcome: Outc
 
 
 def _withdraw(root_fd: int, made: list[MadeDirectory], outcome: Outcome) -> Outcome:
-    """Remove the directories a create made before it failed or stopped (contract 9.1).
-
-    When some cannot be removed (no longer empty, no longer the one made), the answer
-    never says that nothing was changed, and says ``directories_cleaned: false``.
-    """
-    if remove_made(root_fd, made):
-        return outcome
-    message = outcome.message.removesuffix(NOTHING_CHANGED) + DIRECTORIES_LEFT
-    return dataclasses.replace(outcome, message=message, directories_cleaned=False)
+    """Remove the directories a create made before it failed or stopped (contract 9.1)."""
+    return withdrawn(outcome, remove_made(root_fd, made))
 
 
 def _unknown(gate: CommitGate) -> tuple[ExecutionState, RetryDisposition]:
@@ -368,7 +305,7 @@ def _unknown(gate: CommitGate) -> tuple[ExecutionState, RetryDisposition]:
     return _DEFINITIVE, _ALLOWED
 
 
-def _answer(call: Call, arguments: Arguments, done: _Done) -> Result:
+def _answer(call: Call, arguments: Arguments, done: Done) -> Result:
     """The model's answer for what the worker did."""
     outcome, change = done.outcome, done.change
     if change is not None and (outcome.code is None or outcome.committed):

@@ -9,45 +9,35 @@ checks the digest first, and applies the same pure edit rule (``_edits``).
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
-
 from . import _commit_windows as cw
 from . import _root_windows as rw
 from ._commit import (
     ABORTED,
-    DIRECTORIES_LEFT,
-    EDIT_NOT_FOUND,
-    NOTHING_CHANGED,
-    STALE,
-    Absent,
     CommitGate,
-    Occupied,
     Outcome,
     Request,
 )
 from ._config import Config
-from ._edits import EditFailure, apply_edits, unified_diff
-from ._replace import NOT_TEXT, _Change, _Done, _Refused
 from ._replace_arguments import Arguments, Edits, Whole
+from ._replace_work import Change, Done, Refused, edited, withdrawn
 from ._root import MadeDirectory, PathError
 
 
-def work(config: Config, arguments: Arguments, gate: CommitGate) -> _Done:
+def work(config: Config, arguments: Arguments, gate: CommitGate) -> Done:
     """The blocking part of one call, in a worker thread."""
     body = arguments.body
-    change = _Change(body.data, body.sha256) if isinstance(body, Whole) else None
+    change = Change(body.data, body.sha256) if isinstance(body, Whole) else None
     if gate.cancelled:
-        return _Done(ABORTED, change)
+        return Done(ABORTED, change)
     try:
         root = rw.open_root(config.root)
     except PathError as error:
-        return _Done(Outcome(error.code, error.message), change)
+        return Done(Outcome(error.code, error.message), change)
     made: list[MadeDirectory] = []
     try:
         done = _write_beneath(config, root, arguments, gate, made, change)
         if made and not done.outcome.committed:
-            return _Done(_withdraw(root, made, done.outcome), done.change)
+            return Done(_withdraw(root, made, done.outcome), done.change)
         return done
     finally:
         rw.close(root)
@@ -59,14 +49,14 @@ def _write_beneath(
     arguments: Arguments,
     gate: CommitGate,
     made: list[MadeDirectory],
-    change: _Change | None,
-) -> _Done:
+    change: Change | None,
+) -> Done:
     creating = arguments.expected is None
     parent, leaf = rw.split_parent(arguments.path)
     try:
         directory = rw.open_directory(root, parent, create_missing=creating, made=made)
     except PathError as error:
-        return _Done(Outcome(error.code, error.message), change)
+        return Done(Outcome(error.code, error.message), change)
     try:
         limit = config.max_write_bytes
         if isinstance(arguments.body, Edits):
@@ -74,50 +64,30 @@ def _write_beneath(
             limit = config.max_edit_bytes
             edited = _edit(directory, leaf, arguments, arguments.body, limit, gate)
             if isinstance(edited, Outcome):
-                return _Done(edited, None)
-            if isinstance(edited, _Refused):  # the hint goes into the answer, as on POSIX
-                return _Done(edited.outcome, None, edited.failure)
+                return Done(edited, None)
+            if isinstance(edited, Refused):  # the hint goes into the answer, as on POSIX
+                return Done(edited.outcome, None, edited.failure)
             change = edited
         assert change is not None  # noqa: S101 - the content form set it in work()
         request = Request(leaf, change.data, change.sha256, arguments.expected, limit)
         outcome = cw.write_file(directory, request, gate)
         if outcome.created and outcome.durable and parent != ".":
             outcome = cw.flush_ancestors(root, parent, outcome)
-        return _Done(outcome, change)
+        return Done(outcome, change)
     finally:
         rw.close(directory)
 
 
 def _edit(
     directory: int, leaf: str, arguments: Arguments, body: Edits, limit: int, gate: CommitGate
-) -> _Change | Outcome | _Refused:
-    """Read the current file, check its digest first, then apply the edits (pure rule)."""
+) -> Change | Outcome | Refused:
+    """Read the current file (retried while held), then apply the edit form's rule."""
     found = cw.inspect_settled(directory, leaf, limit, gate)
     if isinstance(found, Outcome):
         return found
-    if isinstance(found, Absent):
-        return Outcome("not_found", EDIT_NOT_FOUND)
-    if isinstance(found, Occupied):
-        return Outcome(found.code, found.message)
-    if isinstance(found, cw.Busy):  # pragma: no cover - inspect_settled never answers it
-        return ABORTED
-    if found.sha256 != arguments.expected:
-        return Outcome("stale", STALE, current_sha256=found.sha256)
-    try:
-        before = found.data.decode("utf-8")
-    except UnicodeDecodeError:
-        return Outcome("not_text", NOT_TEXT)
-    edited = apply_edits(before, len(found.data), body.edits, limit)
-    if isinstance(edited, EditFailure):
-        return _Refused(Outcome(edited.code, edited.message), edited)
-    data = edited.text.encode("utf-8")
-    diff, truncated = unified_diff(arguments.path, before, edited.text)
-    return _Change(data, hashlib.sha256(data).hexdigest(), edited.replacements, diff, truncated)
+    return edited(found, arguments, body, limit)
 
 
 def _withdraw(root: int, made: list[MadeDirectory], outcome: Outcome) -> Outcome:
     """Remove the directories a create made before it failed or stopped (contract 9.1)."""
-    if rw.remove_made(root, made):
-        return outcome
-    message = outcome.message.removesuffix(NOTHING_CHANGED) + DIRECTORIES_LEFT
-    return dataclasses.replace(outcome, message=message, directories_cleaned=False)
+    return withdrawn(outcome, rw.remove_made(root, made))

@@ -190,9 +190,8 @@ class Api:
     )
 
     def __init__(self) -> None:
-        windll: Any = getattr(ctypes, "WinDLL")  # noqa: B009 - absent off Windows (mypy)
-        ntdll = windll("ntdll")
-        kernel32 = windll("kernel32", use_last_error=True)
+        ntdll = library("ntdll")
+        kernel32 = library("kernel32", last_error=True)
         handle, ulong, pointer = ctypes.c_void_p, ctypes.c_ulong, ctypes.c_void_p
         self.nt_create_file = ntdll.NtCreateFile
         self.nt_create_file.restype = ctypes.c_long
@@ -253,6 +252,13 @@ class Api:
 
 
 _Loaded = TypeVar("_Loaded")
+
+
+def library(name: str, last_error: bool = False) -> Any:  # noqa: ANN401 - functions by name
+    """The DLL ``name`` (``ctypes.WinDLL``), the one way this package loads one; with
+    ``last_error`` its functions keep ``GetLastError`` for :func:`last_error`."""
+    windll: Any = getattr(ctypes, "WinDLL")  # noqa: B009 - absent off Windows (mypy)
+    return windll(name, use_last_error=last_error)
 
 
 def loaded_once(load: Callable[[], _Loaded]) -> Callable[[], _Loaded]:

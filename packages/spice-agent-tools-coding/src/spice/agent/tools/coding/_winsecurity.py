@@ -15,7 +15,7 @@ says ``owner_changed: true``).
 from __future__ import annotations
 
 import ctypes
-from typing import Any, Final, final
+from typing import Final, final
 
 from . import _root_windows as rw
 from . import _winapi as w
@@ -38,9 +38,8 @@ class _Advapi:
     __slots__ = ("equal_sid", "get_control", "get_security_info", "local_free", "set_security_info")
 
     def __init__(self) -> None:
-        windll: Any = getattr(ctypes, "WinDLL")  # noqa: B009 - absent off Windows (mypy)
-        advapi32 = windll("advapi32")
-        kernel32 = windll("kernel32")
+        advapi32 = w.library("advapi32")
+        kernel32 = w.library("kernel32")
         pointer, handle, ulong = ctypes.c_void_p, ctypes.c_void_p, ctypes.c_ulong
         self.get_security_info = advapi32.GetSecurityInfo
         self.get_security_info.restype = ulong
