@@ -34,7 +34,7 @@ It:
    when it has left the server's group; on ``SIGHUP`` (the server's "end now", or the
    server's death) ends the whole subtree, round after round (each round freezes every
    descendant with ``SIGSTOP``, then kills them all; orphans come back to this subreaper
-   and are reaped here), reports ``D`` only when none is left (else ``L``), and exits
+   and are reaped here), reports ``D`` only when none is left (else ``R``), and exits
    with the command's status mirrored (a signal death as a signal death; through
    ``bwrap``, 128+N).
 """
