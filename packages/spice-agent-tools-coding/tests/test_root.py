@@ -15,7 +15,7 @@ import pytest
 from coding_strategies import path_strings
 from hypothesis import given, settings
 
-from spice.agent.tools.coding import _root
+from spice.agent.tools.coding import _paths, _root
 from spice.agent.tools.coding._root import (
     MAXIMUM_NAME_BYTES,
     MAXIMUM_PATH_BYTES,
@@ -136,9 +136,12 @@ def read_through(root_fd: int, raw: str, *, follow_final: bool = True) -> bytes 
 
 
 FIXED_TEXTS = frozenset(
-    value for name, value in vars(_root).items() if name.startswith("_") and isinstance(value, str)
+    value
+    for module in (_root, _paths)
+    for name, value in vars(module).items()
+    if name.lstrip("_").isupper() and isinstance(value, str)
 )
-"""Every fixed problem text of ``_root`` (a message is always one of them)."""
+"""Every fixed problem text of ``_root`` and ``_paths`` (a message is always one of them)."""
 
 CONFINEMENT_TABLE: list[tuple[str, bytes | str]] = [
     ("file.txt", INSIDE),
