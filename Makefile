@@ -12,7 +12,7 @@ PACKAGES := spice-agent-api spice-agent-tools-coding spice-agent-coding
 PACKAGE_SOURCES := packages/spice-agent-api/src:packages/spice-agent-tools-coding/src:packages/spice-agent-coding/src
 PYTEST_WORKERS ?= 2
 
-.PHONY: help bootstrap system-packages inspector fast check format lint typecheck test test-unprivileged test-windows stress verify verify-offline verify-release demo soak bench clean
+.PHONY: help bootstrap system-packages inspector conformance fast check format lint typecheck test test-unprivileged test-windows stress verify verify-offline verify-release demo soak bench clean
 
 help:
 	@echo "make demo     run the tools end to end over MCP on a sample worktree"
@@ -31,7 +31,7 @@ help:
 # (even where PYTHONDONTWRITEBYTECODE keeps Python from caching it). Idempotent; fast when
 # already done.
 WORKSPACE_SOURCES := $(foreach p,$(PACKAGES),packages/$(p)/src)
-bootstrap: system-packages inspector
+bootstrap: system-packages inspector conformance
 	@command -v $(UV) >/dev/null 2>&1 && [ "$$($(UV) --version | cut -d' ' -f2)" = "$(UV_VERSION)" ] \
 	  || $(PYTHON) -m pip install --quiet "uv==$(UV_VERSION)"
 	$(UV) sync --locked --all-packages --all-extras --compile-bytecode \
@@ -49,6 +49,23 @@ $(INSPECTOR)/node_modules/.package-lock.json: $(INSPECTOR)/package.json $(INSPEC
 	  npm ci --prefix $(INSPECTOR) --ignore-scripts --no-audit --no-fund --loglevel=error; \
 	else \
 	  echo "npm is missing: the Inspector example test will be skipped" >&2; \
+	fi
+
+# The MCP conformance suite and the Node it runs on (it needs Node >= 22), pinned by
+# scripts/conformance/package-lock.json. The test run (packages/spice-agent-coding/tests/
+# test_http_conformance.py, slow, so in `make test` and `make verify`) runs every server
+# scenario against `spice-coding serve --transport http`, holds the results against
+# scripts/conformance/baseline.toml, and bounds each leg (LEG_BOUND_SECONDS in
+# tests/conformance_suite.py). Installed again only when the lock changes; without npm
+# those tests are skipped with that reason.
+CONFORMANCE := scripts/conformance
+conformance: $(CONFORMANCE)/node_modules/.package-lock.json
+
+$(CONFORMANCE)/node_modules/.package-lock.json: $(CONFORMANCE)/package.json $(CONFORMANCE)/package-lock.json
+	@if command -v npm >/dev/null 2>&1; then \
+	  npm ci --prefix $(CONFORMANCE) --ignore-scripts --no-audit --no-fund --loglevel=error; \
+	else \
+	  echo "npm is missing: the MCP conformance tests will be skipped" >&2; \
 	fi
 
 # strace drives the crash-consistency tests of replace, GNU patch checks that cut diffs
@@ -230,4 +247,4 @@ bench: bootstrap
 	$(UV_RUN) python benchmarks/run.py $(BENCH_FLAGS)
 
 clean:
-	rm -rf .venv .windows-env $(INSPECTOR)/node_modules .pytest_cache .mypy_cache .ruff_cache .coverage .coverage.* dist
+	rm -rf .venv .windows-env $(INSPECTOR)/node_modules $(CONFORMANCE)/node_modules .pytest_cache .mypy_cache .ruff_cache .coverage .coverage.* dist
