@@ -6,7 +6,8 @@ scenarios at one protocol choice each (``LEGS``). A scenario fails when one of i
 ends ``FAILURE`` or ``WARNING`` (the rule of the suite's own ``--expected-failures``).
 
 ``baseline.toml`` beside the lock names, per leg, what does not apply to ``spice-coding``
-and why: a key ``SCENARIO`` for a whole scenario, ``SCENARIO:CHECK`` for one of its checks.
+and why: a key ``SCENARIO`` for a whole scenario (all its checks but ``ALWAYS_HELD``),
+``SCENARIO:CHECK`` for one of its checks.
 ``judge`` holds a leg's results against its table: a failure the table does not name is
 *unexpected*; an entry whose scenario or check now passes, or that the suite no longer
 has, is *stale*. Either fails the test, so the baseline can neither hide a regression nor
@@ -42,6 +43,9 @@ ones and the extensions over 2026-07-28's stateless requests). ``2026-07-28``: e
 scenario that applies to 2026-07-28, over that protocol."""
 
 FAILING_STATUSES: Final = frozenset({"FAILURE", "WARNING"})
+ALWAYS_HELD: Final = frozenset({"wire-schema-valid"})
+"""Checks no whole-scenario entry excepts: every message the server sends must be valid
+against the protocol's schema, whether or not the scenario's feature applies to us."""
 NO_RESULT: Final = "(no result)"
 """The failing "check" of a scenario that wrote no readable ``checks.json`` (it crashed,
 or the run was stopped); only a whole-scenario entry can expect it."""
@@ -140,12 +144,9 @@ def judge(
         else:
             stale.append(f"{key} (now passes, or the scenario no longer has this check)")
     for scenario in sorted(failing):
-        if scenario in baseline:
-            continue
+        held = failing[scenario] & ALWAYS_HELD if scenario in baseline else failing[scenario]
         unexpected.extend(
-            f"{scenario}:{check}"
-            for check in sorted(failing[scenario])
-            if f"{scenario}:{check}" not in baseline
+            f"{scenario}:{check}" for check in sorted(held) if f"{scenario}:{check}" not in baseline
         )
     return Verdict(tuple(unexpected), tuple(stale), tuple(expected))
 

@@ -27,6 +27,7 @@ from typing import Final
 
 import pytest
 from conformance_suite import (
+    ALWAYS_HELD,
     LEGS,
     MAXIMUM_RESULT_BYTES,
     NO_RESULT,
@@ -57,7 +58,10 @@ STARTUP_LINES: Final = 100
 STOP_BOUND_SECONDS: Final = 30.0
 """How long the server may take to exit after SIGTERM before it is killed."""
 HTTP_TRANSPORT_MISSING: Final = "the HTTP transport is not built yet"
-_LISTENING: Final = re.compile(rb"^listening on (http://127\.0\.0\.1:[0-9]+/\S*)\r?\n?$")
+_LISTENING: Final = re.compile(
+    rb"^(?:spice-coding: )?listening on (http://127\.0\.0\.1:[0-9]+/\S*)\r?\n?$"
+)
+"""The line that says the socket accepts (the CLI's messages carry the program's name)."""
 
 
 def _node_version(node: str) -> tuple[int, ...]:
@@ -303,6 +307,14 @@ def test_a_failure_or_a_warning_the_baseline_does_not_name_is_unexpected() -> No
     assert not verdict.clean
 
 
+def test_a_whole_scenario_entry_never_excepts_an_invalid_message() -> None:
+    """The schema check of what the server sent is held even where the feature does not apply."""
+    results = {"absent": [("x", "FAILURE"), ("wire-schema-valid", "FAILURE")]}
+    verdict = judge(results, {"absent": "r"})
+    assert ("absent:wire-schema-valid",) == verdict.unexpected
+    assert ("absent",) == verdict.expected
+
+
 def test_a_check_entry_covers_that_check_only() -> None:
     results = {"partly": [("y", "FAILURE"), ("new", "FAILURE")]}
     assert ("partly:new",) == judge(results, {"partly:y": "r"}).unexpected
@@ -340,9 +352,19 @@ def test_describe_names_each_unexpected_failure_and_stale_entry() -> None:
 
 _NAMES: Final = st.text("abcdefgh-", min_size=1, max_size=8).filter(lambda s: s[0] != "-")
 _STATUSES: Final = st.sampled_from(["SUCCESS", "FAILURE", "WARNING", "INFO", "SKIPPED"])
+_CHECKS: Final = _NAMES | st.sampled_from(sorted(ALWAYS_HELD))
 _RESULTS: Final = st.dictionaries(
-    _NAMES, st.lists(st.tuples(_NAMES, _STATUSES), max_size=6), max_size=6
+    _NAMES, st.lists(st.tuples(_CHECKS, _STATUSES), max_size=6), max_size=6
 )
+
+
+@given(_RESULTS)
+def test_whole_scenario_entries_leave_only_the_always_held_checks_unexpected(
+    results: dict[str, list[tuple[str, str]]],
+) -> None:
+    verdict = judge(results, dict.fromkeys(results, "r"))
+    held = {key for key in _failing_keys(results) if key.partition(":")[2] in ALWAYS_HELD}
+    assert held == set(verdict.unexpected)
 
 
 def _failing_keys(results: dict[str, list[tuple[str, str]]]) -> set[str]:
