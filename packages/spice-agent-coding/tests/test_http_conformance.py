@@ -196,6 +196,15 @@ async def test_the_server_passes_every_conformance_scenario_the_baseline_does_no
     assert not problems, "\n".join([*problems, f"(the suite's results and logs: {tmp_path})"])
 
 
+async def test_a_server_that_never_listens_is_reported_not_waited_for(tmp_path: Path) -> None:
+    """The server refuses a missing root and exits: the runner says so at once."""
+    if not _http_transport_built():
+        pytest.skip(HTTP_TRANSPORT_MISSING)
+    with pytest.raises(AssertionError, match="printed no 'listening on' line"):
+        async with _http_server(tmp_path / "missing"):
+            pytest.fail("a server on a missing root listened")
+
+
 # --- the committed baseline and the pinned suite -------------------------------------------
 
 
