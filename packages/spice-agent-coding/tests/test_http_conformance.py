@@ -139,8 +139,11 @@ async def _http_server(root: Path) -> AsyncIterator[tuple[str, asyncio.subproces
             for _ in range(STARTUP_LINES):
                 line = await stderr.readline()
                 found = _LISTENING.match(line)
-                if found is not None or not line:
-                    url = found[1].decode() if found is not None else None
+                if found is not None:
+                    url = found[1].decode()
+                    break
+                if not line:  # it closed stderr: it is exiting, its code tells why
+                    await process.wait()
                     break
         assert url is not None, (
             f"the server printed no 'listening on' line (exit {process.returncode})"
@@ -155,7 +158,10 @@ async def _http_server(root: Path) -> AsyncIterator[tuple[str, asyncio.subproces
                     await asyncio.shield(process.wait())
             except TimeoutError:
                 with contextlib.suppress(ProcessLookupError):
-                    os.killpg(process.pid, signal.SIGKILL)
+                    if sys.platform == "win32":
+                        process.kill()
+                    else:
+                        os.killpg(process.pid, signal.SIGKILL)
                 await asyncio.shield(process.wait())
         if drain is not None:
             drain.cancel()
@@ -200,7 +206,7 @@ async def test_a_server_that_never_listens_is_reported_not_waited_for(tmp_path: 
     """The server refuses a missing root and exits: the runner says so at once."""
     if not _http_transport_built():
         pytest.skip(HTTP_TRANSPORT_MISSING)
-    with pytest.raises(AssertionError, match="printed no 'listening on' line"):
+    with pytest.raises(AssertionError, match=r"printed no 'listening on' line \(exit [1-9]"):
         async with _http_server(tmp_path / "missing"):
             pytest.fail("a server on a missing root listened")
 
