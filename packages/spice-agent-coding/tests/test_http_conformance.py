@@ -21,7 +21,7 @@ import socket
 import subprocess
 import sys
 from asyncio.subprocess import DEVNULL, PIPE
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Final
 
@@ -239,54 +239,59 @@ def test_the_pinned_versions_are_those_the_lock_installs() -> None:
     assert tuple(int(part) for part in node.split(".")[:2]) >= SUITE_MINIMUM_NODE
 
 
-async def _silent_leg(
-    tmp_path: Path, bound: float
-) -> tuple[asyncio.Task[int], socket.socket, socket.socket]:
-    """A leg against a server that accepts and never answers, once the suite has connected.
-
-    Returns the leg's task, the listening socket and the suite's connection (both to close).
-    """
-    node, entry = _suite()
+@contextlib.contextmanager
+def _silent_server() -> Iterator[tuple[str, socket.socket]]:
+    """A loopback URL whose socket accepts connections (the kernel does) and never answers."""
     reason = loopback_reason()
     if reason is not None:
         pytest.skip(reason)
-    silent = socket.socket()
-    silent.bind(("127.0.0.1", 0))
-    silent.listen(64)
-    silent.setblocking(False)  # noqa: FBT003 - the socket API
-    url = f"http://127.0.0.1:{silent.getsockname()[1]}/mcp"
-    leg = asyncio.create_task(run_leg(node, entry, url, "default", tmp_path / "results", bound))
-    # The suite connects once Node has started: the accepted connection is the event.
-    accepting = asyncio.ensure_future(asyncio.get_running_loop().sock_accept(silent))
-    await asyncio.wait({accepting, leg}, return_when=asyncio.FIRST_COMPLETED)
-    if not accepting.done():
-        accepting.cancel()
-        silent.close()
-        await leg  # the leg ended first: its error is the test's failure
-        pytest.fail("the suite ended without connecting")
-    return leg, silent, accepting.result()[0]
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(64)
+        silent.setblocking(False)  # noqa: FBT003 - the socket API
+        yield f"http://127.0.0.1:{silent.getsockname()[1]}/mcp", silent
+
+
+SHORT_BOUND_SECONDS: Final = 2.0
+"""The leg bound under test: far below the suite's own per-scenario timeout (30 s)."""
 
 
 async def test_a_leg_past_its_bound_is_stopped_and_its_suite_collected(tmp_path: Path) -> None:
-    """A server that accepts and never answers: the leg ends at its bound, no Node left."""
-    leg, silent, connection = await _silent_leg(tmp_path, bound=5.0)
-    with silent, connection:
-        assert _suite_running(tmp_path)
+    """Against a server that never answers the leg ends at its bound, with no Node left."""
+    node, entry = _suite()
+    with _silent_server() as (url, _):
         with pytest.raises(TimeoutError):
-            await leg
+            await run_leg(node, entry, url, "default", tmp_path / "results", SHORT_BOUND_SECONDS)
         assert not _suite_running(tmp_path)
     assert (tmp_path / "results.log").is_file()
 
 
 async def test_a_cancelled_leg_kills_its_suite(tmp_path: Path) -> None:
     """Cancelling the leg (the test's own timeout, Ctrl-C) leaves no Node behind."""
-    leg, silent, connection = await _silent_leg(tmp_path, bound=STARTUP_BOUND_SECONDS)
-    with silent, connection:
-        assert _suite_running(tmp_path)
-        leg.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await leg
-        assert not _suite_running(tmp_path)
+    node, entry = _suite()
+    with _silent_server() as (url, silent):
+        leg = asyncio.create_task(run_leg(node, entry, url, "default", tmp_path / "results"))
+        # The suite connects once Node has started: the accepted connection is the event.
+        accepting = asyncio.ensure_future(asyncio.get_running_loop().sock_accept(silent))
+        try:
+            done, _ = await asyncio.wait(
+                {accepting, leg},
+                timeout=STARTUP_BOUND_SECONDS,
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+            assert accepting in done, "the suite did not connect"
+            with accepting.result()[0]:
+                assert _suite_running(tmp_path)
+                leg.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await leg
+                assert not _suite_running(tmp_path)
+        finally:
+            accepting.cancel()
+            if not leg.done():  # a failed assertion above: the leg still kills its suite
+                leg.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await leg
 
 
 def _suite_running(directory: Path) -> bool:
