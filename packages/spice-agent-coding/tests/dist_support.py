@@ -38,9 +38,7 @@ def release_names() -> list[str]:
 
 
 def release_version() -> str:
-    version = json.loads((REPOSITORY / "spice-release.json").read_text(encoding="utf-8"))[
-        "version"
-    ]
+    version = json.loads((REPOSITORY / "spice-release.json").read_text(encoding="utf-8"))["version"]
     assert isinstance(version, str)
     return version
 

@@ -162,6 +162,18 @@ def pip_environment(tmp_path: Path) -> Path:
     return venv
 
 
+def pip_install(venv: Path) -> list[str]:
+    return [str(venv / "bin" / "python"), "-m", "pip", "install"]
+
+
+def find_links(*directories: Path) -> list[str]:
+    """No index at all: only these directories."""
+    links = ["--no-index"]
+    for directory in directories:
+        links += ["--find-links", str(directory)]
+    return links
+
+
 def distributions_in(venv: Path) -> dict[str, str]:
     """Name -> version of what is installed in ``venv``, read by its own interpreter."""
     probe = (
@@ -182,16 +194,12 @@ async def test_pip_installs_the_app_from_dist_with_no_index_and_it_serves(
     wheelhouse = wheelhouse_or_skip()
     venv = pip_environment(tmp_path)
     before = distributions_in(venv)
-    done = run(
-        [str(venv / "bin" / "python"), "-m", "pip", "install", "--no-index"]
-        + ["--find-links", str(dist), "--find-links", str(wheelhouse), APP],
-        env=quiet_environment(),
-    )
+    done = run([*pip_install(venv), *find_links(dist, wheelhouse), APP], env=quiet_environment())
     assert 0 == done.returncode, done.stderr
     installed = distributions_in(venv)
     version = release_version()
     assert not {APP, *SIBLINGS} & set(before)
-    assert {name: version for name in (APP, *SIBLINGS)} == {
+    assert dict.fromkeys((APP, *SIBLINGS), version) == {
         name: installed[name] for name in (APP, *SIBLINGS)
     }
     tree = tmp_path / "tree"
@@ -207,11 +215,7 @@ def test_the_app_wheel_alone_does_not_install_with_no_index(dist: Path, tmp_path
     alone.mkdir()
     shutil.copy2(wheel_named(dist, APP), alone)
     venv = pip_environment(tmp_path)
-    done = run(
-        [str(venv / "bin" / "python"), "-m", "pip", "install", "--no-index"]
-        + ["--find-links", str(alone), "--find-links", str(wheelhouse), APP],
-        env=quiet_environment(),
-    )
+    done = run([*pip_install(venv), *find_links(alone, wheelhouse), APP], env=quiet_environment())
     assert 0 != done.returncode
     assert "spice-agent-api" in done.stderr or "spice-agent-tools-coding" in done.stderr
     assert APP not in distributions_in(venv)
@@ -229,8 +233,7 @@ async def test_uv_tool_install_from_dist_with_no_index(dist: Path, tmp_path: Pat
         UV_PYTHON_DOWNLOADS="never",
     )
     done = run(
-        ["uv", "tool", "install", "--python", base_python(), "--no-index"]
-        + ["--find-links", str(dist), "--find-links", str(wheelhouse), APP],
+        ["uv", "tool", "install", "--python", base_python(), *find_links(dist, wheelhouse), APP],
         env=env,
     )
     assert 0 == done.returncode, done.stderr
@@ -246,6 +249,7 @@ async def test_uv_tool_install_from_dist_with_no_index(dist: Path, tmp_path: Pat
 async def test_pipx_install_from_dist_with_no_index(dist: Path, tmp_path: Path) -> None:
     """`pipx install` with pip told `--no-index --find-links dist`, into scratch pipx dirs."""
     wheelhouse = wheelhouse_or_skip()
+    pip_args = " ".join(find_links(dist, wheelhouse))
     pipx = Path(sys.executable).parent / "pipx"
     if not pipx.is_file():
         pytest.skip("pipx is not installed in this environment (the dev group pins it)")
@@ -255,9 +259,7 @@ async def test_pipx_install_from_dist_with_no_index(dist: Path, tmp_path: Path) 
         PIPX_MAN_DIR=str(tmp_path / "man"),
     )
     done = run(
-        [str(pipx), "install", "--python", base_python()]
-        + [f"--pip-args=--no-index --find-links {dist} --find-links {wheelhouse}", APP],
-        env=env,
+        [str(pipx), "install", "--python", base_python(), "--pip-args", pip_args, APP], env=env
     )
     assert 0 == done.returncode, done.stderr
     script = tmp_path / "bin" / "spice-coding"
@@ -308,9 +310,9 @@ def test_uvx_from_git_without_the_wheelhouse_cannot_reach_an_index(tmp_path: Pat
     env = quiet_environment(
         UV_OFFLINE="1", UV_CACHE_DIR=str(tmp_path / "cache"), UV_PYTHON_DOWNLOADS="never"
     )
+    url = f"git+file://{source}#subdirectory=packages/{APP}"
     done = run(
-        ["uvx", "--python", base_python(), "--no-index"]
-        + ["--from", f"git+file://{source}#subdirectory=packages/{APP}", "spice-coding", "--help"],
+        ["uvx", "--python", base_python(), "--no-index", "--from", url, "spice-coding", "--help"],
         env=env,
         cwd=tmp_path,
     )
