@@ -56,6 +56,8 @@ def run(*argv: str, cwd: Path = ROOT, env: dict[str, str] | None = None) -> str:
         )
     except subprocess.TimeoutExpired:
         raise DistError(f"{argv[0]} did not finish in {COMMAND_TIMEOUT_SECONDS} s") from None
+    except OSError:
+        raise DistError(f"{argv[0]} cannot be run (is it installed?)") from None
     if done.returncode != 0:
         sys.stderr.write(done.stdout + done.stderr)
         raise DistError(f"{argv[0]} {argv[1] if len(argv) > 1 else ''} failed")

@@ -10,6 +10,7 @@ bootstrap` fetched (standing in for PyPI, which a user would have). `--no-index`
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 import tarfile
@@ -125,6 +126,25 @@ def test_a_failed_dist_leaves_the_previous_one_and_no_scratch(tmp_path: Path) ->
     assert "make dist: the build did not make exactly the files" in done.stderr
     assert before == {p.name: p.read_bytes() for p in dist.iterdir()}
     assert not list(tmp_path.glob(".dist-*"))
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "message"),
+    [
+        ("SOURCE_DATE_EPOCH", "yesterday", "SOURCE_DATE_EPOCH is not a number"),
+        ("UV", "/nonexistent/uv", "/nonexistent/uv cannot be run"),
+    ],
+)
+def test_a_bad_environment_fails_the_build_by_name(
+    tmp_path: Path, variable: str, value: str, message: str
+) -> None:
+    """A bad epoch or a missing uv fails in one line naming it, and makes no dist/."""
+    env = {**os.environ, variable: value}
+    done = run([sys.executable, str(BUILD_SCRIPT), "--out", str(tmp_path / "dist")], env=env)
+    assert 1 == done.returncode
+    assert done.stderr.startswith(f"make dist: {message}")
+    assert 1 == done.stderr.count("\n")
+    assert [] == list(tmp_path.iterdir())
 
 
 def test_dist_and_the_wheelhouse_are_ignored_by_git() -> None:
