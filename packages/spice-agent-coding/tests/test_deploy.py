@@ -5,7 +5,8 @@ the wheels a real `make dist` build makes and run a `spice-coding serve` command
 application's own argument parser and settings accept; the manifest must keep one pod per
 worktree, run that same command, mount the token file read-only and never widen the pod's
 privileges. Each check is a function returning the problems it found, so the tests below
-also show each one failing on a broken copy.
+also show each one failing on a broken copy. The Dockerfile's build stage is also run
+here, outside a container, with the locked wheels standing in for PyPI.
 """
 
 from __future__ import annotations
@@ -25,7 +26,16 @@ from urllib.parse import urlsplit
 
 import pytest
 import yaml  # type: ignore[import-untyped]  # PyYAML ships no annotations
-from dist_support import REPOSITORY, build_dist
+from dist_support import (
+    REPOSITORY,
+    TOOLS,
+    base_python,
+    build_dist,
+    quiet_environment,
+    run,
+    served_tools,
+    wheelhouse_or_skip,
+)
 
 from spice.agent.coding import _cli
 from spice.agent.coding._settings import SettingsError, flags_of, resolve_settings
@@ -420,10 +430,17 @@ def exposure_problems(
 
 
 @pytest.fixture(scope="module")
-def wheels(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
-    """The wheel names of a real `make dist` build (the same script, into a scratch dir)."""
-    built = build_dist(tmp_path_factory.mktemp("built") / "dist")
-    return [name for name in built if name.endswith(".whl")]
+def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real `make dist` build (the same script, into a scratch directory)."""
+    out = tmp_path_factory.mktemp("built") / "dist"
+    build_dist(out)
+    return out
+
+
+@pytest.fixture
+def wheels(dist: Path) -> list[str]:
+    """The wheel names of that build."""
+    return sorted(p.name for p in dist.glob("*.whl"))
 
 
 @pytest.fixture
@@ -484,6 +501,65 @@ def test_a_broken_dockerfile_is_caught(
     assert before in text
     found = dockerfile_problems(text.replace(before, after), wheels, paths)
     assert any(problem in p for p in found), found
+
+
+def stage_environment(stage: Stage) -> dict[str, str]:
+    """A stage's ``ENV NAME=VALUE ...`` settings."""
+    found: dict[str, str] = {}
+    for keyword, rest in stage.steps:
+        if keyword == "ENV":
+            for word in shlex.split(rest):
+                name, _, value = word.partition("=")
+                found[name] = value
+    return found
+
+
+def run_build_stage(dist: Path, wheelhouse: Path, scratch: Path) -> Path:
+    """Run the Dockerfile's build stage here: its COPY and RUN lines with the image's paths
+    moved under ``scratch`` and PyPI replaced by ``wheelhouse`` (no index); its /opt/spice."""
+    build = stages(DOCKERFILE.read_text(encoding="utf-8"))[0]
+    moved = {"/opt/spice": scratch / "opt" / "spice", "/wheels": scratch / "wheels"}
+
+    def here(text: str) -> str:
+        for image_path, local in moved.items():
+            text = text.replace(image_path, str(local))
+        return text
+
+    for keyword, rest in build.steps:
+        if keyword == "COPY":
+            *sources, target = shlex.split(rest)
+            Path(here(target)).mkdir(parents=True, exist_ok=True)
+            for source in sources:
+                name = Path(source).name
+                (Path(here(target)) / name).write_bytes((dist / name).read_bytes())
+    for wheel in wheelhouse.glob("*.whl"):
+        (moved["/wheels"] / wheel.name).symlink_to(wheel)
+    bin_dir = scratch / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python").symlink_to(base_python())
+    env = quiet_environment(**stage_environment(build), PIP_NO_INDEX="1")
+    env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', os.defpath)}"
+    for keyword, rest in build.steps:
+        if keyword == "RUN":
+            done = run(["/bin/sh", "-c", here(rest)], env=env, cwd=scratch)
+            assert 0 == done.returncode, done.stderr
+    return moved["/opt/spice"]
+
+
+@pytest.mark.slow
+async def test_the_dockerfiles_build_stage_makes_a_server_that_serves(
+    dist: Path, tmp_path: Path
+) -> None:
+    """The build stage's own COPY and RUN lines, run here (paths moved under a scratch
+    directory, PyPI replaced by the locked wheelhouse, no index), make an environment
+    without pip whose `spice-coding serve` answers MCP `tools/list` and a read."""
+    venv = run_build_stage(dist, wheelhouse_or_skip(), tmp_path / "image")
+    installed = sorted(p.name for p in (venv / "bin").iterdir())
+    assert "spice-coding" in installed
+    assert not [name for name in installed if name.startswith("pip")]
+    tree = tmp_path / "worktree"
+    tree.mkdir()
+    assert (TOOLS, "hello\n") == await served_tools(venv / "bin" / "spice-coding", tree)
 
 
 def test_dockerignore_admits_only_the_wheels() -> None:
