@@ -12,7 +12,7 @@ PACKAGES := spice-agent-api spice-agent-tools-coding spice-agent-coding
 PACKAGE_SOURCES := packages/spice-agent-api/src:packages/spice-agent-tools-coding/src:packages/spice-agent-coding/src
 PYTEST_WORKERS ?= 2
 
-.PHONY: help bootstrap system-packages inspector conformance fast check format lint typecheck test test-unprivileged test-windows stress verify verify-offline verify-release demo soak bench clean
+.PHONY: help bootstrap system-packages inspector conformance wheelhouse dist fast check format lint typecheck test test-unprivileged test-windows stress verify verify-offline verify-release demo soak bench clean
 
 help:
 	@echo "make demo     run the tools end to end over MCP on a sample worktree"
@@ -22,6 +22,7 @@ help:
 	@echo "make soak     long race and crash sweeps (minutes)"
 	@echo "make stress   the whole suite three times beside four busy processes (long)"
 	@echo "make verify-release  verify, offline verify, reproducible builds, index-free install"
+	@echo "make dist     the three wheels and sdists in dist/ (reproducible)"
 	@echo "make bench    benchmarks beside their floors and peers"
 	@echo "make test-windows  the suites under Wine with Windows CPython 3.13 and 3.11"
 
@@ -37,6 +38,34 @@ bootstrap: system-packages inspector conformance
 	$(UV) sync --locked --all-packages --all-extras --compile-bytecode \
 	  || { echo "uv sync failed: run 'make bootstrap' once with access to PyPI to fill the cache" >&2; exit 1; }
 	$(UV_RUN) python -m compileall -q $(WORKSPACE_SOURCES)
+	@$(MAKE) --no-print-directory wheelhouse
+
+# The application's third-party wheels exactly as uv.lock pins them (hashes checked), for the
+# tests that install `make dist`'s wheels with no index at all (test_dist.py): they stand in
+# for PyPI there. Fetched with the environment's own interpreter's pip, once per change of
+# uv.lock; without PyPI (or pip) it is only noted, and those tests skip.
+WHEELHOUSE := .wheelhouse
+wheelhouse: $(WHEELHOUSE)/requirements.txt
+
+$(WHEELHOUSE)/requirements.txt: uv.lock
+	@rm -rf $(WHEELHOUSE).tmp && mkdir -p $(WHEELHOUSE).tmp
+	@$(UV) export --locked --offline --quiet --no-dev --no-emit-workspace --no-header \
+	  --package spice-agent-coding --format requirements-txt -o $(WHEELHOUSE).tmp/requirements.txt
+	@python=$$(.venv/bin/python -c 'import sys; print(sys._base_executable)'); \
+	if "$$python" -m pip download --quiet --disable-pip-version-check --no-deps \
+	     --only-binary=:all: --require-hashes -d $(WHEELHOUSE).tmp \
+	     -r $(WHEELHOUSE).tmp/requirements.txt >/dev/null 2>&1; then \
+	  rm -rf $(WHEELHOUSE) && mv $(WHEELHOUSE).tmp $(WHEELHOUSE); \
+	else \
+	  rm -rf $(WHEELHOUSE).tmp; \
+	  echo "the locked wheels could not be fetched: the index-free install tests will be skipped" >&2; \
+	fi
+
+# The three distributions' wheels and sdists in dist/, built from what git tracks as it stands,
+# the same bytes on every run (scripts/build_dist.py). No network: uv builds with its built-in
+# backend.
+dist:
+	$(UV_RUN) python scripts/build_dist.py --out dist
 
 # The MCP Inspector CLI and a Node it runs on (it needs Node >= 22.19), pinned by
 # examples/inspector/package-lock.json, for the test of the README's Inspector example.
@@ -103,7 +132,7 @@ typecheck:
 	@MYPYPATH=$(PACKAGE_SOURCES) $(UV_RUN) mypy --strict --platform win32 $(WINDOWS_TYPED)
 
 	@echo "mypy --strict scripts benchmarks examples"
-	@MYPYPATH=benchmarks:$(PACKAGE_SOURCES) \
+	@MYPYPATH=benchmarks:scripts:$(PACKAGE_SOURCES) \
 	  $(UV_RUN) mypy --strict scripts benchmarks examples
 
 # Checked a second time as Windows sees them: the code behind `sys.platform == "win32"`.
@@ -247,4 +276,4 @@ bench: bootstrap
 	$(UV_RUN) python benchmarks/run.py $(BENCH_FLAGS)
 
 clean:
-	rm -rf .venv .windows-env $(INSPECTOR)/node_modules $(CONFORMANCE)/node_modules .pytest_cache .mypy_cache .ruff_cache .coverage .coverage.* dist
+	rm -rf .venv .windows-env $(INSPECTOR)/node_modules $(CONFORMANCE)/node_modules .pytest_cache .mypy_cache .ruff_cache .coverage .coverage.* dist $(WHEELHOUSE)

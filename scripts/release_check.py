@@ -2,8 +2,9 @@
 
 Run by `make verify-release` after `make verify`. Steps:
 
-1. build every sdist and wheel twice with SOURCE_DATE_EPOCH from the last commit
-   and compare the two builds byte for byte;
+1. build every sdist and wheel of the last commit twice (`make dist`'s build, from
+   `scripts/build_dist.py`) with SOURCE_DATE_EPOCH from that commit and compare the
+   two builds byte for byte;
 2. check each wheel's metadata against spice-release.json (names, one version,
    exact pins between the members, Requires-Python, license file, py.typed,
    the console script);
@@ -15,52 +16,28 @@ Run by `make verify-release` after `make verify`. Steps:
 from __future__ import annotations
 
 import email.parser
-import hashlib
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import zipfile
 from pathlib import Path
 from typing import Final
 
+import build_dist
+
 ROOT: Final = Path(__file__).resolve().parent.parent
 RELEASE: Final = json.loads((ROOT / "spice-release.json").read_text(encoding="utf-8"))
-UV: Final = os.environ.get("UV", "uv")
-TIMEOUT: Final = 600
+UV: Final = build_dist.UV
 
 
 def run(*argv: str, env: dict[str, str] | None = None, cwd: Path = ROOT) -> str:
     """Run a command, fail loudly with its own output when it fails."""
-    done = subprocess.run(
-        argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=TIMEOUT, check=False
-    )
-    if done.returncode != 0:
-        sys.stderr.write(done.stdout + done.stderr)
-        raise SystemExit(
-            f"release check: command failed: {argv[0]} {argv[1] if len(argv) > 1 else ''}"
-        )
-    return done.stdout
-
-
-def build(source: Path, out: Path, epoch: str) -> dict[str, str]:
-    """Build all distributions of `source` into `out`; return file name -> SHA-256."""
-    env = {**os.environ, "SOURCE_DATE_EPOCH": epoch}
-    run(
-        UV,
-        "build",
-        "--all-packages",
-        "--offline",
-        "--no-build-logs",
-        "-o",
-        str(out),
-        env=env,
-        cwd=source,
-    )
-    artifacts = [p for p in sorted(out.iterdir()) if p.name.endswith((".whl", ".tar.gz"))]
-    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in artifacts}
+    try:
+        return build_dist.run(*argv, cwd=cwd, env=env)
+    except build_dist.DistError as error:
+        raise SystemExit(f"release check: {error}") from None
 
 
 def check_reproducible(work: Path) -> Path:
@@ -71,10 +48,9 @@ def check_reproducible(work: Path) -> Path:
     archive = work / "source.tar"
     run("git", "archive", "--format=tar", "-o", str(archive), "HEAD")
     run("tar", "-xf", str(archive), "-C", str(source))
-    first = build(source, work / "first", epoch)
-    second = build(source, work / "second", epoch)
-    expected = 2 * len(RELEASE["distributions"])
-    if len(first) != expected or first != second:
+    first = build_dist.build(source, work / "first", epoch)
+    second = build_dist.build(source, work / "second", epoch)
+    if sorted(first) != build_dist.artifact_names() or first != second:
         raise SystemExit("release check: the two builds differ")
     print(f"reproducible: {len(first)} artifacts identical across two builds")
     return work / "first"
