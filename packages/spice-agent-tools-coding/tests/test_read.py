@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 
 from spice.agent.tool import (
-    MAXIMUM_PAYLOAD_BYTES,
     Call,
     Capability,
     Effect,
@@ -30,6 +29,7 @@ from spice.agent.tool import (
 from spice.agent.tools.coding import Config, new_read
 from spice.agent.tools.coding._config import MAXIMUM_BYTES
 from spice.agent.tools.coding._read import INLINE_READ_BYTES, PREAD_CHUNK_BYTES, PROGRESS, _pread
+from spice.agent.tools.coding._results import ANSWER_ROOM, answer_bytes
 
 REPORTER_TEXT = "reporter-text-\u2603"
 HAS_FD_DIR = os.path.isdir("/proc/self/fd")
@@ -275,25 +275,35 @@ async def test_invalid_utf8_is_base64(root: Path) -> None:
         assert data[: len(page)] == page
 
 
-async def test_nul_bytes_too_large_to_escape_are_base64_within_the_payload_bound(
-    root: Path,
-) -> None:
-    """300 KiB of NUL would escape to 1.8 MB of JSON: base64 keeps the result under 1 MiB."""
+async def test_nul_bytes_too_many_to_escape_are_a_shorter_text_page(root: Path) -> None:
+    """300 KiB of NUL would be 6 MB in the answer's three copies: the page is shortened to
+    what fits (each NUL takes 20 bytes) and says where the next page starts."""
     data = b"\0" * (300 * 1024)
     (root / "zeros").write_bytes(data)
     tool = new_read(Config(root, max_read_bytes=MAXIMUM_BYTES))
     result = await tool.execute(Call("c", "read", '{"path": "zeros"}'))
     content = content_of(result)
-    assert ("base64", hashlib.sha256(data).hexdigest()) == (content["encoding"], content["sha256"])
-    assert data == base64.b64decode(str(content["content"]))
-    assert MAXIMUM_PAYLOAD_BYTES > len(result.content.encode())
+    kept = int(str(content["bytes"]))
+    assert ("utf-8", True, kept, "\0" * kept) == (
+        content["encoding"],
+        content["truncated"],
+        content["next_offset"],
+        content["content"],
+    )
+    assert "sha256" not in content  # not the whole file
+    assert hashlib.sha256(data).hexdigest() == content["file_sha256"]
+    # Within one NUL (20) and the digits its shorter numbers saved of the bound.
+    assert ANSWER_ROOM - 40 < answer_bytes(result.content) <= ANSWER_ROOM
 
 
-async def test_a_text_page_whose_json_is_exactly_the_payload_bound_stays_text(root: Path) -> None:
-    """Escaped JSON of exactly 1 MiB is answered as text; one escaped byte more is base64.
+async def test_a_text_page_whose_answer_is_exactly_the_answer_bound_stays_whole(
+    root: Path,
+) -> None:
+    """An answer of exactly ``ANSWER_ROOM`` bytes (``answer_bytes``) is the whole page; one
+    escaped byte more shortens the page by at least one byte.
 
-    Every NUL escapes to six bytes and every quote to two; the file's length stays the same,
-    so only the escaping moves the answer's size.
+    Every NUL takes 17 bytes more than a letter, every quote 7; the file's length stays the
+    same, so only the escaping moves the answer's size.
     """
     length = 300 * 1024
     tool = new_read(Config(root, max_read_bytes=MAXIMUM_BYTES))
@@ -303,17 +313,20 @@ async def test_a_text_page_whose_json_is_exactly_the_payload_bound_stays_text(ro
         (root / "page.txt").write_bytes(data)
         return await tool.execute(Call("c", "read", '{"path": "page.txt"}'))
 
-    plain = len((await answer(0, 0)).content.encode())
-    nuls, quotes = divmod(MAXIMUM_PAYLOAD_BYTES - plain, 5)
+    more = ANSWER_ROOM - answer_bytes((await answer(0, 0)).content)
+    nuls = next(n for n in range(7) if (more - 17 * n) % 7 == 0)
+    quotes = (more - 17 * nuls) // 7
     at_bound = await answer(nuls, quotes)
-    assert ("utf-8", MAXIMUM_PAYLOAD_BYTES) == (
-        content_of(at_bound)["encoding"],
-        len(at_bound.content.encode()),
+    assert (False, length, ANSWER_ROOM) == (
+        content_of(at_bound)["truncated"],
+        content_of(at_bound)["bytes"],
+        answer_bytes(at_bound.content),
     )
     assert content_of(at_bound) == dict(at_bound.content_object)
     past = await answer(nuls, quotes + 1)
-    assert "base64" == content_of(past)["encoding"]
-    assert content_of(past) == dict(past.content_object)
+    assert (True, "utf-8") == (content_of(past)["truncated"], content_of(past)["encoding"])
+    assert length > int(str(content_of(past)["bytes"])) == content_of(past)["next_offset"]
+    assert answer_bytes(past.content) <= ANSWER_ROOM
 
 
 async def test_a_deep_offset_in_a_huge_sparse_file_answers_at_once(root: Path) -> None:

@@ -27,7 +27,6 @@ from spice.agent.process import (
     ProcessFailure,
 )
 from spice.agent.tool import (
-    MAXIMUM_PAYLOAD_BYTES,
     Capability,
     Effect,
     ExecutionError,
@@ -46,6 +45,7 @@ from spice.agent.tools.coding._ownership import (
     Owner,
     Timing,
 )
+from spice.agent.tools.coding._results import ANSWER_ROOM, answer_bytes
 from spice.agent.tools.coding._shell import build_shell
 
 FAST = Timing(join_seconds=5.0, backoff_seconds=0.0, backoff_limit_seconds=0.0, join_attempts=3)
@@ -763,15 +763,37 @@ async def test_output_that_is_not_utf8_is_base64(tmp_path: Path) -> None:
     assert b"text" == base64.b64decode(content["stderr"])
 
 
-async def test_text_whose_escaping_breaks_the_payload_bound_is_base64(tmp_path: Path) -> None:
-    """Control characters escape to six bytes each; such output goes out as base64."""
+async def test_text_whose_escaping_breaks_the_answer_bound_omits_more_of_its_middle(
+    tmp_path: Path,
+) -> None:
+    """Control characters take 20 bytes each in the answer's three copies: such output stays
+    text, with more of its middle left out, the most that fits."""
     budget = 524_288
     process = FakeProcess(stdout=[b"\x01" * budget], outcome=Outcome.exited(3))
     tool, _ = make(tmp_path, launcher=FakeLauncher(lambda: process), max_output_bytes=budget)
     result = await tool.execute(shell_call({"argv": ["true"]}))
     content = content_of(result)
-    assert ("base64", "command_failed") == (content["encoding"], content["code"])
-    assert len(result.content.encode()) <= MAXIMUM_PAYLOAD_BYTES
+    kept = len(str(content["stdout"]))
+    assert ("utf-8", "command_failed", True) == (
+        content["encoding"],
+        content["code"],
+        content["output_truncated"],
+    )
+    assert (budget, budget - kept, kept - kept // 2) == (
+        content["stdout_bytes"],
+        content["stdout_omitted_bytes"],
+        content["stdout_omitted_at"],
+    )
+    assert ANSWER_ROOM - 2 * 20 < answer_bytes(result.content) <= ANSWER_ROOM
+
+
+async def test_output_that_fits_the_answer_bound_is_whole(tmp_path: Path) -> None:
+    """The other side: the same output, as much as fits whole, is not shortened."""
+    budget = 524_288
+    process = FakeProcess(stdout=[b"\x01" * 50_000], outcome=Outcome.exited(0))
+    tool, _ = make(tmp_path, launcher=FakeLauncher(lambda: process), max_output_bytes=budget)
+    content = content_of(await tool.execute(shell_call({"argv": ["true"]})))
+    assert ("\x01" * 50_000, False) == (content["stdout"], content["output_truncated"])
 
 
 async def test_the_answer_is_a_result_for_every_exit(tmp_path: Path) -> None:

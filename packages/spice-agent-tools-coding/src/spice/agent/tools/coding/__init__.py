@@ -13,6 +13,14 @@ from ._config import SECURITY_WARNING as SECURITY_WARNING
 from ._config import Config as Config
 from ._read import new_read as new_read
 from ._replace import new_replace as new_replace
+from ._results import MAXIMUM_ANSWER_BYTES as MAXIMUM_ANSWER_BYTES
 from ._shell import new_shell as new_shell
 
-__all__ = ["SECURITY_WARNING", "Config", "new_read", "new_replace", "new_shell"]
+__all__ = [
+    "MAXIMUM_ANSWER_BYTES",
+    "SECURITY_WARNING",
+    "Config",
+    "new_read",
+    "new_replace",
+    "new_shell",
+]

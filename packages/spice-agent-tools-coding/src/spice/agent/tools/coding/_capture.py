@@ -254,10 +254,11 @@ class Capture:
         self.stdout = StreamCapture(head, tail)
         self.stderr = StreamCapture(head, tail)
 
-    def finish(self) -> Captured:
-        """Split the budget between the streams and take their parts."""
-        out_share = self._budget - self._budget // 2
-        err_share = self._budget // 2
+    def finish(self, budget: int | None = None) -> Captured:
+        """Split the budget (or a smaller ``budget``) between the streams; take their parts."""
+        budget = self._budget if budget is None else max(0, min(budget, self._budget))
+        out_share = budget - budget // 2
+        err_share = budget // 2
         out_seen, err_seen = self.stdout.observed, self.stderr.observed
         out_allowance = min(out_seen, out_share + max(0, err_share - err_seen))
         err_allowance = min(err_seen, err_share + max(0, out_share - out_seen))

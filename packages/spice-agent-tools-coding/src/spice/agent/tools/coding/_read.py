@@ -3,9 +3,10 @@
 Confinement is ``_root``'s job (see its module docstring); this module decodes the
 arguments, does the file work, and shapes the page:
 UTF-8 text when the bytes are valid UTF-8 (a page the limit would cut inside a
-character ends at the previous character boundary), base64 otherwise or when the
-JSON-escaped text would break the payload bound. ``os.pread`` reads only the page,
-so the cost never depends on the file's size.
+character ends at the previous character boundary), base64 otherwise or when the page
+from offset 0 starts with an image's signature (``mime_type``); a page whose answer would
+break the answer bound (``_results.answer_bytes``) is shortened to fit. ``os.pread``
+reads only the page, so the cost never depends on the file's size.
 
 Where the file work runs: a read that can be answered from the kernel's caches on a
 local file system, touching at most ``INLINE_READ_BYTES``, runs on the event loop
@@ -47,8 +48,17 @@ from spice.agent.tool import (
 from ._arguments import ArgumentError, decode_object, take_integer, take_string
 from ._cached import open_cached_regular
 from ._config import Config
+from ._images import image_type
 from ._platform import clean_path, open_regular, pread, root_supported
-from ._results import attach, failure, report_progress
+from ._results import (
+    ANSWER_COPIES,
+    ANSWER_ROOM,
+    answer_bytes,
+    attach,
+    encode,
+    failure,
+    report_progress,
+)
 from ._root import PathError
 from .settling import deliver_cancellation, settle
 
@@ -68,8 +78,10 @@ def read_description(config: Config) -> str:
         "root or absolute beneath it; symbolic links are followed only while they stay "
         f"inside it. Returns up to `limit` bytes (default and maximum {page}) starting at "
         "byte `offset` (default 0): UTF-8 text, or base64 when the bytes are not valid "
-        "UTF-8 or too large to escape. When `truncated` is true, call again with "
-        "`offset` = `next_offset`. A complete page (the whole file from offset 0) includes "
+        "UTF-8 or are an image (`mime_type` names a PNG, JPEG, GIF or WebP file read from "
+        "offset 0). A page whose answer would pass 1 MiB is shortened to fit. When "
+        "`truncated` is true, call again with `offset` = `next_offset`. A complete page "
+        "(the whole file from offset 0) includes "
         f"its `sha256`. Every page of a file of at most {config.max_edit_bytes} bytes "
         "(max_edit_bytes, the replace tool's edit bound) includes `file_sha256`, the "
         "digest of the whole file (equal to `sha256` for a complete page): pass either to "
@@ -446,22 +458,73 @@ def _shape(
     lookahead: bytes,
     file_sha256: str | None,
 ) -> Result:
-    """The page's answer: UTF-8 text if its JSON fits the payload bound, else base64.
+    """The page's answer: UTF-8 text when the page is text and no image, else base64.
 
-    The text answer's one encoding is both the bound check and the answer (``from_content``
-    neither encodes again nor parses it back).
+    An answer larger than the answer bound (``ANSWER_ROOM``, measured by ``answer_bytes``)
+    keeps the longest prefix of the page that fits, cut on a character boundary (text) or
+    a three-byte boundary (base64), and says so with ``truncated`` and ``next_offset``.
+    The answer's one encoding is both the check and the answer (``from_content`` neither
+    encodes again nor parses it back).
     """
-    text = _text_prefix(page, lookahead)
-    if text is not None:
-        content = _content(path, offset, size, text, "utf-8", text.decode("utf-8"), file_sha256)
-        try:
-            return Result.from_content(call_id, content)
-        except ValueError:
-            pass  # decoded UTF-8 fails only the payload bound (escaping): base64 fits
-    # At most MAXIMUM_BYTES (512 KiB) of page in base64 is well under the payload bound.
-    body = base64.b64encode(page).decode("ascii")
-    content = _content(path, offset, size, page, "base64", body, file_sha256)
-    return Result.from_content(call_id, content)
+    mime_type = image_type(page) if offset == 0 else None
+    text = None if mime_type is not None else _text_prefix(page, lookahead)
+    data, encoding = (page, "base64") if text is None else (text, "utf-8")
+    whole = _content(path, offset, size, data, encoding, file_sha256, mime_type)
+    try:
+        result = Result.from_content(call_id, whole)
+    except ValueError:  # past the payload bound (escaping), so past the answer bound too
+        pass
+    else:
+        if answer_bytes(result.content) <= ANSWER_ROOM:
+            return result
+    # The other fields of a shortened page take at most what they take here: its numbers
+    # are no longer than the whole page's, and it has no ``sha256``. It is shorter than the
+    # page by at least one byte (the whole page, with its ``sha256``, did not fit).
+    marked = _content(path, offset, size + 1, data, encoding, file_sha256, mime_type, body="")
+    room = ANSWER_ROOM - answer_bytes(encode(marked))
+    # In base64, 3 bytes are 4 characters, written thrice (no escaping).
+    triples = page[: min(3 * (room // (4 * ANSWER_COPIES)), len(page) - 1)]
+    kept = triples if text is None else _text_fit(text, room)
+    shortened = _content(path, offset, size, kept, encoding, file_sha256, mime_type)
+    return Result.from_content(call_id, shortened)
+
+
+_COST_CLASSES: Final = bytes(
+    ord("q")
+    if byte in b'"\\'
+    else ord("s")
+    if byte in b"\b\t\n\f\r"
+    else ord("u")
+    if byte < 0x20
+    else ord(".")
+    for byte in range(256)
+)
+"""Each byte's class in a page of text, by what it takes in the answer's three copies
+(``answer_bytes``: once as JSON, twice as a string of that JSON): ``q`` a quote or a
+backslash (``\\"``, then ``\\\\\\"`` twice: 10 bytes), ``s`` a control byte with a short
+escape (``\\n``, then ``\\\\n`` twice: 8), ``u`` any other control byte (``\\u0001``, then
+``\\\\u0001`` twice: 20), ``.`` any other byte (itself, thrice: 3)."""
+_COSTS: Final = ((b".", 3), (b"q", 10), (b"s", 8), (b"u", 20))
+
+
+def _text_fit(text: bytes, room: int) -> bytes:
+    """The longest proper prefix of UTF-8 ``text`` ending on a character boundary whose
+    bytes take at most ``room`` in both forms of an answer (``_COST_CLASSES``)."""
+    classes = text.translate(_COST_CLASSES)
+
+    def cost(end: int) -> int:
+        return sum(each * classes.count(kind, 0, end) for kind, each in _COSTS)
+
+    low, high = 0, len(text) - 1
+    while low < high:
+        middle = (low + high + 1) // 2
+        if cost(middle) <= room:
+            low = middle
+        else:
+            high = middle - 1
+    while low > 0 and text[low] & 0xC0 == 0x80:
+        low -= 1  # never inside a character
+    return text[:low]
 
 
 def _content(
@@ -470,9 +533,14 @@ def _content(
     size: int,
     data: bytes,
     encoding: str,
-    body: str,
     file_sha256: str | None,
+    mime_type: str | None,
+    body: str | None = None,
 ) -> dict[str, object]:
+    """The answer for the page ``data`` (``body``: its text as written; by default ``data``
+    in ``encoding``)."""
+    if body is None:
+        body = data.decode() if encoding == "utf-8" else base64.b64encode(data).decode("ascii")
     end = offset + len(data)
     truncated = end < size
     content: dict[str, object] = {
@@ -486,6 +554,8 @@ def _content(
         content["next_offset"] = end
     content["truncated"] = truncated
     content["encoding"] = encoding
+    if mime_type is not None:
+        content["mime_type"] = mime_type
     # The digests before the page (contract 10.2): a client that shows only the start of
     # a long answer still shows them.
     if offset == 0 and not truncated:

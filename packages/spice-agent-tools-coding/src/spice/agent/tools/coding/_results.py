@@ -26,8 +26,23 @@ LARGE_FIELDS: Final = ("content", "diff", "stdout", "stderr")
 ``exit_code`` among them) next, so a client that shows only the start of a long answer
 still shows them."""
 
+MAXIMUM_ANSWER_BYTES: Final = 1 << 20
+"""The most bytes one answer takes in any line a client reads (contract 11.3): the Claude
+Agent SDK reads at most 1 MiB a line by default."""
+ENVELOPE_BYTES: Final = 2048
+"""Room kept within ``MAXIMUM_ANSWER_BYTES`` for what a transport or a client wraps around
+an answer (over MCP the JSON-RPC envelope with the request's id; in Claude Code's lines to
+the Agent SDK its message's ids and ``_meta``, measured at 500 to 800 bytes; a note the MCP
+layer adds to an image)."""
+ANSWER_ROOM: Final = MAXIMUM_ANSWER_BYTES - ENVELOPE_BYTES
+"""The most ``answer_bytes`` of any answer of these tools."""
+ANSWER_COPIES: Final = 3
+"""How often the longest known line holds an answer: Claude Code's message to the Agent SDK
+holds its text twice as a JSON string (the tool result, and ``tool_use_result``) and its
+structured content once. An MCP answer holds it twice (text block, structured content)."""
+
 REPORTER_FAILED: Final = "the progress reporter failed; the call did nothing"
-RESULT_UNENCODABLE: Final = "the tool's result could not be encoded within the payload bound"
+RESULT_UNENCODABLE: Final = "the tool's result could not be encoded within the answer bound"
 
 
 def encode(content: Mapping[str, object]) -> str:
@@ -38,6 +53,20 @@ def encode(content: Mapping[str, object]) -> str:
 def encoded_size(content: Mapping[str, object]) -> int:
     """UTF-8 size of ``encode(content)``."""
     return len(encode(content).encode("utf-8"))
+
+
+def answer_bytes(text: str) -> int:
+    """The bytes of an answer whose JSON text is ``text`` in the longest known line.
+
+    Once as itself (the structured content) and twice as a JSON string holding it: the
+    string form adds its two quotes and a backslash before each quote and backslash of
+    ``text``, and nothing else, since a JSON text holds no raw control byte. Exact for the
+    JSON this package writes (compact, real Unicode), which ``orjson``, the MCP SDK and
+    JavaScript's ``JSON.stringify`` write byte for byte alike.
+    """
+    size = len(text.encode("utf-8"))
+    escapes = text.count('"') + text.count("\\")
+    return size + (ANSWER_COPIES - 1) * (size + escapes + 2)
 
 
 def success(
@@ -82,11 +111,16 @@ def _result(
 ) -> Result:
     content = large_fields_last(content)
     # One encoding, never parsed back: ``from_content`` enforces the payload bound and valid
-    # Unicode (ValueError) and keeps the object for the MCP layer's structuredContent.
+    # Unicode (ValueError) and keeps the object for the MCP layer's structuredContent. The
+    # answer bound is each tool's to keep (a page or an output is shortened to fit); this
+    # is the last check that it did.
     try:
-        return Result.from_content(call.id, content, problem)
+        result = Result.from_content(call.id, content, problem)
     except ValueError:
         raise ExecutionError(call.id, state, retry, RESULT_UNENCODABLE) from None
+    if answer_bytes(result.content) > ANSWER_ROOM:
+        raise ExecutionError(call.id, state, retry, RESULT_UNENCODABLE)
+    return result
 
 
 async def report_progress(

@@ -39,7 +39,6 @@ from spice.agent.process import (
 )
 from spice.agent.tool import (
     MAXIMUM_MESSAGE_BYTES,
-    MAXIMUM_PAYLOAD_BYTES,
     Call,
     Capability,
     Definition,
@@ -55,11 +54,19 @@ from spice.agent.tool import (
 )
 
 from ._arguments import ArgumentError, decode_object, take_number, take_string, take_string_list
-from ._capture import Capture
+from ._capture import Capture, Captured
 from ._config import Config, absolute
 from ._ownership import Entry, Owner, Ticket, Timing
 from ._platform import batch_file, clean_path, is_windows, workdir_check
-from ._results import attach, encoded_size, failure, report_progress, success
+from ._results import (
+    ANSWER_ROOM,
+    answer_bytes,
+    attach,
+    encode,
+    failure,
+    report_progress,
+    success,
+)
 from ._root import PathError, open_directory, open_root
 from .settling import deliver_cancellation, settle
 
@@ -149,9 +156,9 @@ def shell_description(config: Config, containment: str | None = None) -> str:
         "the worktree root, or absolute beneath it; default the root. timeout_seconds: "
         f"default {timeout}, at most {timeout}; a program still running then is stopped "
         "and the answer is timed_out. stdin is empty. Output: at most "
-        f"{config.max_output_bytes} bytes of stdout and stderr together are returned; "
-        "beyond that the start and the end of each stream are kept and the result says "
-        "how many bytes were left out and where. "
+        f"{config.max_output_bytes} bytes of stdout and stderr together are returned (fewer "
+        "when the answer would pass 1 MiB); beyond that the start and the end of each "
+        "stream are kept and the result says how many bytes were left out and where. "
     )
     confinement = (
         f"{containment} The result's contained field says whether the command ran confined."
@@ -728,16 +735,32 @@ def _outcome(process: Process) -> Outcome:
 def _output_fields(
     capture: Capture, problem: tuple[str, str] | None, content: Mapping[str, object]
 ) -> dict[str, object]:
-    """Text when the streams are UTF-8 and the escaped answer fits; otherwise base64."""
+    """Text when both streams are UTF-8, else base64; shortened to fit the answer bound.
+
+    An answer past the bound (``answer_bytes``, measured on the encoded answer) keeps less
+    of each stream's middle: the largest capture budget whose answer fits, found by
+    bisection (at most ``log2(max_output_bytes) + 1`` encodings, only for such answers).
+    """
     captured = capture.finish()
-    fields = captured.fields(text=True)
-    if fields["encoding"] == "utf-8":
+
+    def fields_of(captured: Captured) -> tuple[dict[str, object], bool]:
+        fields = captured.fields(text=True)
         whole: dict[str, object] = {"ok": problem is None, **content, **fields}
         if problem is not None:
             whole.update(code=problem[0], message=problem[1])
-        if encoded_size(whole) > MAXIMUM_PAYLOAD_BYTES:
-            fields = captured.fields(text=False)
-    return fields
+        return fields, answer_bytes(encode(whole)) <= ANSWER_ROOM
+
+    fields, fits = fields_of(captured)
+    if fits:
+        return fields
+    low, high = 0, captured.stdout.captured + captured.stderr.captured - 1
+    while low < high:
+        middle = (low + high + 1) // 2
+        if fields_of(capture.finish(middle))[1]:
+            low = middle
+        else:
+            high = middle - 1
+    return fields_of(capture.finish(low))[0]
 
 
 def _workdir_problem(error: PathError) -> tuple[str, str]:

@@ -1,0 +1,166 @@
+"""Every answer fits the line a client reads (contract 11.3), at the worst escaping.
+
+``answer_bytes`` counts an answer as the longest known line holds it (Claude Code's line to
+the Agent SDK: the JSON text twice as a JSON string, the object once); it is checked here
+against real serializations. Pages and command output made of runs of the worst bytes
+(quotes, backslashes, control bytes, characters of two to four bytes, plain letters) are
+answered within ``ANSWER_ROOM``, as much as fits: a shortened page is within one character
+of the bound, never cut inside a character, and reading on from ``next_offset`` gives
+back the file byte for byte.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+from pathlib import Path
+from typing import Final
+
+import pytest
+from fakes import FakeLauncher, FakeProcess, FakeResolver, content_of, shell_call
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from spice.agent.process import Outcome
+from spice.agent.tool import Call
+from spice.agent.tools.coding import MAXIMUM_ANSWER_BYTES, Config, new_read
+from spice.agent.tools.coding._config import MAXIMUM_BYTES
+from spice.agent.tools.coding._ownership import Timing
+from spice.agent.tools.coding._results import ANSWER_ROOM, ENVELOPE_BYTES, answer_bytes
+from spice.agent.tools.coding._shell import build_shell
+
+UNITS: Final = (
+    b'"',
+    b"\\",
+    b"\x01",
+    b"\n",
+    b"\x00",
+    "é".encode(),
+    "€".encode(),
+    "𝄞".encode(),
+    b"a",
+)
+"""The bytes that cost most (and least) in an answer; runs of them make the pages."""
+LARGEST_CHARACTER_COST: Final = 20
+"""What one character can take in ``answer_bytes`` (a control byte: ``\\u0001`` and twice
+``\\\\u0001``)."""
+DIGIT_SLACK: Final = 60
+"""What the numbers of a shortened page (``bytes``, ``next_offset``) may save against the
+room reserved for them, at most a few digits in three copies."""
+
+runs = st.lists(
+    st.tuples(st.sampled_from(UNITS), st.integers(min_value=1, max_value=160_000)),
+    min_size=1,
+    max_size=6,
+)
+
+
+def page_of(parts: list[tuple[bytes, int]]) -> bytes:
+    return b"".join(unit * count for unit, count in parts)
+
+
+def string_bytes(text: str) -> int:
+    """Bytes of ``text`` written as a JSON string (as the text block and Claude Code do)."""
+    return len(json.dumps(text, ensure_ascii=False).encode())
+
+
+@given(st.text(alphabet=st.sampled_from('"\\\x01\n\x00é€𝄞a{}:,'), max_size=200))
+def test_answer_bytes_is_exactly_the_text_once_and_twice_as_a_string(text: str) -> None:
+    """Measured against ``json``'s own writing of the answer and of its string form."""
+    answer = json.dumps({"content": text}, ensure_ascii=False, separators=(",", ":"))
+    assert len(answer.encode()) + 2 * string_bytes(answer) == answer_bytes(answer)
+
+
+def test_the_room_leaves_the_envelope_inside_one_mebibyte() -> None:
+    assert (1_048_576, MAXIMUM_ANSWER_BYTES - ENVELOPE_BYTES) == (MAXIMUM_ANSWER_BYTES, ANSWER_ROOM)
+
+
+def read_all(root: Path, config: Config, data: bytes) -> list[dict[str, object]]:
+    """Every page of ``f`` from offset 0 until one is not truncated (bounded)."""
+    tool = new_read(config)
+    pages: list[dict[str, object]] = []
+    offset = 0
+    for number in range(64):
+        result = asyncio.run(
+            tool.execute(Call(f"c{number}", "read", json.dumps({"path": "f", "offset": offset})))
+        )
+        content = content_of(result)
+        assert answer_bytes(result.content) <= ANSWER_ROOM
+        pages.append({**content, "_answer_bytes": answer_bytes(result.content)})
+        if not content["truncated"]:
+            return pages
+        offset = int(str(content["next_offset"]))
+    raise AssertionError("the file was not read to its end in 64 pages")
+
+
+@pytest.mark.parametrize("max_read_bytes", [262_144, MAXIMUM_BYTES])
+@given(parts=runs)
+@settings(
+    max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+def test_every_page_fits_as_much_as_it_can_and_the_pages_give_back_the_file(
+    tmp_path: Path, max_read_bytes: int, parts: list[tuple[bytes, int]]
+) -> None:
+    data = page_of(parts)
+    (tmp_path / "f").write_bytes(data)
+    config = Config(tmp_path, max_read_bytes=max_read_bytes)
+    collected = b""
+    for page in read_all(tmp_path, config, data):
+        offset, kept = int(str(page["offset"])), int(str(page["bytes"]))
+        if page["encoding"] == "utf-8":
+            body = str(page["content"]).encode()  # str: never a piece of a character
+        else:
+            body = base64.b64decode(str(page["content"]))
+        assert (kept, data[offset : offset + kept]) == (len(body), body)
+        collected += body
+        asked = min(max_read_bytes, len(data) - offset)
+        if kept < asked - 3:  # shortened by the bound, not by a character at the page's end
+            assert int(str(page["_answer_bytes"])) > ANSWER_ROOM - LARGEST_CHARACTER_COST * 4 - (
+                DIGIT_SLACK
+            )
+    assert data == collected
+
+
+def test_a_page_that_fits_whole_is_not_shortened(tmp_path: Path) -> None:
+    """The other side: 256 KiB of letters take 3 bytes each, well within the bound."""
+    data = b"a" * 262_144
+    (tmp_path / "f").write_bytes(data)
+    (page,) = read_all(tmp_path, Config(tmp_path), data)
+    assert (262_144, False) == (page["bytes"], page["truncated"])
+
+
+FAST: Final = Timing(join_seconds=5.0, backoff_seconds=0.0, backoff_limit_seconds=0.0)
+
+
+@given(out=runs, err=runs, exit_code=st.sampled_from([0, 3]))
+@settings(
+    max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+def test_every_command_output_fits_and_counts_every_byte(
+    tmp_path: Path, out: list[tuple[bytes, int]], err: list[tuple[bytes, int]], exit_code: int
+) -> None:
+    """Output of the worst bytes, both streams, up to the largest output bound: the answer
+    fits, and for each stream what is shown plus what was left out is what it wrote."""
+    stdout, stderr = page_of(out), page_of(err)
+    process = FakeProcess(stdout=[stdout], stderr=[stderr], outcome=Outcome.exited(exit_code))
+    tool, _ = build_shell(
+        Config(tmp_path, max_output_bytes=MAXIMUM_BYTES),
+        FakeResolver(),
+        FakeLauncher(lambda: process),
+        timing=FAST,
+        grace_seconds=0.01,
+        posix=True,
+    )
+    result = asyncio.run(tool.execute(shell_call({"argv": ["true"]})))
+    content = content_of(result)
+    assert answer_bytes(result.content) <= ANSWER_ROOM
+    for name, written in (("stdout", stdout), ("stderr", stderr)):
+        text = str(content[name])
+        shown = text.encode() if content["encoding"] == "utf-8" else base64.b64decode(text)
+        omitted = int(str(content[f"{name}_omitted_bytes"]))
+        assert (len(written), len(written)) == (content[f"{name}_bytes"], len(shown) + omitted)
+        at = content[f"{name}_omitted_at"]
+        head = len(shown) if at is None else int(str(at))
+        assert written.startswith(shown[:head])
+        assert written.endswith(shown[head:])
