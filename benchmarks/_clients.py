@@ -162,9 +162,11 @@ def _failed_call(label: str, tool: str, structured: object) -> Unavailable:
 class RawClient:
     """A minimal JSON-RPC 2.0 client over a child's stdin/stdout, one JSON text a line."""
 
-    __slots__ = ("_label", "_next_id", "_pending", "_process", "_reader")
+    __slots__ = ("_label", "_next_id", "_pending", "_process", "_reader", "last_line_bytes")
 
     def __init__(self, label: str, process: asyncio.subprocess.Process) -> None:
+        self.last_line_bytes = 0
+        """Bytes of the last answer line read (its newline included): what a client buffers."""
         self._label = label
         self._process = process
         self._next_id = 0
@@ -195,6 +197,7 @@ class RawClient:
         assert stdout is not None
         try:
             while line := await stdout.readline():
+                self.last_line_bytes = len(line)
                 message = json.loads(line)
                 ident = message.get("id") if isinstance(message, dict) else None
                 waiter = self._pending.pop(ident, None) if isinstance(ident, int) else None

@@ -46,6 +46,7 @@ MODULES: Final = (
     "bench_memory",
     "bench_scaling",
     "bench_edits",
+    "bench_answers",
     "bench_pipelining",
     "bench_containment",
     "bench_seccomp",

@@ -64,6 +64,18 @@ class StandIn:
                         texts.append("".join(str(part.get("text", "")) for part in inner))
         return texts
 
+    def tool_result_blocks(self) -> list[dict[str, Any]]:
+        """Every block of every tool result the model was shown (text, image, ...), in order."""
+        blocks: list[dict[str, Any]] = []
+        with self._lock:
+            requests = list(self.requests)
+        for request in requests[-1:]:  # the last request holds the whole conversation
+            for message in request.get("messages", []):
+                for block in _blocks_of(message):
+                    if block.get("type") == "tool_result":
+                        blocks += _blocks_of(block)
+        return blocks
+
     def _answer(self, body: dict[str, Any]) -> list[dict[str, Any]]:
         offered = {tool.get("name") for tool in body.get("tools", [])}
         messages = body.get("messages", [])

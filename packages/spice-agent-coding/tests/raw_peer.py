@@ -91,6 +91,8 @@ class RawPeer:
         self._in = self.process.stdin.fileno()
         self._out = self.process.stdout.fileno()
         self._buffer = b""
+        self.last_line_bytes = 0
+        """Bytes of the last message line read (its newline included)."""
         self._selector = selectors.DefaultSelector()
         self._chunks: queue.SimpleQueue[bytes] = queue.SimpleQueue()
         self._ended = False
@@ -156,6 +158,7 @@ class RawPeer:
         while True:
             while b"\n" in self._buffer:
                 line, self._buffer = self._buffer.split(b"\n", 1)
+                self.last_line_bytes = len(line) + 1  # what a client buffers, newline included
                 yield json.loads(line)
             remaining = deadline - time.monotonic()
             if remaining <= 0:

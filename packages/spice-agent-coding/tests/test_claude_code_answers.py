@@ -11,13 +11,14 @@ preview, which still holds the digest, because big fields come last.
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import hashlib
 import json
 import os
 import sys
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import claude_agent_sdk
 import procutil
@@ -25,6 +26,7 @@ import pytest
 from claude_agent_sdk import query
 from claude_standin import StandIn
 from test_examples import SPICE_CODING, load
+from test_mcp_answers_wire import png
 
 BUNDLED_CLI: Final = Path(claude_agent_sdk.__file__).parent / "_bundled" / "claude"
 PREVIEW_CHARS: Final = 2048
@@ -63,11 +65,22 @@ def _without_declaration(tmp_path: Path) -> str:
     return str(wrapper)
 
 
-async def _shown(tmp_path: Path, command: str) -> str:
-    """Run Claude Code on a worktree holding big.py; the text of the one tool result."""
+async def _shown(tmp_path: Path, command: str, page: bytes = PAGE) -> str:
+    """Run Claude Code on a worktree holding big.py (``page``); the text of the one tool
+    result."""
+    results = (await _blocks(tmp_path, command, page))[0]
+    assert 1 == len(results)
+    return results[0]
+
+
+async def _blocks(
+    tmp_path: Path, command: str, page: bytes
+) -> tuple[list[str], list[dict[str, Any]]]:
+    """Run Claude Code on a worktree holding big.py (``page``); the texts and the blocks of
+    the tool results the model was shown."""
     root = tmp_path / "tree"
     root.mkdir()
-    (root / "big.py").write_bytes(PAGE)
+    (root / "big.py").write_bytes(page)
     home = tmp_path / "home"
     home.mkdir()
     options = load("claude_agent_sdk").spice_options(command, str(root))
@@ -88,9 +101,7 @@ async def _shown(tmp_path: Path, command: str) -> str:
         )
         async for _ in query(prompt="Read big.py", options=options):
             pass
-        results = standin.tool_results()
-    assert 1 == len(results)
-    return results[0]
+        return standin.tool_results(), standin.tool_result_blocks()
 
 
 async def test_a_256_kib_page_reaches_the_model_whole(tmp_path: Path) -> None:
@@ -114,3 +125,45 @@ async def test_without_the_declaration_only_a_preview_arrives_and_it_holds_the_d
     assert len(shown) < 4 * PREVIEW_CHARS
     assert LAST_LINE not in shown  # the end of the page did not arrive
     assert f'"file_sha256":"{digest}"' in shown
+
+
+@pytest.mark.parametrize("unit", [b'"', b"\\"], ids=["quotes", "backslashes"])
+async def test_a_256_kib_page_at_the_worst_escaping_reaches_the_model_shortened(
+    tmp_path: Path, unit: bytes
+) -> None:
+    """Contract 11.3: a page of quotes (or backslashes) is 1.5 MB on the wire whole, past the
+    SDK's 1 MiB line (it raised ``CLIJSONDecodeError`` and the call never ended well). The
+    page is shortened to fit: the model reads the longest prefix that fits, told where the
+    next page starts."""
+    shown = await _shown(tmp_path, SPICE_CODING, unit * 262_144)
+    answer = json.loads(shown)
+    kept = answer["bytes"]
+    assert (True, kept, unit.decode() * kept) == (
+        answer["truncated"],
+        answer["next_offset"],
+        answer["content"],
+    )
+    assert 100_000 < kept < 262_144
+    assert hashlib.sha256(unit * 262_144).hexdigest() == answer["file_sha256"]
+
+
+async def test_a_png_reaches_the_model_as_an_image(tmp_path: Path) -> None:
+    """Contract 11.3: a whole image is an image block, which Claude Code hands the model as
+    an image (base64, its media type from the bytes: the file is named big.py)."""
+    data = png(3, 2)
+    texts, blocks = await _blocks(tmp_path, SPICE_CODING, data)
+    images = [block for block in blocks if block.get("type") == "image"]
+    assert 1 == len(images)
+    source = images[0]["source"]
+    assert ("base64", "image/png", data) == (
+        source["type"],
+        source["media_type"],
+        base64.b64decode(source["data"]),
+    )
+    del texts  # Claude Code adds a text of its own ("[Image: source: <its copy>]")
+    (answer,) = (
+        json.loads(block["text"])
+        for block in blocks
+        if block.get("type") == "text" and block["text"].startswith("{")
+    )
+    assert ("image/png", len(data)) == (answer["mime_type"], answer["bytes"])

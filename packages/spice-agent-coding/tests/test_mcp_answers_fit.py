@@ -25,7 +25,7 @@ from spice.agent.coding import compose, mcp_server
 from spice.agent.coding._mcp._outputs import largest_answer_chars
 from spice.agent.coding._mcp._server import RESULT_SIZE_META, instructions_for, tool_of
 from spice.agent.tool import MAXIMUM_PAYLOAD_BYTES, Call
-from spice.agent.tools.coding import Config
+from spice.agent.tools.coding import MAXIMUM_ANSWER_BYTES, Config
 
 LARGE: Final = ("content", "diff", "stdout", "stderr")
 PREVIEW_CHARS: Final = 2048
@@ -149,16 +149,17 @@ async def test_a_long_answer_shows_its_digest_or_exit_code_in_the_first_2_kb(
 
 
 def test_the_declared_sizes_follow_the_bounds() -> None:
-    """Small bounds give small declarations; the defaults give the payload bound for read and
-    shell; replace is bounded by its diff; an unknown tool gets the payload bound."""
+    """Small bounds give small declarations; the defaults give half the answer bound for read
+    and shell (an answer is written twice); replace is bounded by its diff; an unknown tool
+    gets half the answer bound."""
     small = Config(ANY_ROOT, max_read_bytes=1000, max_output_bytes=1000)
     assert largest_answer_chars("read", small) < 60_000
     assert largest_answer_chars("shell", small) < 90_000
     big = Config(ANY_ROOT)
-    assert MAXIMUM_PAYLOAD_BYTES == largest_answer_chars("read", big)
-    assert MAXIMUM_PAYLOAD_BYTES == largest_answer_chars("shell", big)
+    assert MAXIMUM_ANSWER_BYTES // 2 == largest_answer_chars("read", big)
+    assert MAXIMUM_ANSWER_BYTES // 2 == largest_answer_chars("shell", big)
     assert 50_000 < largest_answer_chars("replace", big) < 500_000
-    assert MAXIMUM_PAYLOAD_BYTES == largest_answer_chars("grep", big)
+    assert MAXIMUM_ANSWER_BYTES // 2 == largest_answer_chars("grep", big)
     assert largest_answer_chars(
         "read", Config(ANY_ROOT, max_read_bytes=1001)
     ) > largest_answer_chars("read", small)

@@ -26,9 +26,16 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 import orjson
+from mcp.types import INTERNAL_ERROR, ErrorData, JSONRPCError, JSONRPCResponse
+
+from spice.agent.tools.coding import MAXIMUM_ANSWER_BYTES
 
 if TYPE_CHECKING:
     from mcp.types import JSONRPCMessage
+
+ANSWER_TOO_LARGE: Final = (
+    "the answer is larger than the 1 MiB a client reads in one line; nothing of it was sent"
+)
 
 PLAIN_DEPTH: Final = 64
 """Deepest nesting sent through ``orjson`` (it refuses past 255); deeper goes to ``json``."""
@@ -40,7 +47,20 @@ _SCALARS: Final = (str, bool)
 
 
 def frame(message: JSONRPCMessage) -> bytes:
-    """One outgoing JSON-RPC message as one line of UTF-8 (the newline included)."""
+    """One outgoing JSON-RPC message as one line of UTF-8 (the newline included).
+
+    An answer longer than ``MAXIMUM_ANSWER_BYTES`` (the line a client buffers) becomes a
+    JSON-RPC error saying so: the tools shorten their own answers to fit, so only an answer
+    of another tool, or one carrying an id of hundreds of bytes, can get here.
+    """
+    data = _line(message)
+    if len(data) > MAXIMUM_ANSWER_BYTES and isinstance(message, JSONRPCResponse):
+        error = ErrorData(code=INTERNAL_ERROR, message=ANSWER_TOO_LARGE)
+        return _line(JSONRPCError(jsonrpc="2.0", id=message.id, error=error))
+    return data
+
+
+def _line(message: JSONRPCMessage) -> bytes:
     dumped = message.model_dump(by_alias=True, mode="json", exclude_unset=True)
     try:
         return orjson.dumps(dumped, option=orjson.OPT_APPEND_NEWLINE)

@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Final
 
-from spice.agent.tool import MAXIMUM_MESSAGE_BYTES, MAXIMUM_PAYLOAD_BYTES
-from spice.agent.tools.coding import Config
+from spice.agent.tool import MAXIMUM_MESSAGE_BYTES
+from spice.agent.tools.coding import MAXIMUM_ANSWER_BYTES, Config
 
 __all__ = ["TITLES", "largest_answer_chars", "output_schema", "title_of"]
 
@@ -28,6 +28,10 @@ DIFF_BYTES: Final = 16 * 1024
 """Longest ``diff`` of a ``replace`` answer (contract 9.2)."""
 QUOTE_BYTES: Final = 1024
 """Longest ``similar_text`` of an ``edit_not_found`` answer (contract 10.2)."""
+
+ANSWER_CHARS: Final = MAXIMUM_ANSWER_BYTES // 2
+"""Most characters of an answer's text: the answer is written twice (as the text and as the
+structured content), each at least as long in bytes as the text in characters."""
 
 _STRING: Final = {"type": "string"}
 _INTEGER: Final = {"type": "integer"}
@@ -50,6 +54,8 @@ _FIELDS: Final[Mapping[str, Mapping[str, Mapping[str, object]]]] = {
         "next_offset": _INTEGER,
         "truncated": _BOOLEAN,
         "encoding": _STRING,
+        "mime_type": _STRING,
+        "note": _STRING,
         "content": _STRING,
         "sha256": _STRING,
         "file_sha256": _STRING,
@@ -109,11 +115,12 @@ def title_of(name: str) -> str:
 def largest_answer_chars(name: str, config: Config) -> int:
     """The most characters the text of an answer of tool ``name`` can have under ``config``.
 
-    Each answer is compact JSON of at most ``MAXIMUM_PAYLOAD_BYTES`` bytes (so of at most
-    as many characters); within that, what a tool can say is bounded by its own bounds:
-    the page (``read``), the diff, a quote and the message (``replace``), the output
-    (``shell``), each escaped at worst, plus the path, the message and the small fields.
-    A tool this module does not know gets the payload bound.
+    Each answer is compact JSON sent twice (its text and its structured content) within
+    ``MAXIMUM_ANSWER_BYTES``, so its text has at most ``ANSWER_CHARS`` characters; within
+    that, what a tool can say is bounded by its own bounds: the page (``read``), the diff,
+    a quote and the message (``replace``), the output (``shell``), each escaped at worst,
+    plus the path, the message and the small fields.
+    A tool this module does not know gets ``ANSWER_CHARS``.
     """
     fixed = ESCAPED_CHARS_PER_BYTE * (PATH_BYTES + MAXIMUM_MESSAGE_BYTES) + SMALL_FIELDS_CHARS
     variable = {
@@ -122,8 +129,8 @@ def largest_answer_chars(name: str, config: Config) -> int:
         "shell": config.max_output_bytes + PATH_BYTES,  # stdout and stderr, and the workdir
     }.get(name)
     if variable is None:
-        return MAXIMUM_PAYLOAD_BYTES
-    return min(MAXIMUM_PAYLOAD_BYTES, fixed + ESCAPED_CHARS_PER_BYTE * variable)
+        return ANSWER_CHARS
+    return min(ANSWER_CHARS, fixed + ESCAPED_CHARS_PER_BYTE * variable)
 
 
 def output_schema(name: str) -> dict[str, object]:

@@ -48,6 +48,7 @@ from spice.agent.tool import (
 from spice.agent.tools.coding import Config
 from spice.agent.tools.coding.settling import outlast, settle
 
+from ._answers import blocks_of
 from ._json import arguments_text
 from ._outputs import largest_answer_chars, output_schema, title_of
 
@@ -153,11 +154,11 @@ def result_of(result: Result) -> CallToolResult:
     (``Result.content_object``): nothing is encoded or parsed again here. A failure
     whose code is in ``DATA_FAILURE_CODES`` (a command that ran and failed) is data for
     the model, not a failed tool call: ``isError`` is false, the content keeps ``ok``,
-    ``code`` and ``exit_code``.
+    ``code`` and ``exit_code``. A whole image also comes as an image block (``_answers``).
     """
-    content = dict(result.content_object)
+    blocks, content = blocks_of(result.content_object, result.content)
     return CallToolResult(
-        content=[TextContent(type="text", text=result.content)],
+        content=list(blocks),
         structured_content=content,
         is_error=result.is_error and content.get("code") not in DATA_FAILURE_CODES,
     )

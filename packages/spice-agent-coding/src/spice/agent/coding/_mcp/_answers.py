@@ -1,0 +1,59 @@
+"""A dispatched answer as MCP content blocks: the JSON text, and an image where there is one.
+
+Every answer is a text block holding the content object's JSON text, beside the same
+object as ``structuredContent``. A ``read`` of a whole image (the product says
+``mime_type``: PNG, JPEG, GIF or WebP by the file's first bytes; the page from offset 0
+is the whole file, in base64) is answered with an image block as well, so a multimodal
+model sees it: the text and the structured content then leave the base64 ``content``
+out (the image block carries it, once) and say so in ``note``. A page of an image that
+is not the whole image gets no image block (a partial image is no image) and a ``note``
+saying how to get it whole.
+
+Bounds: the image answer is smaller than the product's answer it comes from (the same
+fields but ``content``, whose base64 is written once instead of twice, plus a note of at
+most ``NOTE_BYTES``); the product keeps that answer within ``MAXIMUM_ANSWER_BYTES`` less
+the envelope's room, which holds the note.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Final
+
+from mcp.types import ImageContent, TextContent
+
+IMAGE_SENT: Final = "the file is the image block of this answer; its base64 is not repeated here"
+IMAGE_NOT_WHOLE: Final = (
+    "a page of an image, not all of it, so no image block: an image is shown only when one "
+    "page holds the whole file"
+)
+NOTE_BYTES: Final = 160
+"""The longest note (tested): the room kept for it within the envelope's bytes."""
+
+
+def blocks_of(
+    content: Mapping[str, object], text: str
+) -> tuple[list[TextContent | ImageContent], dict[str, object]]:
+    """The content blocks and the structured content of the answer whose object is
+    ``content`` and whose JSON text is ``text`` (used as is where nothing changes)."""
+    mime_type = content.get("mime_type")
+    if not (isinstance(mime_type, str) and mime_type.startswith("image/")):
+        return [TextContent(type="text", text=text)], dict(content)
+    data = content.get("content")
+    whole = content.get("offset") == 0 and content.get("truncated") is False
+    if whole and content.get("encoding") == "base64" and isinstance(data, str):
+        shown = {key: value for key, value in content.items() if key != "content"}
+        shown["note"] = IMAGE_SENT
+        image = ImageContent(type="image", data=data, mime_type=mime_type)
+        return [TextContent(type="text", text=_json(shown)), image], shown
+    shown = {key: value for key, value in content.items() if key != "content"}
+    shown["note"] = IMAGE_NOT_WHOLE
+    if "content" in content:
+        shown["content"] = content["content"]  # the large field stays last
+    return [TextContent(type="text", text=_json(shown))], shown
+
+
+def _json(content: Mapping[str, object]) -> str:
+    """Compact JSON, real Unicode: as the tools write their answers."""
+    return json.dumps(content, separators=(",", ":"), ensure_ascii=False)
