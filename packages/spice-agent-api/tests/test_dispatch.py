@@ -143,9 +143,30 @@ async def test_an_unknown_tool_is_a_model_visible_failure() -> None:
     assert result.is_error
     assert {"ok": False, "code": "unknown_tool"} == {k: content[k] for k in ("ok", "code")}
     assert result.problem == content["message"]
-    assert "reed" not in result.content
+    assert "no tool named 'reed' is available; the tools are: read" == content["message"]
     assert [] == tool.calls
     assert [] == seen
+
+
+async def test_an_unknown_tool_s_name_is_shown_cut_and_printable() -> None:
+    """Contract 11.3: the name is model input: at most 64 characters, format characters
+    (here a right-to-left override) as ``?``; with no tools, it says so."""
+    name = "x" * 100 + "\u202e"
+    result = await Dispatcher([]).dispatch(Call("1", "a\u202eb"))
+    assert "no tool named 'a?b' is available; there are no tools" == result.problem
+    result = await Dispatcher([]).dispatch(Call("1", name))
+    assert f"no tool named '{'x' * 64}'... is available; there are no tools" == result.problem
+
+
+async def test_the_listed_tools_are_bounded() -> None:
+    """A dispatcher of many tools lists about a kilobyte of names and counts the rest."""
+    tools = [FakeTool(read_only_definition(f"tool_{n:03d}_{'y' * 40}")) for n in range(100)]
+    result = await Dispatcher(tools).dispatch(Call("1", "missing"))
+    problem = str(result.problem)
+    assert problem.endswith(" more")
+    assert "tool_000_" in problem
+    assert "tool_099_" not in problem
+    assert 1024 < len(problem) < 1300
 
 
 async def test_dispatch_takes_only_a_call() -> None:

@@ -18,6 +18,8 @@ from portable import ANY_ROOT, auto_warning
 
 from spice.agent.coding import _cli
 from spice.agent.coding._cli import main, tools_json
+from spice.agent.coding._containment import DEFAULT_MODE, NO_LANDLOCK
+from spice.agent.coding._containment import HELP as SANDBOX_HELP
 from spice.agent.dispatch import Dispatcher
 from spice.agent.tool import MAXIMUM_PAYLOAD_BYTES
 from spice.agent.tools.coding import SECURITY_WARNING, Config, new_read, new_replace
@@ -207,6 +209,18 @@ def test_help_shows_the_security_warning(argv: list[str]) -> None:
     flat = " ".join(done.stdout.decode().split())
     assert 0 == done.returncode
     assert " ".join(SECURITY_WARNING.split()) in flat
+    # The sandbox as it is (contract 11.3); argparse may wrap it at a hyphen.
+    assert "".join(SANDBOX_HELP.split()) in "".join(flat.split())
+
+
+def test_the_sandbox_help_says_what_the_code_does() -> None:
+    """Each claim of the help text is held against the constants it restates."""
+    flat = " ".join(SANDBOX_HELP.split())
+    assert ("auto", "auto, the default") == (DEFAULT_MODE, flat.split(": ", 1)[1][:17])
+    assert "workspace refuses to start without Landlock" in flat
+    assert NO_LANDLOCK.startswith("the kernel has no Landlock")
+    assert "Never contained: reads" in flat
+    assert "A root of / is refused unless --sandbox off is given." in flat
 
 
 def test_version_prints_the_distribution_version() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -10,6 +11,8 @@ from pathlib import Path
 import pytest
 
 from spice.agent.coding._cli import main
+from spice.agent.coding._containment import SLASH_ROOT_NEEDS_OFF
+from spice.agent.coding._settings import EMPTY_ROOT
 
 SCRIPT = Path(sys.executable).parent / "spice-coding"
 COMMANDS = {"tools": [], "call": ["read", '{"path": "a.txt"}'], "serve": []}
@@ -71,3 +74,65 @@ def test_the_console_script_refuses_before_serving(tmp_path: Path) -> None:
     assert b"" == finished.stdout
     assert str(missing).encode() in finished.stderr
     assert 1 == finished.stderr.count(b"\n")
+
+
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_an_empty_root_is_refused_not_the_current_directory(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    command: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``--root ''`` once served the current directory in silence (contract 11.3)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a.txt").write_text("alpha\n")
+    code = main(["--root", "", command, *COMMANDS[command]])
+    captured = capsys.readouterr()
+    assert (2, "") == (code, captured.out)
+    assert f"spice-coding: {EMPTY_ROOT}\n" == captured.err
+
+
+@pytest.mark.parametrize("sandbox", [[], ["--sandbox", "auto"], ["--sandbox", "workspace"]])
+def test_a_root_of_slash_is_refused_naming_the_flag(
+    capsys: pytest.CaptureFixture[str], sandbox: list[str]
+) -> None:
+    """The default (auto) and workspace: exit 2, one line naming --sandbox off."""
+    code = main(["--root", "/", *sandbox, "tools"])
+    captured = capsys.readouterr()
+    assert (2, "") == (code, captured.out)
+    assert f"spice-coding: {SLASH_ROOT_NEEDS_OFF}\n" == captured.err
+    assert "--sandbox off" in captured.err
+
+
+@pytest.mark.parametrize(
+    ("argv", "environment"),
+    [
+        (["--sandbox", "off"], {}),
+        (["tools", "--sandbox", "off"], {}),
+        ([], {"SPICE_AGENT_SANDBOX": "off"}),
+    ],
+)
+def test_a_root_of_slash_is_served_when_off_is_chosen(
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    argv: list[str],
+    environment: dict[str, str],
+) -> None:
+    """The other side: ``off``, given by flag (before or after the command) or variable."""
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    before, after = (argv, []) if argv[:1] != ["tools"] else ([], argv[1:])
+    code = main(["--root", "/", *before, "tools", *after])
+    captured = capsys.readouterr()
+    assert 0 == code, captured.err
+    listed = json.loads(captured.out)
+    assert ({"read", "replace", "shell"}, False) == (
+        {tool["name"] for tool in listed["tools"]},
+        listed["sandbox"]["contained"],
+    )
+
+
+def test_a_link_to_slash_is_slash(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "everything").symlink_to("/")
+    assert 2 == main(["--root", str(tmp_path / "everything"), "tools"])
+    assert SLASH_ROOT_NEEDS_OFF in capsys.readouterr().err

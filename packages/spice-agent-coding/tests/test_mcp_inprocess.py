@@ -129,14 +129,33 @@ async def test_an_unknown_tool_is_the_dispatchers_unknown_tool_result(mode: str)
         result = await client.call_tool("nope", {})
     assert True is result.is_error
     assert "unknown_tool" == result.structured_content["code"]
+    assert (
+        "no tool named 'nope' is available; the tools are: echo"
+        == result.structured_content["message"]
+    )
     assert [] == tool.calls
 
 
 async def test_a_name_beyond_the_identity_bound_is_unknown(mode: str) -> None:
-    """A name longer than any tool name could be is unknown_tool, and reaches no tool."""
+    """A name longer than any tool name could be is unknown_tool, and reaches no tool; it is
+    named shortened (contract 11.3), as the dispatcher names a valid unknown name."""
     async with connected([EchoTool()], mode) as client:
         result = await client.call_tool("x" * (MAXIMUM_IDENTITY_BYTES + 1), {})
     assert "unknown_tool" == result.structured_content["code"]
+    shown = f"no tool named '{'x' * 64}'... is available; the tools are: echo"
+    assert shown == result.structured_content["message"]
+
+
+@pytest.mark.parametrize("name", ["re\x00ad", " read", "\u202eread\n", "x" * 5000])
+async def test_a_name_no_call_can_have_is_named_printable_and_bounded(mode: str, name: str) -> None:
+    """Control characters, surrounding spaces, a huge name: never echoed raw, never long."""
+    async with connected([EchoTool()], mode) as client:
+        result = await client.call_tool(name, {})
+    message = result.structured_content["message"]
+    assert "unknown_tool" == result.structured_content["code"]
+    assert message.startswith("no tool named '")
+    assert message.isprintable()
+    assert len(message) < 200
 
 
 async def test_arguments_beyond_the_payload_bound_are_invalid(mode: str) -> None:

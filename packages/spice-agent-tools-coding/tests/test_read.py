@@ -146,7 +146,10 @@ async def test_a_call_naming_another_tool_is_invalid(root: Path) -> None:
         ('{"path": "a", "limit": "1"}', "limit must be an integer"),
         ('{"path": 1}', "path must be a string"),
         ("{}", "path must be a string"),
-        ('{"path": "a", "other": 1}', "arguments have an unknown property"),
+        (
+            '{"path": "a", "other": 1}',
+            "arguments have an unknown property 'other'; the properties are limit, offset, path",
+        ),
         ('{"path": "a", "path": "b"}', "arguments repeat a property"),
         ('{"path": "\\ud800"}', "arguments must not contain lone surrogates"),
         ('["a"]', "arguments must be a JSON object"),

@@ -52,7 +52,10 @@ async def rejected(root: Path, arguments: dict[str, object] | str, message: str)
         ({"argv": ["ls", "a\0b"]}, "must not contain NUL"),
         ({"argv": ["ls"], "cwd": "."}, "unknown property"),
         ({"argv": ["ls"], "workdir": 3}, "workdir must be a string"),
-        ({"argv": ["ls"], "workdir": "/etc"}, "workdir must be a relative path"),
+        (
+            {"argv": ["ls"], "workdir": "/etc"},
+            "workdir: an absolute path must lie beneath the worktree root (",
+        ),
         ({"argv": ["ls"], "workdir": "../x"}, "workdir must be a relative path"),
         ({"argv": ["ls"], "workdir": "a/../../x"}, "workdir must be a relative path"),
         ({"argv": ["ls"], "workdir": ""}, "workdir must be a relative path"),

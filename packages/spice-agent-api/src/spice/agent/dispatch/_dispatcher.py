@@ -31,16 +31,32 @@ class Proceed(Protocol):
 Interceptor = Callable[[Call, Definition, Proceed], Awaitable[Result]]
 """``async (call, definition, proceed) -> Result``: audit, deny or pass a call on."""
 
-_UNKNOWN_TOOL_PROBLEM: Final = "no tool of that name is available"
+SHOWN_NAME_CHARS: Final = 64
+"""Most characters of an unknown tool's name that its answer shows (it is model input)."""
+LISTED_NAMES_CHARS: Final = 1024
+"""Most characters of the tool names an ``unknown_tool`` answer lists; the rest are counted."""
 _WRONG_ANSWER: Final = "the tool answered with a result that does not belong to the call"
 _TOOL_FAILED: Final = "the tool failed in an unexpected way"
 _INTERCEPTOR_CHANGED_CALL: Final = "an interceptor changed the call's id or tool name"
 """Raised from ``proceed``: the next interceptor or the tool is not reached."""
 
 
-def _unknown_tool(call: Call) -> Result:
-    content = {"ok": False, "code": "unknown_tool", "message": _UNKNOWN_TOOL_PROBLEM}
-    return Result.from_content(call.id, content, _UNKNOWN_TOOL_PROBLEM)
+def _unknown_tool(call: Call, names: Sequence[str]) -> Result:
+    """``unknown_tool``, naming the call's tool (shortened, non-printable characters as
+    ``?``) and the tools there are (up to ``LISTED_NAMES_CHARS``)."""
+    name = call.name
+    shown = "".join(c if c.isprintable() else "?" for c in name[:SHOWN_NAME_CHARS])
+    shown = f"'{shown}'" + ("..." if len(name) > SHOWN_NAME_CHARS else "")
+    listed: list[str] = []
+    for each in names:
+        if sum(len(item) + 2 for item in listed) + len(each) > LISTED_NAMES_CHARS:
+            listed.append(f"and {len(names) - len(listed)} more")
+            break
+        listed.append(each)
+    tools = f"the tools are: {', '.join(listed)}" if names else "there are no tools"
+    problem = f"no tool named {shown} is available; {tools}"
+    content = {"ok": False, "code": "unknown_tool", "message": problem}
+    return Result.from_content(call.id, content, problem)
 
 
 def _failure(call: Call, definition: Definition, message: str) -> ExecutionError:
@@ -91,7 +107,7 @@ class Dispatcher:
             raise TypeError("dispatch takes a Call")
         entry = self._tools.get(call.name)
         if entry is None:
-            return _unknown_tool(call)
+            return _unknown_tool(call, [definition.name for definition in self._definitions])
         tool, definition = entry
 
         try:

@@ -24,7 +24,8 @@ from spice.agent.tool import MAXIMUM_PAYLOAD_BYTES, Call, Definition, ExecutionE
 from spice.agent.tools.coding import SECURITY_WARNING
 
 from ._compose import compose
-from ._containment import ContainmentUnavailable
+from ._containment import HELP as SANDBOX_HELP
+from ._containment import ContainmentUnavailable, slash_root_problem
 from ._platform import WINDOWS, PlatformLauncher, platform_launcher
 from ._posix import _landlock as landlock
 from ._posix._launcher import adopt_orphans
@@ -36,6 +37,8 @@ EXIT_OK: Final = 0
 EXIT_FAILURE: Final = 1
 EXIT_ERROR: Final = 2
 EXIT_INTERRUPTED: Final = 130
+EPILOG: Final = f"{SANDBOX_HELP} {SECURITY_WARNING}"
+"""What every ``--help`` ends with: the sandbox as it is, then the product's warning."""
 STDIN_ARGUMENT: Final = "-"
 """``call TOOL -`` reads the JSON arguments from stdin (at most the payload bound)."""
 
@@ -87,7 +90,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog=PROGRAM,
         description="Serve the Spice coding tools (read, replace, shell) for one worktree.",
-        epilog=SECURITY_WARNING,
+        epilog=EPILOG,
     )
     parser.add_argument("--version", action=_VersionAction)
     parser.add_argument("--root", metavar="DIR", help=root_help)
@@ -99,7 +102,7 @@ def _parser() -> argparse.ArgumentParser:
         ("call", "run one call through the dispatcher and print its result as JSON"),
         ("serve", "serve the tools over MCP on stdin/stdout"),
     ):
-        sub = commands.add_parser(name, help=summary, description=summary, epilog=SECURITY_WARNING)
+        sub = commands.add_parser(name, help=summary, description=summary, epilog=EPILOG)
         sub.add_argument("--root", metavar="DIR", default=argparse.SUPPRESS, help=root_help)
         add_arguments(sub, after_command=True)
         if name == "call":
@@ -282,7 +285,8 @@ def run(argv: Sequence[str] | None = None) -> int:
     except SettingsError as error:
         _err(str(error))
         return EXIT_ERROR
-    problem = _root_problem(settings.config.root)
+    root = settings.config.root
+    problem = _root_problem(root) or slash_root_problem(root, settings.sandbox)
     if problem is not None:
         _err(problem)
         return EXIT_ERROR

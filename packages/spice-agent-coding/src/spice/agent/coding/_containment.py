@@ -43,6 +43,25 @@ AUTO_WITHOUT_LANDLOCK: Final = (
 
 
 ROOT_IS_SLASH: Final = "the worktree root is /: --sandbox workspace would confine nothing"
+SLASH_ROOT_NEEDS_OFF: Final = (
+    "the worktree root is /: every file of this system would be served and no shell command "
+    "could be contained; give --sandbox off to serve it uncontained anyway"
+)
+HELP: Final = (
+    "Sandbox (--sandbox, Linux): auto, the default, contains each shell command where the "
+    "kernel has Landlock and runs it uncontained with a warning where it has not; workspace "
+    "refuses to start without Landlock; off contains nothing. A contained command and its "
+    "descendants may write only beneath the worktree, a private TMPDIR and each "
+    "--allow-write directory, hold no capability, and, where this host gives bubblewrap's "
+    "namespaces or the seccomp filter, have no network unless --allow-network and cannot "
+    "reach other processes (each shell result's contained field says whether its command "
+    "was). Never contained: reads (a command can read all your user can, ~/.ssh "
+    "included), and changes to .git/config, git hooks and build files, which run later "
+    "outside the sandbox. In every mode a command and all its descendants end with their "
+    "call. 'spice-coding tools' prints what this host enforces. A root of / is refused "
+    "unless --sandbox off is given."
+)
+"""What ``spice-coding --help`` says of the sandbox (contract 11.3): as it is, in one place."""
 INTERPRETER_BENEATH_ROOT: Final = (
     "the server's Python lies beneath the worktree root: a command could change the "
     "sandbox's code, so --sandbox workspace cannot be enforced"
@@ -61,6 +80,13 @@ class ContainmentUnavailable(Exception):
 
     def __init__(self, reason: str = NO_LANDLOCK) -> None:
         super().__init__(reason)
+
+
+def slash_root_problem(root: str, mode: str) -> str | None:
+    """Why ``root`` may not be served in ``mode``: a root of ``/`` needs ``off``, chosen."""
+    if mode != DISABLED and os.path.realpath(root) == os.sep:
+        return SLASH_ROOT_NEEDS_OFF
+    return None
 
 
 def unsafe_root(root: str, interpreter: str, prefixes: Sequence[str]) -> str | None:

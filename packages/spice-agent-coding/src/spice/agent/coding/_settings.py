@@ -78,6 +78,7 @@ _FALSE: Final = frozenset({"", "0", "false", "no", "off"})
 _ALLOW_ENV_FLAG: Final = "--allow-env"
 _COMMAND_TIMEOUT_FLAG: Final = "--command-timeout"
 _SANDBOX_FLAG: Final = "--sandbox"
+EMPTY_ROOT: Final = "--root is empty: name the worktree's directory, or leave --root out"
 _ALLOW_WRITE_FLAG: Final = "--allow-write"
 _BYTES_FIELDS: Final = (
     ("max_read_bytes", "--max-read-bytes", MAX_READ_BYTES_VARIABLE),
@@ -241,6 +242,8 @@ def resolve_settings(flags: Flags, environ: Mapping[str, str] | None = None) -> 
     ``SettingsError`` with one fixed line naming what is wrong.
     """
     source = os.environ if environ is None else environ
+    if flags.root == "":  # resolve_config would take the environment or the cwd for it
+        raise SettingsError(EMPTY_ROOT)
     try:
         base = resolve_config(flags.root, source)
     except ValueError:

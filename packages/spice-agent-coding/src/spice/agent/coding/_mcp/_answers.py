@@ -18,7 +18,7 @@ the envelope's room, which holds the note.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Final
 
 from mcp.types import ImageContent, TextContent
@@ -28,6 +28,8 @@ IMAGE_NOT_WHOLE: Final = (
     "a page of an image, not all of it, so no image block: an image is shown only when one "
     "page holds the whole file"
 )
+SHOWN_NAME_CHARS: Final = 64
+"""Most characters of a refused call's tool name that the answer shows (model input)."""
 NOTE_BYTES: Final = 160
 """The longest note (tested): the room kept for it within the envelope's bytes."""
 
@@ -57,3 +59,14 @@ def blocks_of(
 def _json(content: Mapping[str, object]) -> str:
     """Compact JSON, real Unicode: as the tools write their answers."""
     return json.dumps(content, separators=(",", ":"), ensure_ascii=False)
+
+
+def unknown_tool_problem(name: str, names: Sequence[str]) -> str:
+    """The problem of a call to ``name``, which no tool has, when the call could not even be
+    formed (a name that is no valid identity): the dispatcher's words for the same case,
+    the name shortened and its non-printable characters shown as ``?``. ``names`` are the
+    served tools' (a few, each a short identity)."""
+    shown = "".join(c if c.isprintable() else "?" for c in name[:SHOWN_NAME_CHARS])
+    shown = f"'{shown}'" + ("..." if len(name) > SHOWN_NAME_CHARS else "")
+    tools = f"the tools are: {', '.join(names)}" if names else "there are no tools"
+    return f"no tool named {shown} is available; {tools}"

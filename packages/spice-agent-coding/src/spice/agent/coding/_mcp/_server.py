@@ -48,7 +48,7 @@ from spice.agent.tool import (
 from spice.agent.tools.coding import Config
 from spice.agent.tools.coding.settling import outlast, settle
 
-from ._answers import blocks_of
+from ._answers import blocks_of, unknown_tool_problem
 from ._json import arguments_text
 from ._outputs import largest_answer_chars, output_schema, title_of
 
@@ -97,7 +97,6 @@ worker), well within this; it only guards against a call that never ends.
 """
 
 _REJECTED_PROBLEM: Final = "the call could not be formed from these arguments"
-_UNKNOWN_PROBLEM: Final = "no tool of that name is available"
 
 
 def _version() -> str:
@@ -302,8 +301,9 @@ def serving(
         try:
             call = Call(call_id, params.name, arguments_text(params.arguments))
         except ValueError:
-            if params.name not in {d.name for d in dispatcher.definitions}:
-                return _refusal("unknown_tool", _UNKNOWN_PROBLEM)
+            names = [d.name for d in dispatcher.definitions]
+            if params.name not in names:
+                return _refusal("unknown_tool", unknown_tool_problem(params.name, names))
             return _refusal("invalid_arguments", _REJECTED_PROBLEM)
         reporter = _SessionReporter(ctx.session)
         task = calls.start(dispatcher, call, reporter)

@@ -17,6 +17,8 @@ from typing import Final, final
 
 MAXIMUM_NESTING: Final = 32
 """Deepest JSON nesting an argument object may have."""
+SHOWN_NAME_CHARS: Final = 64
+"""Most characters of a name from a call that an answer shows (``shown_name``)."""
 
 
 @final
@@ -73,8 +75,26 @@ def decode_object(arguments: str, allowed: frozenset[str]) -> dict[str, object]:
         raise ArgumentError("arguments must not contain lone surrogates")
     unknown = set(value) - allowed
     if unknown:
-        raise ArgumentError("arguments have an unknown property")
+        raise ArgumentError(f"arguments have {unknown_properties(unknown, allowed)}")
     return value
+
+
+def shown_name(name: str) -> str:
+    """A name the call gave (a property), as the model is shown it: in single quotes, at
+    most ``SHOWN_NAME_CHARS`` characters (then ``...``), each one that is not printable
+    as ``?``. It is model input: never more of it, never raw control characters."""
+    cut = name[:SHOWN_NAME_CHARS]
+    text = "".join(char if char.isprintable() else "?" for char in cut)
+    return f"'{text}'" + ("..." if len(name) > SHOWN_NAME_CHARS else "")
+
+
+def unknown_properties(unknown: set[str], allowed: frozenset[str]) -> str:
+    """``an unknown property 'x' (and N more); the properties are a, b`` (bounded: one
+    name shown, the allowed names are the tool's own)."""
+    first = min(unknown)
+    more = f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else ""
+    names = ", ".join(sorted(allowed))
+    return f"an unknown property {shown_name(first)}{more}; the properties are {names}"
 
 
 def take_string(values: Mapping[str, object], name: str, *, required: bool) -> str | None:

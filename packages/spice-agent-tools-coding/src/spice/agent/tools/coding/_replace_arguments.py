@@ -24,7 +24,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final, TypeAlias, final
 
-from ._arguments import ArgumentError, decode_object, take_boolean, take_string
+from ._arguments import (
+    ArgumentError,
+    decode_object,
+    take_boolean,
+    take_string,
+    unknown_properties,
+)
 from ._config import Config
 from ._edits import MAXIMUM_DIFF_BYTES, MAXIMUM_EDITS, Edit
 from ._platform import PathError, clean_path
@@ -241,8 +247,11 @@ def _take_edits(values: Mapping[str, object]) -> tuple[Edit, ...]:
 
 
 def _take_edit(index: int, item: object) -> Edit:
-    if not isinstance(item, dict) or set(item) - EDIT_PROPERTIES:
+    if not isinstance(item, dict):
         raise ArgumentError(f"edits[{index}] {EDIT_SHAPE}")
+    if unknown := set(item) - EDIT_PROPERTIES:
+        found = unknown_properties(unknown, EDIT_PROPERTIES)
+        raise ArgumentError(f"edits[{index}] has {found}")
     try:
         old = take_string(item, "old_text", required=True)
         new = take_string(item, "new_text", required=True)

@@ -198,6 +198,11 @@ _PROBLEMS: Final = {
         "no executable matches argv[0]: a name without '/' is looked up in PATH only; "
         "use ./name for a program in the workdir"
     ),
+    "split_argv": (
+        "no executable matches argv[0], which holds spaces: argv is not split by a shell, "
+        'so give the program and each argument as its own element, e.g. ["python3", "-m", '
+        '"unittest"], not ["python3 -m unittest"]'
+    ),
     "launch_failed": "the command could not be started",
     "workdir_unavailable": "the workdir is not an existing directory",
     "workdir_changed": "the workdir changed before the command could start",
@@ -295,7 +300,11 @@ def _parse(arguments: str, config: Config) -> _Arguments:
         raise ArgumentError("timeout_seconds must be at most the configured command timeout")
     try:
         cleaned = "." if workdir is None else clean_path(workdir, root=config.root)
-    except PathError:
+    except PathError as error:
+        # An absolute workdir elsewhere: the path check's own words, which name the root
+        # (as read and replace answer).
+        if config.root in error.message:
+            raise ArgumentError(f"workdir: {error.message}") from None
         raise ArgumentError(
             "workdir must be a relative path, or an absolute one beneath the worktree "
             "root, that stays in the root"
@@ -520,7 +529,10 @@ class _Shell:
         try:
             executable = await self._resolver.resolve(lookup)
         except ExecutableNotFound:
-            return _refuse(call, "command_not_found", _PROBLEMS["command_not_found"], frame)
+            # One element holding a whole command line is the usual mistake: teach the split.
+            spaced = any(char.isspace() for char in arguments.argv[0])
+            problem = _PROBLEMS["split_argv" if spaced else "command_not_found"]
+            return _refuse(call, "command_not_found", problem, frame)
         except asyncio.CancelledError:
             if _being_cancelled():
                 raise
