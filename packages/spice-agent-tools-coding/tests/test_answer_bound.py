@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import hashlib
 import json
 from pathlib import Path
 from typing import Final
@@ -24,7 +25,7 @@ from hypothesis import strategies as st
 
 from spice.agent.process import Outcome
 from spice.agent.tool import Call
-from spice.agent.tools.coding import MAXIMUM_ANSWER_BYTES, Config, new_read
+from spice.agent.tools.coding import MAXIMUM_ANSWER_BYTES, Config, new_read, new_replace
 from spice.agent.tools.coding._config import MAXIMUM_BYTES
 from spice.agent.tools.coding._ownership import Timing
 from spice.agent.tools.coding._results import ANSWER_ROOM, ENVELOPE_BYTES, answer_bytes
@@ -54,6 +55,10 @@ runs = st.lists(
     min_size=1,
     max_size=6,
 )
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
 
 
 def page_of(parts: list[tuple[bytes, int]]) -> bytes:
@@ -164,3 +169,19 @@ def test_every_command_output_fits_and_counts_every_byte(
         head = len(shown) if at is None else int(str(at))
         assert written.startswith(shown[:head])
         assert written.endswith(shown[head:])
+
+
+def test_an_edit_s_diff_of_control_bytes_stays_far_within_the_bound(tmp_path: Path) -> None:
+    """``replace``'s answer is bounded by its diff (16 KiB) and its quote (1 KiB): a diff of
+    control bytes under a long path, the worst it can say, stays far below the bound."""
+    deep = "/".join(["d" * 200] * 3)
+    (tmp_path / deep).mkdir(parents=True)
+    lines = b"".join(b"\x02" * 60 + b"\nk\n" for _ in range(2000))
+    (tmp_path / deep / "e.txt").write_bytes(lines)
+    edits = [{"old_text": "\x02" * 60, "new_text": "\x03" * 60, "replace_all": True}]
+    arguments = {"path": f"{deep}/e.txt", "expected_sha256": sha256(lines), "edits": edits}
+    tool = new_replace(Config(tmp_path))
+    result = asyncio.run(tool.execute(Call("c", "replace", json.dumps(arguments))))
+    content = content_of(result)
+    assert (True, True) == (content["ok"], content["diff_truncated"])
+    assert 100_000 < answer_bytes(result.content) < ANSWER_ROOM // 2
