@@ -7,6 +7,10 @@ model would have read. A 256 KiB page (about 270,000 characters of answer) arriv
 because each tool declares ``anthropic/maxResultSizeChars``. The same server with that key
 renamed shows the other side: Claude Code saves the answer to a file and shows a 2 KB
 preview, which still holds the digest, because big fields come last.
+
+Contract 11.3: pages of quotes, backslashes and control bytes (1.5 MB on the MCP wire
+whole, about 1.75 MB in Claude Code's line to the SDK, which failed with
+``CLIJSONDecodeError``) arrive shortened to fit; a PNG arrives as an image.
 """
 
 from __future__ import annotations
