@@ -28,7 +28,13 @@ from spice.agent.tool import Call
 from spice.agent.tools.coding import MAXIMUM_ANSWER_BYTES, Config, new_read, new_replace
 from spice.agent.tools.coding._config import MAXIMUM_BYTES
 from spice.agent.tools.coding._ownership import Timing
-from spice.agent.tools.coding._results import ANSWER_ROOM, ENVELOPE_BYTES, answer_bytes
+from spice.agent.tools.coding._results import (
+    ANSWER_ROOM,
+    ENVELOPE_BYTES,
+    answer_bytes,
+    answer_fits,
+    encode,
+)
 from spice.agent.tools.coding._shell import build_shell
 
 UNITS: Final = (
@@ -185,3 +191,19 @@ def test_an_edit_s_diff_of_control_bytes_stays_far_within_the_bound(tmp_path: Pa
     content = content_of(result)
     assert (True, True) == (content["ok"], content["diff_truncated"])
     assert 100_000 < answer_bytes(result.content) < ANSWER_ROOM // 2
+
+
+@given(parts=runs, path=st.text(alphabet=st.sampled_from('a"\\\x01é'), max_size=40))
+@settings(max_examples=60, deadline=None)
+def test_the_quick_check_agrees_with_the_count(parts: list[tuple[bytes, int]], path: str) -> None:
+    """``answer_fits`` (a bound from lengths first, the count only where it cannot tell)
+    answers exactly what ``answer_bytes`` does, on both sides of the room."""
+    page = page_of(parts)
+    try:
+        body = page.decode()
+    except UnicodeDecodeError:
+        body = base64.b64encode(page).decode()
+    text = encode({"ok": True, "path": path, "bytes": len(page), "content": body})
+    verbatim = len(page) if body.encode() == page else len(body)
+    assert (answer_bytes(text) <= ANSWER_ROOM) == answer_fits(text, verbatim)
+    assert (answer_bytes(text) <= ANSWER_ROOM) == answer_fits(text)

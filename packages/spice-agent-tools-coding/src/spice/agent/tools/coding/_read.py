@@ -54,6 +54,7 @@ from ._results import (
     ANSWER_COPIES,
     ANSWER_ROOM,
     answer_bytes,
+    answer_fits,
     attach,
     encode,
     failure,
@@ -475,7 +476,7 @@ def _shape(
     except ValueError:  # past the payload bound (escaping), so past the answer bound too
         pass
     else:
-        if answer_bytes(result.content) <= ANSWER_ROOM:
+        if answer_fits(result.content, len(data)):
             return result
     # The other fields of a shortened page take at most what they take here: its numbers
     # are no longer than the whole page's, and it has no ``sha256``. It is shorter than the

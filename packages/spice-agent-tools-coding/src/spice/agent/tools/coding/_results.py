@@ -64,9 +64,25 @@ def answer_bytes(text: str) -> int:
     JSON this package writes (compact, real Unicode), which ``orjson``, the MCP SDK and
     JavaScript's ``JSON.stringify`` write byte for byte alike.
     """
-    size = len(text.encode("utf-8"))
+    size = len(text) if text.isascii() else len(text.encode("utf-8"))
     escapes = text.count('"') + text.count("\\")
     return size + (ANSWER_COPIES - 1) * (size + escapes + 2)
+
+
+def answer_fits(text: str, verbatim: int = 0) -> bool:
+    """Whether ``answer_bytes(text) <= ANSWER_ROOM``, counting only where a bound cannot tell.
+
+    ``verbatim``: bytes of ``text`` known to be one field's raw bytes (a page), so that at
+    most twice the rest of ``text`` can be characters its string form escapes (each added
+    escape character brings at most two; every other such character is outside the raw
+    bytes). Without it, at most all of ``text``. Exact either way: the bound only skips
+    the count when even it fits.
+    """
+    size = len(text) if text.isascii() else len(text.encode("utf-8"))
+    most = min(size, 2 * (size - verbatim)) if verbatim else size
+    if size + (ANSWER_COPIES - 1) * (size + most + 2) <= ANSWER_ROOM:
+        return True
+    return answer_bytes(text) <= ANSWER_ROOM
 
 
 def success(
@@ -118,7 +134,7 @@ def _result(
         result = Result.from_content(call.id, content, problem)
     except ValueError:
         raise ExecutionError(call.id, state, retry, RESULT_UNENCODABLE) from None
-    if answer_bytes(result.content) > ANSWER_ROOM:
+    if not answer_fits(result.content):
         raise ExecutionError(call.id, state, retry, RESULT_UNENCODABLE)
     return result
 

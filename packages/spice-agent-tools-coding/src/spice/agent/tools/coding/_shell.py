@@ -59,8 +59,7 @@ from ._config import Config, absolute
 from ._ownership import Entry, Owner, Ticket, Timing
 from ._platform import batch_file, clean_path, is_windows, workdir_check
 from ._results import (
-    ANSWER_ROOM,
-    answer_bytes,
+    answer_fits,
     attach,
     encode,
     failure,
@@ -760,7 +759,7 @@ def _output_fields(
         whole: dict[str, object] = {"ok": problem is None, **content, **fields}
         if problem is not None:
             whole.update(code=problem[0], message=problem[1])
-        return fields, answer_bytes(encode(whole)) <= ANSWER_ROOM
+        return fields, answer_fits(encode(whole))
 
     fields, fits = fields_of(captured)
     if fits:
