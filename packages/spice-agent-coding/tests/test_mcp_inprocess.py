@@ -24,6 +24,7 @@ from mcp import Client, MCPError
 from mcp.types import INTERNAL_ERROR, TextContent
 
 from spice.agent.coding import mcp_server
+from spice.agent.coding._mcp._dialects import portable_schema
 from spice.agent.coding._mcp._server import META_PREFIX, annotations_of
 from spice.agent.dispatch import Dispatcher
 from spice.agent.tool import (
@@ -84,11 +85,12 @@ async def test_every_definition_is_listed_with_honest_annotations(mode: str) -> 
 
 
 async def test_listed_tools_carry_schema_description_and_fingerprint(mode: str) -> None:
-    """The input schema, description and fingerprint are the definition's own."""
+    """The description and fingerprint are the definition's own; the input schema is the
+    definition's in the portable dialect (the in-process client names itself ``mcp``)."""
     tool = EchoTool("read")
     async with connected([tool], mode) as client:
         [listed] = (await client.list_tools()).tools
-    assert json.loads(tool.definition.input_schema) == listed.input_schema
+    assert portable_schema(json.loads(tool.definition.input_schema)) == listed.input_schema
     assert tool.definition.description == listed.description
     assert listed.meta is not None
     assert tool.definition.fingerprint == listed.meta[f"{META_PREFIX}fingerprint"]

@@ -49,6 +49,7 @@ from spice.agent.tools.coding import Config
 from spice.agent.tools.coding.settling import outlast, settle
 
 from ._answers import blocks_of, unknown_tool_problem
+from ._dialects import Dialect, dialect_of, schema_in
 from ._json import arguments_text
 from ._outputs import largest_answer_chars, output_schema, title_of
 
@@ -122,10 +123,12 @@ def instructions_for(config: Config | None) -> str:
     return INSTRUCTIONS.format(root=UNNAMED_ROOT if config is None else config.root)
 
 
-def tool_of(definition: Definition, config: Config | None = None) -> McpTool:
-    """One MCP tool for one definition: name, title, description, input and output schemas,
-    hints, fingerprint, and the largest answer it can give (under ``config``'s bounds;
-    without a ``config``, the payload bound)."""
+def tool_of(
+    definition: Definition, config: Config | None = None, dialect: Dialect = Dialect.PORTABLE
+) -> McpTool:
+    """One MCP tool for one definition: name, title, description, input schema (in
+    ``dialect``) and output schema, hints, fingerprint, and the largest answer it can give
+    (under ``config``'s bounds; without a ``config``, the payload bound)."""
     largest = (
         MAXIMUM_PAYLOAD_BYTES if config is None else largest_answer_chars(definition.name, config)
     )
@@ -133,7 +136,7 @@ def tool_of(definition: Definition, config: Config | None = None) -> McpTool:
         name=definition.name,
         title=title_of(definition.name),
         description=definition.description,
-        input_schema=json.loads(definition.input_schema),
+        input_schema=schema_in(dialect, json.loads(definition.input_schema)),
         output_schema=output_schema(definition.name),
         annotations=annotations_of(definition),
         _meta={
@@ -284,7 +287,12 @@ def serving(
         raise TypeError("mcp_server takes a Dispatcher")
     if not heartbeat_seconds > 0:
         raise ValueError("the heartbeat interval must be positive")
-    listing = ListToolsResult(tools=[tool_of(d, config) for d in dispatcher.definitions])
+    listings = {
+        dialect: ListToolsResult(
+            tools=[tool_of(d, config, dialect) for d in dispatcher.definitions]
+        )
+        for dialect in Dialect
+    }
     ids: Iterable[int] = itertools.count(1)
     counter = iter(ids)
     calls = CallTasks()
@@ -292,7 +300,8 @@ def serving(
     async def list_tools(
         ctx: ServerRequestContext[Any], params: PaginatedRequestParams | None
     ) -> ListToolsResult:
-        return listing
+        client = ctx.session.client_params  # the listing's dialect follows the client's name
+        return listings[dialect_of(None if client is None else client.client_info.name)]
 
     async def call_tool(
         ctx: ServerRequestContext[Any], params: CallToolRequestParams
