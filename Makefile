@@ -12,7 +12,7 @@ PACKAGES := spice-agent-api spice-agent-tools-coding spice-agent-coding
 PACKAGE_SOURCES := packages/spice-agent-api/src:packages/spice-agent-tools-coding/src:packages/spice-agent-coding/src
 PYTEST_WORKERS ?= 2
 
-.PHONY: help bootstrap system-packages inspector conformance wheelhouse dist fast check format lint typecheck test test-unprivileged test-windows stress verify verify-offline verify-release demo soak bench clean
+.PHONY: help bootstrap system-packages inspector gemini-cli conformance wheelhouse dist fast check format lint typecheck test test-unprivileged test-windows stress verify verify-offline verify-release demo soak bench clean
 
 help:
 	@echo "make demo     run the tools end to end over MCP on a sample worktree"
@@ -32,7 +32,7 @@ help:
 # (even where PYTHONDONTWRITEBYTECODE keeps Python from caching it). Idempotent; fast when
 # already done.
 WORKSPACE_SOURCES := $(foreach p,$(PACKAGES),packages/$(p)/src)
-bootstrap: system-packages inspector conformance
+bootstrap: system-packages inspector gemini-cli conformance
 	@command -v $(UV) >/dev/null 2>&1 && [ "$$($(UV) --version | cut -d' ' -f2)" = "$(UV_VERSION)" ] \
 	  || $(PYTHON) -m pip install --quiet "uv==$(UV_VERSION)"
 	$(UV) sync --locked --all-packages --all-extras --compile-bytecode \
@@ -95,6 +95,20 @@ $(CONFORMANCE)/node_modules/.package-lock.json: $(CONFORMANCE)/package.json $(CO
 	  npm ci --prefix $(CONFORMANCE) --ignore-scripts --no-audit --no-fund --loglevel=error; \
 	else \
 	  echo "npm is missing: the MCP conformance tests will be skipped" >&2; \
+	fi
+
+# Gemini CLI, pinned by examples/gemini-cli/package-lock.json, for the test that it lists
+# and calls the three tools against a loopback stand-in for the Gemini API. It needs Node
+# >= 20: the test runs it on the Inspector's pinned Node, else on the system's; without
+# npm, or without such a Node, that test is skipped.
+GEMINI_CLI := examples/gemini-cli
+gemini-cli: $(GEMINI_CLI)/node_modules/.package-lock.json
+
+$(GEMINI_CLI)/node_modules/.package-lock.json: $(GEMINI_CLI)/package.json $(GEMINI_CLI)/package-lock.json
+	@if command -v npm >/dev/null 2>&1; then \
+	  npm ci --prefix $(GEMINI_CLI) --ignore-scripts --no-audit --no-fund --loglevel=error; \
+	else \
+	  echo "npm is missing: the Gemini CLI test will be skipped" >&2; \
 	fi
 
 # strace drives the crash-consistency tests of replace, GNU patch checks that cut diffs
@@ -276,4 +290,4 @@ bench: bootstrap
 	$(UV_RUN) python benchmarks/run.py $(BENCH_FLAGS)
 
 clean:
-	rm -rf .venv .windows-env $(INSPECTOR)/node_modules $(CONFORMANCE)/node_modules .pytest_cache .mypy_cache .ruff_cache .coverage .coverage.* dist $(WHEELHOUSE)
+	rm -rf .venv .windows-env $(INSPECTOR)/node_modules $(CONFORMANCE)/node_modules $(GEMINI_CLI)/node_modules .pytest_cache .mypy_cache .ruff_cache .coverage .coverage.* dist $(WHEELHOUSE)

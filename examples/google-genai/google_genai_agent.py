@@ -1,0 +1,44 @@
+"""google-genai (Gemini): the Spice tools as an MCP session the SDK calls by itself."""
+
+import asyncio
+
+from google import genai
+from google.genai import types
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+SPICE_CODING = "/path/to/spice/.venv/bin/spice-coding"
+WORKTREE = "/path/to/worktree"
+
+
+def spice_server(command: str = SPICE_CODING, worktree: str = WORKTREE) -> StdioServerParameters:
+    """`spice-coding serve` over stdio."""
+    return StdioServerParameters(command=command, args=["serve", "--root", worktree])
+
+
+async def main(
+    client: genai.Client | None = None,  # None: GEMINI_API_KEY from the environment
+    command: str = SPICE_CODING,
+    worktree: str = WORKTREE,
+    model: str = "gemini-2.5-flash",
+) -> str:
+    gemini = client or genai.Client()
+    async with (
+        stdio_client(spice_server(command, worktree)) as (read, write),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        # The session as a tool: the SDK lists its tools and calls them as the model asks.
+        # A dict, not GenerateContentConfig (nor a chat): the SDK deep-copies those, session
+        # included, and fails (googleapis/python-genai#2669).
+        config: types.GenerateContentConfigDict = {"tools": [session]}
+        response = await gemini.aio.models.generate_content(
+            model=model,
+            contents="Run the tests with python3 -m unittest and fix what fails.",
+            config=config,
+        )
+    return response.text or ""
+
+
+if __name__ == "__main__":
+    print(asyncio.run(main()))
