@@ -32,7 +32,14 @@ from gemini_schema import gemini_problems
 from gemini_standin import DONE_TEXT, SCHEMA_FIELDS, StandIn, declarations_of, function_responses
 from google import genai
 from google.genai import types
-from test_examples import EXAMPLES, RUN_BOUND_SECONDS, SPICE_CODING, _node_version, substituted
+from test_examples import (
+    EXAMPLES,
+    RUN_BOUND_SECONDS,
+    SPICE_CODING,
+    _node_version,
+    listed_tools,
+    substituted,
+)
 
 from spice.agent.coding._mcp._dialects import Dialect, schema_in
 
@@ -176,6 +183,17 @@ async def test_google_genai_lists_and_calls_the_three_tools(worktree: Path) -> N
 
 
 # --- Gemini CLI (npm) ----------------------------------------------------------------------------
+
+
+async def test_the_gemini_cli_settings_start_the_real_server(worktree: Path) -> None:
+    """``settings.json``'s ``mcpServers`` entry serves the three tools (without Node too),
+    and its timeout leaves room for the longest command (1800 s)."""
+    settings = json.loads(
+        substituted((GEMINI_CLI_DIRECTORY / "settings.json").read_text(), worktree)
+    )
+    server = settings["mcpServers"]["spice-coding"]
+    assert list(TOOL_NAMES) == await listed_tools(server["command"], server["args"])
+    assert server["timeout"] > 1800 * 1000  # milliseconds
 
 
 def _gemini_cli() -> tuple[str, str]:

@@ -284,6 +284,9 @@ def test_a_union_of_two_types_becomes_any_of_with_each_types_own_keywords() -> N
         "anyOf": [{"type": "string", "pattern": "^a$"}, {"type": "integer", "maximum": 3}],
         "nullable": True,
     } == gemini_schema(schema)
+    branches = [{"type": "string"}, {"type": "integer", "minimum": 0}]
+    both = {"type": ["string", "integer"], "anyOf": branches, "maximum": 3}
+    assert {"anyOf": branches} == gemini_schema(both)  # its own anyOf says it already
 
 
 def test_what_the_gemini_dialect_cannot_say_is_left_out_not_guessed() -> None:
@@ -374,6 +377,7 @@ def test_the_portable_null_enum_keeps_its_keywords_with_the_values() -> None:
         "anyOf": [{"type": "string", "enum": ["a", "b"], "description": "d"}, {"type": "null"}]
     } == portable_schema(schema)
     assert {"type": "null"} == portable_schema({"enum": [None]})
+    assert {"anyOf": [{"enum": ["a"]}, {"type": "null"}]} == portable_schema({"enum": ["a", None]})
 
 
 # --- bounds ---------------------------------------------------------------------------------------
