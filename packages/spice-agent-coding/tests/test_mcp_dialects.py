@@ -27,13 +27,14 @@ from gemini_schema import gemini_problems
 from google.genai._mcp_utils import mcp_to_gemini_tool
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from mcp import ClientSession, StdioServerParameters
+from mcp import Client, ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.types import Implementation
 from mcp.types import Tool as McpTool
 from schema_check import schema_errors
 from test_examples import RUN_BOUND_SECONDS, SPICE_CODING
 
+from spice.agent.coding import mcp_server
 from spice.agent.coding._mcp._dialects import (
     MAXIMUM_SCHEMA_DEPTH,
     Dialect,
@@ -42,6 +43,8 @@ from spice.agent.coding._mcp._dialects import (
     portable_schema,
     schema_in,
 )
+from spice.agent.dispatch import Dispatcher
+from spice.agent.tool import Call, Definition, Effect, ReplaySafety, Reporter, Result
 from spice.agent.tools.coding import Config, new_read, new_replace
 
 GEMINI_CLI_NAME: Final = "gemini-cli-mcp-client"
@@ -393,6 +396,36 @@ def test_a_schema_nested_to_the_bound_converts_and_one_deeper_is_refused(
     assert MAXIMUM_SCHEMA_DEPTH == json.dumps(deepest).count('"items"')
     with pytest.raises(ValueError, match="nested too deeply"):
         schema_in(dialect, nested(MAXIMUM_SCHEMA_DEPTH + 2))
+
+
+class _SchemaTool:
+    """A tool that only declares ``schema`` as its input (never called)."""
+
+    def __init__(self, schema: Mapping[str, object]) -> None:
+        self.definition = Definition(
+            "deep", "Declares a deep schema.", schema, Effect.READ_ONLY, ReplaySafety.SAFE, ()
+        )
+
+    async def execute(self, call: Call, reporter: Reporter | None = None) -> Result:
+        raise AssertionError("never called")
+
+
+async def test_a_server_whose_tool_nests_past_the_bound_is_refused_when_built() -> None:
+    """Failure at build time, not in a client: a tool whose schema nests one level past the
+    bound is refused by ``mcp_server``; at the bound it is listed."""
+    at_bound: dict[str, object] = {
+        "type": "object",
+        "properties": {"a": nested(MAXIMUM_SCHEMA_DEPTH)},
+    }
+    async with Client(mcp_server(Dispatcher([_SchemaTool(at_bound)]))) as client:
+        [listed] = (await client.list_tools()).tools
+    assert portable_schema(at_bound) == listed.input_schema
+    past: dict[str, object] = {
+        "type": "object",
+        "properties": {"a": nested(MAXIMUM_SCHEMA_DEPTH + 1)},
+    }
+    with pytest.raises(ValueError, match="nested too deeply"):
+        mcp_server(Dispatcher([_SchemaTool(past)]))
 
 
 # --- choosing the dialect -------------------------------------------------------------------------
