@@ -31,7 +31,11 @@ async def main(
         # The session as a tool: the SDK lists its tools and calls them as the model asks.
         # A dict, not GenerateContentConfig (nor a chat): the SDK deep-copies those, session
         # included, and fails (googleapis/python-genai#2669).
-        config: types.GenerateContentConfigDict = {"tools": [session]}
+        config: types.GenerateContentConfigDict = {
+            "tools": [session],
+            # The SDK stops calling tools after 10 calls unless told otherwise.
+            "automatic_function_calling": {"maximum_remote_calls": 100},
+        }
         response = await gemini.aio.models.generate_content(
             model=model,
             contents="Run the tests with python3 -m unittest and fix what fails.",

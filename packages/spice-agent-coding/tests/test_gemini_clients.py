@@ -183,6 +183,23 @@ async def test_google_genai_lists_and_calls_the_three_tools(worktree: Path) -> N
     assert "parameters" in fields  # the SDK's own conversion, not the raw schema
 
 
+async def test_the_google_genai_example_is_not_cut_off_after_the_sdks_ten_calls(
+    worktree: Path,
+) -> None:
+    """A task of more calls than the SDK's default of 10 runs to its end: each of 12
+    ``shell`` calls is answered and the model's last request holds all 12 answers."""
+    calls = [("shell", {"argv": ["true"]})] * 12
+    with StandIn(calls) as standin:
+        client = genai.Client(
+            api_key="stand-in", http_options=types.HttpOptions(base_url=standin.url)
+        )
+        async with asyncio.timeout(RUN_BOUND_SECONDS):
+            text = await _genai_example().main(client, SPICE_CODING, str(worktree), MODEL)
+        answers = [_answer_in(r["response"]) for r in function_responses(standin.recorded()[-1])]
+    assert DONE_TEXT == text
+    assert [(True, 0)] * 12 == [(answer["ok"], answer["exit_code"]) for answer in answers]
+
+
 # --- Gemini CLI (npm) ----------------------------------------------------------------------------
 
 
