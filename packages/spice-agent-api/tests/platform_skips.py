@@ -131,6 +131,10 @@ POSIX_ONLY_TESTS: Final[dict[str, str]] = {
     "test_a_cancelled_command_that_ignores_sigterm_is_waited_out_without_spinning": SIGNALS,
     "packages/spice-agent-coding/tests/test_settling_anyio.py::"
     "test_a_tool_cancelled_in_an_anyio_scope_waits_for_its_worker_idle": ROOT,
+    "packages/spice-agent-coding/tests/test_gemini_clients.py::"
+    "test_without_its_dialect_gemini_cli_declares_what_the_gemini_api_refuses": (
+        "the server variant it starts is a /bin/sh wrapper"
+    ),
     "packages/spice-agent-coding/tests/test_cli_root.py::"
     "test_a_link_to_a_directory_is_a_usable_root": (
         "a symbolic link as the root (Wine makes none; Windows links are refused beneath the "
@@ -143,6 +147,9 @@ POSIX_ONLY_TESTS: Final[dict[str, str]] = {
 EXAMPLE_MODULES: Final[dict[str, str]] = {
     "test_examples.py": "agents",
     "test_claude_code_answers.py": "claude_agent_sdk",
+    # Both import test_examples (agents) and google-genai, of the same group.
+    "test_mcp_dialects.py": "agents",
+    "test_gemini_clients.py": "agents",
 }
 """Test modules that need a package of the examples group, which the Wine environment of
 ``make test-windows`` does not install (on Windows they run where it is installed)."""
