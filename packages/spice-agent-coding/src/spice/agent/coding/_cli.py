@@ -29,7 +29,16 @@ from ._containment import ContainmentUnavailable, slash_root_problem
 from ._platform import WINDOWS, PlatformLauncher, platform_launcher
 from ._posix import _landlock as landlock
 from ._posix._launcher import adopt_orphans
-from ._settings import Settings, SettingsError, add_arguments, flags_of, resolve_settings
+from ._settings import (
+    HttpSettings,
+    Settings,
+    SettingsError,
+    add_arguments,
+    add_serve_arguments,
+    flags_of,
+    resolve_http,
+    resolve_settings,
+)
 
 PROGRAM: Final = "spice-coding"
 CALL_ID: Final = "cli-1"
@@ -100,11 +109,20 @@ def _parser() -> argparse.ArgumentParser:
     for name, summary in (
         ("tools", "print the tool definitions with their fingerprints as JSON"),
         ("call", "run one call through the dispatcher and print its result as JSON"),
-        ("serve", "serve the tools over MCP on stdin/stdout"),
+        ("serve", "serve the tools over MCP on stdin/stdout, or streamable HTTP"),
+        ("token", "add a bearer token for serve --transport http to a token file"),
     ):
         sub = commands.add_parser(name, help=summary, description=summary, epilog=EPILOG)
         sub.add_argument("--root", metavar="DIR", default=argparse.SUPPRESS, help=root_help)
         add_arguments(sub, after_command=True)
+        if name == "serve":
+            add_serve_arguments(sub)
+        if name == "token":
+            sub.add_argument("action", choices=("add",), help="add: append a new token")
+            sub.add_argument("name", metavar="NAME", help="the token's name (in audit lines)")
+            sub.add_argument("--scopes", required=True, help="read, write or shell (or a list)")
+            sub.add_argument("--token-file", required=True, metavar="PATH", help="the file")
+            sub.add_argument("--not-after", metavar="DATE", help="last day (UTC) it is accepted")
         if name == "call":
             sub.add_argument("tool", metavar="TOOL", help="the tool's name")
             sub.add_argument(
@@ -179,8 +197,7 @@ async def _serve(settings: Settings, launcher: PlatformLauncher) -> int:
     # Imported here so that `tools` and `call` never load the MCP SDK.
     from ._mcp._stdio import serve_stdio  # noqa: PLC0415 - keeps the SDK off the fast paths
 
-    logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format=f"{PROGRAM}: %(message)s")
-    _err(SECURITY_WARNING)
+    _start_logging()
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     signals = _stop_on_signals(loop, stop)
@@ -201,6 +218,90 @@ async def _serve(settings: Settings, launcher: PlatformLauncher) -> int:
         _err(_TRANSPORT_FAILED)
         return EXIT_ERROR
     _err("stopped" + (" on a signal" if stop.is_set() else ": the client closed stdin"))
+    return EXIT_OK
+
+
+def _start_logging() -> None:
+    logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format=f"{PROGRAM}: %(message)s")
+    _err(SECURITY_WARNING)
+
+
+async def _serve_http(settings: Settings, launcher: PlatformLauncher, http: HttpSettings) -> int:
+    """``serve --transport http``: refusals first (exit 2, one line), then serve until a signal."""
+    from ._mcp import _http  # noqa: PLC0415 - keeps the SDK and uvicorn off the fast paths
+    from ._mcp._audit import AuditLog, AuditLogError  # noqa: PLC0415
+    from ._mcp._tokens import TokenFileError, TokenStore  # noqa: PLC0415
+
+    try:
+        store = (
+            None if http.token_file is None else TokenStore(http.token_file, settings.config.root)
+        )
+        audit = AuditLog(http.audit_log)
+    except (TokenFileError, AuditLogError) as error:
+        _err(str(error))
+        return EXIT_ERROR
+    try:
+        sock = _http.bind(http.host, http.port)
+    except OSError:
+        audit.close()
+        _err(f"cannot listen on {http.host} port {http.port}")
+        return EXIT_ERROR
+    _start_logging()
+    for warning in _http_warnings(http, launcher.contained):
+        _err(warning)
+    served = _http.Served(http, store, audit, launcher.contained or http.allow_uncontained_shell)
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    signals = _stop_on_signals(loop, stop)
+    try:
+        async with _composed(settings, launcher) as dispatcher:
+            await _http.serve_http(dispatcher, served, sock, stop, _err, config=settings.config)
+    finally:
+        signals()
+        sock.close()
+    _err("stopped" + (" on a signal" if stop.is_set() else ""))
+    return EXIT_OK
+
+
+def _http_warnings(http: HttpSettings, contained: bool) -> list[str]:
+    warnings = []
+    if http.insecure_no_auth:
+        warnings.append("warning: --insecure-no-auth: any local process may call every tool")
+    if http.allow_remote and not (http.public_url or "").startswith("https://"):
+        warnings.append(
+            "warning: listening beyond loopback without TLS: put a TLS proxy or tunnel in "
+            "front and name it with --public-url https://..."
+        )
+    if not contained and not http.allow_uncontained_shell:
+        warnings.append(
+            "shell is not served over HTTP: commands would run uncontained "
+            "(--allow-uncontained-shell serves it anyway)"
+        )
+    elif not contained:
+        warnings.append(
+            "warning: shell is served over HTTP uncontained: a token with the shell scope "
+            "runs any command as this user"
+        )
+    return warnings
+
+
+def _token(settings: Settings, options: argparse.Namespace) -> int:
+    """``token add NAME --scopes S --token-file PATH``: print the new token once."""
+    from ._mcp._tokens import TokenFileError, add_token  # noqa: PLC0415 - stdlib only
+
+    try:
+        token = add_token(
+            options.token_file,
+            options.name,
+            options.scopes,
+            settings.config.root,
+            options.not_after,
+        )
+    except TokenFileError as error:
+        _err(str(error))
+        return EXIT_ERROR
+    _out(token + "\n")
+    _err(f"added the token {options.name}: it is shown only this once; the file keeps its digest")
     return EXIT_OK
 
 
@@ -285,6 +386,13 @@ def run(argv: Sequence[str] | None = None) -> int:
     except SettingsError as error:
         _err(str(error))
         return EXIT_ERROR
+    if options.command == "token":
+        return _token(settings, options)
+    try:
+        http = resolve_http(options) if options.command == "serve" else None
+    except SettingsError as error:
+        _err(str(error))
+        return EXIT_ERROR
     root = settings.config.root
     problem = _root_problem(root) or slash_root_problem(root, settings.sandbox)
     if problem is not None:
@@ -311,6 +419,8 @@ def run(argv: Sequence[str] | None = None) -> int:
             _err(_BAD_TOOL_NAME if _bad_name(options.tool) else _BAD_JSON)
             return EXIT_ERROR
         return asyncio.run(_call(settings, launcher, call))
+    if http is not None:
+        return asyncio.run(_serve_http(settings, launcher, http))
     return asyncio.run(_serve(settings, launcher))
 
 

@@ -15,8 +15,8 @@ import asyncio
 import importlib.metadata
 import itertools
 import json
-from collections.abc import Iterable
-from typing import Any, Final, final
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, Final, Protocol, final
 
 from mcp.server import Server, ServerRequestContext
 from mcp.server.session import ServerSession
@@ -166,7 +166,7 @@ def result_of(result: Result) -> CallToolResult:
     )
 
 
-def _refusal(code: str, problem: str) -> CallToolResult:
+def refusal(code: str, problem: str) -> CallToolResult:
     content: dict[str, object] = {"ok": False, "code": code, "message": problem}
     return CallToolResult(
         content=[TextContent(type="text", text=json.dumps(content, separators=(",", ":")))],
@@ -275,14 +275,36 @@ async def _outcome(
         del task
 
 
+class Gate(Protocol):
+    """What a transport may put around the handlers (the HTTP transport's scopes, limits and
+    audit): the listing a request sees, and each call, given its id and the call itself."""
+
+    def listing(self, ctx: ServerRequestContext[Any], tools: ListToolsResult) -> ListToolsResult:
+        """The tools ``ctx``'s caller may see."""
+        ...
+
+    async def call(
+        self,
+        ctx: ServerRequestContext[Any],
+        params: CallToolRequestParams,
+        call_id: str,
+        run: Callable[[], Awaitable[CallToolResult]],
+    ) -> CallToolResult:
+        """Run (or refuse) one call."""
+        ...
+
+
 def serving(
     dispatcher: Dispatcher,
     *,
     name: str = SERVER_NAME,
     heartbeat_seconds: float = PROGRESS_HEARTBEAT_SECONDS,
     config: Config | None = None,
+    gate: Gate | None = None,
 ) -> tuple[Server[Any], CallTasks]:
-    """``mcp_server`` and the set of its running calls, for a transport to wait on."""
+    """``mcp_server`` and the set of its running calls, for a transport to wait on.
+
+    A ``gate`` (the HTTP transport's) filters the listing and wraps each call."""
     if not isinstance(dispatcher, Dispatcher):
         raise TypeError("mcp_server takes a Dispatcher")
     if not heartbeat_seconds > 0:
@@ -293,6 +315,7 @@ def serving(
         )
         for dialect in Dialect
     }
+    schemas = {tool.name: tool.input_schema for tool in listings[Dialect.PORTABLE].tools}
     ids: Iterable[int] = itertools.count(1)
     counter = iter(ids)
     calls = CallTasks()
@@ -301,19 +324,27 @@ def serving(
         ctx: ServerRequestContext[Any], params: PaginatedRequestParams | None
     ) -> ListToolsResult:
         client = ctx.session.client_params  # the listing's dialect follows the client's name
-        return listings[dialect_of(None if client is None else client.client_info.name)]
+        listing = listings[dialect_of(None if client is None else client.client_info.name)]
+        return listing if gate is None else gate.listing(ctx, listing)
 
     async def call_tool(
         ctx: ServerRequestContext[Any], params: CallToolRequestParams
     ) -> CallToolResult:
         call_id = f"mcp-{next(counter)}"
+        if gate is None:
+            return await run_call(ctx, params, call_id)
+        return await gate.call(ctx, params, call_id, lambda: run_call(ctx, params, call_id))
+
+    async def run_call(
+        ctx: ServerRequestContext[Any], params: CallToolRequestParams, call_id: str
+    ) -> CallToolResult:
         try:
             call = Call(call_id, params.name, arguments_text(params.arguments))
         except ValueError:
             names = [d.name for d in dispatcher.definitions]
             if params.name not in names:
-                return _refusal("unknown_tool", unknown_tool_problem(params.name, names))
-            return _refusal("invalid_arguments", _REJECTED_PROBLEM)
+                return refusal("unknown_tool", unknown_tool_problem(params.name, names))
+            return refusal("invalid_arguments", _REJECTED_PROBLEM)
         reporter = _SessionReporter(ctx.session)
         task = calls.start(dispatcher, call, reporter)
         del call
@@ -332,6 +363,7 @@ def serving(
         instructions=instructions_for(config),
         on_list_tools=list_tools,
         on_call_tool=call_tool,
+        get_tool_input_schema=schemas.get,
     )
     return server, calls
 

@@ -1,0 +1,498 @@
+"""MCP over streamable HTTP: the SDK's session manager behind our checks, served by uvicorn.
+
+The request passes, in order (each refusal is a small JSON body, never an echo of the
+request):
+
+1. ``_Front``: the path (404), no query string (400: a token in a URL would be logged by
+   every proxy on the way), the ``Host`` (403) and a present ``Origin`` (403) against the
+   allowed sets (DNS rebinding), and no new request while draining (503).
+2. The SDK's ``AuthenticationMiddleware`` + ``BearerAuthBackend`` with our token verifier,
+   then ``RequireAuthMiddleware``: no or a wrong token is 401 with ``WWW-Authenticate:
+   Bearer`` and a JSON body.
+3. ``_Body``: a POST must be JSON (400), at most ``MAXIMUM_BODY_BYTES`` (413), one JSON
+   object (a parse error or a batch: 400 with a JSON-RPC error); a ``tools/call`` counts
+   against its token's ``--max-calls-per-minute`` (429 with ``Retry-After``).
+4. The SDK's ``StreamableHTTPSessionManager`` (stateless, answers as SSE) with explicit
+   ``TransportSecuritySettings`` (the same sets: never the SDK's "off" default), serving
+   the one ``Server`` that stdio serves, with ``_gate.HttpGate`` around its handlers.
+
+uvicorn serves it on a socket bound here (so ``--port 0`` knows its port before the
+``listening on`` line), with its signal capture replaced (the CLI owns SIGTERM/SIGINT),
+no access log, no proxy headers and a bounded graceful shutdown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import ipaddress
+import logging
+import math
+import socket
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Final, final
+from urllib.parse import urlsplit
+
+import orjson
+import uvicorn
+from mcp.server.auth.middleware.auth_context import AuthContextMiddleware
+from mcp.server.auth.middleware.bearer_auth import (
+    AuthenticatedUser,
+    BearerAuthBackend,
+    RequireAuthMiddleware,
+)
+from mcp.server.auth.provider import AccessToken
+from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
+from mcp.server.transport_security import TransportSecuritySettings
+from starlette.applications import Starlette
+from starlette.authentication import AuthCredentials, AuthenticationBackend, BaseUser
+from starlette.datastructures import Headers
+from starlette.middleware import Middleware
+from starlette.middleware.authentication import AuthenticationMiddleware
+from starlette.requests import HTTPConnection
+from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from spice.agent.dispatch import Dispatcher
+from spice.agent.tools.coding import Config
+
+from .._settings import HttpSettings
+from ._stdio import MAXIMUM_FRAME_BYTES
+from ._audit import AuditLog
+from ._gate import HttpGate
+from ._server import serving
+from ._tokens import ANONYMOUS, SCOPES, TOOL_SCOPES, TokenStore
+
+MAXIMUM_BODY_BYTES: Final = MAXIMUM_FRAME_BYTES
+"""Largest request body (8 MiB, stdio's frame bound); a larger one is answered 413."""
+MAXIMUM_CONNECTIONS: Final = 256
+"""Open connections uvicorn serves at once; past it a new request is answered 503."""
+KEEP_ALIVE_SECONDS: Final = 5
+RATE_WINDOW_SECONDS: Final = 60.0
+"""``--max-calls-per-minute`` counts the ``tools/call`` requests of this last window."""
+MAXIMUM_RATE_KEYS: Final = 4096
+"""Tokens whose recent calls are remembered; past it, idle ones are forgotten first."""
+LISTENING: Final = "listening on {url}"
+
+_JSON_RPC_INVALID_REQUEST: Final = -32600
+_JSON_RPC_PARSE_ERROR: Final = -32700
+_JSON_RPC_SERVER_ERROR: Final = -32000
+
+
+def _error_body(code: int, message: str) -> bytes:
+    """A JSON-RPC error without an id: what every refusal here answers with."""
+    return orjson.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}})
+
+
+async def _answer(
+    send: Send, status: int, body: bytes, headers: tuple[tuple[bytes, bytes], ...] = ()
+) -> None:
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                *headers,
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+_NOT_FOUND: Final = _error_body(_JSON_RPC_INVALID_REQUEST, "no MCP endpoint at this path")
+_QUERY: Final = _error_body(
+    _JSON_RPC_INVALID_REQUEST,
+    "the endpoint takes no query string; send the token in the Authorization header",
+)
+_BAD_HOST: Final = _error_body(_JSON_RPC_INVALID_REQUEST, "the Host header is not allowed")
+_BAD_ORIGIN: Final = _error_body(_JSON_RPC_INVALID_REQUEST, "the Origin header is not allowed")
+_DRAINING: Final = _error_body(_JSON_RPC_SERVER_ERROR, "the server is shutting down")
+_NOT_JSON: Final = _error_body(_JSON_RPC_INVALID_REQUEST, "the body must be application/json")
+_TOO_LARGE: Final = _error_body(_JSON_RPC_INVALID_REQUEST, "the body is larger than the bound")
+_PARSE: Final = _error_body(_JSON_RPC_PARSE_ERROR, "the body is not valid JSON")
+_BATCH: Final = _error_body(
+    _JSON_RPC_INVALID_REQUEST, "the body must be one JSON-RPC message object (no batches)"
+)
+_RATE: Final = _error_body(_JSON_RPC_SERVER_ERROR, "too many calls for this token; retry later")
+
+
+@final
+class _State:
+    """What the front checks share with the shutdown: whether the server is draining."""
+
+    __slots__ = ("draining",)
+
+    def __init__(self) -> None:
+        self.draining = False
+
+
+@final
+class _Front:
+    """Path, query string, Host, Origin and draining, before anything else looks."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        path: str,
+        hosts: frozenset[str],
+        origins: frozenset[str],
+        state: _State,
+    ) -> None:
+        self.app, self.path, self.hosts, self.origins, self.state = (
+            app,
+            path,
+            hosts,
+            origins,
+            state,
+        )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self.app(scope, receive, send)
+            return
+        if scope["type"] != "http":
+            await send({"type": "websocket.close", "code": 1008})
+            return
+        headers = Headers(scope=scope)
+        host = headers.get("host")
+        origin = headers.get("origin")
+        if scope["path"] != self.path:
+            await _answer(send, 404, _NOT_FOUND)
+        elif scope.get("query_string"):
+            await _answer(send, 400, _QUERY)
+        elif host is None or host.lower() not in self.hosts:
+            await _answer(send, 403, _BAD_HOST)
+        elif origin is not None and origin.lower() not in self.origins:
+            await _answer(send, 403, _BAD_ORIGIN)
+        elif self.state.draining:
+            await _answer(send, 503, _DRAINING, ((b"retry-after", b"5"),))
+        else:
+            await self.app(scope, receive, send)
+
+
+@final
+class _Rates:
+    """Each token's ``tools/call`` times of the last window; bounded per token and in all."""
+
+    __slots__ = ("_limit", "_seen")
+
+    def __init__(self, per_minute: int) -> None:
+        self._limit = per_minute
+        self._seen: dict[str, collections.deque[float]] = {}
+
+    def admit(self, name: str, now: float) -> float | None:
+        """``None`` when the call may go on (it is counted), else seconds until it may."""
+        times = self._seen.get(name)
+        if times is None:
+            if len(self._seen) >= MAXIMUM_RATE_KEYS:
+                self._forget(now)
+            times = self._seen[name] = collections.deque()
+        while times and times[0] <= now - RATE_WINDOW_SECONDS:
+            times.popleft()
+        if len(times) >= self._limit:
+            return times[0] + RATE_WINDOW_SECONDS - now
+        times.append(now)
+        return None
+
+    def _forget(self, now: float) -> None:
+        for name in [n for n, t in self._seen.items() if not t or t[-1] <= now - 60.0]:
+            del self._seen[name]
+        while len(self._seen) >= MAXIMUM_RATE_KEYS:
+            del self._seen[next(iter(self._seen))]
+
+
+@final
+class _Body:
+    """A POST's body: JSON, bounded, one message; ``tools/call`` counted against the rate."""
+
+    def __init__(self, app: ASGIApp, rates: _Rates) -> None:
+        self.app, self.rates = app, rates
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["method"] != "POST":
+            await self.app(scope, receive, send)
+            return
+        headers = Headers(scope=scope)
+        if not headers.get("content-type", "").lower().startswith("application/json"):
+            await _answer(send, 400, _NOT_JSON)
+            return
+        declared = headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > MAXIMUM_BODY_BYTES:
+            await _answer(send, 413, _TOO_LARGE)
+            return
+        body = await _read_body(receive)
+        if body is None:
+            await _answer(send, 413, _TOO_LARGE)
+            return
+        refusal = self._judge(scope, body)
+        if refusal is not None:
+            status, answer, extra = refusal
+            await _answer(send, status, answer, extra)
+            return
+        await self.app(scope, _replay(body, receive), send)
+
+    def _judge(
+        self, scope: Scope, body: bytes
+    ) -> tuple[int, bytes, tuple[tuple[bytes, bytes], ...]] | None:
+        try:
+            message = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            return 400, _PARSE, ()
+        if not isinstance(message, dict):
+            return 400, _BATCH, ()
+        if message.get("method") != "tools/call":
+            return None
+        user = scope.get("user")
+        name = user.access_token.client_id if isinstance(user, AuthenticatedUser) else ""
+        wait = self.rates.admit(name, time.monotonic())
+        if wait is None:
+            return None
+        retry = str(max(1, math.ceil(wait))).encode()
+        return 429, _RATE, ((b"retry-after", retry),)
+
+
+async def _read_body(receive: Receive) -> bytes | None:
+    """The whole body, or ``None`` once it passes ``MAXIMUM_BODY_BYTES`` (read no further)."""
+    chunks = bytearray()
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return bytes(chunks)
+        chunks += message.get("body", b"")
+        if len(chunks) > MAXIMUM_BODY_BYTES:
+            return None
+        if not message.get("more_body", False):
+            return bytes(chunks)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """A ``receive`` that gives the body once, then the connection's own messages
+    (so a client that disconnects is still seen: that cancels its call)."""
+    given = False
+
+    async def replay() -> Message:
+        nonlocal given
+        if not given:
+            given = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
+
+
+@final
+class _FileVerifier:
+    """The SDK's ``TokenVerifier`` over our ``TokenStore``; the token is never kept."""
+
+    def __init__(self, store: TokenStore) -> None:
+        self._store = store
+
+    async def verify_token(self, token: str) -> AccessToken | None:
+        principal = self._store.verify(token)
+        if principal is None:
+            return None
+        return AccessToken(token="", client_id=principal.name, scopes=list(principal.scopes))
+
+
+@final
+class _Anonymous(AuthenticationBackend):
+    """``--insecure-no-auth``: every request is the anonymous principal with every scope."""
+
+    async def authenticate(self, conn: HTTPConnection) -> tuple[AuthCredentials, BaseUser] | None:
+        token = AccessToken(token="", client_id=ANONYMOUS, scopes=list(SCOPES))
+        return AuthCredentials(list(SCOPES)), AuthenticatedUser(token)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (an address literal, or ``localhost``) is a loopback address."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _authority(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def allowed_sets(settings: HttpSettings, port: int) -> tuple[frozenset[str], frozenset[str]]:
+    """The ``Host`` values and ``Origin`` values accepted, lower-cased.
+
+    Hosts: the bound address and, always, the loopback names, each at the bound port (and
+    bare, for port 80); the ``--public-url``'s host. Origins: ``http://`` of each loopback
+    host at the port when bound to loopback; the ``--public-url``'s origin; each
+    ``--allowed-origin``.
+    """
+    names = {settings.host, "127.0.0.1", "localhost", "::1"}
+    hosts = {_authority(name, port) for name in names}
+    if port == 80:
+        hosts |= {f"[{n}]" if ":" in n else n for n in names}
+    origins: set[str] = set()
+    if is_loopback(settings.host):
+        origins |= {f"http://{_authority(n, port)}" for n in ("127.0.0.1", "localhost", "::1")}
+    if settings.public_url is not None:
+        public = urlsplit(settings.public_url)
+        hosts.add(public.netloc.lower())
+        origins.add(f"{public.scheme}://{public.netloc}".lower())
+    origins |= {origin.lower() for origin in settings.allowed_origins}
+    return frozenset(h.lower() for h in hosts), frozenset(origins)
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``host:port`` (``OSError`` when it cannot be bound)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    return socket.create_server((host, port), family=family, backlog=MAXIMUM_CONNECTIONS)
+
+
+def url_of(settings: HttpSettings, sock: socket.socket) -> str:
+    """``http://HOST:PORT/PATH`` of a bound socket."""
+    return f"http://{_authority(settings.host, sock.getsockname()[1])}{settings.path}"
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Served:
+    """What ``serve_http`` serves with, beside the dispatcher: decided by the CLI."""
+
+    settings: HttpSettings
+    store: TokenStore | None
+    audit: AuditLog
+    shell_served: bool
+
+
+def build_app(
+    dispatcher: Dispatcher, served: Served, config: Config | None, port: int
+) -> tuple[Starlette, _State, HttpGate, Callable[[float | None], Any]]:
+    """The ASGI application, its draining state, its gate, and its calls' ``settle``."""
+    settings = served.settings
+    known = frozenset(d.name for d in dispatcher.definitions)
+    offered = frozenset(TOOL_SCOPES) - (frozenset() if served.shell_served else {"shell"})
+    gate = HttpGate(offered & known, known, served.audit, settings.max_concurrent_calls)
+    server, calls = serving(dispatcher, config=config, gate=gate)
+    hosts, origins = allowed_sets(settings, port)
+    security = TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=sorted(hosts),
+        allowed_origins=sorted(origins),
+    )
+    manager = StreamableHTTPSessionManager(
+        server,
+        json_response=False,
+        stateless=True,
+        security_settings=security,
+        max_request_body_size=MAXIMUM_BODY_BYTES,
+    )
+    endpoint = RequireAuthMiddleware(
+        _Body(AuthContextMiddleware(StreamableHTTPASGIApp(manager)), _Rates(settings.rate)),
+        [],
+    )
+    backend: AuthenticationBackend = (
+        _Anonymous() if served.store is None else BearerAuthBackend(_FileVerifier(served.store))
+    )
+    state = _State()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: Starlette) -> AsyncIterator[None]:
+        async with manager.run():
+            yield
+
+    app = Starlette(
+        routes=[Route(settings.path, endpoint=endpoint)],
+        middleware=[
+            Middleware(_Front, settings.path, hosts, origins, state),
+            Middleware(AuthenticationMiddleware, backend=backend),
+        ],
+        lifespan=lifespan,
+    )
+    return app, state, gate, calls.settle
+
+
+@final
+class _Uvicorn(uvicorn.Server):
+    """uvicorn without its signal handlers (the CLI owns them), announcing its start."""
+
+    def __init__(self, config: uvicorn.Config, started: Callable[[], None]) -> None:
+        super().__init__(config)
+        self._started = started
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started:
+            self._started()
+
+
+@final
+class _NoTracebacks(logging.Filter):
+    """Drops the traceback of a record (uvicorn and the SDK log request errors with one,
+    and a traceback may quote what a client sent)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.exc_info, record.exc_text = None, None
+        return True
+
+
+def _quiet_logs() -> None:
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(_NoTracebacks())
+
+
+async def serve_http(
+    dispatcher: Dispatcher,
+    served: Served,
+    sock: socket.socket,
+    stop: asyncio.Event,
+    announce: Callable[[str], None],
+    *,
+    config: Config | None = None,
+) -> None:
+    """Serve the dispatcher's tools over streamable HTTP on ``sock`` until ``stop`` is set.
+
+    ``announce`` gets the ``listening on URL`` line once the application has started.
+    On ``stop``: new requests are refused (503) and the listener closes; requests in
+    flight get ``--shutdown-grace`` seconds, then uvicorn cancels them (each call is
+    cancelled, its processes ended); returns once every call has ended.
+    """
+    settings = served.settings
+    _quiet_logs()
+    app, state, _, settle = build_app(dispatcher, served, config, sock.getsockname()[1])
+    uv_config = uvicorn.Config(
+        app,
+        lifespan="on",
+        access_log=False,
+        proxy_headers=False,
+        server_header=False,
+        log_config=None,
+        http="h11",
+        ws="none",
+        timeout_graceful_shutdown=max(1, math.ceil(settings.shutdown_grace)),
+        limit_concurrency=MAXIMUM_CONNECTIONS,
+        timeout_keep_alive=KEEP_ALIVE_SECONDS,
+    )
+    url = url_of(settings, sock)
+    server = _Uvicorn(uv_config, lambda: announce(LISTENING.format(url=url)))
+    running = asyncio.ensure_future(server.serve(sockets=[sock]))
+    stopping = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({running, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        state.draining = True
+        server.should_exit = True
+        await running
+    finally:
+        stopping.cancel()
+        if not running.done():
+            server.should_exit = server.force_exit = True
+            running.cancel()
+        await asyncio.wait({running, stopping})
+        await settle(None)
+        served.audit.close()
