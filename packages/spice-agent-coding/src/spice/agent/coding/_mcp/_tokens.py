@@ -46,6 +46,10 @@ MAXIMUM_NAME_CHARS: Final = 64
 _NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _DIGEST: Final = re.compile(r"[0-9a-f]{64}")
 _DATE: Final = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
+RACY_SECONDS: Final = 2.0
+"""A file modified less than this long ago is read again at every request: a rewrite within
+one tick of the file system's clock keeps the size and the time, so only reading shows it
+(git's "racy" index rule)."""
 _OPEN_TO_OTHERS: Final = 0o077
 """Mode bits that refuse a token file: any access by group or others."""
 
@@ -245,7 +249,8 @@ class TokenStore:
         except OSError:
             self._fail(MISSING)
             return
-        if _identity(current) == self._identity and self._failing is None:
+        settled = time.time() - current.st_mtime >= RACY_SECONDS
+        if settled and _identity(current) == self._identity and self._failing is None:
             return
         if _beneath(self._path, self._root):
             self._fail(BENEATH_ROOT)
