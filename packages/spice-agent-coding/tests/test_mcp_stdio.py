@@ -58,8 +58,22 @@ def worktree(tmp_path: Path) -> Path:
     return tree
 
 
+TRANSPORTS: Final = ("stdio", "http")
+"""The protocol tests run over both transports: stdio, and streamable HTTP (the same
+server behind a token with every scope, the SDK's client in its default era)."""
+
+
 @asynccontextmanager
-async def client_for(worktree: Path) -> AsyncIterator[Client]:
+async def client_for(worktree: Path, transport: str = "stdio") -> AsyncIterator[Client]:
+    if transport == "http":
+        from http_support import http_server, sdk_client  # noqa: PLC0415 - the http leg only
+
+        async with (
+            http_server(worktree.parent, worktree) as server,
+            sdk_client(server.url, server.tokens["full"]) as client,
+        ):
+            yield client
+        return
     params = StdioServerParameters(
         command=str(SCRIPT), args=["serve", "--root", str(worktree)], cwd=str(worktree.parent)
     )
@@ -70,11 +84,18 @@ async def client_for(worktree: Path) -> AsyncIterator[Client]:
             yield client
 
 
+@pytest.fixture(params=TRANSPORTS)
+def transport(request: pytest.FixtureRequest) -> str:
+    """Each protocol test runs once per transport."""
+    chosen: str = request.param
+    return chosen
+
+
 async def test_the_console_script_lists_three_tools_with_honest_annotations(
-    worktree: Path,
+    worktree: Path, transport: str
 ) -> None:
-    """Over stdio, the three tools are listed with the contract's hints."""
-    async with client_for(worktree) as client:
+    """Over each transport, the three tools are listed with the contract's hints."""
+    async with client_for(worktree, transport) as client:
         listed = {t.name: t.annotations for t in (await client.list_tools()).tools}
     hints = {
         name: (a.read_only_hint, a.destructive_hint, a.idempotent_hint, a.open_world_hint)
@@ -88,9 +109,11 @@ async def test_the_console_script_lists_three_tools_with_honest_annotations(
     } == hints
 
 
-async def test_read_replace_and_shell_round_trip_with_structured_content(worktree: Path) -> None:
+async def test_read_replace_and_shell_round_trip_with_structured_content(
+    worktree: Path, transport: str
+) -> None:
     """A read's digest feeds a replace that commits; the shell sees the new content."""
-    async with client_for(worktree) as client:
+    async with client_for(worktree, transport) as client:
         read = await client.call_tool("read", {"path": "notes.txt"})
         digest = read.structured_content["sha256"]
         replaced = await client.call_tool(
@@ -108,9 +131,9 @@ async def test_read_replace_and_shell_round_trip_with_structured_content(worktre
     assert shown.structured_content == json.loads(text.text)
 
 
-async def test_failures_are_visible_results_over_stdio(worktree: Path) -> None:
+async def test_failures_are_visible_results(worktree: Path, transport: str) -> None:
     """Invalid arguments and an unknown tool are isError results; a failing command is data."""
-    async with client_for(worktree) as client:
+    async with client_for(worktree, transport) as client:
         failed = await client.call_tool("shell", {"argv": ["sh", "-c", "exit 3"]})
         invalid = await client.call_tool("read", {"path": "notes.txt", "offset": -1})
         unknown = await client.call_tool("grep", {})
@@ -123,7 +146,7 @@ async def test_failures_are_visible_results_over_stdio(worktree: Path) -> None:
     assert (True, "unknown_tool") == (unknown.is_error, unknown.structured_content["code"])
 
 
-async def test_progress_arrives_over_stdio(worktree: Path) -> None:
+async def test_progress_arrives(worktree: Path, transport: str) -> None:
     """A call with a progress callback receives the tool's progress message."""
     seen: list[str | None] = []
     arrived = asyncio.Event()
@@ -132,16 +155,18 @@ async def test_progress_arrives_over_stdio(worktree: Path) -> None:
         seen.append(message)
         arrived.set()
 
-    async with client_for(worktree) as client:
+    async with client_for(worktree, transport) as client:
         await client.call_tool("read", {"path": "notes.txt"}, progress_callback=on_progress)
         async with asyncio.timeout(WAIT):
             await arrived.wait()
     assert seen
 
 
-async def test_cancelling_a_long_shell_call_leaves_no_process(worktree: Path) -> None:
+async def test_cancelling_a_long_shell_call_leaves_no_process(
+    worktree: Path, transport: str
+) -> None:
     """Cancelling ``sleep 60`` stops its process group; the session keeps serving."""
-    async with client_for(worktree) as client:
+    async with client_for(worktree, transport) as client:
         call = asyncio.create_task(client.call_tool("shell", {"argv": ["sleep", "60"]}))
         await until(lambda: processes_inside(worktree))
         call.cancel()
