@@ -375,3 +375,35 @@ def test_any_port_text_is_a_port_or_one_fixed_line(text: str) -> None:
     else:
         assert 0 <= chosen.port <= 65_535  # type: ignore[attr-defined]
         assert os.fspath(str(chosen.port)) == text.strip().lstrip("0") or chosen.port == 0  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("argv", "contained", "remote", "expected"),
+    [
+        ((), True, False, []),
+        (("--host", "10.0.0.1", "--allow-remote"), True, True, ["without TLS"]),
+        (
+            ("--host", "10.0.0.1", "--allow-remote", "--public-url", "https://a.example/mcp"),
+            True,
+            True,
+            [],
+        ),
+        (
+            ("--host", "10.0.0.1", "--allow-remote", "--public-url", "http://a.example/mcp"),
+            True,
+            True,
+            ["without TLS"],
+        ),
+        ((), False, False, ["shell is not served"]),
+        (("--allow-uncontained-shell",), False, False, ["served over HTTP uncontained"]),
+    ],
+)
+def test_the_start_warns_for_a_remote_bind_without_tls_and_an_uncontained_shell(
+    argv: tuple[str, ...], contained: bool, remote: bool, expected: list[str]
+) -> None:
+    """No TLS proxy named (an https --public-url) for a remote bind warns; so does shell
+    withheld or served uncontained (no socket beyond loopback is opened to learn this)."""
+    chosen = http_of("--transport", "http", "--token-file", "/t", *argv)
+    warnings = _cli._http_warnings(chosen, contained, remote)  # type: ignore[arg-type]
+    assert len(expected) == len(warnings)
+    assert all(part in line for part, line in zip(expected, warnings, strict=True))

@@ -247,7 +247,7 @@ async def _serve_http(settings: Settings, launcher: PlatformLauncher, http: Http
         _err(f"cannot listen on {http.host} port {http.port}")
         return EXIT_ERROR
     _start_logging()
-    for warning in _http_warnings(http, launcher.contained):
+    for warning in _http_warnings(http, launcher.contained, not _http.is_loopback(http.host)):
         _err(warning)
     served = _http.Served(http, store, audit, launcher.contained or http.allow_uncontained_shell)
     loop = asyncio.get_running_loop()
@@ -263,11 +263,16 @@ async def _serve_http(settings: Settings, launcher: PlatformLauncher, http: Http
     return EXIT_OK
 
 
-def _http_warnings(http: HttpSettings, contained: bool) -> list[str]:
+def _http_warnings(http: HttpSettings, contained: bool, remote: bool) -> list[str]:
+    """The warnings ``serve --transport http`` starts with (``remote``: a non-loopback bind)."""
+    from ._mcp._tokens import MODE_CHECKED, UNCHECKED_ACCESS  # noqa: PLC0415 - stdlib only
+
     warnings = []
     if http.insecure_no_auth:
         warnings.append("warning: --insecure-no-auth: any local process may call every tool")
-    if http.allow_remote and not (http.public_url or "").startswith("https://"):
+    if http.token_file is not None and not MODE_CHECKED:
+        warnings.append(UNCHECKED_ACCESS)
+    if remote and not (http.public_url or "").startswith("https://"):
         warnings.append(
             "warning: listening beyond loopback without TLS: put a TLS proxy or tunnel in "
             "front and name it with --public-url https://..."

@@ -53,6 +53,13 @@ one tick of the file system's clock keeps the size and the time, so only reading
 _OPEN_TO_OTHERS: Final = 0o077
 """Mode bits that refuse a token file: any access by group or others."""
 
+MODE_CHECKED: Final = hasattr(os, "geteuid")
+"""Whether the file's owner and mode bits are checked: on POSIX. Windows has no such bits
+(its access lists are not checked yet: the CLI says so when it starts)."""
+UNCHECKED_ACCESS: Final = (
+    "warning: on Windows the token file's access list is not checked: keep it private"
+)
+
 ANONYMOUS: Final = "anonymous"
 """The principal's name under ``--insecure-no-auth``."""
 
@@ -178,7 +185,9 @@ def file_problem(info: os.stat_result) -> str | None:
     """Why a token file with this ``stat`` may not be used, or ``None``."""
     if not stat.S_ISREG(info.st_mode):
         return NOT_A_FILE
-    if hasattr(os, "geteuid") and info.st_uid != os.geteuid():
+    if not MODE_CHECKED:
+        return None
+    if info.st_uid != os.geteuid():
         return NOT_OWNED
     if info.st_mode & _OPEN_TO_OTHERS:
         return OPEN_TO_OTHERS
