@@ -234,6 +234,17 @@ async def test_bodies_that_are_not_one_json_message_get_clean_json_errors(
     assert 200 == after.status_code
 
 
+@pytest.mark.parametrize("method", ["GET", "DELETE", "PUT"])
+async def test_methods_other_than_post_are_405(tmp_path: Path, worktree: Path, method: str) -> None:
+    """Stateless: no GET stream (it would stay open with nothing on it), no session to end."""
+    async with (
+        http_server(tmp_path, worktree) as server,
+        httpx2.AsyncClient(timeout=WAIT) as client,
+    ):
+        response = await client.request(method, server.url, headers=server.headers())
+    assert (405, "POST") == (response.status_code, response.headers["allow"])
+
+
 async def test_a_header_less_request_gets_a_clean_refusal(tmp_path: Path, worktree: Path) -> None:
     """A POST with no headers of ours at all (no token, no type, no accept): 401, JSON."""
     async with (

@@ -9,7 +9,8 @@ request):
 2. The SDK's ``AuthenticationMiddleware`` + ``BearerAuthBackend`` with our token verifier,
    then ``RequireAuthMiddleware``: no or a wrong token is 401 with ``WWW-Authenticate:
    Bearer`` and a JSON body.
-3. ``_Body``: a POST must be JSON (400), at most ``MAXIMUM_BODY_BYTES`` (413), one JSON
+3. ``_Body``: only POST (405: stateless, there is no GET stream or session to end); a POST
+   must be JSON (400), at most ``MAXIMUM_BODY_BYTES`` (413), one JSON
    object (a parse error or a batch: 400 with a JSON-RPC error); a ``tools/call`` counts
    against its token's ``--max-calls-per-minute`` (429 with ``Retry-After``).
 4. The SDK's ``StreamableHTTPSessionManager`` (stateless, answers as SSE) with explicit
@@ -112,6 +113,7 @@ _QUERY: Final = _error_body(
 _BAD_HOST: Final = _error_body(_JSON_RPC_INVALID_REQUEST, "the Host header is not allowed")
 _BAD_ORIGIN: Final = _error_body(_JSON_RPC_INVALID_REQUEST, "the Origin header is not allowed")
 _DRAINING: Final = _error_body(_JSON_RPC_SERVER_ERROR, "the server is shutting down")
+_METHOD: Final = _error_body(_JSON_RPC_INVALID_REQUEST, "this endpoint takes POST only")
 _NOT_JSON: Final = _error_body(_JSON_RPC_INVALID_REQUEST, "the body must be application/json")
 _TOO_LARGE: Final = _error_body(_JSON_RPC_INVALID_REQUEST, "the body is larger than the bound")
 _PARSE: Final = _error_body(_JSON_RPC_PARSE_ERROR, "the body is not valid JSON")
@@ -208,14 +210,16 @@ class _Rates:
 
 @final
 class _Body:
-    """A POST's body: JSON, bounded, one message; ``tools/call`` counted against the rate."""
+    """POST only; its body JSON, bounded, one message; ``tools/call`` counted against the rate."""
 
     def __init__(self, app: ASGIApp, rates: _Rates) -> None:
         self.app, self.rates = app, rates
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["method"] != "POST":
-            await self.app(scope, receive, send)
+            # Stateless: no session to end (DELETE), and a GET stream would stay open with
+            # nothing ever sent on it, holding a connection and the shutdown's grace.
+            await _answer(send, 405, _METHOD, ((b"allow", b"POST"),))
             return
         headers = Headers(scope=scope)
         if not headers.get("content-type", "").lower().startswith("application/json"):
