@@ -42,6 +42,7 @@ from _harness import (
 MODULES: Final = (
     "bench_inprocess",
     "bench_mcp",
+    "bench_http",
     "bench_startup",
     "bench_memory",
     "bench_scaling",
