@@ -21,8 +21,8 @@ from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.shared.exceptions import MCPError
 from mcp.types import CallToolRequestParams, CallToolResult, ListToolsResult, TextContent
 
-from ._json import arguments_text
 from ._audit import UNKNOWN_TOOL, AuditLog, AuditRecord, now_text
+from ._json import arguments_text
 from ._server import refusal
 from ._tokens import tools_for
 
