@@ -8,6 +8,7 @@ import asyncio
 import json
 import os
 import signal
+import socket
 import stat
 import urllib.error
 import urllib.request
@@ -534,6 +535,30 @@ async def test_a_call_that_ends_within_the_grace_is_answered(
         result = answer_of(await call)["result"]
         code = await server.finish()
     assert (0, False, 0) == (code, result["isError"], result["structuredContent"]["exit_code"])
+
+
+async def test_while_draining_no_new_call_is_taken_and_the_running_one_is_answered(
+    tmp_path: Path, worktree: Path
+) -> None:
+    """After SIGTERM the listener closes (a new connection is refused) while ``sleep 2``,
+    already running, still gets its answer within the grace; then exit 0."""
+    async with http_server(tmp_path, worktree, "--shutdown-grace", "30") as server:
+        body = call_body("shell", {"argv": ["sleep", "2"]})
+        call = asyncio.ensure_future(post(server.url, body, server.headers()))
+        await until(lambda: processes_inside(worktree))
+        server.process.send_signal(signal.SIGTERM)
+
+        def refused() -> bool:
+            try:
+                socket.create_connection(("127.0.0.1", server.port), timeout=WAIT).close()
+            except ConnectionRefusedError:
+                return True
+            return False
+
+        await until(refused)
+        result = answer_of(await call)["result"]
+        code = await server.finish()
+    assert (0, 0) == (code, result["structuredContent"]["exit_code"])
 
 
 # --- startup refusals ------------------------------------------------------------------------
