@@ -407,3 +407,22 @@ def test_the_start_warns_for_a_remote_bind_without_tls_and_an_uncontained_shell(
     warnings = _cli._http_warnings(chosen, contained, remote)  # type: ignore[arg-type]
     assert len(expected) == len(warnings)
     assert all(part in line for part, line in zip(expected, warnings, strict=True))
+
+
+def test_the_audit_log_is_created_private_and_an_open_one_is_refused(tmp_path: Path) -> None:
+    """A new log is 0600 and only appended to; an existing one open to others is refused."""
+    from spice.agent.coding._mcp._audit import AuditLog, AuditLogError  # noqa: PLC0415
+
+    made = tmp_path / "audit.jsonl"
+    made.write_text("kept\n")
+    made.chmod(0o600)
+    log = AuditLog(str(made))
+    log.close()
+    opened = tmp_path / "open.jsonl"
+    opened.write_text("")
+    opened.chmod(0o644)
+    with pytest.raises(AuditLogError, match="group or others"):
+        AuditLog(str(opened))
+    fresh = tmp_path / "fresh.jsonl"
+    AuditLog(str(fresh)).close()
+    assert ("kept\n", 0o600) == (made.read_text(), stat.S_IMODE(fresh.stat().st_mode))

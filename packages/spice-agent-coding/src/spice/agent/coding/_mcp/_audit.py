@@ -22,6 +22,8 @@ from typing import Final, TextIO, final
 
 AUDIT_PREFIX: Final = "spice-coding: audit "
 UNKNOWN_TOOL: Final = "(unknown)"
+POSIX: Final = os.name == "posix"
+"""Whether the log's mode bits mean anything (Windows has none: not checked there)."""
 MAXIMUM_PEER_CHARS: Final = 64
 """A peer's text is cut to this many characters (an address and a port fit)."""
 
@@ -70,7 +72,7 @@ class AuditLog:
             except OSError:
                 raise AuditLogError(LOG_UNUSABLE) from None
             info = os.fstat(fd)
-            if info.st_mode & 0o077 or not _regular(info):
+            if (POSIX and info.st_mode & 0o077) or not _regular(info):
                 os.close(fd)
                 raise AuditLogError(LOG_OPEN_TO_OTHERS if _regular(info) else LOG_UNUSABLE)
             self._fd = fd
