@@ -93,3 +93,53 @@ ANY_ADDRESS = "0.0.0.0"  # noqa: S104 - a text judged here, never bound
 def test_loopback_is_judged_by_address(host: str, loopback: bool) -> None:
     """Only loopback addresses (and the name localhost) count as loopback."""
     assert loopback == _http.is_loopback(host)
+
+
+async def _post(guard: _http._Body, body: bytes, declared: bool = True) -> int:
+    """One POST through ``guard`` as ASGI messages; its status (200: passed to the app)."""
+    headers = [(b"content-type", b"application/json")]
+    if declared:
+        headers.append((b"content-length", str(len(body)).encode()))
+    scope = {"type": "http", "method": "POST", "headers": headers, "path": "/mcp"}
+    given = [{"type": "http.request", "body": body, "more_body": False}]
+    statuses: list[int] = []
+
+    async def receive() -> dict[str, object]:
+        return given.pop() if given else {"type": "http.disconnect"}
+
+    async def send(message: dict[str, object]) -> None:
+        if message["type"] == "http.response.start":
+            statuses.append(int(message["status"]))  # type: ignore[call-overload]
+
+    await guard(scope, receive, send)  # type: ignore[arg-type]
+    return (statuses or [200])[0]
+
+
+reached: list[bytes] = []
+"""The bodies that reached ``_app``."""
+
+
+async def _app(scope: object, receive: object, send: object) -> None:
+    message = await receive()  # type: ignore[operator]
+    reached.append(message["body"])
+
+
+async def test_the_bodies_in_flight_are_bounded_in_all_and_released_after() -> None:
+    """A body whose declared length would pass the total in flight is 503; one that fits is
+    served; a chunked body reserves the whole body bound; every reservation is released."""
+    reached.clear()
+    guard = _http._Body(_app, _http._Rates(100))
+    body = b'{"jsonrpc":"2.0","id":1,"method":"tools/list"}'
+    at_bound = _http.MAXIMUM_BODY_BYTES_IN_FLIGHT - len(body)
+    guard.in_flight = at_bound
+    assert 200 == await _post(guard, body)
+    assert at_bound == guard.in_flight
+    guard.in_flight = at_bound + 1
+    assert 503 == await _post(guard, body)
+    guard.in_flight = _http.MAXIMUM_BODY_BYTES_IN_FLIGHT - _http.MAXIMUM_BODY_BYTES + 1
+    assert 503 == await _post(guard, body, declared=False)
+    guard.in_flight = 0
+    assert 200 == await _post(guard, body, declared=False)
+    assert 400 == await _post(guard, b"not json")
+    assert [body, body] == reached
+    assert 0 == guard.in_flight

@@ -11,7 +11,8 @@ request):
    Bearer`` and a JSON body.
 3. ``_Body``: only POST (405: stateless, there is no GET stream or session to end); a POST
    must be JSON (400), at most ``MAXIMUM_BODY_BYTES`` (413), one JSON
-   object (a parse error or a batch: 400 with a JSON-RPC error); a ``tools/call`` counts
+   object (a parse error or a batch: 400 with a JSON-RPC error); the bodies in flight hold
+   at most ``MAXIMUM_BODY_BYTES_IN_FLIGHT`` in all (503 past it); a ``tools/call`` counts
    against its token's ``--max-calls-per-minute`` (429 with ``Retry-After``).
 4. The SDK's ``StreamableHTTPSessionManager`` (stateless, answers as SSE) with explicit
    ``TransportSecuritySettings`` (the same sets: never the SDK's "off" default), serving
@@ -70,6 +71,9 @@ from ._tokens import ANONYMOUS, SCOPES, TOOL_SCOPES, TokenStore
 
 MAXIMUM_BODY_BYTES: Final = MAXIMUM_FRAME_BYTES
 """Largest request body (8 MiB, stdio's frame bound); a larger one is answered 413."""
+MAXIMUM_BODY_BYTES_IN_FLIGHT: Final = 128 * MAXIMUM_BODY_BYTES // 8
+"""Bytes of request bodies held at once (128 MiB); past it a request is answered 503 with
+``Retry-After``, so many large requests at once cannot grow memory past a bound."""
 MAXIMUM_CONNECTIONS: Final = 256
 """Open connections uvicorn serves at once; past it a new request is answered 503."""
 KEEP_ALIVE_SECONDS: Final = 5
@@ -121,6 +125,7 @@ _PARSE: Final = _error_body(_JSON_RPC_PARSE_ERROR, "the body is not valid JSON")
 _BATCH: Final = _error_body(
     _JSON_RPC_INVALID_REQUEST, "the body must be one JSON-RPC message object (no batches)"
 )
+_BODIES: Final = _error_body(_JSON_RPC_SERVER_ERROR, "too many large requests at once; retry")
 _RATE: Final = _error_body(_JSON_RPC_SERVER_ERROR, "too many calls for this token; retry later")
 
 
@@ -215,6 +220,8 @@ class _Body:
 
     def __init__(self, app: ASGIApp, rates: _Rates) -> None:
         self.app, self.rates = app, rates
+        self.in_flight = 0
+        """Bytes reserved by the bodies being read or served now."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["method"] != "POST":
@@ -230,16 +237,28 @@ class _Body:
         if declared.isdigit() and int(declared) > MAXIMUM_BODY_BYTES:
             await _answer(send, 413, _TOO_LARGE)
             return
-        body = await _read_body(receive)
-        if body is None:
-            await _answer(send, 413, _TOO_LARGE)
+        # The bytes of bodies in flight are bounded in all: a body reserves its declared
+        # length (or the whole bound, when it is sent in chunks) before it is read.
+        reserved = int(declared) if declared.isdigit() else MAXIMUM_BODY_BYTES
+        if self.in_flight + reserved > MAXIMUM_BODY_BYTES_IN_FLIGHT:
+            await _answer(send, 503, _BODIES, ((b"retry-after", b"1"),))
             return
-        refusal = self._judge(scope, body)
-        if refusal is not None:
-            status, answer, extra = refusal
-            await _answer(send, status, answer, extra)
-            return
-        await self.app(scope, _replay(body, receive), send)
+        self.in_flight += reserved
+        try:
+            body = await _read_body(receive)
+            if body is None:
+                await _answer(send, 413, _TOO_LARGE)
+                return
+            self.in_flight -= reserved - len(body)
+            reserved = len(body)
+            refusal = self._judge(scope, body)
+            if refusal is not None:
+                status, answer, extra = refusal
+                await _answer(send, status, answer, extra)
+                return
+            await self.app(scope, _replay(body, receive), send)
+        finally:
+            self.in_flight -= reserved
 
     def _judge(
         self, scope: Scope, body: bytes
