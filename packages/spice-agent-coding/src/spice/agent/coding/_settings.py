@@ -41,10 +41,13 @@ __all__ = [
     "MAX_READ_BYTES_VARIABLE",
     "MAX_WRITE_BYTES_VARIABLE",
     "Flags",
+    "HttpSettings",
     "Settings",
     "SettingsError",
     "add_arguments",
+    "add_serve_arguments",
     "flags_of",
+    "resolve_http",
     "resolve_settings",
 ]
 
