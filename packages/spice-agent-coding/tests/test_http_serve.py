@@ -561,6 +561,21 @@ async def test_while_draining_no_new_call_is_taken_and_the_running_one_is_answer
     assert (0, 0) == (code, result["structuredContent"]["exit_code"])
 
 
+async def test_a_sigkilled_http_server_leaves_no_process_behind(
+    tmp_path: Path, worktree: Path
+) -> None:
+    """SIGKILL of ``serve --transport http`` during ``sleep 60``: the command ends too (the
+    supervisor sees its server die, as over stdio; polled, bounded)."""
+    async with http_server(tmp_path, worktree) as server:
+        body = call_body("shell", {"argv": ["sleep", "60"]})
+        call = asyncio.ensure_future(post(server.url, body, server.headers()))
+        await until(lambda: processes_inside(worktree))
+        assert -signal.SIGKILL == await server.finish(signal.SIGKILL)
+        await until(lambda: not processes_inside(worktree))
+        await asyncio.gather(call, return_exceptions=True)
+    assert [] == processes_inside(worktree)
+
+
 # --- startup refusals ------------------------------------------------------------------------
 
 

@@ -29,8 +29,18 @@ def worktree(tmp_path: Path) -> Path:
 
 
 @asynccontextmanager
-async def client_for(worktree: Path) -> AsyncIterator[Client]:
-    """The real MCP client over stdio to ``spice-coding serve --root worktree``."""
+async def client_for(worktree: Path, transport: str = "stdio") -> AsyncIterator[Client]:
+    """The real MCP client to ``spice-coding serve --root worktree``: over stdio, or over
+    streamable HTTP (a token with every scope)."""
+    if transport == "http":
+        from http_support import http_server, sdk_client  # noqa: PLC0415 - the http leg only
+
+        async with (
+            http_server(worktree.parent, worktree) as server,
+            sdk_client(server.url, server.tokens["full"]) as client,
+        ):
+            yield client
+        return
     params = StdioServerParameters(
         command=str(SCRIPT), args=["serve", "--root", str(worktree)], cwd=str(worktree.parent)
     )
@@ -41,9 +51,18 @@ async def client_for(worktree: Path) -> AsyncIterator[Client]:
             yield client
 
 
-async def test_a_read_then_an_edit_commits_and_answers_with_the_diff(worktree: Path) -> None:
+@pytest.fixture(params=("stdio", "http"))
+def transport(request: pytest.FixtureRequest) -> str:
+    """Each test runs once per transport."""
+    chosen: str = request.param
+    return chosen
+
+
+async def test_a_read_then_an_edit_commits_and_answers_with_the_diff(
+    worktree: Path, transport: str
+) -> None:
     """read gives the digest; replace with edits commits; the diff shows the one change."""
-    async with client_for(worktree) as client:
+    async with client_for(worktree, transport) as client:
         read = await client.call_tool("read", {"path": "greet.py"})
         digest = read.structured_content["file_sha256"]
         edits = [{"old_text": "Helo", "new_text": "Hello"}]
@@ -66,9 +85,11 @@ async def test_a_read_then_an_edit_commits_and_answers_with_the_diff(worktree: P
     assert (True, "stale") == (replay.is_error, replay.structured_content["code"])
 
 
-async def test_a_strict_client_call_with_every_property_and_nulls_works(worktree: Path) -> None:
+async def test_a_strict_client_call_with_every_property_and_nulls_works(
+    worktree: Path, transport: str
+) -> None:
     """All properties sent, the unused ones null, as strict-schema clients do: it commits."""
-    async with client_for(worktree) as client:
+    async with client_for(worktree, transport) as client:
         listed = {tool.name: tool for tool in (await client.list_tools()).tools}
         properties = listed["replace"].input_schema["properties"]
         digest = hashlib.sha256(SOURCE.encode()).hexdigest()
@@ -85,11 +106,13 @@ async def test_a_strict_client_call_with_every_property_and_nulls_works(worktree
     assert (False, True) == (edited.is_error, edited.structured_content["committed"])
 
 
-async def test_an_ambiguous_edit_is_an_error_result_and_writes_nothing(worktree: Path) -> None:
+async def test_an_ambiguous_edit_is_an_error_result_and_writes_nothing(
+    worktree: Path, transport: str
+) -> None:
     """edit_ambiguous comes back as isError with the index and count in its message."""
     digest = hashlib.sha256(SOURCE.encode()).hexdigest()
     edits = [{"old_text": "name", "new_text": "who"}]
-    async with client_for(worktree) as client:
+    async with client_for(worktree, transport) as client:
         failed = await client.call_tool(
             "replace", {"path": "greet.py", "expected_sha256": digest, "edits": edits}
         )
