@@ -342,21 +342,25 @@ def _parent_links() -> Iterable[tuple[int, int]]:
                 yield int(name), parent
 
 
-def descendants(pid: int) -> list[int]:
-    """Every live descendant of ``pid`` (any depth, any thread's children), from ``/proc``.
+def descendants(pid: int, *others: int) -> list[int]:
+    """Every live descendant of ``pid`` and ``others`` (any depth, any thread's children),
+    from ``/proc``.
 
-    One pass over ``/proc/*/stat`` builds the parent links, then the tree below ``pid``
-    is collected.
+    One pass over ``/proc/*/stat`` builds the parent links, however many roots are
+    given, then the trees below them are collected (each process once).
     """
     below: dict[int, list[int]] = {}
     for child, parent in _parent_links():
         below.setdefault(parent, []).append(child)
     found: list[int] = []
-    pending = [pid]
+    seen = {pid, *others}
+    pending = list(seen)
     while pending:
         for child in below.get(pending.pop(), ()):
-            found.append(child)
-            pending.append(child)
+            if child not in seen:
+                seen.add(child)
+                found.append(child)
+                pending.append(child)
     return found
 
 

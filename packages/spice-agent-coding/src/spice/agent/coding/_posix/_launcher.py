@@ -55,7 +55,7 @@ from spice.agent.tools.coding.settling import settle
 
 from .._containment import OFF, Containment
 from . import _bwrap
-from . import _landlock as landlock
+from . import _orphans as orphans
 from . import _supervisor as supervisor
 from . import _tmpdir as tmpdir
 
@@ -157,27 +157,19 @@ _SUPERVISOR_FLAGS: tuple[str, ...] = ("-I", "-S", "-c", supervisor.BOOTSTRAP)
 _SUPERVISOR_ENVIRONMENT: dict[str, str] = {}
 """The supervisor's own environment (the command's comes through the spec file)."""
 
-_ORPHAN_POLL_SECONDS: Final = 0.01
 _TEMPORARY_VARIABLES: Final = ("TMPDIR", "TMP", "TEMP")
-
-_LEADERS: set[int] = set()
-"""Pids of leaders this process started and has not reaped (never swept as orphans)."""
-
-_adopting = False
 
 
 def adopt_orphans() -> bool:
     """Make this process the subreaper of last resort for every command's tree.
 
     For a process that starts no children but through ``PosixLauncher`` (the CLI's
-    ``serve`` and ``call``): descendants orphaned by a supervisor that was killed come
-    back here, and the join of a call whose supervisor did not end its tree cleanly
-    ends every child of this process that is not a live leader. Returns whether the
+    ``serve`` and ``call``): descendants orphaned by a supervisor that was killed, or
+    that outran its sweep, come back here and are ended and reaped as they come, off
+    the event loop (``_posix._orphans``); a join also sweeps them. Returns whether the
     kernel made this process a subreaper (Linux).
     """
-    global _adopting  # noqa: PLW0603 - a process-wide choice made once at start
-    _adopting = landlock.become_subreaper()
-    return _adopting
+    return orphans.adopt()
 
 
 def _supervisor_available() -> bool:
@@ -188,52 +180,6 @@ def _supervisor_available() -> bool:
         and hasattr(os, "memfd_create")
         and None not in SUPERVISOR_SOURCES.values()
     )
-
-
-def _server_children() -> list[int]:
-    """Direct children of this (possibly threaded) process."""
-    me = os.getpid()
-    found: list[int] = []
-    try:
-        tasks = os.listdir(f"/proc/{me}/task")
-    except OSError:
-        return landlock.children(me)
-    for task in tasks:
-        try:
-            with open(f"/proc/{me}/task/{task}/children", "rb") as file:
-                found.extend(int(field) for field in file.read().split())
-        except FileNotFoundError:
-            return landlock.children(me)
-        except OSError:
-            continue
-    return found
-
-
-async def _sweep_orphans() -> bool:
-    """End and reap every child of ours that is not a live leader, with its whole subtree.
-
-    Each round freezes (SIGSTOP) every orphan and its descendants, then kills them all
-    (bounded). Returns whether none is left.
-    """
-    if not _adopting:
-        return True
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + ORPHAN_SWEEP_SECONDS
-    while True:
-        orphans = [pid for pid in _server_children() if pid not in _LEADERS]
-        if not orphans:
-            return True
-        tree = [*orphans, *(pid for orphan in orphans for pid in landlock.descendants(orphan))]
-        for number in (signal.SIGSTOP, signal.SIGKILL):
-            for pid in tree:
-                with contextlib.suppress(OSError):
-                    os.kill(pid, number)
-        for pid in orphans:
-            with contextlib.suppress(OSError):
-                os.waitpid(pid, os.WNOHANG)  # noqa: ASYNC222 - WNOHANG never blocks
-        if loop.time() >= deadline:
-            return not [pid for pid in _server_children() if pid not in _LEADERS]
-        await asyncio.sleep(_ORPHAN_POLL_SECONDS)
 
 
 # ``os.waitid`` is missing on macOS (CPython leaves it out there), so these are looked
@@ -610,7 +556,7 @@ class _Leader:
 
     def _release(self) -> None:
         """The leader's pid is no longer ours to watch: let go of what names it."""
-        _LEADERS.discard(self.pid)
+        orphans.forget(self.pid)
         self._close_pidfd()
         outcome = self.outcome
         code = outcome.exit_code if outcome is not None and outcome.exit_code is not None else -1
@@ -995,8 +941,8 @@ class PosixProcess:
                 # With namespaces the leader is bwrap's monitor: a supervisor that outlived
                 # it (ended through its monitor, before bwrap said its pid) came to a
                 # server that adopts orphans: swept and reaped here.
-                orphans = self._lifeline is not None or not report.tree_gone
-                swept = await _sweep_orphans() if orphans else True
+                adopted = self._lifeline is not None or not report.tree_gone
+                swept = await orphans.sweep(ORPHAN_SWEEP_SECONDS) if adopted else True
                 if not report.tree_gone and not swept:
                     # The supervisor died or ran out of time before it ended its tree, and
                     # what came here is not all gone: not clean, the join is tried again.
@@ -1160,7 +1106,6 @@ class _Ends:
     ) -> PosixProcess:
         """The started child as a ``PosixProcess``; the workdir it entered is let go."""
         _close_quietly(standard.directory)
-        _LEADERS.add(popen.pid)
         loop = self.loop
         streams = _Streams(
             (
@@ -1198,19 +1143,27 @@ def _popen_supervisor(
     code = _code_fd()
     spec_fd, report_fd = descriptors[:2]
     argv = [*wrapper, INTERPRETER, *_SUPERVISOR_FLAGS, str(code), str(spec_fd), str(report_fd)]
-    return subprocess.Popen(  # noqa: S603 - argv list, no shell; see PosixLauncher.start
-        argv,
-        executable=argv[0],
-        stdin=standard.stdin,
-        stdout=standard.stdout,
-        stderr=standard.stderr,
-        cwd=cwd,
-        env=_SUPERVISOR_ENVIRONMENT,
-        close_fds=True,
-        pass_fds=(code, *descriptors),
-        start_new_session=True,
-        restore_signals=True,
-    )
+
+    def spawn() -> subprocess.Popen[bytes]:
+        return subprocess.Popen(  # noqa: S603 - argv list, no shell; see PosixLauncher.start
+            argv,
+            executable=argv[0],
+            stdin=standard.stdin,
+            stdout=standard.stdout,
+            stderr=standard.stderr,
+            cwd=cwd,
+            env=_SUPERVISOR_ENVIRONMENT,
+            close_fds=True,
+            pass_fds=(code, *descriptors),
+            start_new_session=True,
+            restore_signals=True,
+        )
+
+    return orphans.started(spawn, _pid_of)
+
+
+def _pid_of(popen: subprocess.Popen[bytes]) -> int:
+    return popen.pid
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -1413,17 +1366,20 @@ class PosixLauncher:
         try:
             standard = ends.standard(spec)
             # Inline on purpose (see start): fork/exec is short and must not be cut.
-            popen = subprocess.Popen(  # noqa: S603 - argv list, no shell; see start
-                [spec.executable, *spec.arguments],
-                executable=spec.executable,
-                stdin=standard.stdin,
-                stdout=standard.stdout,
-                stderr=standard.stderr,
-                cwd=_entry(standard.directory, spec.working_directory),
-                env=_environment(spec.environment),
-                close_fds=True,
-                start_new_session=True,
-                restore_signals=True,
+            popen = orphans.started(
+                lambda: subprocess.Popen(  # noqa: S603 - argv list, no shell; see start
+                    [spec.executable, *spec.arguments],
+                    executable=spec.executable,
+                    stdin=standard.stdin,
+                    stdout=standard.stdout,
+                    stderr=standard.stderr,
+                    cwd=_entry(standard.directory, spec.working_directory),
+                    env=_environment(spec.environment),
+                    close_fds=True,
+                    start_new_session=True,
+                    restore_signals=True,
+                ),
+                _pid_of,
             )
         except Exception:  # noqa: BLE001 - every start failure is one LaunchError, no OS text
             ends.close_parent()

@@ -1,0 +1,235 @@
+"""The server's orphans: processes of a call that came back to the server, ended and reaped.
+
+The server is a child subreaper (``adopt``): a descendant of a call whose supervisor was
+killed, or whose supervisor's sweep ran out of its bound (a fork relay can outrun it),
+is reparented here. Each is ended with its whole subtree and reaped, in time
+proportional to their number and never on the event loop:
+
+- one reaper thread, started by ``adopt``, works in rounds. A round lists the server's
+  children (a few small files), reaps the exited ones (``WNOHANG``), and only when live
+  ones are left walks ``/proc`` once for all their subtrees, freezes them (``SIGSTOP``,
+  so none forks again) and kills them (``SIGKILL``). Rounds follow each other
+  (``ROUND_PAUSE_SECONDS`` apart) while orphans are left; otherwise the thread waits
+  ``IDLE_SECONDS`` or a join's wake-up. So adopted children are reaped outside any
+  join, an idle server lists its children a few times a second and walks nothing, and
+  one round costs one ``/proc`` walk however many orphans there are (the sweep it
+  replaces walked ``/proc`` once per orphan, on the event loop);
+- a join's ``sweep`` runs rounds in a worker thread until none is left (bounded);
+- the launcher's own children (the leaders) are never taken for orphans: each is
+  registered under the spawn lock in the same step that creates it (``started``), so a
+  child between ``fork`` and its registration is never seen unregistered.
+
+Every child the server creates after ``adopt`` must go through ``started``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final, TypeVar, final
+
+from . import _landlock as landlock
+
+__all__ = [
+    "IDLE_SECONDS",
+    "ROUND_PAUSE_SECONDS",
+    "Stats",
+    "adopt",
+    "adopting",
+    "forget",
+    "is_leader",
+    "leaders",
+    "started",
+    "stats",
+    "sweep",
+]
+
+IDLE_SECONDS: Final = 0.25
+"""How long the reaper waits between two looks at an idle server's children."""
+
+ROUND_PAUSE_SECONDS: Final = 0.01
+"""The pause between two rounds while orphans are left (their deaths need a moment)."""
+
+_P = TypeVar("_P")
+
+
+@final
+@dataclass(slots=True)
+class Stats:
+    """What the reaper did since ``adopt``: its rounds, its ``/proc`` walks, the orphans it
+    reaped, and the rounds that found nothing (the idle looks)."""
+
+    rounds: int = 0
+    walks: int = 0
+    reaped: int = 0
+    idle: int = 0
+
+
+_LEADERS: set[int] = set()
+"""Pids of leaders the launcher started and has not reaped (never swept as orphans)."""
+
+_SPAWN_LOCK: Final = threading.Lock()
+"""Held while a child is created and registered, and while the children are listed."""
+
+_ROUND_LOCK: Final = threading.Lock()
+"""One round at a time (the reaper's or a join's)."""
+
+_KILLED: Final[set[int]] = set()
+"""Processes an earlier round froze and killed, with their subtrees (until none is left)."""
+
+_WAKE: Final = threading.Event()
+_STATS: Final = Stats()
+_reaper: list[threading.Thread] = []
+
+
+def started(start: Callable[[], _P], pid_of: Callable[[_P], int]) -> _P:
+    """Create a child with ``start`` and register it as a leader in one step."""
+    with _SPAWN_LOCK:
+        made = start()
+        _LEADERS.add(pid_of(made))
+    return made
+
+
+def forget(pid: int) -> None:
+    """The leader ``pid`` was reaped (or lost): it is no longer ours to keep."""
+    _LEADERS.discard(pid)
+
+
+def is_leader(pid: int) -> bool:
+    """Whether ``pid`` is a leader the launcher started and has not reaped."""
+    return pid in _LEADERS
+
+
+def leaders() -> frozenset[int]:
+    """The registered leaders (a copy)."""
+    return frozenset(_LEADERS)
+
+
+def adopting() -> bool:
+    """Whether this process adopts orphans (``adopt`` succeeded)."""
+    return bool(_reaper)
+
+
+def stats() -> Stats:
+    """A copy of what the reaper did so far."""
+    return Stats(_STATS.rounds, _STATS.walks, _STATS.reaped, _STATS.idle)
+
+
+def adopt() -> bool:
+    """Make this process the subreaper of last resort and start the reaper (once).
+
+    Returns whether the kernel made this process a subreaper (Linux).
+    """
+    if _reaper:
+        return True
+    if not landlock.become_subreaper():
+        return False
+    thread = threading.Thread(target=_reap_forever, name="spice-orphans", daemon=True)
+    _reaper.append(thread)
+    thread.start()
+    return True
+
+
+def _server_children() -> list[int]:
+    """Direct children of this (possibly threaded) process."""
+    me = os.getpid()
+    found: list[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{me}/task")
+    except OSError:
+        return landlock.children(me)
+    for task in tasks:
+        try:
+            with open(f"/proc/{me}/task/{task}/children", "rb") as file:
+                found.extend(int(field) for field in file.read().split())
+        except FileNotFoundError:
+            return landlock.children(me)
+        except OSError:
+            continue
+    return found
+
+
+def _orphans() -> list[int]:
+    with _SPAWN_LOCK:
+        return [pid for pid in _server_children() if pid not in _LEADERS]
+
+
+def _reaped(pid: int) -> bool:
+    """Reap ``pid`` if it has exited; whether it is gone."""
+    try:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return True
+    except OSError:
+        return False
+    return done != 0
+
+
+def _round() -> int:
+    """One round: reap the exited orphans, end the live ones with their subtrees.
+
+    Returns how many orphans the round found (0: none left).
+    """
+    with _ROUND_LOCK:
+        orphans = _orphans()
+        _STATS.rounds += 1
+        if not orphans:
+            _STATS.idle += 1
+            _KILLED.clear()
+            return 0
+        live = [pid for pid in orphans if not _reaped(pid)]
+        _STATS.reaped += len(orphans) - len(live)
+        if any(pid not in _KILLED for pid in live):
+            # One walk for all of them: each subtree is frozen, then killed.
+            _STATS.walks += 1
+            tree = [*live, *landlock.descendants(*live)]
+            for number in (signal.SIGSTOP, signal.SIGKILL):
+                for pid in tree:
+                    with contextlib.suppress(OSError):
+                        os.kill(pid, number)
+            _KILLED.update(tree)
+        else:
+            # Killed by an earlier round (and its subtree with it), still dying: unreaped,
+            # its pid is still ours, so the repeated SIGKILL is safe; no walk.
+            for pid in live:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+        _STATS.reaped += sum(_reaped(pid) for pid in live)
+        return len(orphans)
+
+
+def _reap_forever() -> None:
+    while True:
+        try:
+            found = _round()
+        except Exception:  # noqa: BLE001 - the reaper outlives any one failed round
+            found = 0
+        if found:
+            time.sleep(ROUND_PAUSE_SECONDS)
+            continue
+        _WAKE.wait(IDLE_SECONDS)
+        _WAKE.clear()
+
+
+def _sweep_until(deadline: float) -> bool:
+    while True:
+        if not _round():
+            return True
+        if time.monotonic() >= deadline:
+            return not _orphans()
+        time.sleep(ROUND_PAUSE_SECONDS)
+
+
+async def sweep(bound: float) -> bool:
+    """End and reap every orphan, in a worker thread, for at most ``bound``; whether none
+    is left. Without ``adopt`` nothing comes here: ``True``."""
+    if not _reaper:
+        return True
+    _WAKE.set()
+    return await asyncio.to_thread(_sweep_until, time.monotonic() + bound)

@@ -1,0 +1,197 @@
+"""The server's orphans (``_posix._orphans``): reaped as they come, in time proportional to
+their number, off the event loop, and an idle server does no work for them.
+
+Round 3's measured failure: fork relays that escaped the supervisor's sweep came to the
+server (a subreaper) and stayed there as zombies, since nothing reaped them outside a
+join, and the join's sweep walked all of ``/proc`` once per orphan on the event loop.
+Here a helper process adopts a few hundred orphans at once (inside a pids cgroup the
+test makes where it can, so the host's PID table is never at risk) while its main
+thread runs no event loop at all: the reaper alone must end and reap them, in a number
+of ``/proc`` walks that does not grow with their number.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Final
+
+import pytest
+from pidscgroup import current, enter, pids_cgroup
+from procutil import read_stat
+
+from spice.agent.coding._posix import _orphans as orphans
+
+pytestmark = pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="subreapers and /proc are Linux features"
+)
+
+ORPHANS: Final = 300
+"""Orphans the helper adopts at once, each with a child of its own (600 processes)."""
+
+PIDS_LIMIT: Final = 2 * ORPHANS + 64
+"""The helper's pids cgroup bound: the family, the helper, and room for its threads."""
+
+WALK_BOUND: Final = 8
+"""``/proc`` walks the reaper may take for the whole family: a constant, not per orphan
+(the old sweep took one per orphan, 300 here)."""
+
+BOUND: Final = 60.0
+
+HELPER: Final = """
+import os, signal, struct, sys
+from spice.agent.coding._posix import _orphans as orphans
+
+assert orphans.adopt()
+count = int(sys.argv[1])
+pids_read, pids_write = os.pipe()
+go_read, go_write = os.pipe()
+middle = orphans.started(os.fork, int)
+if middle == 0:
+    os.close(pids_read)
+    os.close(go_write)
+    for _ in range(count):
+        if os.fork() == 0:
+            os.setsid()
+            if os.fork() == 0:
+                os.write(pids_write, struct.pack("i", os.getpid()))
+                signal.pause()
+                os._exit(0)
+            os.write(pids_write, struct.pack("i", os.getpid()))
+            signal.pause()
+            os._exit(0)
+    os.read(go_read, 1)  # the whole family is made and its pids are told
+    os._exit(0)
+os.close(pids_write)
+os.close(go_read)
+data = b""
+while len(data) < 8 * count:
+    chunk = os.read(pids_read, 65536)
+    if not chunk:
+        break
+    data += chunk
+os.write(go_write, b"g")
+os.waitpid(middle, 0)  # the middle is gone: its children come here, all at once
+orphans.forget(middle)
+print(" ".join(str(p) for (p,) in struct.iter_unpack("i", data)), flush=True)
+# From here no event loop runs: only the reaper thread can end and reap the family.
+for line in sys.stdin:
+    s = orphans.stats()
+    print(s.rounds, s.walks, s.reaped, s.idle, flush=True)
+"""
+
+
+def _helper(cgroup: Path | None) -> subprocess.Popen[str]:
+    child = subprocess.Popen(
+        [sys.executable, "-c", HELPER, str(ORPHANS)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    if cgroup is not None:
+        enter(cgroup, child.pid)
+    return child
+
+
+def _end(child: subprocess.Popen[str]) -> None:
+    child.kill()
+    child.wait()
+    for stream in (child.stdin, child.stdout):
+        if stream is not None:
+            stream.close()
+
+
+def _stats(child: subprocess.Popen[str]) -> tuple[int, int, int, int]:
+    assert child.stdin is not None
+    assert child.stdout is not None
+    child.stdin.write("stats\n")
+    child.stdin.flush()
+    rounds, walks, reaped, idle = (int(f) for f in child.stdout.readline().split())
+    return rounds, walks, reaped, idle
+
+
+def _left(family: list[int], helper: int) -> list[int]:
+    """Members of the family that still exist (alive or an unreaped zombie)."""
+    return [pid for pid in family if read_stat(pid) is not None] + _children(helper)
+
+
+def _children(pid: int) -> list[int]:
+    found: list[int] = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/children") as file:
+                found.extend(int(f) for f in file.read().split())
+        except OSError:
+            continue
+    return found
+
+
+def _until(condition: Callable[[], bool], bound: float = BOUND) -> bool:
+    deadline = time.monotonic() + bound
+    while True:
+        if condition():
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+
+
+def test_adopted_orphans_are_reaped_without_a_join_in_a_constant_number_of_walks() -> None:
+    """600 processes come back at once; no loop runs, no join: none is left, and the
+    reaper walked ``/proc`` a constant number of times (not once per orphan)."""
+    with pids_cgroup(PIDS_LIMIT, "spice-orphans") as cgroup:
+        child = _helper(cgroup)
+        try:
+            assert child.stdout is not None
+            family = [int(p) for p in child.stdout.readline().split()]
+            assert len(family) == 2 * ORPHANS
+            assert _until(lambda: not _left(family, child.pid))
+            rounds, walks, reaped, _ = _stats(child)
+            assert reaped >= ORPHANS  # the orphans themselves were reaped by the server
+            assert 1 <= walks <= WALK_BOUND
+            assert walks <= rounds
+            if cgroup is not None:
+                # The helper's threads alone (a pids cgroup counts tasks).
+                assert current(cgroup) == len(os.listdir(f"/proc/{child.pid}/task"))
+        finally:
+            _end(child)
+
+
+def test_an_idle_server_walks_nothing() -> None:
+    """Once the orphans are gone the reaper's looks find nothing and walk no ``/proc``:
+    the server never spins on them."""
+    with pids_cgroup(PIDS_LIMIT, "spice-orphans") as cgroup:
+        child = _helper(cgroup)
+        try:
+            assert child.stdout is not None
+            family = [int(p) for p in child.stdout.readline().split()]
+            assert _until(lambda: not _left(family, child.pid))
+            _, walks, _, idle = _stats(child)
+            # Wait for three more idle looks (events of the reaper, not a duration).
+            assert _until(lambda: _stats(child)[3] >= idle + 3)
+            assert _stats(child)[1] == walks
+        finally:
+            _end(child)
+
+
+def test_without_adopt_a_sweep_is_done_at_once() -> None:
+    """A process that never adopted has no orphans to sweep (the tests' own process)."""
+    import asyncio  # noqa: PLC0415 - only this test runs a loop
+
+    assert not orphans.adopting()
+    assert asyncio.run(orphans.sweep(0.0)) is True
+
+
+def test_a_registered_leader_is_never_taken_for_an_orphan() -> None:
+    """``started`` registers a child in the step that makes it; ``forget`` lets it go."""
+    made = orphans.started(lambda: 4242424, int)
+    try:
+        assert orphans.is_leader(made)
+        assert made in orphans.leaders()
+    finally:
+        orphans.forget(made)
+    assert not orphans.is_leader(made)
