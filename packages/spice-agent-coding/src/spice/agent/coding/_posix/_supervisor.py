@@ -387,6 +387,8 @@ class _Supervisor:
 def _prepare(spec_fd: int) -> tuple[_Spec, set[int | signal.Signals], int | None]:
     """Before the fork: the spec, the signal mask to restore, the ruleset (or none)."""
     spec = _Spec(_read_all(spec_fd))
+    # Read once, here: the command must never inherit it (R4-7).
+    os.set_inheritable(spec_fd, False)  # noqa: FBT003 - os's positional-only flag
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, _WATCHED)
     landlock.prctl(landlock.PR_SET_PDEATHSIG, END_SIGNAL)
     if spec.lifeline >= 0:
