@@ -5,13 +5,20 @@ processes and memory.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
 from pathlib import Path
 from typing import Final
 
-from test_sandbox_attacks import policy, root, run_python
+import pytest
+from procutil import Collect
+from test_sandbox_attacks import BOUND, PYTHON, _marked, policy, root, run_python
 
+from spice.agent.coding import PosixLauncher
 from spice.agent.coding._containment import Containment
+from spice.agent.coding._posix._cgroup import Cgroups, resolve_cgroups
+from spice.agent.process import OutcomeKind, Spec
 
 __all__ = ["policy", "root"]
 
@@ -41,3 +48,118 @@ async def test_r4_7_no_descriptor_of_the_spec_survives_execve(
     found: dict[str, str] = json.loads(output)
     assert not [target for target in found.values() if "memfd:" in target]
     assert set(found) == {"0", "1", "2"}, found
+
+
+# -- R4-4 and R4-3: a cgroup per call bounds its processes and its memory -----------------
+
+BOMB_PROCESSES: Final = 64
+"""The fork bomb's ``--max-processes``."""
+
+BOMB_FORKS: Final = 10
+"""Forks per bomb process: without any bound the bomb makes at most 2**10 processes, far
+below the machine's PID table, so even a failing bound cannot exhaust it."""
+
+BOMB: Final = (
+    "import os, sys, time\n"
+    "refused = False\n"
+    "for _ in range(int(sys.argv[1])):\n"
+    "    try:\n"
+    "        os.fork()\n"
+    "    except OSError:\n"
+    "        refused = True\n"
+    "if refused:\n"
+    "    print('refused', flush=True)\n"
+    "time.sleep(60)\n"
+)
+
+HOG_MEMORY: Final = 64 * 1024**2
+"""The memory hog's ``--max-memory`` (it tries four times as much)."""
+
+
+def _bounded(processes: int, memory: int) -> Cgroups:
+    cgroups = resolve_cgroups(processes, memory)
+    if not cgroups.made:
+        pytest.skip(f"no cgroup can be made here: {cgroups.reason}")
+    return cgroups
+
+
+async def _run(launcher: PosixLauncher, root: Path, code: str, *arguments: str) -> Collect:
+    out = Collect()
+    spec = Spec(PYTHON, ("-I", "-c", code, *arguments), str(root), (), b"", out, Collect())
+    process = await launcher.start(spec)
+    async with asyncio.timeout(BOUND):
+        await process.wait_exit()
+        await process.wait()
+    return out
+
+
+async def test_r4_4_a_fork_bomb_is_held_to_its_process_bound(
+    policy: Containment, root: Path
+) -> None:
+    """A fork bomb under ``--max-processes 64``: its forks are refused at the bound, another
+    call starts and answers meanwhile, and nothing of it is left after its call."""
+    cgroups = _bounded(BOMB_PROCESSES, 1024**3)
+    launcher = PosixLauncher(policy, str(root), cgroups)
+    mark = f"MARK-BOMB-{os.getpid()}-{id(root)}"
+    out = Collect()
+    spec = Spec(
+        PYTHON, ("-I", "-c", BOMB, str(BOMB_FORKS), mark), str(root), (), b"", out, Collect()
+    )
+    process = await launcher.start(spec)
+    try:
+        await out.contains(b"refused", BOUND)
+        assert _marked(mark) <= BOMB_PROCESSES
+        # The host is not full: another call starts and answers during the bomb.
+        other = await _run(launcher, root, "print('answered')")
+        assert b"answered" in other.data
+    finally:
+        await process.force_kill()
+        async with asyncio.timeout(BOUND):
+            await process.wait()
+    assert _marked(mark) == 0
+    assert not [p for p in os.listdir(cgroups.parents[0]) if p.startswith("spice-call-")]
+
+
+async def test_r4_3_a_memory_hog_is_killed_as_the_command_and_the_server_lives(
+    policy: Containment, root: Path
+) -> None:
+    """Four times ``--max-memory`` asked for: the command is what the kernel kills (an
+    ended command is ``signaled``), and this process, the server, lives on."""
+    launcher = PosixLauncher(policy, str(root), _bounded(BOMB_PROCESSES, HOG_MEMORY))
+    code = f"data = bytearray({4 * HOG_MEMORY})\nprint('kept', flush=True)\n"
+    out, err = Collect(), Collect()
+    spec = Spec(PYTHON, ("-I", "-c", code), str(root), (), b"", out, err)
+    process = await launcher.start(spec)
+    async with asyncio.timeout(BOUND):
+        await process.wait_exit()
+        await process.wait()
+    assert b"kept" not in out.data
+    assert process.result().kind is OutcomeKind.SIGNALED
+
+
+async def test_r4_3_the_private_shared_memory_is_charged_to_the_call(
+    policy: Containment, root: Path
+) -> None:
+    """With namespaces, pages written to the call's private ``/dev/shm`` count against its
+    memory bound: a writer of four times the bound is killed (or refused), never the
+    server."""
+    if not policy.namespaces.made:
+        pytest.skip("without namespaces /dev/shm is the host's (not the call's)")
+    launcher = PosixLauncher(policy, str(root), _bounded(BOMB_PROCESSES, HOG_MEMORY))
+    code = (
+        "import os\n"
+        "chunk = b'x' * (1 << 20)\n"
+        "with open('/dev/shm/hog', 'wb') as file:\n"
+        f"    for _ in range({4 * HOG_MEMORY} >> 20):\n"
+        "        file.write(chunk)\n"
+        "print('kept', flush=True)\n"
+    )
+    out, err = Collect(), Collect()
+    spec = Spec(PYTHON, ("-I", "-c", code), str(root), (), b"", out, err)
+    process = await launcher.start(spec)
+    async with asyncio.timeout(BOUND):
+        await process.wait_exit()
+        await process.wait()
+    assert b"kept" not in out.data
+    assert not process.result().successful
+    os.kill(os.getpid(), 0)  # this process (the server) lives

@@ -225,7 +225,15 @@ class Containment:
             "allow_write": list(self.allow_write),
             "layers": {
                 "namespaces": (
-                    {"made": True, "bwrap": self.namespaces.bwrap}
+                    {
+                        "made": True,
+                        "bwrap": self.namespaces.bwrap,
+                        **(
+                            {}
+                            if self.namespaces.sized
+                            else {"tmpfs_size": "bwrap older than 0.7: no size limit"}
+                        ),
+                    }
                     if self.confined and self.namespaces.made
                     else {"made": False, "reason": self.namespaces.reason or "sandbox off"}
                 ),

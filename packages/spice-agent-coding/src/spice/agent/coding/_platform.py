@@ -79,6 +79,7 @@ def platform_launcher(
         )
 
         return WindowsLauncher(windows_containment(settings.sandbox, settings.allow_network))
+    from ._posix._cgroup import resolve_cgroups  # noqa: PLC0415 - POSIX only
     from ._posix._launcher import PosixLauncher  # noqa: PLC0415 - POSIX only
 
     containment = resolve_containment(
@@ -88,4 +89,5 @@ def platform_launcher(
         root=settings.config.root,
         allow_write=settings.allow_write,
     )
-    return PosixLauncher(containment, settings.config.root)
+    bounds = resolve_cgroups(settings.max_processes, settings.max_memory)
+    return PosixLauncher(containment, settings.config.root, bounds)

@@ -28,6 +28,7 @@ from spice.agent.tools.coding import Config
 
 from ._compose import UNUSABLE_ROOT, resolve_config
 from ._containment import DEFAULT_MODE, MODES, SANDBOX_ENVIRONMENT_VARIABLE, parse_mode
+from ._posix._cgroup import DEFAULT_MAX_PROCESSES, MIN_MEMORY_BYTES
 
 __all__ = [
     "ALLOW_ENV_VARIABLE",
@@ -59,6 +60,15 @@ MAX_OUTPUT_BYTES_VARIABLE: Final = "SPICE_AGENT_MAX_OUTPUT_BYTES"
 MAX_EDIT_BYTES_VARIABLE: Final = "SPICE_AGENT_MAX_EDIT_BYTES"
 ALLOW_NETWORK_VARIABLE: Final = "SPICE_AGENT_ALLOW_NETWORK"
 ALLOW_WRITE_VARIABLE: Final = "SPICE_AGENT_ALLOW_WRITE"
+MAX_PROCESSES_VARIABLE: Final = "SPICE_AGENT_MAX_PROCESSES"
+MAX_MEMORY_VARIABLE: Final = "SPICE_AGENT_MAX_MEMORY"
+
+MAXIMUM_PROCESSES: Final = 4_194_304
+"""``--max-processes`` is at most the kernel's own PID limit (``PID_MAX_LIMIT``)."""
+MAXIMUM_MEMORY_BYTES: Final = 1 << 50
+"""``--max-memory`` is at most 1 PiB (no huge-integer bound reaches the kernel)."""
+_MEMORY: Final = re.compile(r"([0-9]+)([KMGkmg]?)")
+_UNITS: Final = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
 
 MAXIMUM_ALLOW_WRITE: Final = 32
 """At most this many ``--allow-write`` directories."""
@@ -123,6 +133,8 @@ class Flags:
     sandbox: str | None = None
     allow_network: bool = False
     allow_write: tuple[str, ...] = ()
+    max_processes: str | None = None
+    max_memory: str | None = None
 
 
 @final
@@ -139,6 +151,9 @@ class Settings:
     sandbox: str = DEFAULT_MODE
     allow_network: bool = False
     allow_write: tuple[str, ...] = ()
+    max_processes: int = DEFAULT_MAX_PROCESSES
+    max_memory: int | None = None
+    """Bytes of one call's memory bound; ``None``: a quarter of the machine's, at most 16 GiB."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.config, Config):
@@ -210,6 +225,23 @@ def add_arguments(parser: argparse.ArgumentParser, *, after_command: bool) -> No
         help="an existing absolute directory contained commands may also write, such as "
         f"a cache (repeatable; default ${ALLOW_WRITE_VARIABLE}, {os.pathsep!r}-separated)",
     )
+    parser.add_argument(
+        "--max-processes",
+        metavar="N",
+        dest="max_processes" + suffix,
+        default=default,
+        help=f"processes one call may have at once, 1 <= N <= {MAXIMUM_PROCESSES} "
+        f"(default ${MAX_PROCESSES_VARIABLE}, else {DEFAULT_MAX_PROCESSES})",
+    )
+    parser.add_argument(
+        "--max-memory",
+        metavar="SIZE",
+        dest="max_memory" + suffix,
+        default=default,
+        help="memory one call may use, its /tmp and /dev/shm included: bytes, or with "
+        f"K, M or G (binary units), at least 16M (default ${MAX_MEMORY_VARIABLE}, else a "
+        "quarter of the machine's memory, at most 16G)",
+    )
 
 
 def flags_of(options: argparse.Namespace) -> Flags:
@@ -233,6 +265,8 @@ def flags_of(options: argparse.Namespace) -> Flags:
         sandbox=text("sandbox"),
         allow_network=bool(values.get("allow_network") or values.get("allow_network" + _AFTER)),
         allow_write=tuple(allow_write),
+        max_processes=text("max_processes"),
+        max_memory=text("max_memory"),
     )
 
 
@@ -272,6 +306,10 @@ def resolve_settings(flags: Flags, environ: Mapping[str, str] | None = None) -> 
         _sandbox(flags.sandbox, source),
         _allow_network(flags, source),
         _allow_write(flags.allow_write, source),
+        _max_processes(
+            _chosen(flags.max_processes, "--max-processes", source, MAX_PROCESSES_VARIABLE)
+        ),
+        _max_memory(_chosen(flags.max_memory, "--max-memory", source, MAX_MEMORY_VARIABLE)),
     )
 
 
@@ -567,3 +605,28 @@ def resolve_http(options: argparse.Namespace) -> HttpSettings | None:
         audit_log=values.get("audit_log"),
         shutdown_grace=seconds,
     )
+
+
+def _max_processes(chosen: tuple[str, str] | None) -> int:
+    if chosen is None:
+        return DEFAULT_MAX_PROCESSES
+    text, origin = chosen[0].strip(), chosen[1]
+    if len(text) > MAXIMUM_VALUE_LENGTH or _WHOLE.fullmatch(text) is None:
+        raise SettingsError(f"{origin} must be a whole number of processes")
+    value = int(text)
+    if not 1 <= value <= MAXIMUM_PROCESSES:
+        raise SettingsError(f"{origin} must be between 1 and {MAXIMUM_PROCESSES}")
+    return value
+
+
+def _max_memory(chosen: tuple[str, str] | None) -> int | None:
+    if chosen is None:
+        return None
+    text, origin = chosen[0].strip(), chosen[1]
+    matched = _MEMORY.fullmatch(text) if len(text) <= MAXIMUM_VALUE_LENGTH else None
+    if matched is None:
+        raise SettingsError(f"{origin} must be a number of bytes, or with K, M or G")
+    value = int(matched[1]) * _UNITS[matched[2].lower()]
+    if not MIN_MEMORY_BYTES <= value <= MAXIMUM_MEMORY_BYTES:
+        raise SettingsError(f"{origin} must be at least 16M and at most 1P")
+    return value

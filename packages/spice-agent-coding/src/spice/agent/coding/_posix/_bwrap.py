@@ -39,6 +39,7 @@ __all__ = [
     "child_pid",
     "find_bwrap",
     "open_child",
+    "parse_version",
     "probe",
     "resolve_namespaces",
     "under_private_tmp",
@@ -63,6 +64,13 @@ such as ``ssh-agent``'s and X11's). Worktrees and ``--allow-write`` directories 
 
 PRIVATE_TMP_BYTES: Final = 4 * 1024**3
 """Size limit of the private ``/tmp`` (tmpfs pages are memory, charged when written)."""
+
+PRIVATE_SHM_BYTES: Final = 4 * 1024**3
+"""Size limit of the private ``/dev/shm`` (without one the kernel gives half the RAM)."""
+
+SIZED_VERSION: Final = (0, 7, 0)
+"""The first bwrap with ``--size``: older ones are used without size limits on the tmpfs
+mounts (the call's memory bound still holds them where a cgroup is made)."""
 
 HIDDEN_RUN: Final = "/run"
 """Covered by an empty tmpfs without ``--allow-network`` (``/var/run`` is its symlink)."""
@@ -125,6 +133,8 @@ def wrapper(
     visible: Sequence[str] = (),
     lifeline: int | None = None,
     info: int | None = None,
+    *,
+    sized: bool = True,
 ) -> list[str]:
     """The ``bwrap`` argv for one call; the supervisor's argv follows the ``--``.
 
@@ -153,8 +163,13 @@ def wrapper(
     ]
     if not allow_network:
         argv.append("--unshare-net")  # bwrap brings loopback up inside
-    argv += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/dev/shm"]  # noqa: S108 - a private tmpfs
-    argv += ["--size", str(PRIVATE_TMP_BYTES), "--tmpfs", PRIVATE_TMP]
+    argv += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    if sized:  # bwrap 0.7 and later (``SIZED_VERSION``)
+        argv += ["--size", str(PRIVATE_SHM_BYTES)]
+    argv += ["--tmpfs", "/dev/shm"]  # noqa: S108 - a private tmpfs
+    if sized:
+        argv += ["--size", str(PRIVATE_TMP_BYTES)]
+    argv += ["--tmpfs", PRIVATE_TMP]
     for path in visible:
         argv += ["--ro-bind", path, path]
     if not allow_network:
@@ -206,11 +221,38 @@ def open_child(pid: int, monitor: int) -> int | None:
     return None
 
 
-def probe(bwrap: str) -> str | None:
+def version(bwrap: str) -> tuple[int, ...] | None:
+    """``bwrap --version`` as numbers (``bubblewrap 0.8.0`` → ``(0, 8, 0)``), else ``None``."""
+    try:
+        completed = subprocess.run(  # noqa: S603 - fixed argv, no shell
+            [bwrap, "--version"],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            env={},
+            timeout=PROBE_BOUND_SECONDS,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return parse_version(completed.stdout[:INFO_BOUND_BYTES])
+
+
+def parse_version(text: bytes) -> tuple[int, ...] | None:
+    """The version numbers of ``bwrap --version``'s answer, else ``None``."""
+    words = text.split()
+    if len(words) < 2 or words[0] != b"bubblewrap":
+        return None
+    numbers = words[1].split(b".")
+    if not numbers or not all(n.isdigit() and len(n) <= 6 for n in numbers):
+        return None
+    return tuple(int(n) for n in numbers)
+
+
+def probe(bwrap: str, *, sized: bool = True) -> str | None:
     """Whether ``bwrap`` can make every namespace here: ``None``, or the reason it cannot."""
     try:
         completed = subprocess.run(  # noqa: S603 - fixed argv, no shell
-            [*wrapper(bwrap, (), allow_network=False), _PROBE_PROGRAM],
+            [*wrapper(bwrap, (), allow_network=False, sized=sized), _PROBE_PROGRAM],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -230,6 +272,8 @@ class Namespaces:
 
     bwrap: str | None = None
     reason: str | None = None
+    sized: bool = True
+    """Whether this bwrap takes ``--size`` (0.7 and later): the tmpfs mounts' size limits."""
 
     @property
     def made(self) -> bool:
@@ -240,15 +284,20 @@ class Namespaces:
 def resolve_namespaces(
     root: str,
     finder: Callable[[str], tuple[str | None, str | None]] = find_bwrap,
-    prober: Callable[[str], str | None] = probe,
+    prober: Callable[[str], str | None] | None = None,
+    versioner: Callable[[str], tuple[int, ...] | None] = version,
 ) -> Namespaces:
-    """Find ``bwrap`` and probe it once; ``finder`` and ``prober`` are the tests' seams."""
+    """Find ``bwrap``, ask its version and probe it once; ``finder``, ``prober`` and
+    ``versioner`` are the tests' seams. A bwrap older than 0.7 (or one that does not say)
+    is used without ``--size``, never reported as unable to make the namespaces."""
     if not sys.platform.startswith("linux"):
         return Namespaces(None, NOT_LINUX)
     bwrap, reason = finder(root)
     if bwrap is None:
         return Namespaces(None, reason)
-    failure = prober(bwrap)
+    said = versioner(bwrap)
+    sized = said is not None and said >= SIZED_VERSION
+    failure = probe(bwrap, sized=sized) if prober is None else prober(bwrap)
     if failure is not None:
         return Namespaces(None, failure)
-    return Namespaces(bwrap, None)
+    return Namespaces(bwrap, None, sized)

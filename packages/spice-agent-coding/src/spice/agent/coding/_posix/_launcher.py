@@ -58,6 +58,7 @@ from . import _bwrap
 from . import _orphans as orphans
 from . import _supervisor as supervisor
 from . import _tmpdir as tmpdir
+from ._cgroup import CallCgroup, Cgroups
 
 READ_CHUNK_BYTES: Final = 64 * 1024
 """Bytes read from a child's stdout or stderr per readiness event (and handed to the sink)."""
@@ -739,8 +740,11 @@ class PosixProcess:
         temporary: str | None = None,
         lifeline: int | None = None,
         info: int | None = None,
+        cgroup: CallCgroup | None = None,
     ) -> None:
         self._exited = asyncio.Event()
+        self._cgroup = cgroup
+        self._namespaced = info is not None
         # With namespaces: bwrap's --info-fd (the supervisor's pid), and a pidfd for it.
         self._info = info
         self._inside_pid: int | None = None
@@ -898,6 +902,11 @@ class PosixProcess:
             raise ProcessFailure(Operation.RESULT, retryable=True)
         command = None if self._report is None else self._report.command
         outcome = command if command is not None else self._leader.outcome
+        if command is None and self._namespaced and outcome is not None:
+            # Only the supervisor speaks for the command: bwrap's monitor exits 128+N
+            # when the namespace's init was killed, and a command whose supervisor said
+            # nothing was ended with it (review C3).
+            outcome = Outcome.signaled()
         if outcome is None:
             raise ProcessFailure(Operation.RESULT, retryable=True)
         return outcome
@@ -935,6 +944,7 @@ class PosixProcess:
                 return
             if leader.pinned:
                 await self._end_group()
+            await self._end_cgroup()
             report = self._report
             if report is not None:
                 report.read()
@@ -971,6 +981,17 @@ class PosixProcess:
         if not await leader.until_gone(bounds.exit):
             raise ProcessFailure(Operation.WAIT, retryable=True)
         leader.reap()
+
+    async def _end_cgroup(self) -> None:
+        """End every process left in the call's cgroup, then remove it (bounded, off the
+        loop); not clean (the join is tried again) when one is still there."""
+        cgroup = self._cgroup
+        if cgroup is None:
+            return
+        if not await asyncio.to_thread(cgroup.end, self._bounds.end):
+            raise ProcessFailure(Operation.WAIT, retryable=True)
+        await asyncio.to_thread(cgroup.remove, self._bounds.end)
+        self._cgroup = None
 
     async def _remove_temporary(self) -> None:
         """Remove the call's private ``TMPDIR`` (its tree is gone by now); note a failure."""
@@ -1103,6 +1124,7 @@ class _Ends:
         temporary: str | None = None,
         lifeline: int | None = None,
         info: int | None = None,
+        cgroup: CallCgroup | None = None,
     ) -> PosixProcess:
         """The started child as a ``PosixProcess``; the workdir it entered is let go."""
         _close_quietly(standard.directory)
@@ -1125,6 +1147,7 @@ class _Ends:
             temporary=temporary,
             lifeline=lifeline,
             info=info,
+            cgroup=cgroup,
         )
 
 
@@ -1196,15 +1219,21 @@ class PosixLauncher:
     True
     """
 
-    __slots__ = ("_bounds", "_containment", "_root", "_supervised")
+    __slots__ = ("_bounds", "_cgroups", "_containment", "_root", "_supervised")
 
-    def __init__(self, containment: Containment = OFF, root: str | None = None) -> None:
+    def __init__(
+        self,
+        containment: Containment = OFF,
+        root: str | None = None,
+        cgroups: Cgroups | None = None,
+    ) -> None:
         if not isinstance(containment, Containment):
             raise TypeError("containment must be a Containment")
         if containment.confined and (root is None or not os.path.isabs(root)):
             raise ValueError("a contained launcher needs the absolute worktree root")
         self._containment = containment
         self._root = root
+        self._cgroups = cgroups
         self._supervised = _supervisor_available()
         self._bounds = _Bounds()
         if containment.confined and not self._supervised:
@@ -1235,6 +1264,8 @@ class PosixLauncher:
             else "not guaranteed here: a descendant that leaves the process group, or "
             "any command when the server is killed, may outlive its call"
         )
+        if self._cgroups is not None and self._supervised:
+            report["bounds"] = self._cgroups.report()
         return report
 
     async def start(self, spec: Spec) -> PosixProcess:
@@ -1278,7 +1309,11 @@ class PosixLauncher:
     def _spawn_supervisor(self, spec: Spec) -> PosixProcess:
         ends = _Ends()
         temporary: str | None = None
+        cgroup: CallCgroup | None = None
         try:
+            if self._cgroups is not None and self._cgroups.made:
+                cgroup = self._cgroups.make()  # the bounds are promised: none, no start
+                ends.child.extend(cgroup.procs)
             standard = ends.standard(spec)
             report_read, report_write = ends.pipe(parent_reads=True)
             os.set_blocking(report_read, False)
@@ -1311,6 +1346,7 @@ class PosixLauncher:
                     _KEPT_VISIBLE,
                     lifeline[1],
                     info[1],
+                    sized=self._containment.namespaces.sized,
                 )
                 writable = [*real, _bwrap.PRIVATE_TMP]
                 held = os.fstat(standard.directory)
@@ -1331,6 +1367,8 @@ class PosixLauncher:
                 self._containment.layers if confined else 0,
                 workdir,
                 None if lifeline is None else lifeline[0],
+                () if cgroup is None else cgroup.procs,
+                0 if self._cgroups is None else self._cgroups.rlimit_processes,
             )
             memory = os.memfd_create("spice-command", os.MFD_CLOEXEC)
             ends.child.append(memory)
@@ -1339,13 +1377,21 @@ class PosixLauncher:
             popen = _popen_supervisor(
                 standard,
                 _entry(standard.directory, spec.working_directory),
-                (memory, report_write, *(lifeline or ()), *(info or ())[1:]),
+                (
+                    memory,
+                    report_write,
+                    *(lifeline or ()),
+                    *(info or ())[1:],
+                    *(() if cgroup is None else cgroup.procs),
+                ),
                 wrapper,
             )
         except Exception:  # noqa: BLE001 - every start failure is one LaunchError, no OS text
             ends.close_parent()
             if temporary is not None:
                 _remove_tree(temporary)
+            if cgroup is not None:
+                cgroup.remove()
             raise LaunchError from None
         finally:
             ends.close_child()
@@ -1358,6 +1404,7 @@ class PosixLauncher:
             temporary=temporary,
             lifeline=None if lifeline is None else lifeline[0],
             info=None if info is None else info[0],
+            cgroup=cgroup,
         )
 
     def _start_direct(self, spec: Spec) -> PosixProcess:

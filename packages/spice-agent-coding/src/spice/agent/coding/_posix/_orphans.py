@@ -5,16 +5,19 @@ killed, or whose supervisor's sweep ran out of its bound (a fork relay can outru
 is reparented here. Each is ended with its whole subtree and reaped, in time
 proportional to their number and never on the event loop:
 
-- one reaper thread, started by ``adopt``, works in rounds. A round lists the server's
-  children (a few small files), reaps the exited ones (``WNOHANG``), and only when live
-  ones are left walks ``/proc`` once for all their subtrees, freezes them (``SIGSTOP``,
-  so none forks again) and kills them (``SIGKILL``). Rounds follow each other
-  (``ROUND_PAUSE_SECONDS`` apart) while orphans are left; otherwise the thread waits
-  ``IDLE_SECONDS`` or a join's wake-up. So adopted children are reaped outside any
-  join, an idle server lists its children a few times a second and walks nothing, and
-  one round costs one ``/proc`` walk however many orphans there are (the sweep it
-  replaces walked ``/proc`` once per orphan, on the event loop);
-- a join's ``sweep`` runs rounds in a worker thread until none is left (bounded);
+- one reaper thread, started by ``adopt``, works in rounds once woken (``wake``: a
+  join whose supervisor did not say its tree is gone, so orphans may have come). A
+  round lists the server's children (a few small files), reaps the exited ones
+  (``WNOHANG``), and only when live ones are left walks ``/proc`` once for all their
+  subtrees, freezes them (``SIGSTOP``, so none forks again) and kills them
+  (``SIGKILL``); a subtree already killed is not walked again. Rounds follow each
+  other (``ROUND_PAUSE_SECONDS`` apart) until one finds no orphan; then the thread
+  parks on its event and does nothing at all until the next wake-up. So orphans are
+  reaped after their join has returned too, the server never spins on them, and one
+  round costs one ``/proc`` walk however many orphans there are (the sweep it replaces
+  walked ``/proc`` once per orphan, on the event loop, and only during a join);
+- a join's ``sweep`` wakes the reaper and runs rounds itself in a worker thread until
+  none is left (bounded);
 - the launcher's own children (the leaders) are never taken for orphans: each is
   registered under the spawn lock in the same step that creates it (``started``), so a
   child between ``fork`` and its registration is never seen unregistered.
@@ -37,7 +40,6 @@ from typing import Final, TypeVar, final
 from . import _landlock as landlock
 
 __all__ = [
-    "IDLE_SECONDS",
     "ROUND_PAUSE_SECONDS",
     "Stats",
     "adopt",
@@ -48,10 +50,8 @@ __all__ = [
     "started",
     "stats",
     "sweep",
+    "wake",
 ]
-
-IDLE_SECONDS: Final = 0.25
-"""How long the reaper waits between two looks at an idle server's children."""
 
 ROUND_PAUSE_SECONDS: Final = 0.01
 """The pause between two rounds while orphans are left (their deaths need a moment)."""
@@ -63,12 +63,13 @@ _P = TypeVar("_P")
 @dataclass(slots=True)
 class Stats:
     """What the reaper did since ``adopt``: its rounds, its ``/proc`` walks, the orphans it
-    reaped, and the rounds that found nothing (the idle looks)."""
+    reaped, the rounds that found none, and whether it is working now (else parked)."""
 
     rounds: int = 0
     walks: int = 0
     reaped: int = 0
     idle: int = 0
+    active: bool = False
 
 
 _LEADERS: set[int] = set()
@@ -118,7 +119,12 @@ def adopting() -> bool:
 
 def stats() -> Stats:
     """A copy of what the reaper did so far."""
-    return Stats(_STATS.rounds, _STATS.walks, _STATS.reaped, _STATS.idle)
+    return Stats(_STATS.rounds, _STATS.walks, _STATS.reaped, _STATS.idle, _STATS.active)
+
+
+def wake() -> None:
+    """Orphans may have come (a call's tree was not reported gone): reap until none is."""
+    _WAKE.set()
 
 
 def adopt() -> bool:
@@ -206,15 +212,18 @@ def _round() -> int:
 
 def _reap_forever() -> None:
     while True:
-        try:
-            found = _round()
-        except Exception:  # noqa: BLE001 - the reaper outlives any one failed round
-            found = 0
-        if found:
-            time.sleep(ROUND_PAUSE_SECONDS)
-            continue
-        _WAKE.wait(IDLE_SECONDS)
+        _WAKE.wait()
         _WAKE.clear()
+        _STATS.active = True
+        while True:
+            try:
+                found = _round()
+            except Exception:  # noqa: BLE001 - the reaper outlives any one failed round
+                found = 0
+            if not found:
+                break
+            time.sleep(ROUND_PAUSE_SECONDS)
+        _STATS.active = False
 
 
 def _sweep_until(deadline: float) -> bool:

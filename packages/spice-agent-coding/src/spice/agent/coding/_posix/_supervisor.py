@@ -65,7 +65,7 @@ if TYPE_CHECKING:
 
 # -- the supervisor ----------------------------------------------------------------------
 
-SPEC_VERSION: Final = b"spice-supervisor-3"
+SPEC_VERSION: Final = b"spice-supervisor-4"
 # POSIX-only signals are read with a default so that this module imports on Windows,
 # where no supervisor ever runs (contract 10.4).
 END_SIGNAL: Final[signal.Signals] = getattr(signal, "SIGHUP", signal.SIGTERM)
@@ -83,6 +83,8 @@ _WATCHED: Final[frozenset[signal.Signals]] = frozenset(
     {getattr(signal, "SIGCHLD", signal.SIGTERM), signal.SIGTERM, signal.SIGINT, END_SIGNAL}
 )
 _CANNOT_START: Final = 127
+COMMAND_OOM_SCORE_ADJ: Final = 1000
+"""The command's ``oom_score_adj``: where memory runs out, the kernel picks it first."""
 
 REPORT_STARTED: Final = ord("S")
 REPORT_FAILED: Final = ord("F")
@@ -127,6 +129,8 @@ def encode_spec(
     layers: int = 0,
     workdir: bytes = b"",
     lifeline: int | None = None,
+    cgroups: Sequence[int] = (),
+    processes: int = 0,
 ) -> bytes:
     """The supervisor's input: NUL-separated fields (none of them may contain NUL).
 
@@ -140,7 +144,10 @@ def encode_spec(
     then 0, the parent a process in a PID namespace sees. ``lifeline`` (namespaces) is
     the read end of the pipe whose write end is ``bwrap``'s ``--json-status-fd``: only
     bwrap's monitor holds that, so its end of file says the monitor died, also before
-    the supervisor's death signal was set.
+    the supervisor's death signal was set. ``cgroups`` are descriptors of the call's
+    ``cgroup.procs`` files (one per hierarchy): the command writes ``0`` to each before
+    ``execve`` (moving itself in), and a failure is "not started". ``processes`` is the
+    command's ``RLIMIT_NPROC`` where no cgroup bounds it (0: none).
     """
     fields = [
         SPEC_VERSION,
@@ -153,6 +160,8 @@ def encode_spec(
         *writable,
         workdir,
         b"" if lifeline is None else str(lifeline).encode(),
+        b",".join(str(fd).encode() for fd in cgroups),
+        str(processes).encode(),
         executable,
         str(len(arguments)).encode(),
         *arguments,
@@ -166,10 +175,12 @@ class _Spec:
         "abi",
         "allow_network",
         "arguments",
+        "cgroups",
         "environment",
         "executable",
         "layers",
         "lifeline",
+        "processes",
         "server",
         "temporary",
         "workdir",
@@ -190,7 +201,9 @@ class _Spec:
         rest = fields[7 + count :]
         self.workdir = rest[0]
         self.lifeline = int(rest[1]) if rest[1] else -1
-        rest = rest[2:]
+        self.cgroups = [int(fd) for fd in rest[2].split(b",") if fd]
+        self.processes = int(rest[3])
+        rest = rest[4:]
         self.executable = rest[0]
         argument_count = int(rest[1])
         self.arguments = [self.executable, *rest[2 : 2 + argument_count]]
@@ -248,6 +261,7 @@ def _child(
         landlock.prctl(landlock.PR_SET_PDEATHSIG, signal.SIGKILL)
         if os.getppid() != parent:
             os._exit(_CANNOT_START)  # the supervisor died before the death signal was set
+        _bound(spec)
         if spec.workdir:  # inside the namespaces: the command's own session and group
             os.setsid()
         applied = landlock.apply_layers(ruleset, spec.layers, spec.allow_network)
@@ -258,6 +272,27 @@ def _child(
         with landlock.suppress(OSError):
             os.write(status, b"F")
     os._exit(_CANNOT_START)
+
+
+def _bound(spec: _Spec) -> None:
+    """The command's bounds, in the forked child: into the call's cgroup (``0`` to each
+    ``cgroup.procs``: this process, and so every descendant), the OOM killer's first
+    choice, and ``RLIMIT_NPROC`` where no cgroup bounds it. Any failure raises."""
+    for fd in spec.cgroups:
+        os.write(fd, b"0")
+        os.close(fd)
+    # Non-dumpable (inherited from the supervisor), /proc/self is root's and this user
+    # could not write there; the command is dumpable after ``execve`` anyway.
+    landlock.prctl(landlock.PR_SET_DUMPABLE, 1)
+    adjust = os.open("/proc/self/oom_score_adj", os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        os.write(adjust, str(COMMAND_OOM_SCORE_ADJ).encode())
+    finally:
+        os.close(adjust)
+    if spec.processes > 0:
+        import resource  # noqa: PLC0415 - only where no cgroup bounds the command
+
+        resource.setrlimit(resource.RLIMIT_NPROC, (spec.processes, spec.processes))
 
 
 class _Supervisor:
@@ -353,7 +388,11 @@ class _Supervisor:
                 self.forward_stop()
             elif received.si_signo == END_SIGNAL:
                 break
+        # The command's outcome is said by the supervisor alone, always before ``D``:
+        # through bwrap the exit status the server sees is the monitor's (128+N).
+        self.announce()
         emptied = self.sweep()
+        self.announce()
         self.remove_temporary()
         _report(self.report, REPORT_DONE if emptied else REPORT_REMAINING)
         self.mirror()
@@ -393,6 +432,8 @@ def _prepare(spec_fd: int) -> tuple[_Spec, set[int | signal.Signals], int | None
     landlock.prctl(landlock.PR_SET_PDEATHSIG, END_SIGNAL)
     if spec.lifeline >= 0:
         os.set_inheritable(spec.lifeline, False)  # noqa: FBT003 - os's positional-only flag
+    for fd in spec.cgroups:
+        os.set_inheritable(fd, False)  # noqa: FBT003 - os's positional-only flag
     if os.getppid() != spec.server:
         os._exit(_CANNOT_START)  # the server died while we started: start nothing
     if bwrap_gone(spec):
@@ -436,6 +477,8 @@ def supervise(spec_fd: int, report: int) -> NoReturn:
         _child(spec, ruleset, status_write, mask, parent)
     os.close(status_write)
     os.close(spec_fd)
+    for fd in spec.cgroups:
+        os.close(fd)
     if ruleset is not None:
         os.close(ruleset)
     said = _read_all(status_read)

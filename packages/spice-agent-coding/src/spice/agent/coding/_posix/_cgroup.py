@@ -1,0 +1,338 @@
+"""A cgroup per call: its processes and memory bounded, and its end made by the kernel.
+
+Contract 11.1 ("Bounded processes and memory"). At start ``resolve_cgroups`` finds where
+the server can make child cgroups of its own: cgroup v2 where the server's cgroup has
+the ``pids`` and ``memory`` controllers enabled for its children, else the v1 ``pids``
+and ``memory`` hierarchies (with the v1 ``freezer`` where it is mounted), each probed
+once by making and removing a child. Hybrid hosts (v2 with only ``hugetlb``, v1 for the
+rest) take the v1 way.
+
+Per call ``Cgroups.make`` creates the call's cgroup in each hierarchy with the process
+bound (``pids.max``) and the memory bound (``memory.max``, v1
+``memory.limit_in_bytes``), and opens each ``cgroup.procs`` for writing: the supervisor's
+child writes ``0`` there before ``execve`` (moving itself, so the command and every
+descendant are in it, the supervisor not), then closes it. The pages of the call's
+private ``/tmp`` and ``/dev/shm`` are charged to the process that writes them, so the
+memory bound bounds them too; the command's ``oom_score_adj`` is raised
+(``_supervisor.COMMAND_OOM_SCORE_ADJ``), so where memory runs out the kernel picks the command,
+never the server. ``CallCgroup.end`` ends every process in it (v2 ``cgroup.kill``; v1
+freezes, kills every member, thaws, round after round) and ``remove`` removes it.
+
+Where no cgroup can be made, ``Cgroups.way`` says so and the supervisor sets
+``RLIMIT_NPROC`` for the command (a non-root server only: root is not held to it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import signal
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Final, final
+
+__all__ = [
+    "DEFAULT_MAX_PROCESSES",
+    "END_BOUND_SECONDS",
+    "MAX_DEFAULT_MEMORY_BYTES",
+    "CallCgroup",
+    "Cgroups",
+    "default_max_memory",
+    "resolve_cgroups",
+]
+
+DEFAULT_MAX_PROCESSES: Final = 2048
+"""The process bound of one call (``--max-processes``)."""
+
+MAX_DEFAULT_MEMORY_BYTES: Final = 16 * 1024**3
+"""The default memory bound is a quarter of the machine's memory, at most this."""
+
+MIN_MEMORY_BYTES: Final = 16 * 1024**2
+"""The least memory bound accepted (below it even a shell cannot start)."""
+
+END_BOUND_SECONDS: Final = 2.0
+"""Longest ``CallCgroup.end`` takes to end every member before it gives up."""
+
+_ROUND_SECONDS: Final = 0.01
+_CGROUP_FILE: Final = "/proc/self/cgroup"
+_MOUNTS_FILE: Final = "/proc/self/mountinfo"
+_V1_CONTROLLERS: Final = ("pids", "memory")
+_PREFIX: Final = "spice-call-"
+_numbers = itertools.count(1)
+
+
+def default_max_memory() -> int:
+    """A quarter of the machine's memory, at most ``MAX_DEFAULT_MEMORY_BYTES``."""
+    try:
+        total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return MAX_DEFAULT_MEMORY_BYTES
+    return max(MIN_MEMORY_BYTES, min(MAX_DEFAULT_MEMORY_BYTES, total // 4))
+
+
+def _read(path: str) -> str:
+    with open(path, encoding="ascii", errors="replace") as file:
+        return file.read()
+
+
+def _write(path: str, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+
+
+def _own_cgroups(text: str) -> dict[str, str]:
+    """``controller -> path`` from ``/proc/self/cgroup`` (v2's line as ``""``)."""
+    found: dict[str, str] = {}
+    for line in text.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        _, controllers, path = parts
+        for controller in controllers.split(",") if controllers else [""]:
+            found[controller] = path
+    return found
+
+
+def _mount_points(text: str) -> dict[str, str]:
+    """``controller -> mount point`` of the cgroup file systems (v2 as ``""``)."""
+    found: dict[str, str] = {}
+    for line in text.splitlines():
+        left, _, right = line.partition(" - ")
+        fields, rest = left.split(), right.split()
+        if len(fields) < 5 or len(rest) < 3:
+            continue
+        point = fields[4]
+        if rest[0] == "cgroup2":
+            found.setdefault("", point)
+        elif rest[0] == "cgroup":
+            for option in rest[2].split(","):
+                found.setdefault(option, point)
+    return found
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class CallCgroup:
+    """One call's cgroup: a directory per hierarchy and each one's ``cgroup.procs``
+    opened for writing (handed to the supervisor; closed here once it started)."""
+
+    version: str
+    paths: tuple[str, ...]
+    procs: tuple[int, ...]
+    freezer: str | None = None
+
+    def members(self) -> list[int]:
+        """The pids in the call's cgroup (its first hierarchy: v2's, or v1 ``pids``)."""
+        try:
+            return [int(f) for f in _read(os.path.join(self.paths[0], "cgroup.procs")).split()]
+        except OSError:
+            return []
+
+    def end(self, bound: float = END_BOUND_SECONDS) -> bool:
+        """End every process in the call's cgroup (blocking, at most ``bound``); whether
+        none is left."""
+        deadline = time.monotonic() + bound
+        if self.version == "v2":
+            with contextlib.suppress(OSError):
+                _write(os.path.join(self.paths[0], "cgroup.kill"), "1")
+        while True:
+            members = self.members()
+            if not members:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            self._kill_round(members)
+            time.sleep(_ROUND_SECONDS)
+
+    def _kill_round(self, members: Sequence[int]) -> None:
+        """v1 (and v2 without ``cgroup.kill``): freeze, kill every member, thaw."""
+        frozen = self._freeze("FROZEN")
+        for pid in {*members, *(self.members() if frozen else ())}:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        if frozen:
+            self._freeze("THAWED")
+
+    def _freeze(self, state: str) -> bool:
+        if self.freezer is None:
+            return False
+        try:
+            _write(os.path.join(self.freezer, "freezer.state"), state)
+        except OSError:
+            return False
+        return True
+
+    def remove(self, bound: float = END_BOUND_SECONDS) -> bool:
+        """Remove the call's directories (each once empty); whether all are gone."""
+        deadline = time.monotonic() + bound
+        left = [*self.paths, *((self.freezer,) if self.freezer is not None else ())]
+        while left:
+            for path in list(left):
+                try:
+                    os.rmdir(path)
+                except FileNotFoundError:
+                    left.remove(path)
+                except OSError:
+                    continue
+                else:
+                    left.remove(path)
+            if not left or time.monotonic() >= deadline:
+                break
+            time.sleep(_ROUND_SECONDS)
+        return not left
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Cgroups:
+    """Where the server makes each call's cgroup, and the bounds it sets there.
+
+    ``version`` is ``"v2"``, ``"v1"`` or ``None`` (no cgroup can be made: ``reason``
+    says why); ``parents`` are the server's own cgroups, one per hierarchy (v1:
+    ``pids`` first, then ``memory``); ``freezer`` the v1 freezer's, where mounted.
+    """
+
+    max_processes: int = DEFAULT_MAX_PROCESSES
+    max_memory: int = field(default_factory=default_max_memory)
+    version: str | None = None
+    parents: tuple[str, ...] = ()
+    freezer: str | None = None
+    reason: str | None = "not resolved"
+
+    @property
+    def made(self) -> bool:
+        """Whether each call gets a cgroup."""
+        return self.version is not None
+
+    @property
+    def rlimit_processes(self) -> int:
+        """The ``RLIMIT_NPROC`` the command gets: where no cgroup is made and the server
+        is not root (root is not held to it); else 0 (none)."""
+        if self.made or os.geteuid() == 0:
+            return 0
+        return self.max_processes
+
+    def way(self) -> str:
+        """How processes and memory are bounded, in words (for ``tools``)."""
+        if self.version == "v2":
+            return "by a cgroup (v2) per call"
+        if self.version == "v1":
+            return "by a cgroup per call (v1 pids and memory hierarchies)"
+        if self.rlimit_processes:
+            return (
+                "processes only by RLIMIT_NPROC (counted over all of your user's "
+                "processes); memory is not bounded"
+            )
+        return "not bounded: no cgroup can be made here"
+
+    def report(self) -> dict[str, object]:
+        """The ``tools`` output's ``bounds`` object."""
+        return {
+            "processes": self.max_processes,
+            "memory_bytes": self.max_memory,
+            "cgroup": self.version,
+            "bounded": self.way(),
+            **({"reason": self.reason} if self.reason is not None else {}),
+        }
+
+    def make(self) -> CallCgroup:
+        """The call's cgroup, bounded; ``OSError`` when it cannot be made (then nothing
+        of it is left), or where no cgroup is made here."""
+        if self.version is None:
+            raise OSError("no cgroup is made here")
+        name = f"{_PREFIX}{os.getpid()}-{next(_numbers)}"
+        paths = [os.path.join(parent, name) for parent in self.parents]
+        freezer = None if self.freezer is None else os.path.join(self.freezer, name)
+        made: list[str] = []
+        procs: list[int] = []
+        try:
+            for path in [*paths, *((freezer,) if freezer is not None else ())]:
+                os.mkdir(path, 0o755)
+                made.append(path)
+            self._bound(paths)
+            for path in made:  # the freezer's too: the v1 end freezes the command's tree
+                procs.append(  # noqa: PERF401 - each one opened is closed on a failure
+                    os.open(os.path.join(path, "cgroup.procs"), os.O_WRONLY | os.O_CLOEXEC)
+                )
+        except OSError:
+            for fd in procs:
+                os.close(fd)
+            for path in reversed(made):
+                with contextlib.suppress(OSError):
+                    os.rmdir(path)
+            raise
+        return CallCgroup(self.version, tuple(paths), tuple(procs), freezer)
+
+    def _bound(self, paths: Sequence[str]) -> None:
+        if self.version == "v2":
+            _write(os.path.join(paths[0], "pids.max"), str(self.max_processes))
+            _write(os.path.join(paths[0], "memory.max"), str(self.max_memory))
+            with contextlib.suppress(OSError):  # no swap accounting: nothing to bound
+                _write(os.path.join(paths[0], "memory.swap.max"), "0")
+            return
+        _write(os.path.join(paths[0], "pids.max"), str(self.max_processes))
+        _write(os.path.join(paths[1], "memory.limit_in_bytes"), str(self.max_memory))
+
+
+def _probe(parents: Iterable[str]) -> bool:
+    """Whether a child cgroup can be made (and removed) beneath each of ``parents``."""
+    made: list[str] = []
+    try:
+        for parent in parents:
+            path = os.path.join(parent, f"spice-probe-{os.getpid()}")
+            os.mkdir(path, 0o755)
+            made.append(path)
+    except OSError:
+        return False
+    finally:
+        for path in made:
+            with contextlib.suppress(OSError):
+                os.rmdir(path)
+    return True
+
+
+def resolve_cgroups(
+    max_processes: int = DEFAULT_MAX_PROCESSES,
+    max_memory: int | None = None,
+    reader: Callable[[str], str] = _read,
+) -> Cgroups:
+    """Where each call's cgroup is made here (v2, else v1), probed once at start.
+
+    ``reader`` reads ``/proc/self/cgroup`` and ``/proc/self/mountinfo`` (a seam for the
+    tests' hosts).
+    """
+    memory = default_max_memory() if max_memory is None else max_memory
+    try:
+        own = _own_cgroups(reader(_CGROUP_FILE))
+        mounts = _mount_points(reader(_MOUNTS_FILE))
+    except OSError:
+        return Cgroups(max_processes, memory, reason="/proc/self/cgroup cannot be read")
+    if "" in own and "" in mounts:
+        base = os.path.join(mounts[""], own[""].lstrip("/"))
+        try:
+            enabled = reader(os.path.join(base, "cgroup.subtree_control")).split()
+        except OSError:
+            enabled = []
+        if {"pids", "memory"} <= set(enabled) and _probe([base]):
+            return Cgroups(max_processes, memory, "v2", (base,), None, None)
+    if all(c in own and c in mounts for c in _V1_CONTROLLERS):
+        parents = tuple(os.path.join(mounts[c], own[c].lstrip("/")) for c in _V1_CONTROLLERS)
+        freezer = None
+        if "freezer" in own and "freezer" in mounts:
+            candidate = os.path.join(mounts["freezer"], own["freezer"].lstrip("/"))
+            freezer = candidate if _probe([candidate]) else None
+        if _probe(parents):
+            return Cgroups(max_processes, memory, "v1", parents, freezer, None)
+        return Cgroups(
+            max_processes, memory, reason="the server may not make cgroups here (not delegated)"
+        )
+    return Cgroups(
+        max_processes,
+        memory,
+        reason="no cgroup hierarchy with the pids and memory controllers is available",
+    )
