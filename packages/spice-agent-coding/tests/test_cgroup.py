@@ -145,7 +145,7 @@ def test_a_cgroup_that_cannot_be_bounded_is_not_left_behind(cgroups: Cgroups) ->
 
     refused = dataclasses.replace(cgroups, max_memory=-5)
     before = set(os.listdir(cgroups.parents[0]))
-    with pytest.raises(OSError, match="Invalid argument|invalid"):
+    with pytest.raises(OSError, match=r"[Ii]nvalid"):
         refused.make()
     assert set(os.listdir(cgroups.parents[0])) == before
 
