@@ -20,6 +20,7 @@ from typing import Final
 
 import pytest
 
+from spice.agent.coding._posix import _bwrap
 from spice.agent.coding._posix import _launcher as launcher_module
 
 COVERAGE_VARIABLE = "COVERAGE_PROCESS_CONFIG"
@@ -39,6 +40,41 @@ system is read-only, so what a supervisor there measured is not saved (coverage'
 ``_exit`` patch ignores the failed save): the fallback path's runs measure its code."""
 
 
+def measured_sources() -> list[str]:
+    """The ``sys.path`` entries a measured supervisor imports from: the three ``spice``
+    distributions' sources (an editable install: the checkout's ``src`` directories) and
+    coverage's own."""
+    import coverage  # noqa: PLC0415 - only under a measured run
+
+    import spice.agent.coding  # noqa: PLC0415
+    import spice.agent.process  # noqa: PLC0415
+    import spice.agent.tools.coding  # noqa: PLC0415
+
+    roots = [
+        str(Path(module.__file__).resolve().parents[depth])
+        for module, depth in (
+            (spice.agent.coding, 3),
+            (spice.agent.process, 3),
+            (spice.agent.tools.coding, 4),
+        )
+        if module.__file__ is not None
+    ]
+    if coverage.__file__ is not None:
+        roots.append(str(Path(coverage.__file__).resolve().parents[1]))
+    return roots
+
+
+def kept_visible(sources: list[str]) -> tuple[str, ...]:
+    """The launcher's kept-visible places plus those of ``sources`` beneath ``/tmp``.
+
+    With namespaces the call's private ``/tmp`` hides a checkout beneath ``/tmp``; the
+    real supervisor needs none of it (its code comes from a sealed memory file), but a
+    measured one imports ``spice`` by name from the checkout: in a clone under ``/tmp``
+    every namespace-path start then ended without a word (``LaunchError``).
+    """
+    return (*launcher_module._KEPT_VISIBLE, *_bwrap.under_private_tmp(sources))
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _measured_supervisor() -> Iterator[None]:
     """Let coverage see the supervisor when the run measures subprocesses."""
@@ -54,6 +90,7 @@ def _measured_supervisor() -> Iterator[None]:
     # imports ``spice``, so it runs on the venv's own interpreter.
     patch = pytest.MonkeyPatch()
     patch.setattr(launcher_module, "INTERPRETER", sys.executable)
+    patch.setattr(launcher_module, "_KEPT_VISIBLE", kept_visible(measured_sources()))
     try:
         yield
     finally:

@@ -261,3 +261,22 @@ def test_tools_says_how_processes_and_memory_are_bounded() -> None:
         assert report["bounds"] == nowhere.report()
         assert nowhere.report()["processes"] == DEFAULT_MAX_PROCESSES
     assert "bounds" not in PosixLauncher().report()
+
+
+def test_empty_call_cgroups_of_dead_servers_are_removed_at_start(cgroups: Cgroups) -> None:
+    """A server killed before its join leaves an empty call cgroup: the next start removes
+    it; one of a live server, or one holding a process, stays."""
+    dead = subprocess.Popen([sys.executable, "-c", ""])
+    dead.wait()
+    stale = Path(cgroups.parents[0]) / f"spice-call-{dead.pid}-1"
+    live = Path(cgroups.parents[0]) / f"spice-call-{os.getpid()}-999999"
+    stale.mkdir()
+    live.mkdir()
+    try:
+        resolve_cgroups(16, 64 * 1024**2)
+        assert not stale.exists()
+        assert live.exists()
+    finally:
+        for path in (stale, live):
+            if path.exists():
+                path.rmdir()

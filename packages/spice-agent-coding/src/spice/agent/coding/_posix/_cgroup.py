@@ -279,6 +279,34 @@ class Cgroups:
         _write(os.path.join(paths[1], "memory.limit_in_bytes"), str(self.max_memory))
 
 
+def _remove_stale(parents: Iterable[str]) -> None:
+    """Remove the empty call cgroups of servers that died (by ``SIGKILL``, say) before
+    their joins removed them; a cgroup still holding a process is left alone."""
+    for parent in parents:
+        try:
+            names = os.listdir(parent)
+        except OSError:
+            continue
+        for name in names:
+            if not name.startswith(_PREFIX):
+                continue
+            owner = name[len(_PREFIX) :].partition("-")[0]
+            if not owner.isdigit() or _alive(int(owner)):
+                continue
+            with contextlib.suppress(OSError):
+                os.rmdir(os.path.join(parent, name))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
 def _probe(parents: Iterable[str]) -> bool:
     """Whether a child cgroup can be made (and removed) beneath each of ``parents``."""
     made: list[str] = []
@@ -319,6 +347,7 @@ def resolve_cgroups(
         except OSError:
             enabled = []
         if {"pids", "memory"} <= set(enabled) and _probe([base]):
+            _remove_stale([base])
             return Cgroups(max_processes, memory, "v2", (base,), None, None)
     if all(c in own and c in mounts for c in _V1_CONTROLLERS):
         parents = tuple(os.path.join(mounts[c], own[c].lstrip("/")) for c in _V1_CONTROLLERS)
@@ -327,6 +356,7 @@ def resolve_cgroups(
             candidate = os.path.join(mounts["freezer"], own["freezer"].lstrip("/"))
             freezer = candidate if _probe([candidate]) else None
         if _probe(parents):
+            _remove_stale([*parents, *((freezer,) if freezer is not None else ())])
             return Cgroups(max_processes, memory, "v1", parents, freezer, None)
         return Cgroups(
             max_processes, memory, reason="the server may not make cgroups here (not delegated)"
