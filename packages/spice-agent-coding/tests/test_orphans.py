@@ -101,7 +101,7 @@ def _helper(cgroup: Path | None) -> subprocess.Popen[str]:
 def _end(child: subprocess.Popen[str]) -> None:
     child.kill()
     child.wait()
-    for stream in (child.stdin, child.stdout):
+    for stream in (child.stdin, child.stdout, child.stderr):
         if stream is not None:
             stream.close()
 
@@ -196,3 +196,128 @@ def test_a_registered_leader_is_never_taken_for_an_orphan() -> None:
     finally:
         orphans.forget(made)
     assert not orphans.is_leader(made)
+
+
+RELAY_CHAINS: Final = 8
+RELAY_PIDS_LIMIT: Final = 400
+"""The relay server's pids cgroup: 8 chains hold a few processes each at any time; a
+server that does not reap fills it with zombies (as R4-2 filled the host)."""
+
+RELAY: Final = """
+import os, signal, sys, time
+end = time.monotonic() + 20
+supervisor = os.getppid()
+for chain in range(int(sys.argv[1])):
+    if os.fork() == 0:
+        break
+else:
+    os._exit(0)  # the command (whose death signal is its supervisor's death) is done
+if chain == 0:
+    # Kill the supervisor: every chain comes to the server (its pid is the server's
+    # unreaped leader's, so it names no other process).
+    os.kill(supervisor, signal.SIGKILL)
+    print("relaying", flush=True)
+while time.monotonic() < end:
+    try:
+        pid = os.fork()
+    except OSError:
+        time.sleep(0.01)
+        continue
+    if pid:
+        os._exit(0)
+    os.setsid()
+"""
+
+RELAY_SERVER: Final = """
+import asyncio, sys
+sys.path.insert(0, sys.argv[1])
+from procutil import Collect
+from spice.agent.coding import PosixLauncher
+from spice.agent.coding._posix import _orphans as orphans
+from spice.agent.coding._posix._launcher import adopt_orphans
+from spice.agent.process import ProcessFailure, Spec
+
+assert adopt_orphans()
+
+async def main():
+    await asyncio.to_thread(sys.stdin.readline)  # in the test's pids cgroup now
+    out = Collect()
+    spec = Spec(sys.argv[2], ("-I", "-c", sys.argv[3], sys.argv[4], sys.argv[5]), sys.argv[6],
+                (), b"", out, Collect())
+    process = await PosixLauncher().start(spec)
+    await out.contains(b"relaying", 30)
+    await process.force_kill()
+    for _ in range(10):
+        try:
+            await process.wait()
+        except ProcessFailure:
+            continue
+        break
+    print("joined", flush=True)
+    while True:
+        line = await asyncio.to_thread(sys.stdin.readline)
+        if not line:
+            return
+        s = orphans.stats()
+        print(s.rounds, s.walks, s.reaped, s.idle, int(s.active), flush=True)
+
+asyncio.run(main())
+"""
+
+
+def test_fork_relays_whose_supervisor_died_are_all_reaped_by_the_server(tmp_path: Path) -> None:
+    """R4-2 made deterministic: 8 setsid fork relays whose supervisor is gone come to the
+    server, which ends and reaps them all (after the join too) and keeps answering."""
+    mark = f"MARK-RELAY-{os.getpid()}-{time.monotonic_ns()}"
+    with pids_cgroup(RELAY_PIDS_LIMIT, "spice-relays") as cgroup:
+        server = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                RELAY_SERVER,
+                str(Path(__file__).parent),
+                sys.executable,
+                RELAY,
+                str(RELAY_CHAINS),
+                mark,
+                str(tmp_path),
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            if cgroup is not None:
+                enter(cgroup, server.pid)
+            assert server.stdin is not None
+            server.stdin.write("go\n")
+            server.stdin.flush()
+            assert server.stdout is not None
+            said = server.stdout.readline()
+            if said != "joined\n":
+                server.kill()
+                _, problem = server.communicate()
+                pytest.fail(f"the server did not join: {problem[-2000:]}")
+            assert _until(lambda: _marked(mark) == 0)
+            assert _until(lambda: not _children(server.pid))
+            rounds, walks, _, _, _ = _stats(server)  # the server answers
+            assert walks <= rounds
+        finally:
+            _end(server)
+
+
+def _marked(mark: str) -> int:
+    """Live or unreaped relays: processes whose last argument is ``mark`` (the server's
+    own argv has the mark too, but not last)."""
+    count = 0
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as file:
+                argv = file.read().split(b"\0")
+        except OSError:
+            continue
+        count += argv[-2:-1] == [mark.encode()]
+    return count

@@ -18,6 +18,7 @@ from test_sandbox_attacks import BOUND, PYTHON, _marked, policy, root, run_pytho
 from spice.agent.coding import PosixLauncher
 from spice.agent.coding._containment import Containment
 from spice.agent.coding._posix._cgroup import Cgroups, resolve_cgroups
+from spice.agent.coding._posix._landlock import SECURE_BITS, can_empty_bounding_set
 from spice.agent.process import OutcomeKind, Spec
 
 __all__ = ["policy", "root"]
@@ -164,3 +165,28 @@ async def test_r4_3_the_private_shared_memory_is_charged_to_the_call(
     assert b"kept" not in out.data
     assert not process.result().successful
     os.kill(os.getpid(), 0)  # this process (the server) lives
+
+
+# -- SECBIT_NOROOT set and locked on both paths (contract 11.1) ---------------------------
+
+SECUREBITS: Final = (
+    "import ctypes\n"
+    "libc = ctypes.CDLL(None, use_errno=True)\n"
+    "print(libc.prctl(27, 0, 0, 0, 0))\n"  # PR_GET_SECUREBITS
+    "print(open('/proc/self/status').read().split('CapBnd:')[1].split()[0])\n"
+)
+
+
+async def test_the_securebits_are_set_and_locked_and_no_capability_is_bounded(
+    policy: Containment, root: Path
+) -> None:
+    """``SECBIT_NOROOT`` and the rest of ``SECURE_BITS``, locked, on both paths (the
+    namespace path set none before: bwrap had dropped ``CAP_SETPCAP``)."""
+    if not policy.namespaces.made and not can_empty_bounding_set():
+        pytest.skip("without namespaces only a root server may lock the securebits")
+    outcome, output = await run_python(policy, root, SECUREBITS)
+    assert outcome.exit_code == 0, output
+    bits, bounding = output.split()
+    assert int(bits) == SECURE_BITS
+    assert int(bounding, 16) == 0
+    assert "securebits_locked" in policy.capabilities

@@ -250,7 +250,7 @@ class Containment:
         if not self.confined:
             return ()
         if self.namespaces.made:
-            return ("none_held", "bounding_set_empty", "user_namespace")
+            return ("none_held", "bounding_set_empty", "securebits_locked", "user_namespace")
         if landlock.can_empty_bounding_set():
             return ("none_held", "bounding_set_empty", "securebits_locked")
         return ("none_held", "no_new_privs")

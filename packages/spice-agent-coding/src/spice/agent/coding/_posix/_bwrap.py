@@ -182,7 +182,10 @@ def wrapper(
         argv += ["--json-status-fd", str(lifeline)]
     if info is not None:
         argv += ["--info-fd", str(info)]
-    argv += ["--cap-drop", "ALL", "--new-session", "--die-with-parent", "--as-pid-1", "--"]
+    # CAP_SETPCAP alone (in the call's user namespace): the command's preparations use it
+    # to lock the securebits and empty the bounding set, then drop it with the rest.
+    argv += ["--cap-drop", "ALL", "--cap-add", "CAP_SETPCAP"]
+    argv += ["--new-session", "--die-with-parent", "--as-pid-1", "--"]
     return argv
 
 
