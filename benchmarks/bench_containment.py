@@ -24,10 +24,20 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Final
 
-from _harness import REPOSITORY, Figure, Settings, main_of, milliseconds, rotate, unavailable
+from _harness import (
+    REPOSITORY,
+    Figure,
+    Settings,
+    Target,
+    main_of,
+    milliseconds,
+    rotate,
+    unavailable,
+)
 
 from spice.agent.coding import PosixLauncher
 from spice.agent.coding._containment import OFF, resolve_containment
+from spice.agent.coding._posix._cgroup import resolve_cgroups
 from spice.agent.coding._posix._landlock import landlock_abi
 from spice.agent.process import Spec
 
@@ -35,6 +45,9 @@ SECTION: Final = "containment"
 SAMPLE: Final = REPOSITORY / "examples" / "sample-worktree"
 ENVIRONMENT: Final = ("PATH=/usr/bin:/bin", "LANG=C.UTF-8")
 TIMEOUT_SECONDS: Final = 120.0
+BOUNDED: Final = "true: namespaces + Landlock + seccomp + cgroup beside off"
+TARGETS: Final = (Target(SECTION, BOUNDED, most=1.5, source="issue 28"),)
+"""A contained ``true`` with its cgroup and the extra mounts costs at most 1.5x ``off``."""
 
 
 class _Discard:
@@ -74,22 +87,27 @@ def _launched(launcher: PosixLauncher, argv: list[str], cwd: Path) -> Callable[[
 async def _measure(settings: Settings, name: str, argv: list[str], cwd: Path) -> list[Figure]:
     contained = None
     namespaced = None
+    bounded = None
     reason = ""
+    cgroups = resolve_cgroups()
     if landlock_abi() >= 1:
         contained = PosixLauncher(resolve_containment("workspace"), str(cwd))
         policy = resolve_containment("workspace", root=str(cwd))
         if policy.namespaces.made:
             namespaced = PosixLauncher(policy, str(cwd))
+            if cgroups.made and name == "true":
+                bounded = PosixLauncher(policy, str(cwd), cgroups)
     else:
         reason = "the kernel has no Landlock"
     off = PosixLauncher(OFF, str(cwd))
     repeats = settings.repeats if name == "true" else settings.slow_repeats
-    floor_s, off_s, contained_s, namespaced_s = await rotate(
+    floor_s, off_s, contained_s, namespaced_s, bounded_s = await rotate(
         [
             _floor(argv, cwd),
             _launched(off, argv, cwd),
             None if contained is None else _launched(contained, argv, cwd),
             None if namespaced is None else _launched(namespaced, argv, cwd),
+            None if bounded is None else _launched(bounded, argv, cwd),
         ],
         settings.warmup,
         repeats,
@@ -139,6 +157,20 @@ async def _measure(settings: Settings, name: str, argv: list[str], cwd: Path) ->
             notes=("bwrap's namespaces, the supervisor inside them",),
         )
     )
+    if name == "true":
+        figures.append(
+            unavailable(SECTION, BOUNDED, f"no cgroup can be made here: {cgroups.reason}")
+            if bounded is None
+            else Figure(
+                SECTION,
+                BOUNDED,
+                milliseconds(bounded_s),
+                "peer",
+                "sandbox off",
+                uncontained,
+                notes=(f"a cgroup per call ({cgroups.version}), bounded /tmp and /dev/shm",),
+            )
+        )
     figures.append(
         Figure(
             SECTION,

@@ -50,6 +50,7 @@ MODULES: Final = (
     "bench_answers",
     "bench_pipelining",
     "bench_containment",
+    "bench_orphans",
     "bench_seccomp",
     "bench_windows",
 )
