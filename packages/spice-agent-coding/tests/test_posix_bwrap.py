@@ -385,56 +385,6 @@ def test_a_supervisor_whose_bwrap_lives_runs_the_command(tmp_path: Path) -> None
 # -- the supervisor's pid, from bwrap's --info-fd ----------------------------------------------
 
 
-def _info(document: bytes | None) -> int:
-    """A non-blocking read end holding ``document`` (nothing written: ``None``)."""
-    read, write = os.pipe()
-    if document is not None:
-        os.write(write, document)
-    os.close(write)
-    os.set_blocking(read, False)
-    return read
-
-
-def test_the_child_pid_is_read_from_bwraps_info() -> None:
-    read = _info(b'{\n    "child-pid": 4242,\n    "cgroup-namespace": 4026531835\n}\n')
-    try:
-        assert 4242 == _bwrap.child_pid(read)
-    finally:
-        os.close(read)
-
-
-@pytest.mark.parametrize(
-    "document",
-    [b"", b'{"child-pid": ', b'{"child-pid": "7"}', b'{"child-pid": 0}', b"[1]", b"\xff"],
-)
-def test_an_info_document_without_a_pid_names_nothing(document: bytes) -> None:
-    read = _info(document)
-    try:
-        assert _bwrap.child_pid(read) is None
-    finally:
-        os.close(read)
-
-
-def test_before_bwrap_writes_its_info_nothing_is_named() -> None:
-    read, write = os.pipe()
-    os.set_blocking(read, False)
-    try:
-        assert _bwrap.child_pid(read) is None  # would block: not written yet
-    finally:
-        os.close(read)
-        os.close(write)
-
-
-@given(st.binary(max_size=_bwrap.INFO_BOUND_BYTES + 16))
-def test_any_info_bytes_give_a_positive_pid_or_none(document: bytes) -> None:
-    read = _info(document)
-    try:
-        pid = _bwrap.child_pid(read)
-        assert pid is None or pid > 0
-    finally:
-        os.close(read)
-
-
 def test_a_pidfd_is_opened_only_for_the_monitors_own_child() -> None:
     """The pidfd names the monitor's child; another parent (a recycled pid), or a pid
     that is gone, gives ``None``."""

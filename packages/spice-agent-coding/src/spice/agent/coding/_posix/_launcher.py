@@ -59,6 +59,7 @@ from . import _orphans as orphans
 from . import _supervisor as supervisor
 from . import _tmpdir as tmpdir
 from ._cgroup import CallCgroup, Cgroups
+from ._namespace import Namespace
 
 READ_CHUNK_BYTES: Final = 64 * 1024
 """Bytes read from a child's stdout or stderr per readiness event (and handed to the sink)."""
@@ -744,16 +745,12 @@ class PosixProcess:
     ) -> None:
         self._exited = asyncio.Event()
         self._cgroup = cgroup
-        self._namespaced = info is not None
-        # With namespaces: bwrap's --info-fd (the supervisor's pid), and a pidfd for it.
-        self._info = info
-        self._inside_pid: int | None = None
-        self._inside: int | None = None
         self._loop = loop
-        # With namespaces: the read end of bwrap's status pipe, kept open until the join
-        # so that the monitor's last status write never meets a closed pipe (SIGPIPE).
-        self._lifeline = lifeline
         self._leader = _Leader(loop, popen, self._leader_gone)
+        # With namespaces: bwrap's info document, the supervisor's pidfd, the lifeline.
+        self._namespace = (
+            None if info is None else Namespace(loop, info, lifeline, self._running_monitor)
+        )
         self._report = None if report is None else _Report(loop, report, self._exited.set)
         self._streams = streams
         self._bounds = bounds
@@ -781,8 +778,15 @@ class PosixProcess:
         """After the join: whether what the launcher made for the call is gone (its TMPDIR)."""
         return self._leader.state is _State.JOINED and not self._temporary_left
 
+    def _running_monitor(self) -> int | None:
+        """bwrap's monitor's pid while it runs unreaped (its child is the supervisor)."""
+        self._leader.observe()
+        return self._leader.pid if self._leader.state is _State.RUNNING else None
+
     def _attach(self) -> None:
         """Start the pumps, the report reader and the leader watch (can fail late)."""
+        if self._namespace is not None:
+            self._namespace.listen()
         self._streams.start()
         if self._report is not None:
             self._report.listen()
@@ -821,61 +825,17 @@ class PosixProcess:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + bound
         self._leader.observe()
+        namespace = self._namespace
         if self._leader.state is _State.RUNNING:
-            if await self._until_inside_known(bound):
-                self._signal_inside((signal.SIGKILL,))
-            else:
+            if not (
+                namespace is not None
+                and await namespace.until_known(bound)
+                and namespace.signal(signal.SIGKILL)
+            ):
                 # It may be stopped: CONT after the request.
                 self._leader.signal_leader((supervisor.END_SIGNAL, signal.SIGCONT))
             await self._leader.until_gone(max(0.0, deadline - loop.time()))
         await report.until_closed(max(0.0, deadline - loop.time()))
-
-    async def _until_inside_known(self, bound: float) -> bool:
-        """With namespaces: wait (bounded) until bwrap has said the supervisor's pid."""
-        info = self._info
-        if info is None:
-            return False
-        if self._inside_pid is None:
-            self._inside_pid = _bwrap.child_pid(info)
-        if self._inside_pid is None:
-            written: asyncio.Future[None] = self._loop.create_future()
-
-            def readable() -> None:
-                if not written.done():
-                    written.set_result(None)
-
-            self._loop.add_reader(info, readable)
-            try:
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(bound):
-                        await written
-            finally:
-                self._loop.remove_reader(info)
-            self._inside_pid = _bwrap.child_pid(info)
-        return self._inside_pid is not None
-
-    def _signal_inside(self, signums: Iterable[signal.Signals]) -> bool:
-        """With namespaces: signal the supervisor inside them; whether it could be named.
-
-        Its pid is what bwrap wrote on its ``--info-fd``; the pidfd is opened while
-        bwrap's monitor (unreaped, running) is still its parent, so it names the
-        supervisor for good. Without namespaces, or before bwrap has said, ``False``.
-        """
-        if self._info is None:
-            return False
-        if self._inside is None:
-            self._leader.observe()
-            if self._inside_pid is None:
-                self._inside_pid = _bwrap.child_pid(self._info)
-            if self._inside_pid is None or self._leader.state is not _State.RUNNING:
-                return False
-            self._inside = _bwrap.open_child(self._inside_pid, self._leader.pid)
-            if self._inside is None:
-                return False
-        for signum in signums:
-            with contextlib.suppress(OSError):
-                signal.pidfd_send_signal(self._inside, signum)
-        return True
 
     # -- the Process protocol ---------------------------------------------------------
 
@@ -902,7 +862,7 @@ class PosixProcess:
             raise ProcessFailure(Operation.RESULT, retryable=True)
         command = None if self._report is None else self._report.command
         outcome = command if command is not None else self._leader.outcome
-        if command is None and self._namespaced and outcome is not None:
+        if command is None and self._namespace is not None and outcome is not None:
             # Only the supervisor speaks for the command: bwrap's monitor exits 128+N
             # when the namespace's init was killed, and a command whose supervisor said
             # nothing was ended with it (review C3).
@@ -918,7 +878,7 @@ class PosixProcess:
         instead, and passes the stop on to the command.
         """
         self._leader.observe()
-        if not self._signal_inside((signal.SIGTERM,)):
+        if self._namespace is None or not self._namespace.signal(signal.SIGTERM):
             self._leader.signal_group(signal.SIGTERM, Operation.REQUEST_STOP)
 
     async def force_kill(self) -> None:
@@ -951,7 +911,7 @@ class PosixProcess:
                 # With namespaces the leader is bwrap's monitor: a supervisor that outlived
                 # it (ended through its monitor, before bwrap said its pid) came to a
                 # server that adopts orphans: swept and reaped here.
-                adopted = self._lifeline is not None or not report.tree_gone
+                adopted = self._namespace is not None or not report.tree_gone
                 swept = await orphans.sweep(ORPHAN_SWEEP_SECONDS) if adopted else True
                 if not report.tree_gone and not swept:
                     # The supervisor died or ran out of time before it ended its tree, and
@@ -961,10 +921,8 @@ class PosixProcess:
             await self._streams.drain(self._bounds.drain)
             if report is not None:
                 report.close()
-            for fd in (self._lifeline, self._info, self._inside):
-                if fd is not None:
-                    _close_quietly(fd)
-            self._lifeline = self._info = self._inside = None
+            if self._namespace is not None:
+                self._namespace.close()
             if leader.state is _State.LOST:
                 raise ProcessFailure(Operation.WAIT, retryable=False)
             leader.joined()
