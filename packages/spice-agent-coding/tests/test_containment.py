@@ -34,9 +34,11 @@ from spice.agent.coding import _containment as containment_module
 from spice.agent.coding._containment import Containment, resolve_containment
 from spice.agent.coding._posix import _bwrap
 from spice.agent.coding._posix import _launcher as launcher_module
+from spice.agent.coding._posix import _process as process_module
 from spice.agent.coding._posix._bwrap import Namespaces
 from spice.agent.coding._posix._landlock import landlock_abi
-from spice.agent.coding._posix._launcher import TMPDIR_PREFIX, PosixProcess
+from spice.agent.coding._posix._launcher import TMPDIR_PREFIX
+from spice.agent.coding._posix._process import PosixProcess
 from spice.agent.dispatch import Dispatcher
 from spice.agent.process import LaunchError, Outcome, Spec
 from spice.agent.tool import Call
@@ -464,7 +466,7 @@ async def test_a_tmpdir_that_cannot_be_removed_makes_the_cleanup_incomplete(
     if sandbox_path == "namespaces":
         pytest.skip("with namespaces TMPDIR is a tmpfs of the call's mount namespace: no removal")
     dispatcher, _ = shell
-    monkeypatch.setattr(launcher_module, "_remove_tree", lambda _path: False)
+    monkeypatch.setattr(process_module, "_remove_tree", lambda _path: False)
     content = await shell_call(dispatcher, ["/bin/true"])
     assert (True, False) == (content["ok"], content["managed_cleanup_completed"])
     monkeypatch.undo()
@@ -703,10 +705,10 @@ async def test_a_start_word_that_comes_after_the_bound_is_never_not_started(
     root, _ = layout
     on_time = PosixProcess._until_started
 
-    async def just_late(process: PosixProcess) -> launcher_module._Start:
+    async def just_late(process: PosixProcess) -> process_module._Start:
         await on_time(process)
         await process.wait_exit()  # the command has run
-        return launcher_module._Start.UNKNOWN  # but its word came after the bound
+        return process_module._Start.UNKNOWN  # but its word came after the bound
 
     monkeypatch.setattr(PosixProcess, "_until_started", just_late)
     config = Config(root)

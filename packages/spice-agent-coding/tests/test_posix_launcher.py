@@ -20,8 +20,9 @@ from procutil import Collect, Failing
 
 from spice.agent.coding import PosixLauncher
 from spice.agent.coding._posix import _launcher as launcher_module
+from spice.agent.coding._posix import _process as process_module
 from spice.agent.coding._posix import _supervisor as supervisor
-from spice.agent.coding._posix._launcher import READ_CHUNK_BYTES, PosixProcess
+from spice.agent.coding._posix._process import READ_CHUNK_BYTES, PosixProcess
 from spice.agent.process import (
     LaunchError,
     Operation,
@@ -113,7 +114,7 @@ async def join_what_tests_started() -> AsyncIterator[None]:
 def bounded(**bounds: float) -> PosixLauncher:
     """A launcher whose processes get these bounds (the others are the module's)."""
     launcher = PosixLauncher()
-    launcher._bounds = launcher_module._Bounds(**bounds)
+    launcher._bounds = process_module._Bounds(**bounds)
     return launcher
 
 
@@ -136,11 +137,11 @@ def exit_watch(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) 
     """Each exit watch: pidfd, waitid polling, waitpid polling without a supervisor (macOS)."""
     if request.param in {"poll", "reap"}:
         # Kernels and systems without pidfd_open (macOS, Linux < 5.3).
-        monkeypatch.setattr(launcher_module, "_open_pidfd", lambda _pid: None)
+        monkeypatch.setattr(process_module, "_open_pidfd", lambda _pid: None)
     if request.param == "reap":
         # CPython has no os.waitid on macOS: exits are seen by reaping. Nor is there a
         # supervisor there (no subreaper, no parent-death signal): the command leads.
-        monkeypatch.setattr(launcher_module, "_has_waitid", lambda: False)
+        monkeypatch.setattr(process_module, "_has_waitid", lambda: False)
         monkeypatch.setattr(launcher_module, "_supervisor_available", lambda: False)
     return str(request.param)
 
@@ -299,16 +300,16 @@ async def test_a_command_leaving_a_child_is_joined_without_waiting_the_end_bound
     watched once the command's exit was reported) would fail the hang guard.
     """
     if route == "poll":
-        monkeypatch.setattr(launcher_module, "_open_pidfd", lambda _pid: None)
+        monkeypatch.setattr(process_module, "_open_pidfd", lambda _pid: None)
     else:
-        take = launcher_module._Report._take
+        take = process_module._Report._take
 
-        def busy_after_start(report: launcher_module._Report, kind: int, value: int) -> None:
+        def busy_after_start(report: process_module._Report, kind: int, value: int) -> None:
             take(report, kind, value)
             if kind == supervisor.REPORT_STARTED:
                 time.sleep(0.05)  # the loop is busy: the exit record is read with the start's
 
-        monkeypatch.setattr(launcher_module._Report, "_take", busy_after_start)
+        monkeypatch.setattr(process_module._Report, "_take", busy_after_start)
     given = spec(SH, "-c", "sleep 60 & echo $!")
     out, _ = sinks(given)
     process = await bounded(end=3600.0, exit=3600.0).start(given)
@@ -543,16 +544,16 @@ async def test_a_leader_outliving_the_exit_bound_fails_the_join_retryably(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Past the exit bound the join raises a retryable failure; a retry completes it."""
-    monkeypatch.setattr(launcher_module, "_open_pidfd", lambda _pid: None)
+    monkeypatch.setattr(process_module, "_open_pidfd", lambda _pid: None)
     process = await bounded(end=0.05, exit=0.05).start(spec("/bin/sleep", "60"))
     _STARTED.append(process)
-    peek = launcher_module._waitid
+    peek = process_module._waitid
 
     def blind(pidfd: int | None, pid: int, flags: int) -> os.waitid_result | None:
         # The fault: the kernel never tells us the leader exited.
         return None if flags & os.WNOWAIT else peek(pidfd, pid, flags)
 
-    monkeypatch.setattr(launcher_module, "_waitid", blind)
+    monkeypatch.setattr(process_module, "_waitid", blind)
     with pytest.raises(ProcessFailure) as caught:
         await process.wait()
     assert (Operation.WAIT, True) == (caught.value.operation, caught.value.retryable)

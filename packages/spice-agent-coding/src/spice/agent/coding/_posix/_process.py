@@ -1,0 +1,814 @@
+"""``PosixProcess``: one started child, composed of four parts, each with its own state.
+
+- ``_Leader`` watches the group's leader without reaping it and reaps it for the join (the
+  one lifecycle ``_State``);
+- ``_Report`` is the supervisor's report channel: the command's start and its outcome
+  (only the supervisor speaks for the command);
+- ``_Streams`` are the standard streams: two output pumps and an input pump;
+- ``_namespace.Namespace`` (with namespaces) is bwrap's info document, the supervisor's pidfd
+  and the lifeline.
+
+``_launcher.PosixLauncher`` starts the child and hands these parts over; see its docstring
+and ``docs/platform.md`` for the design.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import os
+import signal
+import subprocess
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Final, final
+
+from spice.agent.process import Operation, Outcome, ProcessFailure, Sink
+
+from . import _orphans as orphans
+from . import _supervisor as supervisor
+from . import _tmpdir as tmpdir
+from ._cgroup import CallCgroup
+from ._namespace import Namespace
+
+READ_CHUNK_BYTES: Final = 64 * 1024
+"""Bytes read from a child's stdout or stderr per readiness event (and handed to the sink)."""
+
+STDIN_CHUNK_BYTES: Final = 64 * 1024
+"""Bytes of ``spec.stdin`` written per writability event."""
+
+EXIT_BOUND_SECONDS: Final = 5.0
+"""How long the join waits for the leader to exit after SIGKILL to its group."""
+
+DRAIN_BOUND_SECONDS: Final = 1.0
+"""How long the join waits for both pipes to reach EOF before it closes them."""
+
+EXIT_POLL_SECONDS: Final = 0.02
+"""Exit polling interval where the kernel has no pidfd (macOS, Linux < 5.3)."""
+
+START_BOUND_SECONDS: Final = 10.0
+"""How long a start waits for the supervisor to report that the command started (or not)."""
+
+END_BOUND_SECONDS: Final = 2.0
+"""How long a force kill or join waits for the supervisor to end its tree before SIGKILL."""
+
+ORPHAN_SWEEP_SECONDS: Final = 1.0
+"""How long a join spends ending orphans adopted by the server (``adopt_orphans``)."""
+
+# ``os.waitid`` is missing on macOS (CPython leaves it out there), so these are looked
+# up defensively; they are only used where ``waitid`` exists.
+# (``WNOHANG`` too, so that the module imports on Windows, which never runs it.)
+_PEEK_FLAGS: Final = (
+    getattr(os, "WEXITED", 0) | getattr(os, "WNOHANG", 0) | getattr(os, "WNOWAIT", 0)
+)
+_REAP_FLAGS: Final = getattr(os, "WEXITED", 0) | getattr(os, "WNOHANG", 0)
+
+
+def _has_waitid() -> bool:
+    """Whether exits can be observed without reaping (``waitid`` with ``WNOWAIT``)."""
+    return hasattr(os, "waitid")
+
+
+def _open_pidfd(pid: int) -> int | None:
+    """A pidfd for ``pid`` where the platform has one, else ``None`` (then we poll)."""
+    pidfd_open: Callable[[int], int] | None = getattr(os, "pidfd_open", None)
+    if pidfd_open is None or not hasattr(os, "P_PIDFD"):
+        return None
+    try:
+        return pidfd_open(pid)
+    except OSError:
+        # ENOSYS (old kernel, seccomp), EMFILE: polling works without it.
+        return None
+
+
+def _outcome_of_waitid(status: os.waitid_result) -> Outcome:
+    if status.si_code == os.CLD_EXITED:
+        return Outcome.exited(status.si_status)
+    if status.si_code in {os.CLD_KILLED, os.CLD_DUMPED}:
+        return Outcome.signaled()
+    return Outcome.unknown()
+
+
+def _outcome_of_wait_status(status: int) -> Outcome:
+    if os.WIFEXITED(status):
+        return Outcome.exited(os.WEXITSTATUS(status))
+    if os.WIFSIGNALED(status):
+        return Outcome.signaled()
+    return Outcome.unknown()
+
+
+def _close_quietly(fd: int) -> None:
+    try:
+        os.close(fd)
+    except OSError:
+        # Linux releases the descriptor even when close reports an error.
+        return
+
+
+@final
+class _OutputPump:
+    """Reads one pipe into one sink, a bounded chunk per readiness event."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, fd: int, sink: Sink) -> None:
+        self._loop = loop
+        self._fd = fd
+        self._sink: Sink | None = sink
+        self.started = False
+        self.closed = False
+        self.finished = asyncio.Event()
+
+    def start(self) -> None:
+        os.set_blocking(self._fd, False)
+        self._loop.add_reader(self._fd, self._on_readable)
+        self.started = True
+
+    def _on_readable(self) -> None:
+        try:
+            data = os.read(self._fd, READ_CHUNK_BYTES)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self.close()
+            return
+        if self._sink is not None:
+            try:
+                self._sink.write(data)
+            except Exception:  # noqa: BLE001 - a failing sink is dropped; the pipe keeps draining
+                self._sink = None
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        if self.started:
+            self._loop.remove_reader(self._fd)
+        _close_quietly(self._fd)
+        self.finished.set()
+
+
+@final
+class _InputPump:
+    """Writes ``spec.stdin`` to the child, then closes the pipe (EOF)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, fd: int, data: bytes) -> None:
+        self._loop = loop
+        self._fd = fd
+        self._data = memoryview(data)
+        self._offset = 0
+        self._registered = False
+        self.closed = False
+
+    def start(self) -> None:
+        os.set_blocking(self._fd, False)
+        self._loop.add_writer(self._fd, self._on_writable)
+        self._registered = True
+
+    def _on_writable(self) -> None:
+        chunk = self._data[self._offset : self._offset + STDIN_CHUNK_BYTES]
+        try:
+            self._offset += os.write(self._fd, chunk)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            # EPIPE: the child does not read its input; nothing more to give it.
+            self.close()
+            return
+        if self._offset >= len(self._data):
+            self.close()
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        if self._registered:
+            self._loop.remove_writer(self._fd)
+        _close_quietly(self._fd)
+        self._data = memoryview(b"")
+
+
+@final
+class _Streams:
+    """The child's standard streams: two output pumps, an input pump, and their drain."""
+
+    def __init__(self, outputs: tuple[_OutputPump, _OutputPump], stdin: _InputPump | None) -> None:
+        self._outputs = outputs
+        self._stdin = stdin
+
+    def start(self) -> None:
+        for pump in self._outputs:
+            pump.start()
+        if self._stdin is not None:
+            self._stdin.start()
+
+    async def drain(self, bound: float) -> None:
+        """Wait (at most ``bound``) for both outputs to reach EOF, then close everything."""
+        for pump in self._outputs:
+            if not pump.started:
+                pump.close()
+        try:
+            async with asyncio.timeout(bound):
+                for pump in self._outputs:
+                    await pump.finished.wait()
+        except TimeoutError:
+            # A descendant outside the group still holds a write end: stop listening.
+            pass
+        for pump in self._outputs:
+            pump.close()
+        if self._stdin is not None:
+            self._stdin.close()
+
+
+@final
+class _State(enum.Enum):
+    """The one lifecycle of a ``PosixProcess``, kept by its leader watch.
+
+    ``RUNNING`` → ``EXITED`` → ``REAPED`` → ``JOINED``. Without ``waitid`` (macOS) the
+    exit is seen by reaping: ``RUNNING`` → ``REAPED``. Someone else reaping the leader
+    makes it ``LOST`` from ``RUNNING`` or ``EXITED``, for good. While the leader is
+    ``RUNNING`` or ``EXITED`` it is unreaped, so its pid pins the group id and a group
+    signal is safe; in every other state no signal is sent.
+    """
+
+    RUNNING = "running"
+    """The leader lives (a supervisor may still be starting the command)."""
+    EXITED = "exited"
+    """The leader has exited; unreaped, it still pins its group id."""
+    REAPED = "reaped"
+    """The leader was reaped by us: nothing is signalled any more."""
+    LOST = "lost"
+    """Someone else reaped the leader: its group id may be another's (terminal)."""
+    JOINED = "joined"
+    """The join finished: the leader reaped, the pipes closed, the TMPDIR removed."""
+
+
+_PINNED: Final = frozenset({_State.RUNNING, _State.EXITED})
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class _Bounds:
+    """The bounds one launcher gives its processes (the module's constants by default)."""
+
+    start: float = START_BOUND_SECONDS
+    end: float = END_BOUND_SECONDS
+    exit: float = EXIT_BOUND_SECONDS
+    drain: float = DRAIN_BOUND_SECONDS
+
+
+def _waitid(pidfd: int | None, pid: int, flags: int) -> os.waitid_result | None:
+    """``waitid`` on the leader, by pidfd where there is one, else by pid."""
+    if pidfd is not None:
+        return os.waitid(os.P_PIDFD, pidfd, flags)
+    return os.waitid(os.P_PID, pid, flags)
+
+
+@final
+class _Leader:
+    """Watches the group's leader without reaping it, and reaps it for the join.
+
+    Its one truth is whether the leader is gone (``gone``, ``outcome``), as
+    ``Popen.returncode`` is CPython's: the watch runs while the leader is
+    ``RUNNING``, whatever the supervisor reported about the command. ``on_gone``
+    runs once, when the leader is seen gone.
+    """
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        popen: subprocess.Popen[bytes],
+        on_gone: Callable[[], None],
+    ) -> None:
+        self._loop = loop
+        # Kept alive on purpose: a collected Popen with no return code would be polled
+        # (and so reaped) by subprocess's own clean-up behind our back.
+        self._popen = popen
+        self.pid = popen.pid
+        self.state = _State.RUNNING
+        self.outcome: Outcome | None = None
+        self.gone = asyncio.Event()
+        self._on_gone = on_gone
+        self._pidfd: int | None = None
+        self._reader = False
+        self._poll: asyncio.TimerHandle | None = None
+
+    @property
+    def pinned(self) -> bool:
+        """Whether the unreaped leader still pins the group id (a group signal is safe)."""
+        return self.state in _PINNED
+
+    def watch(self) -> None:
+        """Watch for the leader's exit (a pidfd reader, else polling); idempotent."""
+        if self.state is not _State.RUNNING or self._reader or self._poll is not None:
+            return
+        if self._pidfd is None:
+            self._pidfd = _open_pidfd(self.pid)
+        if self._pidfd is not None:
+            try:
+                self._loop.add_reader(self._pidfd, self.observe)
+            except Exception:  # noqa: BLE001 - any registration failure falls back to polling
+                self._close_pidfd()
+            else:
+                self._reader = True
+                return
+        self._poll = self._loop.call_later(EXIT_POLL_SECONDS, self._poll_exit)
+
+    def _poll_exit(self) -> None:
+        self._poll = None
+        self.observe()
+        if self.state is _State.RUNNING:
+            self._poll = self._loop.call_later(EXIT_POLL_SECONDS, self._poll_exit)
+
+    def _unwatch(self) -> None:
+        if self._poll is not None:
+            self._poll.cancel()
+            self._poll = None
+        if self._reader and self._pidfd is not None:
+            self._loop.remove_reader(self._pidfd)
+        self._reader = False
+
+    def _close_pidfd(self) -> None:
+        if self._pidfd is not None:
+            _close_quietly(self._pidfd)
+            self._pidfd = None
+
+    def observe(self) -> None:
+        """Look at the leader without reaping it; note its exit once it has exited."""
+        if self.state is not _State.RUNNING:
+            return
+        if self._pidfd is None and not _has_waitid():
+            self._observe_by_reaping()
+            return
+        try:
+            status = _waitid(self._pidfd, self.pid, _PEEK_FLAGS)
+        except ChildProcessError:
+            # Someone else reaped our child (a SIGCHLD handler, a waitpid(-1) watcher,
+            # SIGCHLD ignored): its pid no longer pins the group id.
+            self._lose()
+            return
+        except OSError:
+            if self._pidfd is not None:
+                # A kernel with pidfd_open but without waitid(P_PIDFD) (Linux 5.3):
+                # the pid still pins the group (we have not reaped), so poll by pid.
+                self._unwatch()
+                self._close_pidfd()
+                self._poll = self._loop.call_later(EXIT_POLL_SECONDS, self._poll_exit)
+            return
+        if status is not None and status.si_pid != 0:
+            self._gone(_State.EXITED, _outcome_of_waitid(status))
+
+    def _observe_by_reaping(self) -> None:
+        """Without ``waitid`` (macOS) an exit can only be seen by reaping the leader.
+
+        Right after the reap, what is left of the group is killed: while any member
+        lives, POSIX keeps the group id from being reused, so this one signal is safe;
+        later it might not be, so the join's kill happens here, once.
+        """
+        try:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+        except ChildProcessError:
+            self._lose()
+            return
+        except OSError:
+            return
+        if pid == 0:
+            return
+        with contextlib.suppress(OSError):  # ESRCH: nothing is left of the group
+            os.killpg(self.pid, signal.SIGKILL)
+        self._gone(_State.REAPED, _outcome_of_wait_status(status))
+
+    def _lose(self) -> None:
+        self._gone(_State.LOST, Outcome.unknown())
+
+    def _gone(self, state: _State, outcome: Outcome) -> None:
+        self.state = state
+        self.outcome = outcome
+        self._unwatch()
+        if state is not _State.EXITED:
+            self._release()
+        self.gone.set()
+        self._on_gone()
+
+    def _release(self) -> None:
+        """The leader's pid is no longer ours to watch: let go of what names it."""
+        orphans.forget(self.pid)
+        self._close_pidfd()
+        outcome = self.outcome
+        code = outcome.exit_code if outcome is not None and outcome.exit_code is not None else -1
+        # Tell Popen the child is gone so it never polls (or warns about) it again.
+        self._popen.returncode = code
+
+    async def until_gone(self, bound: float) -> bool:
+        """Wait at most ``bound`` for the leader to be gone; whether it is."""
+        self.watch()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(bound):
+                await self.gone.wait()
+        return self.gone.is_set()
+
+    def signal_group(self, signum: signal.Signals, operation: Operation) -> None:
+        """Signal the whole group while the leader pins it; no-op once we reaped it."""
+        self.observe()
+        if self.state is _State.LOST:
+            # The group id may belong to someone else by now: signalling it is unsafe.
+            raise ProcessFailure(operation, retryable=False)
+        if not self.pinned:
+            return
+        try:
+            os.killpg(self.pid, signum)
+        except ProcessLookupError:
+            return
+        except OSError:
+            raise ProcessFailure(operation, retryable=True) from None
+
+    def signal_leader(self, signums: Iterable[signal.Signals]) -> None:
+        """Signal the leader alone while it pins its pid (failures are ignored)."""
+        if not self.pinned:
+            return
+        for signum in signums:
+            with contextlib.suppress(OSError):
+                os.kill(self.pid, signum)
+
+    def reap(self) -> None:
+        """Reap the exited leader (``EXITED`` → ``REAPED``); no-op in any other state."""
+        if self.state is not _State.EXITED:
+            return
+        try:
+            _waitid(self._pidfd, self.pid, _REAP_FLAGS)
+        except ChildProcessError:
+            # Reaped by someone else after our group kill, which it had pinned: gone.
+            pass
+        except OSError:
+            # Not reaped, so still pinned: a retry of the join starts over safely.
+            raise ProcessFailure(Operation.WAIT, retryable=True) from None
+        self.state = _State.REAPED
+        self._release()
+
+    def joined(self) -> None:
+        """The join finished (``REAPED`` → ``JOINED``)."""
+        if self.state is _State.REAPED:
+            self.state = _State.JOINED
+
+
+@final
+class _Start(enum.Enum):
+    """What the supervisor's report says about the command's start."""
+
+    UNKNOWN = "unknown"
+    """No word yet."""
+    STARTED = "started"
+    """``S``: the command was exec'd."""
+    FAILED = "failed"
+    """``F``: nothing was started."""
+    SILENT = "silent"
+    """The report closed without a word: the command may have started."""
+
+
+@final
+class _Report:
+    """The supervisor's report channel: its start word, the command's outcome, ``D``.
+
+    The command's outcome (``X``/``K``) is the report's own field, never the leader's:
+    the supervisor outlives a command whose descendants remain.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, fd: int) -> None:
+        self._loop = loop
+        self._fd: int | None = fd
+        self._reader = False
+        self._pending = b""
+        self.command_known = asyncio.Event()
+        """Set once the supervisor said how the command ended (``command``)."""
+        self.start = _Start.UNKNOWN
+        self.start_known = asyncio.Event()
+        self._closed = asyncio.Event()
+        self.command: Outcome | None = None
+        self.tree_gone = False
+        self.layers = 0
+
+    def listen(self) -> None:
+        if self._fd is not None:
+            self._loop.add_reader(self._fd, self.read)
+            self._reader = True
+
+    def read(self) -> None:
+        """Take what the supervisor reported (two bytes a record), without blocking."""
+        while self._fd is not None:
+            try:
+                data = os.read(self._fd, 256)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                data = b""
+            if not data:
+                self.close()
+                break
+            self._pending += data
+            while len(self._pending) >= 2:
+                kind, value = self._pending[0], self._pending[1]
+                self._pending = self._pending[2:]
+                self._take(kind, value)
+        if self.start is _Start.UNKNOWN:
+            self._heard(_Start.SILENT)
+
+    def _heard(self, start: _Start) -> None:
+        self.start = start
+        self.start_known.set()
+
+    def _take(self, kind: int, value: int) -> None:
+        if kind == supervisor.REPORT_STARTED and self.start is _Start.UNKNOWN:
+            self.layers = value  # the LAYER_* bits the command was started under
+            self._heard(_Start.STARTED)
+        elif kind == supervisor.REPORT_FAILED and self.start is _Start.UNKNOWN:
+            self._heard(_Start.FAILED)
+        elif kind == supervisor.REPORT_EXITED:
+            self._command_exited(Outcome.exited(value))
+        elif kind == supervisor.REPORT_KILLED:
+            self._command_exited(Outcome.signaled())
+        elif kind == supervisor.REPORT_DONE:
+            self.tree_gone = True
+
+    def _command_exited(self, outcome: Outcome) -> None:
+        if self.command is None:
+            self.command = outcome
+            self.command_known.set()
+
+    async def until_closed(self, bound: float) -> None:
+        """Wait at most ``bound`` for the supervisor's end of the report to close."""
+        self.read()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(bound):
+                await self._closed.wait()
+
+    def close(self) -> None:
+        self._closed.set()
+        if self._fd is None:
+            return
+        if self._reader:
+            self._loop.remove_reader(self._fd)
+            self._reader = False
+        _close_quietly(self._fd)
+        self._fd = None
+
+
+@final
+class PosixProcess:
+    """A child started by ``PosixLauncher``; use it only from the loop that started it.
+
+    Four parts, each with its own state: the leader watch (``_Leader``: the one
+    lifecycle ``_State``), the supervisor's report (``_Report``: the command's
+    start and outcome), the standard streams (``_Streams``) and, with namespaces, the
+    namespace addressing (``Namespace``). The leader stays
+    unreaped (a zombie once it exits) until ``wait`` joins it: while it is unreaped
+    its pid, and so its process-group id, cannot be reused, which makes every group
+    signal safe. Once the join has reaped it, no signal is sent any more.
+    """
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        popen: subprocess.Popen[bytes],
+        streams: _Streams,
+        bounds: _Bounds,
+        report: int | None = None,
+        temporary: str | None = None,
+        lifeline: int | None = None,
+        info: int | None = None,
+        cgroup: CallCgroup | None = None,
+    ) -> None:
+        self._cgroup = cgroup
+        self._loop = loop
+        self._leader = _Leader(loop, popen, self._leader_gone)
+        # With namespaces: bwrap's info document, the supervisor's pidfd, the lifeline.
+        self._namespace = (
+            None if info is None else Namespace(loop, info, lifeline, self._running_monitor)
+        )
+        self._report = None if report is None else _Report(loop, report)
+        self._streams = streams
+        self._bounds = bounds
+        self._temporary = temporary
+        self._temporary_left = False
+        self._join_lock = asyncio.Lock()
+
+    @property
+    def supervised(self) -> bool:
+        """Whether a per-call supervisor leads the group (and owns the command's tree)."""
+        return self._report is not None
+
+    @property
+    def layers(self) -> int:
+        """The ``LAYER_*`` bits of ``_posix._supervisor`` the command was started under.
+
+        What the supervisor's child applied before ``execve`` (Landlock, seccomp,
+        capabilities), as its start report says; 0 before the start is known and
+        without a supervisor.
+        """
+        return 0 if self._report is None else self._report.layers
+
+    @property
+    def cleanup_completed(self) -> bool:
+        """After the join: whether what the launcher made for the call is gone (its TMPDIR)."""
+        return self._leader.state is _State.JOINED and not self._temporary_left
+
+    def _running_monitor(self) -> int | None:
+        """bwrap's monitor's pid while it runs unreaped (its child is the supervisor)."""
+        self._leader.observe()
+        return self._leader.pid if self._leader.state is _State.RUNNING else None
+
+    def _attach(self) -> None:
+        """Start the pumps, the report reader and the leader watch (can fail late)."""
+        if self._namespace is not None:
+            self._namespace.listen()
+        self._streams.start()
+        if self._report is not None:
+            self._report.listen()
+        self._leader.watch()
+
+    def _leader_gone(self) -> None:
+        # A supervisor reports before it exits: what it said is read first.
+        if self._report is not None:
+            self._report.read()
+
+    def _exited(self) -> bool:
+        """Whether the command is known to have ended: the supervisor said so, or the
+        leader is gone (no second truth beside the parts' own states)."""
+        report = self._report
+        return (report is not None and report.command is not None) or self._leader.gone.is_set()
+
+    async def _until_started(self) -> _Start:
+        """Wait (at most the start bound) for the supervisor's word about the command."""
+        report = self._report
+        if report is None:
+            return _Start.STARTED
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self._bounds.start):
+                await report.start_known.wait()
+        return report.start
+
+    async def _let_the_supervisor_end(self, bound: float) -> None:
+        """Have the command's whole tree ended; wait (bounded) until it is.
+
+        Without namespaces: ask the supervisor (the leader) to end its tree, and wait for
+        it to exit. With them: SIGKILL to the supervisor, the init of the call's PID
+        namespace, by its pidfd; the kernel ends every process in the namespace, and
+        bwrap's monitor (the leader) exits only once it is empty. When bwrap has not said
+        the supervisor's pid within the bound, the monitor's own death is the request
+        (the supervisor's death signal, else its lifeline). Either way the supervisor's
+        report is then read to its end.
+        """
+        report = self._report
+        if report is None:
+            return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + bound
+        self._leader.observe()
+        namespace = self._namespace
+        if self._leader.state is _State.RUNNING:
+            if not (
+                namespace is not None
+                and await namespace.until_known(bound)
+                and namespace.signal(signal.SIGKILL)
+            ):
+                # It may be stopped: CONT after the request.
+                self._leader.signal_leader((supervisor.END_SIGNAL, signal.SIGCONT))
+            await self._leader.until_gone(max(0.0, deadline - loop.time()))
+        await report.until_closed(max(0.0, deadline - loop.time()))
+
+    # -- the Process protocol ---------------------------------------------------------
+
+    @property
+    def pid(self) -> int:
+        """The leader's pid, which is also the id of its process group and session."""
+        return self._leader.pid
+
+    def done(self) -> bool:
+        """True once the process has exited and its outcome is known."""
+        if not self._exited():
+            if self._report is not None:
+                self._report.read()
+            self._leader.observe()
+        return self._exited()
+
+    async def wait_exit(self) -> None:
+        """Wait until the command has exited (its descendants may still run)."""
+        if self._exited():
+            return
+        events = [self._leader.gone]
+        if self._report is not None:
+            events.append(self._report.command_known)
+        waiters = [asyncio.ensure_future(event.wait()) for event in events]
+        try:
+            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waiters:
+                waiter.cancel()
+
+    def result(self) -> Outcome:
+        """The outcome; raises ``ProcessFailure(RESULT)`` before the process is done."""
+        if not self.done():
+            raise ProcessFailure(Operation.RESULT, retryable=True)
+        command = None if self._report is None else self._report.command
+        outcome = command if command is not None else self._leader.outcome
+        if command is None and self._namespace is not None and outcome is not None:
+            # Only the supervisor speaks for the command: bwrap's monitor exits 128+N
+            # when the namespace's init was killed, and a command whose supervisor said
+            # nothing was ended with it (review C3).
+            outcome = Outcome.signaled()
+        if outcome is None:
+            raise ProcessFailure(Operation.RESULT, retryable=True)
+        return outcome
+
+    async def request_stop(self) -> None:
+        """SIGTERM to the whole group (a no-op once the join has finished).
+
+        With namespaces the group is bwrap's monitor alone: the supervisor inside is told
+        instead, and passes the stop on to the command.
+        """
+        self._leader.observe()
+        if self._namespace is None or not self._namespace.signal(signal.SIGTERM):
+            self._leader.signal_group(signal.SIGTERM, Operation.REQUEST_STOP)
+
+    async def force_kill(self) -> None:
+        """SIGKILL to the whole tree (a no-op once the join has finished).
+
+        A supervisor is first asked to kill every descendant, including those that left
+        the group, and given ``END_BOUND_SECONDS``; then the group gets SIGKILL anyway.
+        """
+        await self._let_the_supervisor_end(self._bounds.end)
+        self._leader.signal_group(signal.SIGKILL, Operation.FORCE_KILL)
+
+    async def wait(self) -> None:
+        """The join: group killed, leader reaped, pipes drained or closed, all bounded.
+
+        Idempotent; concurrent calls wait for the first. ``ProcessFailure(WAIT,
+        retryable=True)`` when the leader does not exit within ``EXIT_BOUND_SECONDS``
+        of SIGKILL (a retry starts over); ``retryable=False`` when the leader was reaped
+        by someone else, so what is left of its group can no longer be killed safely.
+        """
+        async with self._join_lock:
+            leader = self._leader
+            if leader.state is _State.JOINED:
+                return
+            if leader.pinned:
+                await self._end_group()
+            await self._end_cgroup()
+            report = self._report
+            if report is not None:
+                report.read()
+                # With namespaces the leader is bwrap's monitor: a supervisor that outlived
+                # it (ended through its monitor, before bwrap said its pid) came to a
+                # server that adopts orphans: swept and reaped here.
+                adopted = self._namespace is not None or not report.tree_gone
+                swept = await orphans.sweep(ORPHAN_SWEEP_SECONDS) if adopted else True
+                if not report.tree_gone and not swept:
+                    # The supervisor died or ran out of time before it ended its tree, and
+                    # what came here is not all gone: not clean, the join is tried again.
+                    raise ProcessFailure(Operation.WAIT, retryable=True)
+            await self._remove_temporary()
+            await self._streams.drain(self._bounds.drain)
+            if report is not None:
+                report.close()
+            if self._namespace is not None:
+                self._namespace.close()
+            if leader.state is _State.LOST:
+                raise ProcessFailure(Operation.WAIT, retryable=False)
+            leader.joined()
+
+    async def _end_group(self) -> None:
+        """Ask the supervisor to end its tree, SIGKILL the group, reap the leader (bounded)."""
+        leader = self._leader
+        bounds = self._bounds
+        # The leader's exit is bounded by the exit bound in each phase of the join.
+        await self._let_the_supervisor_end(min(bounds.end, bounds.exit))
+        if not leader.pinned:
+            return  # reaped while watched (no waitid), or lost: the join raises later
+        leader.signal_group(signal.SIGKILL, Operation.WAIT)
+        if not await leader.until_gone(bounds.exit):
+            raise ProcessFailure(Operation.WAIT, retryable=True)
+        leader.reap()
+
+    async def _end_cgroup(self) -> None:
+        """End every process left in the call's cgroup, then remove it (bounded, off the
+        loop); not clean (the join is tried again) when one is still there."""
+        cgroup = self._cgroup
+        if cgroup is None:
+            return
+        if not await asyncio.to_thread(cgroup.end, self._bounds.end):
+            raise ProcessFailure(Operation.WAIT, retryable=True)
+        await asyncio.to_thread(cgroup.remove, self._bounds.end)
+        self._cgroup = None
+
+    async def _remove_temporary(self) -> None:
+        """Remove the call's private ``TMPDIR`` (its tree is gone by now); note a failure."""
+        if self._temporary is None:
+            return
+        removed = await asyncio.to_thread(_remove_tree, self._temporary)
+        self._temporary_left = not removed
+        self._temporary = None
+
+
+def _remove_tree(path: str) -> bool:
+    """Remove a call's ``TMPDIR`` whatever its command did to it; whether it is gone."""
+    return tmpdir.remove_tree(path)
