@@ -280,3 +280,33 @@ def test_empty_call_cgroups_of_dead_servers_are_removed_at_start(cgroups: Cgroup
         for path in (stale, live):
             if path.exists():
                 path.rmdir()
+
+
+async def test_a_cgroup_that_cannot_be_emptied_makes_the_join_fail_retryably(
+    cgroups: Cgroups, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A member left past the end's bound (a process in uninterruptible sleep cannot be
+    made here: the end is faulted at its seam): the join is not clean and says it may be
+    tried again; the retry ends and removes the cgroup."""
+    import asyncio  # noqa: PLC0415
+
+    from procutil import Collect  # noqa: PLC0415
+
+    from spice.agent.coding import PosixLauncher  # noqa: PLC0415
+    from spice.agent.coding._posix._cgroup import CallCgroup  # noqa: PLC0415
+    from spice.agent.process import ProcessFailure, Spec  # noqa: PLC0415
+
+    real_end = CallCgroup.end
+    monkeypatch.setattr(CallCgroup, "end", lambda _self, _bound=0.0: False)
+    launcher = PosixLauncher(cgroups=cgroups)
+    spec = Spec("/bin/true", (), str(tmp_path), (), b"", Collect(), Collect())
+    process = await launcher.start(spec)
+    async with asyncio.timeout(60):
+        await process.wait_exit()
+        with pytest.raises(ProcessFailure) as raised:
+            await process.wait()
+        assert raised.value.retryable
+        monkeypatch.setattr(CallCgroup, "end", real_end)
+        await process.wait()
+    own = f"spice-call-{os.getpid()}-"
+    assert not [p for p in os.listdir(cgroups.parents[0]) if p.startswith(own)]
