@@ -23,7 +23,7 @@ import tempfile
 import zipfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import procutil
 import pytest
@@ -901,3 +901,40 @@ async def test_dev_shm_is_private_and_writable_only_with_namespaces(
     expected = ["ok"] if sandbox_path == "namespaces" else ["EACCES"]
     assert expected == await python(PosixLauncher(contained(), str(root)), root, code)
     assert not os.path.exists(name)  # noqa: ASYNC240 - one stat after the command
+
+
+def test_an_unprivileged_server_without_a_cgroup_bounds_processes_by_rlimit(
+    nobody_layout: Path, sandbox_path: str
+) -> None:
+    """Server and command as uid 65534, who may make no cgroup here: the command runs
+    with ``RLIMIT_NPROC`` at ``--max-processes``, and ``tools`` says that this is the only
+    bound (memory none)."""
+    base = nobody_layout
+    if sandbox_path == "namespaces" and not _nobody_makes_namespaces():
+        pytest.skip("the unprivileged user cannot make namespaces here")
+    search = "/usr/bin:/bin" if sandbox_path == "namespaces" else _tools_without_bwrap(base)
+    server = [_nobody_python() or "", "-c", _nobody_cli(), "--root", str(base / "root")]
+    environment = {"PATH": search, "HOME": str(base / "root"), "TMPDIR": str(base / "tmp")}
+
+    def run(*words: str) -> dict[str, Any]:
+        completed = subprocess.run(
+            [*AS_NOBODY, *server, "--max-processes", "300", *words],
+            capture_output=True,
+            timeout=BOUND,
+            check=False,
+            env=environment,
+            cwd=base / "root",
+        )
+        assert 0 == completed.returncode, completed.stderr
+        answer: dict[str, Any] = json.loads(completed.stdout)
+        return answer
+
+    bounds = run("tools")["sandbox"]["bounds"]
+    if bounds["cgroup"] is not None:
+        pytest.skip("the unprivileged user may make cgroups here (a delegated subtree)")
+    assert "RLIMIT_NPROC" in bounds["bounded"]
+    assert "memory is not bounded" in bounds["bounded"]
+    limit = "import resource; print(resource.getrlimit(resource.RLIMIT_NPROC)[0])"
+    shell = json.dumps({"argv": [_nobody_python() or "", "-I", "-c", limit]})
+    content = run("call", "--sandbox", "workspace", "shell", shell)
+    assert (True, "300") == (content["ok"], content["stdout"].strip())
