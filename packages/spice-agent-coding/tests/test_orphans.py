@@ -278,6 +278,8 @@ def test_fork_relays_whose_supervisor_died_are_all_reaped_by_the_server(tmp_path
     server, which ends and reaps them all (after the join too) and keeps answering."""
     mark = f"MARK-RELAY-{os.getpid()}-{time.monotonic_ns()}"
     with pids_cgroup(RELAY_PIDS_LIMIT, "spice-relays") as cgroup:
+        if cgroup is None:
+            pytest.skip("no pids cgroup can be made here: fork relays would be unbounded")
         server = subprocess.Popen(
             [
                 sys.executable,
@@ -296,8 +298,7 @@ def test_fork_relays_whose_supervisor_died_are_all_reaped_by_the_server(tmp_path
             text=True,
         )
         try:
-            if cgroup is not None:
-                enter(cgroup, server.pid)
+            enter(cgroup, server.pid)
             assert server.stdin is not None
             server.stdin.write("go\n")
             server.stdin.flush()
