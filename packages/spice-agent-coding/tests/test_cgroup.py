@@ -310,3 +310,23 @@ async def test_a_cgroup_that_cannot_be_emptied_makes_the_join_fail_retryably(
         await process.wait()
     own = f"spice-call-{os.getpid()}-"
     assert not [p for p in os.listdir(cgroups.parents[0]) if p.startswith(own)]
+
+
+def test_tools_names_a_bwrap_too_old_for_size_limits() -> None:
+    """A bwrap before 0.7 is used without ``--size``, and ``tools`` says so (C10)."""
+    import dataclasses  # noqa: PLC0415
+
+    from spice.agent.coding._containment import resolve_containment  # noqa: PLC0415
+
+    base = resolve_containment("workspace")
+    old = dataclasses.replace(
+        base, namespaces=_bwrap.Namespaces("/usr/bin/bwrap", None, sized=False)
+    )
+    layers = old.report()["layers"]
+    assert isinstance(layers, dict)
+    if old.confined:
+        assert layers["namespaces"]["tmpfs_size"] == "bwrap older than 0.7: no size limit"
+    new = dataclasses.replace(base, namespaces=_bwrap.Namespaces("/usr/bin/bwrap", None))
+    new_layers = new.report()["layers"]
+    assert isinstance(new_layers, dict)
+    assert "tmpfs_size" not in new_layers["namespaces"]

@@ -51,6 +51,17 @@ async def test_r4_7_no_descriptor_of_the_spec_survives_execve(
     assert set(found) == {"0", "1", "2"}, found
 
 
+async def test_r4_7_no_descriptor_of_the_calls_cgroup_survives_execve(
+    policy: Containment, root: Path
+) -> None:
+    """With a cgroup per call the command moved itself in through descriptors of its
+    ``cgroup.procs`` files: none of them is left in the command."""
+    launcher = PosixLauncher(policy, str(root), _bounded(BOMB_PROCESSES, 1024**3))
+    out = await _run(launcher, root, DESCRIPTORS)
+    found: dict[str, str] = json.loads(out.data)
+    assert set(found) == {"0", "1", "2"}, found
+
+
 # -- R4-4 and R4-3: a cgroup per call bounds its processes and its memory -----------------
 
 BOMB_PROCESSES: Final = 64
