@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Final
 
@@ -330,3 +331,37 @@ def test_tools_names_a_bwrap_too_old_for_size_limits() -> None:
     new_layers = new.report()["layers"]
     assert isinstance(new_layers, dict)
     assert "tmpfs_size" not in new_layers["namespaces"]
+
+
+def test_a_frozen_call_cgroup_of_a_dead_server_is_thawed_at_start(cgroups: Cgroups) -> None:
+    """A server killed between its freeze and its thaw (v1) left a member frozen with
+    SIGKILL pending: the next start thaws it, and it dies."""
+    if cgroups.freezer is None:
+        pytest.skip("no v1 freezer here")
+    dead = subprocess.Popen([sys.executable, "-c", ""])
+    dead.wait()
+    stale = Path(cgroups.freezer) / f"spice-call-{dead.pid}-1"
+    stale.mkdir()
+    member = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        (stale / "cgroup.procs").write_text(str(member.pid))
+        (stale / "freezer.state").write_text("FROZEN")
+        deadline = time.monotonic() + 10
+        while (stale / "freezer.state").read_text().strip() != "FROZEN":
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        member.send_signal(signal.SIGKILL)
+        assert member.poll() is None  # frozen: the kill waits for the thaw
+        resolve_cgroups(16, 64 * 1024**2)
+        assert member.wait(60) == -signal.SIGKILL
+    finally:
+        member.kill()
+        member.wait()
+        deadline = time.monotonic() + 10
+        while stale.exists() and time.monotonic() < deadline:
+            try:
+                stale.rmdir()
+            except OSError:
+                (stale / "freezer.state").write_text("THAWED")
+                time.sleep(0.05)
+    assert not stale.exists()

@@ -281,7 +281,8 @@ class Cgroups:
 
 def _remove_stale(parents: Iterable[str]) -> None:
     """Remove the empty call cgroups of servers that died (by ``SIGKILL``, say) before
-    their joins removed them; a cgroup still holding a process is left alone."""
+    their joins removed them, thawing a frozen one first; a cgroup still holding a
+    process is left."""
     for parent in parents:
         try:
             names = os.listdir(parent)
@@ -294,6 +295,10 @@ def _remove_stale(parents: Iterable[str]) -> None:
             if not owner.isdigit() or _alive(int(owner)):
                 continue
             with contextlib.suppress(OSError):
+                # A server that died between its freeze and its thaw left its members
+                # frozen with SIGKILL pending (v1): thawed, they die.
+                if os.path.exists(os.path.join(parent, name, "freezer.state")):
+                    _write(os.path.join(parent, name, "freezer.state"), "THAWED")
                 os.rmdir(os.path.join(parent, name))
 
 
