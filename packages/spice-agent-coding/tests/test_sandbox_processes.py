@@ -8,11 +8,14 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Final
 
 import pytest
+from mcp import Client, StdioServerParameters, stdio_client
 from procutil import Collect
+from test_mcp_stdio import SCRIPT
 from test_sandbox_attacks import BOUND, PYTHON, _marked, policy, root, run_python
 
 from spice.agent.coding import PosixLauncher
@@ -201,3 +204,49 @@ async def test_the_securebits_are_set_and_locked_and_no_capability_is_bounded(
     assert int(bits) == SECURE_BITS
     assert int(bounding, 16) == 0
     assert "securebits_locked" in policy.capabilities
+
+
+BOMB_WITH_A_MARK: Final = (
+    "import os, sys, time\n"
+    "for _ in range(int(sys.argv[1])):\n"
+    "    try:\n"
+    "        os.fork()\n"
+    "    except OSError:\n"
+    "        open('refused', 'a').close()\n"
+    "time.sleep(60)\n"
+)
+
+
+async def test_r4_4_over_mcp_a_read_is_answered_while_a_fork_bomb_is_at_its_bound(
+    tmp_path: Path,
+) -> None:
+    """A real server (``serve --max-processes 64``): while one call's fork bomb is held at
+    its bound, a ``read`` is answered; the bomb's call times out and leaves nothing."""
+    _bounded(BOMB_PROCESSES, 1024**3)
+    root = (tmp_path / "root").resolve()
+    root.mkdir()
+    (root / "a.txt").write_text("a\n")
+    mark = f"MARK-MCP-BOMB-{os.getpid()}"
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=[str(SCRIPT), "serve", "--root", str(root), "--max-processes", str(BOMB_PROCESSES)],
+        cwd=str(tmp_path),
+    )
+    bomb = {
+        "argv": [PYTHON, "-I", "-c", BOMB_WITH_A_MARK, str(BOMB_FORKS), mark],
+        "timeout_seconds": 30,
+    }
+    async with Client(stdio_client(params)) as client:
+        call = asyncio.ensure_future(client.call_tool("shell", bomb))
+        try:
+            async with asyncio.timeout(BOUND):
+                while not (root / "refused").exists():  # noqa: ASYNC110 - a file the bomb makes
+                    await asyncio.sleep(0.05)
+                assert 0 < _marked(mark) <= BOMB_PROCESSES
+                answer = await client.call_tool("read", {"path": "a.txt"})
+                assert 0 < _marked(mark)  # answered while the bomb was still there
+                assert json.loads(answer.content[0].text)["content"] == "a\n"  # type: ignore[union-attr]
+        finally:
+            async with asyncio.timeout(BOUND):
+                await call
+    assert _marked(mark) == 0
