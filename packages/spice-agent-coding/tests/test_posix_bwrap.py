@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from spice.agent.coding._containment import (
     INTERPRETER_BENEATH_ROOT,
     ROOT_IS_SLASH,
+    SLASH_ROOT_NEEDS_OFF,
     ContainmentUnavailable,
     resolve_containment,
     unsafe_root,
@@ -315,19 +316,21 @@ def test_the_wrapper_makes_the_supervisor_init_with_a_private_bounded_tmp() -> N
 
 
 @pytest.mark.skipif(landlock_abi() < 1, reason="the kernel has no Landlock")
-def test_the_cli_refuses_a_root_of_slash_in_one_line_and_auto_warns(
+def test_the_cli_refuses_a_root_of_slash_in_one_line_unless_the_sandbox_is_off(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
+    """A root of ``/`` is refused (exit 2, one line naming ``--sandbox off``) with
+    ``workspace`` and with ``auto``; only an explicit ``off`` serves it (contract 11.3)."""
     from spice.agent.coding import _cli  # noqa: PLC0415
 
-    assert 2 == _cli.main(["--root", "/", "--sandbox", "workspace", "tools"])
-    refused = capsys.readouterr()
-    assert [f"spice-coding: {ROOT_IS_SLASH}"] == refused.err.strip().splitlines()
-    assert 0 == _cli.main(["--root", "/", "--sandbox", "auto", "tools"])
-    auto = capsys.readouterr()
-    assert ROOT_IS_SLASH in auto.err
-    assert "uncontained" in auto.err
-    assert '"contained": false' in auto.out.replace('"contained":false', '"contained": false')
+    for mode in ("workspace", "auto"):
+        assert 2 == _cli.main(["--root", "/", "--sandbox", mode, "tools"])
+        refused = capsys.readouterr()
+        assert [f"spice-coding: {SLASH_ROOT_NEEDS_OFF}"] == refused.err.strip().splitlines()
+        assert "" == refused.out
+    assert 0 == _cli.main(["--root", "/", "--sandbox", "off", "tools"])
+    served = capsys.readouterr()
+    assert '"contained": false' in served.out.replace('"contained":false', '"contained": false')
 
 
 def test_only_places_beneath_tmp_are_kept_visible_outermost_first(tmp_path: Path) -> None:
