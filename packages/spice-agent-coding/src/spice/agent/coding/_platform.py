@@ -14,10 +14,15 @@ from typing import TYPE_CHECKING, Final, Protocol
 
 from spice.agent.process import ExecutableResolver, Launcher, Process, Spec
 
-from ._containment import Containment, resolve_containment
+from ._containment import Containment, ContainmentUnavailable, resolve_containment
 
 if TYPE_CHECKING:
     from ._settings import Settings
+
+PLACE_UNAVAILABLE: Final = (
+    "the worktree or an --allow-write directory cannot be opened (a symbolic link in its "
+    "path was resolved at start; it must stay a directory)"
+)
 
 WINDOWS: Final = sys.platform == "win32"
 """Whether this is Windows, where ``WindowsLauncher`` and ``WindowsResolver`` run commands."""
@@ -88,4 +93,21 @@ def platform_launcher(
         root=settings.config.root,
         allow_write=settings.allow_write,
     )
-    return PosixLauncher(containment, settings.config.root)
+    facts = None
+    if containment.confined:
+        from ._posix._facts import CacheUnavailable, start_facts  # noqa: PLC0415 - POSIX only
+
+        try:
+            facts = start_facts(
+                settings.config.root,
+                containment.allow_write,
+                bwrap=containment.namespaces.bwrap,
+                deny_read=settings.deny_read,
+                allow_read=settings.allow_read,
+                cache=True,
+            )
+        except CacheUnavailable as error:
+            raise ContainmentUnavailable(str(error)) from None
+        except OSError:
+            raise ContainmentUnavailable(PLACE_UNAVAILABLE) from None
+    return PosixLauncher(containment, settings.config.root, facts)

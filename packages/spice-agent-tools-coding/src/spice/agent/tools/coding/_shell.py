@@ -366,6 +366,7 @@ def _is_absolute_canonical(path: object) -> bool:
 class _Started:
     entry: Entry | None
     partial: bool
+    reason: str | None = None
 
 
 @final
@@ -504,7 +505,8 @@ class _Shell:
         except Exception:  # noqa: BLE001 - a launcher breaking its contract is a host failure
             raise ExecutionError(call.id, _UNCERTAIN, _RETRY, _LAUNCHER_FAILED) from None
         if started.entry is None:
-            return _refuse(call, "launch_failed", _PROBLEMS["launch_failed"], frame, capture)
+            problem = started.reason or _PROBLEMS["launch_failed"]
+            return _refuse(call, "launch_failed", problem, frame, capture)
         if started.partial:
             finished = await self._finish_shielded(call, started.entry, stop=True)
             if not finished.joined:
@@ -565,7 +567,7 @@ class _Shell:
             partial: object = error.process
             if partial is None:
                 ticket.release_slot()
-                return _Started(None, partial=False)
+                return _Started(None, partial=False, reason=launcher_text(error.reason))
             return _Started(self._own(ticket, partial), partial=True)
         except BaseException:
             ticket.release_slot()
@@ -800,6 +802,24 @@ def launcher_containment(launcher: object) -> str | None:
         value = getattr(launcher, "containment", None)
     except Exception:  # noqa: BLE001 - a failing property is a launcher saying nothing
         return None
+    if not isinstance(value, str):
+        return None
+    text = value.strip()
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        return None
+    if not 0 < size <= MAXIMUM_CONTAINMENT_BYTES:
+        return None
+    if any(unicodedata.category(char) == "Cc" for char in text):
+        return None
+    return text
+
+
+def launcher_text(value: object) -> str | None:
+    """A launcher's own short sentence (a ``LaunchError.reason``, a ``sandbox_hint``),
+    when usable: a ``str`` of 1 to ``MAXIMUM_CONTAINMENT_BYTES`` UTF-8 bytes without
+    control characters; anything else is ignored (``None``)."""
     if not isinstance(value, str):
         return None
     text = value.strip()
