@@ -55,7 +55,7 @@ from spice.agent.process import LaunchError, Operation, Outcome, ProcessFailure,
 from spice.agent.tools.coding.settling import settle
 
 from .._containment import OFF, Containment
-from . import _bwrap, _facts, _plan
+from . import _bwrap, _facts, _hints, _plan
 from . import _landlock as landlock
 from . import _supervisor as supervisor
 from . import _tmpdir as tmpdir
@@ -811,6 +811,8 @@ class PosixProcess:
         self._join_lock = asyncio.Lock()
         self._after_join: Callable[[], None] | None = None
         """The launcher's release of what it made for the call besides the TMPDIR."""
+        self._hint: Callable[[], str | None] | None = None
+        """The call's ``sandbox_hint`` from its plan and its output (contained calls)."""
 
     @property
     def supervised(self) -> bool:
@@ -831,6 +833,14 @@ class PosixProcess:
     def cleanup_completed(self) -> bool:
         """After the join: whether what the launcher made for the call is gone (its TMPDIR)."""
         return self._leader.state is _State.JOINED and not self._temporary_left
+
+    @property
+    def sandbox_hint(self) -> str | None:
+        """After the join: one sentence naming the flag that would allow what the sandbox
+        refused, as the command's output shows it (``_posix._hints``), else ``None``."""
+        if self._hint is None or self._leader.state is not _State.JOINED:
+            return None
+        return self._hint()
 
     def _attach(self) -> None:
         """Start the pumps, the report reader and the leader watch (can fail late)."""
@@ -1260,6 +1270,18 @@ def _release_mount_points(taken: Iterable[str]) -> None:
                 os.unlink(path)
 
 
+def _hinter(scanner: _hints.RefusalScanner, plan: _plan.CallPlan) -> Callable[[], str | None]:
+    def hint() -> str | None:
+        return _hints.sandbox_hint(
+            scanner,
+            plan.landlock_writable(),
+            plan.hidden,
+            network_denied=not plan.allow_network,
+        )
+
+    return hint
+
+
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
@@ -1395,6 +1417,19 @@ class PosixLauncher:
         """Spawn the supervisor (in ``bwrap`` with namespaces) for the call's plan."""
         if self._facts is not None and _facts.changed_place(self._facts.places) is not None:
             raise LaunchError(reason=PLACE_CHANGED)
+        scanner: _hints.RefusalScanner | None = None
+        if self._facts is not None:
+            scanner = _hints.RefusalScanner()
+            spec = Spec(
+                spec.executable,
+                spec.arguments,
+                spec.working_directory,
+                spec.environment,
+                spec.stdin,
+                _hints.Scanned(spec.stdout, scanner, 1),
+                _hints.Scanned(spec.stderr, scanner, 2),
+                spec.capabilities,
+            )
         ends = _Ends()
         temporary: str | None = None
         plan: _plan.CallPlan | None = None
@@ -1482,6 +1517,8 @@ class PosixLauncher:
         )
         if taken:
             process._after_join = lambda: _release_mount_points(taken)
+        if scanner is not None and plan is not None:
+            process._hint = _hinter(scanner, plan)
         return process
 
     def _start_direct(self, spec: Spec) -> PosixProcess:

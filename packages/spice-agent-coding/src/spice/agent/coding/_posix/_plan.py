@@ -301,7 +301,7 @@ class CallPlan:
                 "cache_variables": variables,
                 "read_only_inside_writable": sorted(self.protected),
                 "hidden": sorted(self.hidden),
-                "network": "host" if self.allow_network else "denied (private loopback)",
+                "network": "host" if self.allow_network else "denied",
             }
         return {
             "writable": [*self.writable, self.temporary],

@@ -401,6 +401,7 @@ class _Frame:
         timed_out: bool = False,
         managed_cleanup_completed: bool = False,
         problem: tuple[str, str] | None = None,
+        sandbox_hint: str | None = None,
     ) -> dict[str, object]:
         """Every shell field (``ok``, ``code`` and ``message`` are added by the caller).
 
@@ -414,6 +415,8 @@ class _Frame:
             "managed_cleanup_completed": managed_cleanup_completed,
             "contained": self.contained,
         }
+        if sandbox_hint is not None:
+            content["sandbox_hint"] = sandbox_hint
         content.update(_output_fields(capture or Capture(1), problem, content))
         return content
 
@@ -652,6 +655,7 @@ class _Shell:
             timed_out=timed_out,
             managed_cleanup_completed=finished.clean,
             problem=(code, problem) if code is not None and problem is not None else None,
+            sandbox_hint=process_hint(process) if code is not None and frame.contained else None,
         )
         if code is None or problem is None:
             return success(call, content, _UNCERTAIN, _RETRY)
@@ -846,6 +850,19 @@ def launcher_contained(launcher: object) -> bool:
     except Exception:  # noqa: BLE001 - a failing property is a launcher saying nothing
         return False
     return value is True
+
+
+def process_hint(process: object) -> str | None:
+    """The joined process's optional ``sandbox_hint`` (``launcher_text`` rules), if usable.
+
+    A launcher that confines its processes may say, after the join of a command that
+    failed, which of its flags would allow what its sandbox refused (contract 11.1).
+    """
+    try:
+        value = getattr(process, "sandbox_hint", None)
+    except Exception:  # noqa: BLE001 - a failing property is a launcher saying nothing
+        return None
+    return launcher_text(value)
 
 
 def process_cleaned_up(process: object) -> bool:
