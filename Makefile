@@ -198,6 +198,7 @@ UNPRIVILEGED_SPAWNING_TESTS := \
   packages/spice-agent-coding/tests/test_sandbox_layers.py \
   packages/spice-agent-coding/tests/test_posix_bwrap.py \
   packages/spice-agent-coding/tests/test_allow_write.py \
+  packages/spice-agent-coding/tests/test_sandbox_fs.py \
   packages/spice-agent-coding/tests/test_sandbox_tools.py \
   packages/spice-agent-coding/tests/test_seccomp.py
 test-unprivileged:

@@ -83,13 +83,18 @@ class RefusalScanner:
     def _line(self, line: bytes) -> None:
         if _DNS_FAILURE.search(line):
             self.dns_failed = True
-        if len(self.paths) >= MAXIMUM_REFUSALS or not _WRITE_REFUSAL.search(line):
+        refusal = _WRITE_REFUSAL.search(line) if len(self.paths) < MAXIMUM_REFUSALS else None
+        if refusal is None:
             return
-        for match in _PATH.finditer(line):
-            path = os.fsdecode(match.group(1)).rstrip(".")
+        # The path the refusal is about: the last one before its words ("cannot create
+        # /x: Read-only file system"), else the first after ("EROFS: ..., mkdir '/x'").
+        before = list(_PATH.finditer(line, 0, refusal.start()))
+        after = _PATH.search(line, refusal.end())
+        chosen = before[-1] if before else after
+        if chosen is not None:
+            path = os.fsdecode(chosen.group(1)).rstrip(".")
             if path not in self.paths:
                 self.paths.append(path)
-                return
 
 
 @final
