@@ -221,7 +221,7 @@ test-unprivileged:
 	if ! $$as_user /bin/sh -c '"$$0" -c pass' $$python >/dev/null 2>&1; then \
 	  for candidate in $(UNPRIVILEGED_PYTHONS); do \
 	    if $$as_user /bin/sh -c '"$$0" -c pass' $$candidate >/dev/null 2>&1 \
-	       && UV_PROJECT_ENVIRONMENT=$$scratch/venv $(UV) sync --locked --all-packages --all-extras \
+	       && UV_LINK_MODE=copy UV_PROJECT_ENVIRONMENT=$$scratch/venv $(UV) sync --locked --all-packages --all-extras \
 	            --python $$candidate --quiet >/dev/null 2>&1; then \
 	      python=$$scratch/venv/bin/python; break; \
 	    fi; \

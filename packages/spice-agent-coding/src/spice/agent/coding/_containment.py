@@ -232,7 +232,7 @@ class Containment:
             return None
         places = "a private $TMPDIR"
         if self.namespaces.made:
-            places = "its own /tmp ($TMPDIR) and /dev/shm"
+            places = "its own /tmp ($TMPDIR), /dev/shm"
         extra = ", ".join(self.allow_write)
         if extra:
             places += f", {extra}"
@@ -260,8 +260,8 @@ class Containment:
             parts.append("network and other processes NOT fully isolated (see tools)")
             isolation = "; " + "; ".join(parts)
         open_ = (
-            "reads but the user's credentials; hard-linked files; build files (run later, "
-            "outside); .git/config and hooks are read-only"
+            "reads but credentials; hard-linked files; build files run later outside "
+            "(.git/config, hooks read-only)"
             if self.namespaces.made
             else "reads; hard-linked files; .git/config, hooks, build files (run later, outside)"
         )

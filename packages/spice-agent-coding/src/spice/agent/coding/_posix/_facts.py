@@ -40,7 +40,13 @@ ROOT_HASH_CHARACTERS: Final = 16
 """Hex characters of the root's SHA-256 that name its cache (64 bits: no collision)."""
 
 _EMPTY: Final = ".empty"
-_STEP_FLAGS: Final = os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC | getattr(os, "O_PATH", 0)
+# POSIX-only flags with a default: the module imports on Windows, which never runs it.
+_STEP_FLAGS: Final = (
+    getattr(os, "O_DIRECTORY", 0)
+    | getattr(os, "O_NOFOLLOW", 0)
+    | getattr(os, "O_CLOEXEC", 0)
+    | getattr(os, "O_PATH", 0)
+)
 
 
 class CacheUnavailable(Exception):
