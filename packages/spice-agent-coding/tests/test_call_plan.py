@@ -351,3 +351,34 @@ def test_every_generated_plan_keeps_the_rules(
         assert not any(path.startswith(other + "/") for other in result.read_only)
     env = variables(result)
     assert "/tmp" == env["TMPDIR"]
+
+
+# -- the start facts' home and cache (the only lookups outside the plan) --------------------
+
+
+def test_the_home_is_home_else_the_password_database() -> None:
+    import pwd  # noqa: PLC0415 - POSIX only, as the plan
+
+    from spice.agent.coding._posix import _facts  # noqa: PLC0415
+
+    database = os.path.realpath(pwd.getpwuid(os.getuid()).pw_dir)
+    assert database == _facts.home_directory({})
+    assert database == _facts.home_directory({"HOME": "relative/home"})
+    assert "/srv/h" == _facts.home_directory({"HOME": "/srv/h"})
+    assert _facts.home_directory({"HOME": "/"}) is None  # a home of / hides nothing useful
+
+
+def test_the_cache_is_per_root_under_the_users_cache_directory() -> None:
+    from spice.agent.coding._posix import _facts  # noqa: PLC0415
+
+    one = _facts.cache_directory("/w/a", {"HOME": "/srv/h"})
+    two = _facts.cache_directory("/w/b", {"HOME": "/srv/h"})
+    assert one is not None
+    assert two is not None
+    assert one != two
+    assert one.startswith("/srv/h/.cache/spice-coding/")
+    assert len(os.path.basename(one)) == _facts.ROOT_HASH_CHARACTERS
+    moved = _facts.cache_directory("/w/a", {"HOME": "/srv/h", "XDG_CACHE_HOME": "/c"})
+    assert moved == "/c/spice-coding/" + os.path.basename(one)
+    relative = _facts.cache_directory("/w/a", {"HOME": "/srv/h", "XDG_CACHE_HOME": "c"})
+    assert relative == one  # a relative XDG_CACHE_HOME is ignored, as the spec says

@@ -57,11 +57,13 @@ def home_directory(environ: Mapping[str, str]) -> str | None:
     """The server's home: ``$HOME`` when absolute, else the password database's entry."""
     home = environ.get("HOME", "")
     if not os.path.isabs(home):
-        try:
-            import pwd  # noqa: PLC0415 - POSIX only
+        if sys.platform == "win32":
+            return None
+        import pwd  # noqa: PLC0415 - POSIX only
 
+        try:
             home = pwd.getpwuid(os.getuid()).pw_dir
-        except (ImportError, KeyError, OSError):
+        except (KeyError, OSError):
             return None
     if not os.path.isabs(home):
         return None
