@@ -163,3 +163,21 @@ def test_the_claims_over_each_abi_with_and_without_namespaces(abi: int, made: bo
         else:
             assert "cannot signal or trace other processes" in sentence
     assert len(sentence.encode()) <= 512
+
+
+@pytest.mark.parametrize("abi", range(1, 8))
+@pytest.mark.parametrize("made", [True, False])
+def test_an_allow_write_path_of_ninety_characters_is_named_in_the_sentence(
+    abi: int, made: bool
+) -> None:
+    """A scratch directory's length (``/tmp/spice-unprivileged.X/pytest-of-nobody/...``)."""
+    path = "/" + "d" * 89
+    namespaces = Namespaces("/usr/bin/bwrap") if made else Namespaces(None, "simulated")
+    policy = Containment(
+        "workspace", "workspace", abi, seccomp=True, namespaces=namespaces, allow_write=(path,)
+    )
+    sentence = policy.sentence or ""
+    assert path in sentence
+    assert len(sentence.encode()) <= 512
+    longer = dataclasses.replace(policy, allow_write=(path, path + "x" * 200))
+    assert "the --allow-write directories (see tools)" in (longer.sentence or "")

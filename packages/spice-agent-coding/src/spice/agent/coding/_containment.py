@@ -248,7 +248,7 @@ class Containment:
             elif self.abi >= SIGNAL_SCOPE_ABI:
                 others = "cannot signal or trace other processes"
             else:
-                others = "cannot trace, but may signal, other processes of your user"
+                others = "may signal (not trace) your user's other processes"
             isolation = f"; may {net}, hold no capabilities, {others}"
         else:
             rules = set(self.enforced)
@@ -260,8 +260,7 @@ class Containment:
             parts.append("network and other processes NOT fully isolated (see tools)")
             isolation = "; " + "; ".join(parts)
         open_ = (
-            "reads but credentials; hard-linked files; build files run later outside "
-            "(.git/config, hooks read-only)"
+            "reads but credentials; hard-linked files; build files (run later, outside)"
             if self.namespaces.made
             else "reads; hard-linked files; .git/config, hooks, build files (run later, outside)"
         )

@@ -101,9 +101,12 @@ def _make_templates(environ: Mapping[str, str]) -> tuple[str, str]:
         if os.listdir(empty_directory):
             raise CacheUnavailable(f"{empty_directory} must be empty")
         os.chmod(empty_directory, 0o555)  # noqa: S103 - an empty directory, read-only
-        with open(empty_file, "ab") as file:
-            if file.tell():
-                raise CacheUnavailable(f"{empty_file} must be empty")
+        try:
+            os.close(os.open(empty_file, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o444))
+        except FileExistsError:
+            info = os.lstat(empty_file)
+            if not stat.S_ISREG(info.st_mode) or info.st_size:
+                raise CacheUnavailable(f"{empty_file} must be an empty file") from None
         os.chmod(empty_file, 0o444)
     except OSError:
         raise CacheUnavailable(
