@@ -156,8 +156,23 @@ def test_git_paths_inside_each_writable_place_are_read_only_or_masked_when_absen
 
 
 def test_a_writable_place_without_a_git_directory_gets_no_git_rule() -> None:
-    result = plan({f"{ROOT}/.git": F, f"{ROOT}/src": D})
-    assert () == result.protected
+    assert () == plan({f"{ROOT}/src": D}).protected
+    pointer = plan({f"{ROOT}/.git": F, f"{ROOT}/src": D})  # a linked worktree's .git file
+    assert (f"{ROOT}/.git",) == pointer.protected  # read-only: it cannot be redirected
+    assert () == pointer.pinned
+
+
+def test_the_directories_holding_protected_paths_are_pinned_top_down() -> None:
+    repository = plan({f"{ROOT}/.git/config": F})
+    assert (f"{ROOT}/.git",) == repository.pinned  # mv .git .git2 && mkdir .git: refused
+    home = f"{ROOT}/users/u"
+    nested = plan({f"{home}/.config": D, f"{home}/.bashrc": F}, home=home)
+    assert (f"{ROOT}/users", home, f"{home}/.config") == nested.pinned
+    argv = nested.bwrap_argv("/usr/bin/bwrap", None, None)
+    binds = _binds(argv)
+    assert binds.index(("--bind", home, home)) < binds.index(
+        ("--ro-bind", f"{home}/.bashrc", f"{home}/.bashrc")
+    )
 
 
 def test_the_shell_files_are_protected_only_in_a_writable_home() -> None:
@@ -251,7 +266,7 @@ def _binds(argv: list[str]) -> list[tuple[str, str, str]]:
     return found
 
 
-def test_bwraps_argv_binds_writable_then_caches_then_read_only_then_masks() -> None:
+def test_bwraps_argv_binds_writable_then_caches_then_pinned_then_read_only_then_masks() -> None:
     entries = {
         f"{HOME}/.cache": D,
         f"{HOME}/.ssh": D,
@@ -263,8 +278,9 @@ def test_bwraps_argv_binds_writable_then_caches_then_read_only_then_masks() -> N
     binds = _binds(argv)[1:]  # after --ro-bind / /
     assert ("--bind", ROOT, ROOT) == binds[0]
     assert ("--bind", CACHE, f"{HOME}/.cache") == binds[1]
-    assert ("--ro-bind", f"{ROOT}/.git/config", f"{ROOT}/.git/config") == binds[2]
-    masks = binds[3:]
+    assert ("--bind", f"{ROOT}/.git", f"{ROOT}/.git") == binds[2]  # pinned
+    assert ("--ro-bind", f"{ROOT}/.git/config", f"{ROOT}/.git/config") == binds[3]
+    masks = binds[4:]
     assert ("--ro-bind", EMPTY_DIR, f"{HOME}/.ssh") in masks
     assert ("--ro-bind", EMPTY_FILE, f"{HOME}/.netrc") in masks
     assert ("--ro-bind", EMPTY_FILE, f"{ROOT}/.gitmodules") in masks

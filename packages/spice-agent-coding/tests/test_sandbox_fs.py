@@ -304,6 +304,30 @@ async def test_hooks_config_info_and_gitmodules_cannot_be_written_or_created(
         assert "hooks" in named
 
 
+SWAP_GIT: Final = (
+    "mv .git .git2 && mkdir .git && cp -r .git2/. .git/ && "
+    "printf '[core]\\n\\tfsmonitor = touch FSMON\\n' >> .git/config && echo SWAPPED"
+)
+
+
+async def test_the_git_directory_cannot_be_swapped_for_one_with_a_planted_config(
+    policy: Containment, repository: Path, home: Path
+) -> None:
+    """``mv .git .git2 && mkdir .git``: the protected paths would move away with the old one."""
+    config = (repository / ".git" / "config").read_text()
+    outcome, text, _ = await run(
+        launcher(policy, repository, home), repository, home, ("/bin/sh", "-c", SWAP_GIT)
+    )
+    if policy.namespaces.made:
+        assert not outcome.successful
+        assert "SWAPPED" not in text
+        assert config == (repository / ".git" / "config").read_text()
+        assert not (repository / ".git2").exists()
+    else:
+        assert "SWAPPED" in text  # the fallback cannot hold it, and says so
+        assert ".git/config" in " ".join(policy.not_confined)
+
+
 GIT_WORK: Final = (
     "set -e\n"
     "echo two >> a.txt\n"

@@ -198,7 +198,10 @@ class CallPlan:
 
     ``writable``: the places bound (or, without namespaces, allowed by Landlock)
     read-write, real paths; ``caches``: ``(source, destination)`` binds of the cache
-    over the home's cache paths; ``read_only``: existing paths inside writable places
+    over the home's cache paths; ``pinned``: directories that hold protected paths,
+    bound read-write on themselves (a mount point cannot be renamed or removed, so
+    ``mv .git .git2 && mkdir .git`` cannot swap the protected ones away);
+    ``read_only``: existing paths inside writable places
     bound read-only on themselves (protected files, the server's code); ``masks``: empty
     read-only directories or files bound over paths; ``temporary``: the ``TMPDIR``;
     ``environment``: the command's whole environment.
@@ -210,6 +213,7 @@ class CallPlan:
     temporary: str
     environment: tuple[str, ...]
     caches: tuple[tuple[str, str], ...] = ()
+    pinned: tuple[str, ...] = ()
     read_only: tuple[str, ...] = ()
     masks: tuple[Mask, ...] = ()
     visible: tuple[str, ...] = ()
@@ -241,6 +245,7 @@ class CallPlan:
             raise ValueError("a plan without namespaces has no bwrap argv")
         binds: list[tuple[str, str, bool]] = [(path, path, True) for path in self.writable]
         binds += [(source, destination, True) for source, destination in self.caches]
+        binds += [(path, path, True) for path in self.pinned]
         binds += [(path, path, False) for path in self.read_only]
         for mask in self.masks:
             template = self.empty_directory if mask.kind is Kind.DIRECTORY else self.empty_file
@@ -300,6 +305,7 @@ class CallPlan:
                 or [variables.get("XDG_CACHE_HOME", "")],
                 "cache_variables": variables,
                 "read_only_inside_writable": sorted(self.protected),
+                "pinned_in_place": list(self.pinned),
                 "hidden": sorted(self.hidden),
                 "network": "host" if self.allow_network else "denied",
             }
@@ -385,22 +391,33 @@ def plan_call(
     masks: list[Mask] = []
     read_only: list[str] = []
     inside = _inside_writable(writable)
+    pinned: list[str] = []
     for place in writable:
-        if kind(os.path.join(place, ".git")) is not Kind.DIRECTORY:
+        dot_git = os.path.join(place, ".git")
+        found = kind(dot_git)
+        if found is Kind.FILE:  # a linked worktree's pointer: not redirected elsewhere
+            read_only.append(dot_git)
+        if found is not Kind.DIRECTORY:
             continue
+        pinned.append(dot_git)
         for relative, wanted in GIT_PROTECTED:
             _protect(os.path.join(place, relative), wanted, kind, masks, read_only)
     if facts.home is not None:
         for relative, wanted in HOME_PROTECTED:
             path = os.path.join(facts.home, relative)
-            if inside(path) and kind(os.path.dirname(path)) is Kind.DIRECTORY:
+            parent = os.path.dirname(path)
+            if inside(path) and kind(parent) is Kind.DIRECTORY:
                 _protect(path, wanted, kind, masks, read_only)
+                for ancestor in _ancestors(path, writable):
+                    if ancestor not in pinned:
+                        pinned.append(ancestor)
     for path in facts.trusted:
         if inside(path) and path not in read_only and kind(path) is not Kind.ABSENT:
             read_only.append(path)
     kept = tuple(_outermost(read_only))
     # A mount point cannot be made inside a read-only place (nor is one needed there).
     masks = [m for m in masks if not (m.absent and any(_beneath(m.path, p) for p in kept))]
+    pinned = [p for p in pinned if not any(_beneath(p, other) for other in kept)]
     masks += _hidden(facts, writable, kind, {mask.path for mask in masks})
     return CallPlan(
         namespaces=True,
@@ -409,12 +426,26 @@ def plan_call(
         temporary=temporary,
         environment=env,
         caches=caches,
+        pinned=tuple(pinned),
         read_only=kept,
         masks=tuple(masks),
         visible=facts.visible,
         empty_directory=facts.empty_directory,
         empty_file=facts.empty_file,
     )
+
+
+def _ancestors(path: str, writable: Sequence[str]) -> list[str]:
+    """The directories between the writable place holding ``path`` and ``path``, top down."""
+    place = max((p for p in writable if _beneath(path, p) and p != path), key=len, default=None)
+    if place is None:
+        return []
+    found: list[str] = []
+    parent = os.path.dirname(path)
+    while parent != place and _beneath(parent, place):
+        found.append(parent)
+        parent = os.path.dirname(parent)
+    return found[::-1]
 
 
 def _inside_writable(writable: Sequence[str]) -> Callable[[str], bool]:
