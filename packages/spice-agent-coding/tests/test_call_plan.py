@@ -165,6 +165,8 @@ def test_a_writable_place_without_a_git_directory_gets_no_git_rule() -> None:
 def test_the_directories_holding_protected_paths_are_pinned_top_down() -> None:
     repository = plan({f"{ROOT}/.git/config": F})
     assert (f"{ROOT}/.git",) == repository.pinned  # mv .git .git2 && mkdir .git: refused
+    assert (f"{ROOT}/.git/commondir",) == repository.forbidden
+    assert () == plan({f"{ROOT}/.git/commondir": F}).forbidden  # present: not the call's
     home = f"{ROOT}/users/u"
     nested = plan({f"{home}/.config": D, f"{home}/.bashrc": F}, home=home)
     assert (f"{ROOT}/users", home, f"{home}/.config") == nested.pinned

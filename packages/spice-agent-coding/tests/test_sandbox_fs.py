@@ -328,6 +328,20 @@ async def test_the_git_directory_cannot_be_swapped_for_one_with_a_planted_config
         assert ".git/config" in " ".join(policy.not_confined)
 
 
+async def test_a_commondir_that_would_redirect_git_is_gone_after_the_call(
+    policy: Containment, repository: Path, home: Path
+) -> None:
+    """``.git/commondir`` would make git read another directory's config and hooks."""
+    plant = ("/bin/sh", "-c", "echo ../evil > .git/commondir && echo PLANTED")
+    outcome, text, _ = await run(launcher(policy, repository, home), repository, home, plant)
+    assert outcome.successful, text
+    assert "PLANTED" in text  # a file git never writes in a repository's own .git
+    if policy.namespaces.made:
+        assert not (repository / ".git" / "commondir").exists()
+    else:
+        assert ".git/config" in " ".join(policy.not_confined)
+
+
 GIT_WORK: Final = (
     "set -e\n"
     "echo two >> a.txt\n"

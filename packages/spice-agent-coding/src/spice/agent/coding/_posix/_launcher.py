@@ -1254,6 +1254,15 @@ def _take_mount_points(plan: _plan.CallPlan) -> tuple[str, ...]:
     return taken
 
 
+def _after_call(taken: Iterable[str], forbidden: Iterable[str]) -> None:
+    """At the join: the call's mount points released, the files it must not leave removed."""
+    _release_mount_points(taken)
+    for path in forbidden:
+        with contextlib.suppress(OSError):
+            if not stat.S_ISDIR(os.lstat(path).st_mode):
+                os.unlink(path)
+
+
 def _release_mount_points(taken: Iterable[str]) -> None:
     """Drop this call's use of its mount points; remove each the last user leaves empty."""
     for path in taken:
@@ -1515,8 +1524,9 @@ class PosixLauncher:
             lifeline=None if lifeline is None else lifeline[0],
             info=None if info is None else info[0],
         )
-        if taken:
-            process._after_join = lambda: _release_mount_points(taken)
+        if taken or (plan is not None and plan.forbidden):
+            forbidden = () if plan is None else plan.forbidden
+            process._after_join = lambda: _after_call(taken, forbidden)
         if scanner is not None and plan is not None:
             process._hint = _hinter(scanner, plan)
         return process

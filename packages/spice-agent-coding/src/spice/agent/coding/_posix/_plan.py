@@ -97,6 +97,12 @@ GIT_PROTECTED: Final = (
 """Read-only (and not creatable) inside every writable place that holds a ``.git``
 directory: what git runs or obeys later, outside the sandbox."""
 
+GIT_FORBIDDEN: Final = (".git/commondir",)
+"""Files a repository's own ``.git`` never holds but that would redirect git elsewhere
+(``commondir``: the config and hooks of another directory). A mount point cannot
+protect them (an empty ``commondir`` breaks the user's git while the call runs), so
+one that a call leaves is removed at its join (``CallPlan.forbidden``)."""
+
 HOME_PROTECTED: Final = (
     (".bashrc", Kind.FILE),
     (".bash_profile", Kind.FILE),
@@ -201,6 +207,7 @@ class CallPlan:
     over the home's cache paths; ``pinned``: directories that hold protected paths,
     bound read-write on themselves (a mount point cannot be renamed or removed, so
     ``mv .git .git2 && mkdir .git`` cannot swap the protected ones away);
+    ``forbidden``: files removed at the join if the call made them (``GIT_FORBIDDEN``);
     ``read_only``: existing paths inside writable places
     bound read-only on themselves (protected files, the server's code); ``masks``: empty
     read-only directories or files bound over paths; ``temporary``: the ``TMPDIR``;
@@ -216,6 +223,7 @@ class CallPlan:
     pinned: tuple[str, ...] = ()
     read_only: tuple[str, ...] = ()
     masks: tuple[Mask, ...] = ()
+    forbidden: tuple[str, ...] = ()
     visible: tuple[str, ...] = ()
     empty_directory: str | None = None
     empty_file: str | None = None
@@ -306,6 +314,7 @@ class CallPlan:
                 "cache_variables": variables,
                 "read_only_inside_writable": sorted(self.protected),
                 "pinned_in_place": list(self.pinned),
+                "removed_at_the_join": list(self.forbidden),
                 "hidden": sorted(self.hidden),
                 "network": "host" if self.allow_network else "denied",
             }
@@ -392,6 +401,7 @@ def plan_call(
     read_only: list[str] = []
     inside = _inside_writable(writable)
     pinned: list[str] = []
+    forbidden: list[str] = []
     for place in writable:
         dot_git = os.path.join(place, ".git")
         found = kind(dot_git)
@@ -400,6 +410,11 @@ def plan_call(
         if found is not Kind.DIRECTORY:
             continue
         pinned.append(dot_git)
+        forbidden += [
+            os.path.join(place, name)
+            for name in GIT_FORBIDDEN
+            if kind(os.path.join(place, name)) is Kind.ABSENT
+        ]
         for relative, wanted in GIT_PROTECTED:
             _protect(os.path.join(place, relative), wanted, kind, masks, read_only)
     if facts.home is not None:
@@ -429,6 +444,7 @@ def plan_call(
         pinned=tuple(pinned),
         read_only=kept,
         masks=tuple(masks),
+        forbidden=tuple(forbidden),
         visible=facts.visible,
         empty_directory=facts.empty_directory,
         empty_file=facts.empty_file,
