@@ -209,7 +209,7 @@ def test_n2_a_setsid_chain_ends_when_the_server_is_killed(
         "from spice.agent.coding import PosixLauncher\n"
         "from spice.agent.coding._posix import _bwrap\n"
         "from spice.agent.coding._posix._bwrap import Namespaces\n"
-        "from spice.agent.coding._posix._launcher import PosixLauncher, adopt_orphans\n"
+        "from spice.agent.coding._posix._launcher import adopt_orphans\n"
         "from spice.agent.coding._containment import resolve_containment\n"
         "from spice.agent.process import Spec\n"
         "adopt_orphans()\n"
