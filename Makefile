@@ -35,7 +35,11 @@ WORKSPACE_SOURCES := $(foreach p,$(PACKAGES),packages/$(p)/src)
 bootstrap: system-packages inspector gemini-cli conformance
 	@command -v $(UV) >/dev/null 2>&1 && [ "$$($(UV) --version | cut -d' ' -f2)" = "$(UV_VERSION)" ] \
 	  || $(PYTHON) -m pip install --quiet "uv==$(UV_VERSION)"
-	$(UV) sync --locked --all-packages --all-extras --compile-bytecode \
+	@# Copies, not hard links into uv's cache: a server refuses to be contained while a
+	@# module it runs is a hard link on the device of a writable place (contract 11.1);
+	@# a .venv that holds hard links from an earlier bootstrap is reinstalled once.
+	UV_LINK_MODE=copy $(UV) sync --locked --all-packages --all-extras --compile-bytecode \
+	  $$(find .venv -type f -links +1 -print -quit 2>/dev/null | grep -q . && echo --reinstall) \
 	  || { echo "uv sync failed: run 'make bootstrap' once with access to PyPI to fill the cache" >&2; exit 1; }
 	$(UV_RUN) python -m compileall -q $(WORKSPACE_SOURCES)
 	@$(MAKE) --no-print-directory wheelhouse
@@ -194,6 +198,7 @@ UNPRIVILEGED_SPAWNING_TESTS := \
   packages/spice-agent-coding/tests/test_sandbox_layers.py \
   packages/spice-agent-coding/tests/test_posix_bwrap.py \
   packages/spice-agent-coding/tests/test_allow_write.py \
+  packages/spice-agent-coding/tests/test_sandbox_fs.py \
   packages/spice-agent-coding/tests/test_sandbox_tools.py \
   packages/spice-agent-coding/tests/test_seccomp.py
 test-unprivileged:
@@ -216,7 +221,7 @@ test-unprivileged:
 	if ! $$as_user /bin/sh -c '"$$0" -c pass' $$python >/dev/null 2>&1; then \
 	  for candidate in $(UNPRIVILEGED_PYTHONS); do \
 	    if $$as_user /bin/sh -c '"$$0" -c pass' $$candidate >/dev/null 2>&1 \
-	       && UV_PROJECT_ENVIRONMENT=$$scratch/venv $(UV) sync --locked --all-packages --all-extras \
+	       && UV_LINK_MODE=copy UV_PROJECT_ENVIRONMENT=$$scratch/venv $(UV) sync --locked --all-packages --all-extras \
 	            --python $$candidate --quiet >/dev/null 2>&1; then \
 	      python=$$scratch/venv/bin/python; break; \
 	    fi; \

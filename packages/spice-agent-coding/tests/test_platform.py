@@ -50,7 +50,7 @@ def test_on_windows_auto_warns_off_is_quiet_and_nothing_is_contained(
     tmp_path: Path, mode: str, warning: str | None
 ) -> None:
     launcher = platform_launcher(
-        Settings(Config(str(tmp_path)), mode.strip().lower()), windows=True
+        Settings(Config(str(tmp_path)), mode.strip().lower()).sandbox_request(), windows=True
     )
     assert (False, None, warning, "off") == (
         launcher.contained,
@@ -65,7 +65,9 @@ def test_on_windows_auto_warns_off_is_quiet_and_nothing_is_contained(
 
 def test_on_windows_workspace_refuses_with_its_own_reason(tmp_path: Path) -> None:
     with pytest.raises(ContainmentUnavailable) as raised:
-        platform_launcher(Settings(Config(str(tmp_path)), "workspace"), windows=True)
+        platform_launcher(
+            Settings(Config(str(tmp_path)), "workspace").sandbox_request(), windows=True
+        )
     assert isinstance(raised.value, WindowsContainmentUnavailable)
     assert NO_SANDBOX == str(raised.value)
 

@@ -93,11 +93,18 @@ class Process(Protocol):
 
 @final
 class LaunchError(Exception):
-    """A start failed. ``process``, when set, was created anyway and is now the caller's."""
+    """A start failed. ``process``, when set, was created anyway and is now the caller's.
 
-    def __init__(self, process: Process | None = None) -> None:
+    ``reason``, when set, is the launcher's own short sentence on why nothing started
+    (a refusal of its sandbox, say), for the caller's answer: at most 512 UTF-8 bytes
+    and no control characters, else the caller ignores it. It never holds argv,
+    environment or OS error text.
+    """
+
+    def __init__(self, process: Process | None = None, reason: str | None = None) -> None:
         super().__init__("the process could not be started")
         self.process = process
+        self.reason = reason
 
 
 @runtime_checkable

@@ -1,4 +1,4 @@
-"""The ``spice-coding`` command line: ``tools``, ``call`` and ``serve``.
+"""The ``spice-coding`` command line: ``tools``, ``call``, ``serve`` and ``cache clean``.
 
 Exit codes: 0 success; 1 a model-visible failure (the tool's result says
 why); 2 an execution error or unusable input (bad JSON, a bad root, a bad
@@ -111,6 +111,7 @@ def _parser() -> argparse.ArgumentParser:
         ("call", "run one call through the dispatcher and print its result as JSON"),
         ("serve", "serve the tools over MCP on stdin/stdout, or streamable HTTP"),
         ("token", "add a bearer token for serve --transport http to a token file"),
+        ("cache", "cache clean: remove the worktree's private caches of contained commands"),
     ):
         sub = commands.add_parser(name, help=summary, description=summary, epilog=EPILOG)
         sub.add_argument("--root", metavar="DIR", default=argparse.SUPPRESS, help=root_help)
@@ -123,6 +124,8 @@ def _parser() -> argparse.ArgumentParser:
             sub.add_argument("--scopes", required=True, help="read, write or shell (or a list)")
             sub.add_argument("--token-file", required=True, metavar="PATH", help="the file")
             sub.add_argument("--not-after", metavar="DATE", help="last day (UTC) it is accepted")
+        if name == "cache":
+            sub.add_argument("action", metavar="clean", choices=("clean",), help="clean")
         if name == "call":
             sub.add_argument("tool", metavar="TOOL", help="the tool's name")
             sub.add_argument(
@@ -353,18 +356,6 @@ def _read_arguments(text: str) -> str | None:
     return text
 
 
-def launcher_for(settings: Settings, probe: Callable[[], int] | None = None) -> PlatformLauncher:
-    """The launcher that ``serve``, ``call`` and ``tools`` run shell commands with.
-
-    The containment of contract 9.4 comes from ``settings.sandbox`` (``auto``,
-    ``workspace``, ``off``) and ``settings.allow_network`` (``resolve_containment``;
-    ``probe`` replaces the kernel's Landlock answer, for tests). Raises
-    ``ContainmentUnavailable`` for ``workspace`` where the kernel has no Landlock, and
-    always on Windows (``_platform.platform_launcher`` picks the platform).
-    """
-    return platform_launcher(settings, probe)
-
-
 def _root_problem(root: str) -> str | None:
     """Why ``root`` cannot be the worktree (one line naming it), or ``None`` (contract 10.2).
 
@@ -403,8 +394,10 @@ def run(argv: Sequence[str] | None = None) -> int:
     if problem is not None:
         _err(problem)
         return EXIT_ERROR
+    if options.command == "cache":
+        return _clean_cache(settings.config.root)
     try:
-        launcher = launcher_for(settings)
+        launcher = platform_launcher(settings.sandbox_request())
     except ContainmentUnavailable as error:
         _err(str(error))
         return EXIT_ERROR
@@ -427,6 +420,24 @@ def run(argv: Sequence[str] | None = None) -> int:
     if http is not None:
         return asyncio.run(_serve_http(settings, launcher, http))
     return asyncio.run(_serve(settings, launcher))
+
+
+def _clean_cache(root: str) -> int:
+    """``cache clean``: remove the worktree's private cache directory (contract 11.1)."""
+    from ._posix import _facts, _tmpdir  # noqa: PLC0415 - only for this command
+
+    cache = _facts.cache_directory(root, os.environ)
+    if cache is None:
+        _err("no home or cache directory is known for the server's user")
+        return EXIT_ERROR
+    if not os.path.lexists(cache):
+        _out(json.dumps({"removed": None, "cache": cache}) + "\n")
+        return EXIT_OK
+    if not _tmpdir.remove_tree(cache):
+        _err(f"the cache directory {cache} could not be removed whole")
+        return EXIT_ERROR
+    _out(json.dumps({"removed": cache, "cache": cache}) + "\n")
+    return EXIT_OK
 
 
 def _harden() -> None:

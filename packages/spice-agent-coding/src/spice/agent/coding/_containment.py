@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Final, final
 
-from ._posix import _bwrap
+from ._posix import _bwrap, _facts
 from ._posix import _landlock as landlock
 from ._posix import _seccomp as seccomp
 from ._posix._bwrap import Namespaces
@@ -67,8 +67,23 @@ INTERPRETER_BENEATH_ROOT: Final = (
     "sandbox's code, so --sandbox workspace cannot be enforced"
 )
 AUTO_UNSAFE_ROOT: Final = "warning: {reason}; shell commands run uncontained (--sandbox off)"
+CODE_IN_WRITABLE_PLACE: Final = (
+    "the server's own code ({path}) lies in a writable place, and without namespaces it "
+    "cannot be made read-only: a command could change what the next server start runs; "
+    "install the server outside the worktree, for example with `uv tool install`"
+)
+LINKED_CODE: Final = (
+    "a module the server runs ({path}) is a hard link on the device of a writable place "
+    "(the same file may be writable there): install the server with UV_LINK_MODE=copy, "
+    "for example `UV_LINK_MODE=copy uv tool install`"
+)
 
 NO_SECCOMP: Final = "system calls (no seccomp)"
+SIGNAL_SCOPE_ABI: Final = 6
+"""The Landlock ABI that scopes signals and abstract UNIX sockets (Linux 6.12)."""
+UNSCOPED_PROCESSES: Final = "signals and abstract UNIX sockets of your user's other processes"
+OTHER_TERMINALS: Final = "other terminals of your user (`/dev/pts`)"
+UNPROTECTED_GIT: Final = "changes to .git/config, hooks and build files that run later outside"
 NOT_CONTAINED_WITHOUT_NAMESPACES: Final = (
     "without namespaces and a seccomp filter, other processes, TCP through MPTCP, "
     "Fast Open and listen(), UDP, SysV IPC and the keyring stay reachable"
@@ -95,6 +110,46 @@ def unsafe_root(root: str, interpreter: str, prefixes: Sequence[str]) -> str | N
         return ROOT_IS_SLASH
     if any(_bwrap.beneath(path, root) for path in (interpreter, *prefixes) if path):
         return INTERPRETER_BENEATH_ROOT
+    return None
+
+
+def _device(path: str) -> int | None:
+    """The device of ``path``, or of its nearest existing parent (``None`` if none)."""
+    while True:
+        try:
+            return os.stat(path).st_dev
+        except OSError:
+            parent = os.path.dirname(path)
+            if parent == path:
+                return None
+            path = parent
+
+
+def code_at_risk(
+    root: str,
+    allow_write: Sequence[str],
+    made: Namespaces,
+    trusted: Callable[[str | None], tuple[str, ...]] = _facts.server_code,
+    linked: Callable[[], tuple[tuple[str, int], ...]] = _facts.linked_modules,
+) -> str | None:
+    """Why a command could change the code of the next server start, else ``None``.
+
+    Contract 11.1 (C1). Without namespaces, any of the server's code (``trusted``) that
+    lies beneath the root or an ``--allow-write`` directory; on both paths, a loaded
+    module file with more than one link on the device of a writable place (the root,
+    an ``--allow-write`` directory, the worktree's cache). ``trusted`` and ``linked``
+    are the tests' seams.
+    """
+    places = [os.path.realpath(path) for path in (root, *allow_write)]
+    if not made.made:
+        for path in trusted(made.bwrap):
+            if any(_bwrap.beneath(path, place) for place in places):
+                return CODE_IN_WRITABLE_PLACE.format(path=path)
+    cache = _facts.cache_directory(root, os.environ)
+    devices = {_device(path) for path in (*places, *([cache] if cache else []))}
+    for path, device in linked():
+        if device in devices:
+            return LINKED_CODE.format(path=path)
     return None
 
 
@@ -177,7 +232,7 @@ class Containment:
             return None
         places = "a private $TMPDIR"
         if self.namespaces.made:
-            places = "its own /tmp ($TMPDIR) and /dev/shm"
+            places = "its own /tmp ($TMPDIR), /dev/shm"
         extra = ", ".join(self.allow_write)
         if extra:
             places += f", {extra}"
@@ -188,8 +243,13 @@ class Containment:
                 net = "open only UNIX sockets (no network)"
             else:
                 net = "reach no network"
-            others = "see or signal" if self.namespaces.made else "signal or trace"
-            isolation = f"; may {net}, hold no capabilities, cannot {others} other processes"
+            if self.namespaces.made:
+                others = "cannot see or signal other processes"
+            elif self.abi >= SIGNAL_SCOPE_ABI:
+                others = "cannot signal or trace other processes"
+            else:
+                others = "may signal (not trace) your user's other processes"
+            isolation = f"; may {net}, hold no capabilities, {others}"
         else:
             rules = set(self.enforced)
             parts = []
@@ -199,11 +259,15 @@ class Containment:
                 parts.append("no signals out")
             parts.append("network and other processes NOT fully isolated (see tools)")
             isolation = "; " + "; ".join(parts)
+        open_ = (
+            "reads but credentials; hard-linked files; build files (run later, outside)"
+            if self.namespaces.made
+            else "reads; hard-linked files; .git/config, hooks, build files (run later, outside)"
+        )
         text = (
             "Sandbox: the program and its children may write only beneath the worktree "
-            f"root, {places} and /dev/null-like devices{isolation}. Not confined: reads; "
-            "hard-linked files; .git/config, hooks, build files (run later, outside). "
-            "A write elsewhere fails with a permission error: do not retry it."
+            f"root, {places} and /dev/null-like devices{isolation}. Not confined: {open_}. "
+            "A write elsewhere fails with a permission or read-only error: do not retry it."
         )
         if len(text.encode()) > MAXIMUM_SENTENCE_BYTES and extra:
             return text.replace(f", {extra}", ", the --allow-write directories (see tools)")
@@ -261,12 +325,18 @@ class Containment:
         if not self.confined:
             return ["everything"]
         kept = [
-            "reads",
+            "reads (but the hidden credentials: see plan.hidden)"
+            if self.namespaces.made
+            else "reads (credentials included)",
             "execution",
             "file metadata (chmod, chown, utimes, xattrs)",
             "a file hard-linked into the worktree (the same file outside it)",
-            "changes to .git/config, hooks and build files that run later outside",
+            "build files that run later outside" if self.namespaces.made else UNPROTECTED_GIT,
         ]
+        if not self.namespaces.made:
+            kept.append(OTHER_TERMINALS)
+            if self.abi < SIGNAL_SCOPE_ABI:
+                kept.append(UNSCOPED_PROCESSES)
         if self.namespaces.made and not self.allow_network:
             kept.append("named UNIX sockets outside /run and /tmp (in a home directory)")
         else:
@@ -339,6 +409,13 @@ def resolve_containment(
         if root is None
         else (_bwrap.resolve_namespaces if namespaces is None else namespaces)(root)
     )
+    if root is not None:
+        reason = code_at_risk(root, writes, made)
+        if reason is not None:
+            if requested == WORKSPACE:
+                raise ContainmentUnavailable(reason)
+            warning = AUTO_UNSAFE_ROOT.format(reason=reason)
+            return Containment(DISABLED, requested, abi, allow_network, warning, allow_write=writes)
     filtered = (seccomp.available if seccomp_probe is None else seccomp_probe)()
     return Containment(
         WORKSPACE,

@@ -1,7 +1,8 @@
 """The one place that picks the process platform: POSIX, or Windows (contract 10.4).
 
 ``default_resolver`` and ``default_launcher`` are what ``compose`` uses when none is given;
-``platform_launcher`` is the launcher the CLI's sandbox settings ask for. The Windows
+``platform_launcher`` is the launcher a ``SandboxRequest`` (the CLI's sandbox settings, as
+plain values) asks for. The Windows
 modules are loaded here only on Windows; every module imports on every platform (for the
 tests, the type checker and ``PosixLauncher``'s place in the package's surface).
 """
@@ -10,14 +11,18 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Final, Protocol
+from dataclasses import dataclass
+from typing import Final, Protocol, final
 
 from spice.agent.process import ExecutableResolver, Launcher, Process, Spec
 
-from ._containment import Containment, resolve_containment
+from ._containment import DEFAULT_MODE, Containment, ContainmentUnavailable, resolve_containment
+from ._posix._cgroup import DEFAULT_MAX_PROCESSES
 
-if TYPE_CHECKING:
-    from ._settings import Settings
+PLACE_UNAVAILABLE: Final = (
+    "the worktree or an --allow-write directory cannot be opened (a symbolic link in its "
+    "path was resolved at start; it must stay a directory)"
+)
 
 WINDOWS: Final = sys.platform == "win32"
 """Whether this is Windows, where ``WindowsLauncher`` and ``WindowsResolver`` run commands."""
@@ -62,15 +67,35 @@ def default_launcher(windows: bool = WINDOWS) -> Launcher:
     return PosixLauncher()
 
 
+@final
+@dataclass(frozen=True, slots=True)
+class SandboxRequest:
+    """What the settings ask of the shell's sandbox, as plain values (no ``Settings`` here:
+    ``Settings.sandbox_request`` makes one, so this module never imports the settings)."""
+
+    root: str
+    """The worktree root (absolute)."""
+    mode: str = DEFAULT_MODE
+    """``auto``, ``workspace`` or ``off``."""
+    allow_network: bool = False
+    allow_write: tuple[str, ...] = ()
+    deny_read: tuple[str, ...] = ()
+    allow_read: tuple[str, ...] = ()
+    max_processes: int = DEFAULT_MAX_PROCESSES
+    max_memory: int | None = None
+    """Bytes of one call's memory bound; ``None``: a quarter of the machine's, at most 16 GiB."""
+
+
 def platform_launcher(
-    settings: Settings, probe: Callable[[], int] | None = None, windows: bool = WINDOWS
+    request: SandboxRequest, probe: Callable[[], int] | None = None, windows: bool = WINDOWS
 ) -> PlatformLauncher:
     """The launcher ``serve``, ``call`` and ``tools`` run commands with.
 
-    POSIX: the containment of contract 9.4 from ``settings.sandbox`` and
-    ``settings.allow_network`` (``probe`` replaces the kernel's Landlock answer).
-    Windows: never contained; ``auto`` warns, ``workspace`` raises
-    ``ContainmentUnavailable`` (a ``WindowsContainmentUnavailable``).
+    POSIX: the containment of contract 9.4 and 11.1 from ``request`` (``probe`` replaces
+    the kernel's Landlock answer), its start facts (the writable places held, the caches,
+    the server's own code) and the call cgroups' bounds. Windows: never contained; ``auto``
+    warns, ``workspace`` raises ``ContainmentUnavailable`` (a
+    ``WindowsContainmentUnavailable``).
     """
     if windows:
         from ._windows._launcher import (  # noqa: PLC0415 - Windows only
@@ -78,16 +103,33 @@ def platform_launcher(
             windows_containment,
         )
 
-        return WindowsLauncher(windows_containment(settings.sandbox, settings.allow_network))
+        return WindowsLauncher(windows_containment(request.mode, request.allow_network))
     from ._posix._cgroup import resolve_cgroups  # noqa: PLC0415 - POSIX only
     from ._posix._launcher import PosixLauncher  # noqa: PLC0415 - POSIX only
 
     containment = resolve_containment(
-        settings.sandbox,
-        settings.allow_network,
+        request.mode,
+        request.allow_network,
         probe,
-        root=settings.config.root,
-        allow_write=settings.allow_write,
+        root=request.root,
+        allow_write=request.allow_write,
     )
-    bounds = resolve_cgroups(settings.max_processes, settings.max_memory)
-    return PosixLauncher(containment, settings.config.root, bounds)
+    facts = None
+    if containment.confined:
+        from ._posix._facts import CacheUnavailable, start_facts  # noqa: PLC0415 - POSIX only
+
+        try:
+            facts = start_facts(
+                request.root,
+                containment.allow_write,
+                bwrap=containment.namespaces.bwrap,
+                deny_read=request.deny_read,
+                allow_read=request.allow_read,
+                cache=True,
+            )
+        except CacheUnavailable as error:
+            raise ContainmentUnavailable(str(error)) from None
+        except OSError:
+            raise ContainmentUnavailable(PLACE_UNAVAILABLE) from None
+    bounds = resolve_cgroups(request.max_processes, request.max_memory)
+    return PosixLauncher(containment, request.root, bounds, facts)

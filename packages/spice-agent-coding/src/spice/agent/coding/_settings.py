@@ -28,7 +28,10 @@ from spice.agent.tools.coding import Config
 
 from ._compose import UNUSABLE_ROOT, resolve_config
 from ._containment import DEFAULT_MODE, MODES, SANDBOX_ENVIRONMENT_VARIABLE, parse_mode
+from ._platform import SandboxRequest
 from ._posix._cgroup import DEFAULT_MAX_PROCESSES, MIN_MEMORY_BYTES
+from ._posix._facts import home_directory
+from ._posix._plan import CREDENTIALS
 
 __all__ = [
     "ALLOW_ENV_VARIABLE",
@@ -72,6 +75,8 @@ _UNITS: Final = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
 
 MAXIMUM_ALLOW_WRITE: Final = 32
 """At most this many ``--allow-write`` directories."""
+MAXIMUM_DENY_READ: Final = 64
+"""At most this many ``--deny-read`` paths."""
 MAXIMUM_PATH_LENGTH: Final = 4096
 """An ``--allow-write`` directory's text has at most this many characters (``PATH_MAX``)."""
 
@@ -93,6 +98,10 @@ _COMMAND_TIMEOUT_FLAG: Final = "--command-timeout"
 _SANDBOX_FLAG: Final = "--sandbox"
 EMPTY_ROOT: Final = "--root is empty: name the worktree's directory, or leave --root out"
 _ALLOW_WRITE_FLAG: Final = "--allow-write"
+_DENY_READ_FLAG: Final = "--deny-read"
+_ALLOW_READ_FLAG: Final = "--allow-read"
+_SHOWN_CHARACTERS: Final = 200
+"""At most this many characters of a refused ``--allow-read`` value are named."""
 _BYTES_FIELDS: Final = (
     ("max_read_bytes", "--max-read-bytes", MAX_READ_BYTES_VARIABLE),
     ("max_write_bytes", "--max-write-bytes", MAX_WRITE_BYTES_VARIABLE),
@@ -136,6 +145,9 @@ class Flags:
     max_processes: str | None = None
     max_memory: str | None = None
 
+    deny_read: tuple[str, ...] = ()
+    allow_read: tuple[str, ...] = ()
+
 
 @final
 @dataclass(frozen=True, slots=True)
@@ -154,6 +166,8 @@ class Settings:
     max_processes: int = DEFAULT_MAX_PROCESSES
     max_memory: int | None = None
     """Bytes of one call's memory bound; ``None``: a quarter of the machine's, at most 16 GiB."""
+    deny_read: tuple[str, ...] = ()
+    allow_read: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.config, Config):
@@ -166,6 +180,19 @@ class Settings:
             isinstance(path, str) for path in self.allow_write
         ):
             raise TypeError("allow_write must be a tuple of paths")
+
+    def sandbox_request(self) -> SandboxRequest:
+        """What these settings ask of the shell's sandbox (``_platform.platform_launcher``)."""
+        return SandboxRequest(
+            self.config.root,
+            self.sandbox,
+            self.allow_network,
+            self.allow_write,
+            self.deny_read,
+            self.allow_read,
+            self.max_processes,
+            self.max_memory,
+        )
 
 
 def add_arguments(parser: argparse.ArgumentParser, *, after_command: bool) -> None:
@@ -242,6 +269,24 @@ def add_arguments(parser: argparse.ArgumentParser, *, after_command: bool) -> No
         f"K, M or G (binary units), at least 16M (default ${MAX_MEMORY_VARIABLE}, else a "
         "quarter of the machine's memory, at most 16G)",
     )
+    parser.add_argument(
+        _DENY_READ_FLAG,
+        metavar="PATH",
+        action="append",
+        dest="deny_read" + suffix,
+        default=argparse.SUPPRESS if after_command else [],
+        help="an existing absolute path outside the worktree that contained commands see "
+        "as empty, besides the user's credentials (repeatable; namespaces only)",
+    )
+    parser.add_argument(
+        _ALLOW_READ_FLAG,
+        metavar="PATH",
+        action="append",
+        dest="allow_read" + suffix,
+        default=argparse.SUPPRESS if after_command else [],
+        help="show contained commands one of the hidden credentials again, such as "
+        "~/.npmrc (repeatable; `tools` lists them)",
+    )
 
 
 def flags_of(options: argparse.Namespace) -> Flags:
@@ -254,6 +299,8 @@ def flags_of(options: argparse.Namespace) -> Flags:
 
     allow_env = (*values.get("allow_env", ()), *values.get("allow_env" + _AFTER, ()))
     allow_write = (*values.get("allow_write", ()), *values.get("allow_write" + _AFTER, ()))
+    deny_read = (*values.get("deny_read", ()), *values.get("deny_read" + _AFTER, ()))
+    allow_read = (*values.get("allow_read", ()), *values.get("allow_read" + _AFTER, ()))
     return Flags(
         root=text("root"),
         allow_env=tuple(allow_env),
@@ -267,6 +314,8 @@ def flags_of(options: argparse.Namespace) -> Flags:
         allow_write=tuple(allow_write),
         max_processes=text("max_processes"),
         max_memory=text("max_memory"),
+        deny_read=tuple(deny_read),
+        allow_read=tuple(allow_read),
     )
 
 
@@ -310,6 +359,8 @@ def resolve_settings(flags: Flags, environ: Mapping[str, str] | None = None) -> 
             _chosen(flags.max_processes, "--max-processes", source, MAX_PROCESSES_VARIABLE)
         ),
         _max_memory(_chosen(flags.max_memory, "--max-memory", source, MAX_MEMORY_VARIABLE)),
+        _deny_read(flags.deny_read, base.root),
+        _allow_read(flags.allow_read, source),
     )
 
 
@@ -630,3 +681,53 @@ def _max_memory(chosen: tuple[str, str] | None) -> int | None:
     if not MIN_MEMORY_BYTES <= value <= MAXIMUM_MEMORY_BYTES:
         raise SettingsError(f"{origin} must be at least 16M and at most 1P")
     return value
+
+
+def _deny_read(from_flags: tuple[str, ...], root: str) -> tuple[str, ...]:
+    """The ``--deny-read`` paths: existing, absolute, resolved; never inside the worktree."""
+    if len(from_flags) > MAXIMUM_DENY_READ:
+        raise SettingsError(f"{_DENY_READ_FLAG} names at most {MAXIMUM_DENY_READ} paths")
+    real_root = os.path.realpath(root)
+    chosen: list[str] = []
+    for item in from_flags:
+        if (
+            len(item) > MAXIMUM_PATH_LENGTH
+            or "\0" in item
+            or not os.path.isabs(item)
+            or not os.path.lexists(item)
+        ):
+            raise SettingsError(f"{_DENY_READ_FLAG} takes existing absolute paths")
+        real = os.path.realpath(item)
+        if real == os.sep:
+            raise SettingsError(f"{_DENY_READ_FLAG} cannot be /")
+        if (
+            real == real_root
+            or real.startswith(real_root + os.sep)
+            or (real_root.startswith(real + os.sep))
+        ):
+            raise SettingsError(f"{_DENY_READ_FLAG} cannot hide the worktree or a path inside it")
+        if real not in chosen:
+            chosen.append(real)
+    return tuple(chosen)
+
+
+def _allow_read(from_flags: tuple[str, ...], source: Mapping[str, str]) -> tuple[str, ...]:
+    """The default denials taken back, as their names relative to the home (``.ssh``)."""
+    home = home_directory(source)
+    chosen: list[str] = []
+    for item in from_flags:
+        name = item.strip()
+        if name.startswith("~/"):
+            name = name[2:]
+        elif home is not None and os.path.isabs(name):
+            name = os.path.relpath(os.path.normpath(name), home) if name.startswith(home) else ""
+        name = os.path.normpath(name) if name else name
+        if name not in CREDENTIALS:
+            shown = item[:_SHOWN_CHARACTERS].encode("unicode_escape").decode("ascii")
+            raise SettingsError(
+                f"{_ALLOW_READ_FLAG} {shown!r} is not one of the hidden credentials "
+                "(~/.ssh, ~/.aws, ~/.npmrc, ...: `tools` lists them)"
+            )
+        if name not in chosen:
+            chosen.append(name)
+    return tuple(chosen)

@@ -23,6 +23,8 @@ character of 2 to 4 bytes becomes at most 2 (UTF-16 code units, as JavaScript co
 PATH_BYTES: Final = 4096
 """Longest path a tool accepts (and so repeats in an answer)."""
 SMALL_FIELDS_CHARS: Final = 2048
+HINT_BYTES: Final = 512
+"""The longest ``sandbox_hint`` a shell answer carries (the launcher's sentence)."""
 """Room for the fixed keys and small values (numbers, booleans, digests) of any answer."""
 DIFF_BYTES: Final = 16 * 1024
 """Longest ``diff`` of a ``replace`` answer (contract 9.2)."""
@@ -88,6 +90,7 @@ _FIELDS: Final[Mapping[str, Mapping[str, Mapping[str, object]]]] = {
         "timed_out": _BOOLEAN,
         "managed_cleanup_completed": _BOOLEAN,
         "contained": _BOOLEAN,
+        "sandbox_hint": _STRING,
         "encoding": _STRING,
         "stdout": _STRING,
         "stderr": _STRING,
@@ -126,7 +129,8 @@ def largest_answer_chars(name: str, config: Config) -> int:
     variable = {
         "read": config.max_read_bytes,
         "replace": DIFF_BYTES + QUOTE_BYTES,
-        "shell": config.max_output_bytes + PATH_BYTES,  # stdout and stderr, and the workdir
+        # stdout and stderr, the workdir, and a launcher's sandbox_hint (at most 512 bytes)
+        "shell": config.max_output_bytes + PATH_BYTES + HINT_BYTES,
     }.get(name)
     if variable is None:
         return ANSWER_CHARS

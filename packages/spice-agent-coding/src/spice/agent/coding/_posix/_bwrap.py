@@ -133,8 +133,12 @@ def wrapper(
     info: int | None = None,
     *,
     sized: bool = True,
+    binds: Sequence[tuple[str, str, bool]] = (),
 ) -> list[str]:
     """The ``bwrap`` argv for one call; the supervisor's argv follows the ``--``.
+
+    ``binds`` (the call's plan, ``_plan.CallPlan.bwrap_argv``): ``(source, destination,
+    writable)`` in order, after ``writable``; later ones cover earlier ones.
 
     The file system read-only; a private ``/tmp`` (the call's TMPDIR, ``PRIVATE_TMP``);
     ``writable`` (the worktree and each ``--allow-write`` directory) bound read-write at
@@ -176,6 +180,8 @@ def wrapper(
         argv += ["--tmpfs", HIDDEN_RUN]
     for path in writable:
         argv += ["--bind", path, path]
+    for source, destination, read_write in binds:
+        argv += ["--bind" if read_write else "--ro-bind", source, destination]
     if lifeline is not None:
         argv += ["--json-status-fd", str(lifeline)]
     if info is not None:

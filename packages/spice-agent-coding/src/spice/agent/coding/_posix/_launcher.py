@@ -38,12 +38,14 @@ in short:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import marshal
 import os
+import stat
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Final, final
 
@@ -51,7 +53,7 @@ from spice.agent.process import LaunchError, ProcessFailure, Spec
 from spice.agent.tools.coding.settling import settle
 
 from .._containment import OFF, Containment
-from . import _bwrap
+from . import _bwrap, _facts, _hints, _plan
 from . import _orphans as orphans
 from . import _supervisor as supervisor
 from ._cgroup import CallCgroup, Cgroups
@@ -388,6 +390,70 @@ def _pid_of(popen: subprocess.Popen[bytes]) -> int:
     return popen.pid
 
 
+PLACE_CHANGED: Final = (
+    "a writable place (the worktree or an --allow-write directory) is no longer the "
+    "directory the server started with (replaced, or a symbolic link now): nothing was "
+    "started; restart the server after checking it"
+)
+"""Why a call is refused when a writable place changed since the start (contract 11.1)."""
+
+
+_MOUNT_POINTS: dict[str, int] = {}
+"""Mount points ``bwrap`` makes for absent protected paths, with the calls that use them.
+
+The last call to end removes one (if it is still empty); while a call uses one, a later
+call's plan counts it as absent too, so that it never binds the mount point itself."""
+
+
+def _planned_kind(path: str) -> _plan.Kind:
+    """``_plan.kind_of``, with this server's live mount points counted as absent."""
+    return _plan.Kind.ABSENT if path in _MOUNT_POINTS else _plan.kind_of(path)
+
+
+def _take_mount_points(plan: _plan.CallPlan) -> tuple[str, ...]:
+    taken = tuple(mask.path for mask in plan.mount_points)
+    for path in taken:
+        _MOUNT_POINTS[path] = _MOUNT_POINTS.get(path, 0) + 1
+    return taken
+
+
+def _after_call(taken: Iterable[str], forbidden: Iterable[str]) -> None:
+    """At the join: the call's mount points released, the files it must not leave removed."""
+    _release_mount_points(taken)
+    for path in forbidden:
+        with contextlib.suppress(OSError):
+            if not stat.S_ISDIR(os.lstat(path).st_mode):
+                os.unlink(path)
+
+
+def _release_mount_points(taken: Iterable[str]) -> None:
+    """Drop this call's use of its mount points; remove each the last user leaves empty."""
+    for path in taken:
+        left = _MOUNT_POINTS.get(path, 1) - 1
+        if left > 0:
+            _MOUNT_POINTS[path] = left
+            continue
+        _MOUNT_POINTS.pop(path, None)
+        with contextlib.suppress(OSError):
+            info = os.lstat(path)
+            if stat.S_ISDIR(info.st_mode):
+                os.rmdir(path)  # only an empty one
+            elif stat.S_ISREG(info.st_mode) and info.st_size == 0:
+                os.unlink(path)
+
+
+def _hinter(scanner: _hints.RefusalScanner, plan: _plan.CallPlan) -> Callable[[], str | None]:
+    def hint() -> str | None:
+        return _hints.sandbox_hint(
+            scanner,
+            plan.landlock_writable(),
+            plan.hidden,
+            network_denied=not plan.allow_network,
+        )
+
+    return hint
+
+
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
@@ -418,13 +484,14 @@ class PosixLauncher:
     True
     """
 
-    __slots__ = ("_bounds", "_cgroups", "_containment", "_root", "_supervised")
+    __slots__ = ("_bounds", "_cgroups", "_containment", "_facts", "_root", "_supervised")
 
     def __init__(
         self,
         containment: Containment = OFF,
         root: str | None = None,
         cgroups: Cgroups | None = None,
+        facts: _plan.StartFacts | None = None,
     ) -> None:
         if not isinstance(containment, Containment):
             raise TypeError("containment must be a Containment")
@@ -437,6 +504,12 @@ class PosixLauncher:
         self._bounds = _Bounds()
         if containment.confined and not self._supervised:
             raise ValueError("containment needs the supervisor, which is unavailable here")
+        if containment.confined and facts is None and root is not None:
+            # Without the CLI's facts: no private caches, the rest as the CLI's.
+            facts = _facts.start_facts(
+                root, containment.allow_write, bwrap=containment.namespaces.bwrap
+            )
+        self._facts = facts if containment.confined else None
 
     @property
     def contained(self) -> bool:
@@ -465,6 +538,18 @@ class PosixLauncher:
         )
         if self._cgroups is not None and self._supervised:
             report["bounds"] = self._cgroups.report()
+        if self._facts is not None:
+            namespaces = self._containment.namespaces.made
+            sample = _plan.plan_call(
+                self._facts,
+                namespaces=namespaces,
+                allow_network=self._containment.allow_network,
+                environment=(),
+                temporary=_bwrap.PRIVATE_TMP if namespaces else "a fresh directory per call",
+                kind=_planned_kind,
+                visible=_KEPT_VISIBLE,
+            )
+            report["plan"] = sample.rules()
         return report
 
     async def start(self, spec: Spec) -> PosixProcess:
@@ -506,9 +591,27 @@ class PosixLauncher:
         raise LaunchError from None
 
     def _spawn_supervisor(self, spec: Spec) -> PosixProcess:
+        """Spawn the supervisor (in ``bwrap`` with namespaces) for the call's plan."""
+        if self._facts is not None and _facts.changed_place(self._facts.places) is not None:
+            raise LaunchError(reason=PLACE_CHANGED)
+        scanner: _hints.RefusalScanner | None = None
+        if self._facts is not None:
+            scanner = _hints.RefusalScanner()
+            spec = Spec(
+                spec.executable,
+                spec.arguments,
+                spec.working_directory,
+                spec.environment,
+                spec.stdin,
+                _hints.Scanned(spec.stdout, scanner, 1),
+                _hints.Scanned(spec.stderr, scanner, 2),
+                spec.capabilities,
+            )
         ends = _Ends()
         temporary: str | None = None
         cgroup: CallCgroup | None = None
+        plan: _plan.CallPlan | None = None
+        taken: tuple[str, ...] = ()
         try:
             if self._cgroups is not None and self._cgroups.made:
                 cgroup = self._cgroups.make()  # the bounds are promised: none, no start
@@ -516,59 +619,64 @@ class PosixLauncher:
             standard = ends.standard(spec)
             report_read, report_write = ends.pipe(parent_reads=True)
             os.set_blocking(report_read, False)
-            environment: Iterable[str] = spec.environment
-            writable: list[str] = []
             wrapper: list[str] = []
             workdir = b""
             lifeline: tuple[int, int] | None = None
             info: tuple[int, int] | None = None
-            confined = self._containment.confined and self._root is not None
-            bwrap = self._containment.namespaces.bwrap if confined else None
-            if confined and self._root is not None and bwrap is not None:
-                # Namespaces: the call's TMPDIR is the private /tmp of its mount namespace.
-                environment = _with_temporary(spec.environment, _bwrap.PRIVATE_TMP)
+            facts = self._facts
+            bwrap = self._containment.namespaces.bwrap if facts is not None else None
+            if facts is not None:
+                if bwrap is None:
+                    temporary = tempfile.mkdtemp(prefix=TMPDIR_PREFIX)
+                plan = _plan.plan_call(
+                    facts,
+                    namespaces=bwrap is not None,
+                    allow_network=self._containment.allow_network,
+                    environment=spec.environment,
+                    temporary=_bwrap.PRIVATE_TMP if temporary is None else temporary,
+                    kind=_planned_kind,
+                    visible=_KEPT_VISIBLE,
+                )
+            if plan is not None and bwrap is not None:
                 # bwrap's status pipe: the supervisor reads, only bwrap's monitor writes.
                 lifeline = os.pipe()
                 ends.parent.append(lifeline[0])
                 ends.child.append(lifeline[1])
                 info = ends.pipe(parent_reads=True)  # bwrap's --info-fd: the supervisor's pid
                 os.set_blocking(info[0], False)
-                real = [os.path.realpath(p) for p in (self._root, *self._containment.allow_write)]
-                for path in real:
-                    # bwrap cannot bind a missing place, and would fail without a word:
-                    # a missing one is "nothing started" here, before anything exists.
-                    os.close(os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC))
-                wrapper = _bwrap.wrapper(
-                    bwrap,
-                    real,
-                    self._containment.allow_network,
-                    _KEPT_VISIBLE,
-                    lifeline[1],
-                    info[1],
-                    sized=self._containment.namespaces.sized,
+                taken = _take_mount_points(plan)
+                wrapper = plan.bwrap_argv(
+                    bwrap, lifeline[1], info[1], self._containment.namespaces.sized
                 )
-                writable = [*real, _bwrap.PRIVATE_TMP]
                 held = os.fstat(standard.directory)
                 workdir = f"{held.st_dev}:{held.st_ino}".encode()
-            elif confined and self._root is not None:
-                temporary = tempfile.mkdtemp(prefix=TMPDIR_PREFIX)
-                environment = _with_temporary(spec.environment, temporary)
-                writable = [self._root, temporary, *self._containment.allow_write]
-            blob = supervisor.encode_spec(
-                0 if wrapper else os.getpid(),
-                self._containment.abi if confined else 0,
-                [os.fsencode(path) for path in writable],
-                self._containment.allow_network,
-                os.fsencode(spec.executable),
-                [os.fsencode(argument) for argument in spec.arguments],
-                [os.fsencode(entry) for entry in environment],
-                b"" if temporary is None else os.fsencode(temporary),
-                self._containment.layers if confined else 0,
-                workdir,
-                None if lifeline is None else lifeline[0],
-                () if cgroup is None else cgroup.procs,
-                0 if self._cgroups is None else self._cgroups.rlimit_processes,
-            )
+            procs = () if cgroup is None else cgroup.procs
+            rlimit = 0 if self._cgroups is None else self._cgroups.rlimit_processes
+            if plan is not None:
+                blob = plan.spec(
+                    0 if wrapper else os.getpid(),
+                    self._containment.abi,
+                    self._containment.layers,
+                    spec.executable,
+                    spec.arguments,
+                    workdir,
+                    None if lifeline is None else lifeline[0],
+                    temporary,
+                    procs,
+                    rlimit,
+                )
+            else:
+                blob = supervisor.encode_spec(
+                    os.getpid(),
+                    0,
+                    [],
+                    self._containment.allow_network,
+                    os.fsencode(spec.executable),
+                    [os.fsencode(argument) for argument in spec.arguments],
+                    [os.fsencode(entry) for entry in spec.environment],
+                    cgroups=procs,
+                    processes=rlimit,
+                )
             memory = os.memfd_create("spice-command", os.MFD_CLOEXEC)
             ends.child.append(memory)
             _write_all(memory, blob)
@@ -581,7 +689,7 @@ class PosixLauncher:
                     report_write,
                     *(lifeline or ()),
                     *(info or ())[1:],
-                    *(() if cgroup is None else cgroup.procs),
+                    *procs,
                 ),
                 wrapper,
             )
@@ -591,10 +699,11 @@ class PosixLauncher:
                 _remove_tree(temporary)
             if cgroup is not None:
                 cgroup.remove()
+            _release_mount_points(taken)
             raise LaunchError from None
         finally:
             ends.close_child()
-        return ends.process(
+        process = ends.process(
             popen,
             spec,
             standard,
@@ -605,6 +714,12 @@ class PosixLauncher:
             info=None if info is None else info[0],
             cgroup=cgroup,
         )
+        if taken or (plan is not None and plan.forbidden):
+            forbidden = () if plan is None else plan.forbidden
+            process._after_join = lambda: _after_call(taken, forbidden)
+        if scanner is not None and plan is not None:
+            process._hint = _hinter(scanner, plan)
+        return process
 
     def _start_direct(self, spec: Spec) -> PosixProcess:
         """Without a supervisor (not Linux): the command itself leads its group."""

@@ -591,6 +591,10 @@ class PosixProcess:
         self._temporary = temporary
         self._temporary_left = False
         self._join_lock = asyncio.Lock()
+        self._after_join: Callable[[], None] | None = None
+        """The launcher's release of what it made for the call besides the TMPDIR."""
+        self._hint: Callable[[], str | None] | None = None
+        """The call's ``sandbox_hint`` from its plan and its output (contained calls)."""
 
     @property
     def supervised(self) -> bool:
@@ -611,6 +615,14 @@ class PosixProcess:
     def cleanup_completed(self) -> bool:
         """After the join: whether what the launcher made for the call is gone (its TMPDIR)."""
         return self._leader.state is _State.JOINED and not self._temporary_left
+
+    @property
+    def sandbox_hint(self) -> str | None:
+        """After the join: one sentence naming the flag that would allow what the sandbox
+        refused, as the command's output shows it (``_posix._hints``), else ``None``."""
+        if self._hint is None or self._leader.state is not _State.JOINED:
+            return None
+        return self._hint()
 
     def _running_monitor(self) -> int | None:
         """bwrap's monitor's pid while it runs unreaped (its child is the supervisor)."""
@@ -767,6 +779,9 @@ class PosixProcess:
                     # what came here is not all gone: not clean, the join is tried again.
                     raise ProcessFailure(Operation.WAIT, retryable=True)
             await self._remove_temporary()
+            after, self._after_join = self._after_join, None
+            if after is not None:
+                after()
             await self._streams.drain(self._bounds.drain)
             if report is not None:
                 report.close()

@@ -366,6 +366,7 @@ def _is_absolute_canonical(path: object) -> bool:
 class _Started:
     entry: Entry | None
     partial: bool
+    reason: str | None = None
 
 
 @final
@@ -400,6 +401,7 @@ class _Frame:
         timed_out: bool = False,
         managed_cleanup_completed: bool = False,
         problem: tuple[str, str] | None = None,
+        sandbox_hint: str | None = None,
     ) -> dict[str, object]:
         """Every shell field (``ok``, ``code`` and ``message`` are added by the caller).
 
@@ -413,6 +415,8 @@ class _Frame:
             "managed_cleanup_completed": managed_cleanup_completed,
             "contained": self.contained,
         }
+        if sandbox_hint is not None:
+            content["sandbox_hint"] = sandbox_hint
         content.update(_output_fields(capture or Capture(1), problem, content))
         return content
 
@@ -504,7 +508,8 @@ class _Shell:
         except Exception:  # noqa: BLE001 - a launcher breaking its contract is a host failure
             raise ExecutionError(call.id, _UNCERTAIN, _RETRY, _LAUNCHER_FAILED) from None
         if started.entry is None:
-            return _refuse(call, "launch_failed", _PROBLEMS["launch_failed"], frame, capture)
+            problem = started.reason or _PROBLEMS["launch_failed"]
+            return _refuse(call, "launch_failed", problem, frame, capture)
         if started.partial:
             finished = await self._finish_shielded(call, started.entry, stop=True)
             if not finished.joined:
@@ -565,7 +570,7 @@ class _Shell:
             partial: object = error.process
             if partial is None:
                 ticket.release_slot()
-                return _Started(None, partial=False)
+                return _Started(None, partial=False, reason=launcher_text(error.reason))
             return _Started(self._own(ticket, partial), partial=True)
         except BaseException:
             ticket.release_slot()
@@ -650,6 +655,7 @@ class _Shell:
             timed_out=timed_out,
             managed_cleanup_completed=finished.clean,
             problem=(code, problem) if code is not None and problem is not None else None,
+            sandbox_hint=process_hint(process) if code is not None and frame.contained else None,
         )
         if code is None or problem is None:
             return success(call, content, _UNCERTAIN, _RETRY)
@@ -814,6 +820,24 @@ def launcher_containment(launcher: object) -> str | None:
     return text
 
 
+def launcher_text(value: object) -> str | None:
+    """A launcher's own short sentence (a ``LaunchError.reason``, a ``sandbox_hint``),
+    when usable: a ``str`` of 1 to ``MAXIMUM_CONTAINMENT_BYTES`` UTF-8 bytes without
+    control characters; anything else is ignored (``None``)."""
+    if not isinstance(value, str):
+        return None
+    text = value.strip()
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        return None
+    if not 0 < size <= MAXIMUM_CONTAINMENT_BYTES:
+        return None
+    if any(unicodedata.category(char) == "Cc" for char in text):
+        return None
+    return text
+
+
 def launcher_contained(launcher: object) -> bool:
     """The launcher's optional ``contained`` attribute: ``True`` only when it is ``True``.
 
@@ -826,6 +850,19 @@ def launcher_contained(launcher: object) -> bool:
     except Exception:  # noqa: BLE001 - a failing property is a launcher saying nothing
         return False
     return value is True
+
+
+def process_hint(process: object) -> str | None:
+    """The joined process's optional ``sandbox_hint`` (``launcher_text`` rules), if usable.
+
+    A launcher that confines its processes may say, after the join of a command that
+    failed, which of its flags would allow what its sandbox refused (contract 11.1).
+    """
+    try:
+        value = getattr(process, "sandbox_hint", None)
+    except Exception:  # noqa: BLE001 - a failing property is a launcher saying nothing
+        return None
+    return launcher_text(value)
 
 
 def process_cleaned_up(process: object) -> bool:

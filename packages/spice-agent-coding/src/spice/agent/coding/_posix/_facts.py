@@ -1,0 +1,268 @@
+"""What the server settles once at start for every call's plan (``_plan.StartFacts``).
+
+- the writable places, resolved and their identity (device, inode) taken once; each
+  call checks them again without following a symlink (``changed_place``);
+- the server's home (``$HOME``, else the password database) and its worktree's private
+  cache directory (``<user cache>/spice-coding/<hash of the root>/``), made here, with
+  the empty read-only templates that masks are bound from;
+- the code the server runs (``server_code``) and the loaded module files that are hard
+  links (``linked_modules``), which ``_containment`` weighs against the writable places.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Final
+
+from ._plan import CACHE_DIRECTORIES, CREDENTIALS, Place, StartFacts
+
+__all__ = [
+    "CACHE_APPLICATION",
+    "CacheUnavailable",
+    "cache_directory",
+    "changed_place",
+    "home_directory",
+    "kept_visible",
+    "linked_modules",
+    "place_of",
+    "server_code",
+    "start_facts",
+]
+
+CACHE_APPLICATION: Final = "spice-coding"
+"""The application's directory under the user's cache directory."""
+
+ROOT_HASH_CHARACTERS: Final = 16
+"""Hex characters of the root's SHA-256 that name its cache (64 bits: no collision)."""
+
+_EMPTY: Final = ".empty"
+# POSIX-only flags with a default: the module imports on Windows, which never runs it.
+_STEP_FLAGS: Final = (
+    getattr(os, "O_DIRECTORY", 0)
+    | getattr(os, "O_NOFOLLOW", 0)
+    | getattr(os, "O_CLOEXEC", 0)
+    | getattr(os, "O_PATH", 0)
+)
+
+
+class CacheUnavailable(Exception):
+    """The worktree's cache directory could not be made (a start error, exit 2)."""
+
+
+def home_directory(environ: Mapping[str, str]) -> str | None:
+    """The server's home: ``$HOME`` when absolute, else the password database's entry."""
+    home = environ.get("HOME", "")
+    if not os.path.isabs(home):
+        if sys.platform == "win32":
+            return None
+        import pwd  # noqa: PLC0415 - POSIX only
+
+        try:
+            home = pwd.getpwuid(os.getuid()).pw_dir
+        except (KeyError, OSError):
+            return None
+    if not os.path.isabs(home):
+        return None
+    real = os.path.realpath(home)
+    return None if real == os.sep else real
+
+
+def user_cache_directory(environ: Mapping[str, str], home: str | None) -> str | None:
+    """``$XDG_CACHE_HOME`` when absolute, else ``~/.cache``."""
+    chosen = environ.get("XDG_CACHE_HOME", "")
+    if os.path.isabs(chosen):
+        return os.path.realpath(chosen)
+    return None if home is None else os.path.join(home, ".cache")
+
+
+def cache_directory(root: str, environ: Mapping[str, str]) -> str | None:
+    """The worktree's private cache directory (not made), ``None`` without a home."""
+    base = user_cache_directory(environ, home_directory(environ))
+    if base is None:
+        return None
+    digest = hashlib.sha256(os.fsencode(os.path.realpath(root))).hexdigest()
+    return os.path.join(base, CACHE_APPLICATION, digest[:ROOT_HASH_CHARACTERS])
+
+
+def _make_templates(environ: Mapping[str, str]) -> tuple[str, str]:
+    """The empty read-only directory and file masks are bound from (made once, checked)."""
+    base = user_cache_directory(environ, home_directory(environ))
+    if base is None:
+        raise CacheUnavailable("no home or cache directory is known for the server's user")
+    templates = os.path.join(base, CACHE_APPLICATION, _EMPTY)
+    empty_directory = os.path.join(templates, "directory")
+    empty_file = os.path.join(templates, "file")
+    try:
+        os.makedirs(empty_directory, mode=0o700, exist_ok=True)
+        if os.listdir(empty_directory):
+            raise CacheUnavailable(f"{empty_directory} must be empty")
+        os.chmod(empty_directory, 0o555)  # noqa: S103 - an empty directory, read-only
+        try:
+            os.close(os.open(empty_file, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o444))
+        except FileExistsError:
+            info = os.lstat(empty_file)
+            if not stat.S_ISREG(info.st_mode) or info.st_size:
+                raise CacheUnavailable(f"{empty_file} must be an empty file") from None
+        os.chmod(empty_file, 0o444)
+    except OSError:
+        raise CacheUnavailable(
+            f"the directory {templates} cannot be made (set XDG_CACHE_HOME to a writable directory)"
+        ) from None
+    return empty_directory, empty_file
+
+
+def _make_cache(root: str, environ: Mapping[str, str]) -> str:
+    """Make the worktree's cache directory; ``CacheUnavailable`` when it cannot be made."""
+    cache = cache_directory(root, environ)
+    if cache is None:
+        raise CacheUnavailable("no home or cache directory is known for the server's user")
+    try:
+        for sub in CACHE_DIRECTORIES:
+            os.makedirs(os.path.join(cache, sub) if sub else cache, mode=0o700, exist_ok=True)
+        if not stat.S_ISDIR(os.lstat(cache).st_mode):
+            raise NotADirectoryError(cache)
+    except OSError:
+        raise CacheUnavailable(
+            f"the cache directory {cache} cannot be made (set XDG_CACHE_HOME to a "
+            "writable directory)"
+        ) from None
+    return os.path.realpath(cache)
+
+
+def place_of(path: str) -> Place:
+    """The writable place ``path`` is now: its real path and identity (``OSError`` if gone)."""
+    real = os.path.realpath(path)
+    info = _identity(real)
+    return Place(real, info.st_dev, info.st_ino)
+
+
+def _identity(path: str) -> os.stat_result:
+    """``fstat`` of the directory ``path``, opened from ``/`` without following a symlink."""
+    fd = os.open("/", _STEP_FLAGS)
+    try:
+        for name in path.split("/"):
+            if name:
+                step = os.open(name, _STEP_FLAGS, dir_fd=fd)
+                os.close(fd)
+                fd = step
+        return os.fstat(fd)
+    finally:
+        os.close(fd)
+
+
+def changed_place(places: Iterable[Place]) -> str | None:
+    """The first place that is no longer the directory the server started with, else ``None``.
+
+    Walked from ``/`` without following a symlink: a place (or one of its parents)
+    swapped for a link, removed or replaced is named here and the call is refused.
+    """
+    for place in places:
+        try:
+            info = _identity(place.path)
+        except OSError:
+            return place.path
+        if (info.st_dev, info.st_ino) != (place.device, place.inode):
+            return place.path
+    return None
+
+
+def _module_files() -> list[str]:
+    files: list[str] = []
+    for module in list(sys.modules.values()):
+        name = getattr(module, "__file__", None)
+        if isinstance(name, str) and os.path.isabs(name):
+            files.append(name)
+    return files
+
+
+def server_code(bwrap: str | None = None) -> tuple[str, ...]:
+    """The real paths of the code this server runs (contract 11.1).
+
+    ``sys.executable``, ``sys.prefix``, ``sys.base_prefix``, ``sys.exec_prefix``, every
+    ``sys.path`` entry that holds a loaded module (an editable ``src`` included), and
+    ``bwrap``; without repeats, in that order.
+    """
+    found: list[str] = []
+
+    def add(path: str) -> None:
+        if path:
+            real = os.path.realpath(path)
+            if real not in found and real != os.sep:
+                found.append(real)
+
+    for path in (sys.executable, sys.prefix, sys.base_prefix, sys.exec_prefix):
+        add(path)
+    entries = [os.path.realpath(entry) for entry in sys.path if entry and os.path.isabs(entry)]
+    files = [os.path.realpath(name) for name in _module_files()]
+    for entry in entries:
+        if entry != os.sep and any(name.startswith(entry + os.sep) for name in files):
+            add(entry)
+    if bwrap is not None:
+        add(bwrap)
+    return tuple(found)
+
+
+def linked_modules() -> tuple[tuple[str, int], ...]:
+    """``(path, device)`` of each loaded module file with more than one link (a hard link
+    is the same file everywhere, also inside a writable place)."""
+    linked: list[tuple[str, int]] = []
+    for name in _module_files():
+        try:
+            info = os.stat(name)
+        except OSError:
+            continue
+        if info.st_nlink > 1 and stat.S_ISREG(info.st_mode):
+            linked.append((name, info.st_dev))
+    return tuple(linked)
+
+
+def kept_visible() -> tuple[str, ...]:
+    """The server's own environment and interpreter where they lie beneath ``/tmp``."""
+    from . import _bwrap  # noqa: PLC0415 - only here
+
+    interpreter = os.path.realpath(sys.executable) if sys.executable else ""
+    return tuple(
+        _bwrap.under_private_tmp([sys.prefix, sys.base_prefix, sys.exec_prefix, interpreter])
+    )
+
+
+def start_facts(
+    root: str,
+    allow_write: Sequence[str] = (),
+    *,
+    bwrap: str | None = None,
+    deny_read: Sequence[str] = (),
+    allow_read: Sequence[str] = (),
+    cache: bool = False,
+    environ: Mapping[str, str] | None = None,
+) -> StartFacts:
+    """The facts every call's plan is built from; ``cache`` makes the worktree's cache.
+
+    With ``bwrap`` (namespaces) the empty templates are made too.
+
+    Raises ``OSError`` when a writable place cannot be opened, ``CacheUnavailable``
+    when the cache cannot be made.
+    """
+    source = os.environ if environ is None else environ
+    places = tuple(place_of(path) for path in (root, *allow_write))
+    home = home_directory(source)
+    made = _make_cache(root, source) if cache else None
+    empty_directory, empty_file = _make_templates(source) if bwrap is not None else (None, None)
+    unknown = [name for name in allow_read if name not in CREDENTIALS]
+    if unknown:
+        raise ValueError("allow_read takes only default credential names")
+    return StartFacts(
+        places,
+        home,
+        made,
+        empty_directory,
+        empty_file,
+        server_code(bwrap),
+        tuple(os.path.realpath(path) for path in deny_read),
+        tuple(allow_read),
+        kept_visible(),
+    )

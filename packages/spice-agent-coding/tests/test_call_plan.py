@@ -1,0 +1,402 @@
+"""The call's plan (contract 11.1) as a pure value: no process, a table for the file system.
+
+``plan_call`` looks at the file system only through ``kind``; here a dictionary answers,
+so every rule is checked from all sides without a file or a process.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import posixpath
+from collections.abc import Callable, Mapping
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from spice.agent.coding._posix import _supervisor as supervisor
+from spice.agent.coding._posix._plan import (
+    CACHE_VARIABLES,
+    CREDENTIALS,
+    GIT_PROTECTED,
+    HOME_PROTECTED,
+    CallPlan,
+    Kind,
+    Mask,
+    Place,
+    StartFacts,
+    plan_call,
+)
+
+D = Kind.DIRECTORY
+F = Kind.FILE
+ROOT = "/w/root"
+HOME = "/home/u"
+CACHE = "/home/u/.cache/spice-coding/0123456789abcdef"
+EMPTY_DIR = "/home/u/.cache/spice-coding/.empty/directory"
+EMPTY_FILE = "/home/u/.cache/spice-coding/.empty/file"
+
+
+def table(entries: Mapping[str, Kind]) -> Callable[[str], Kind]:
+    """``kind`` from a table; every parent of an entry is a directory."""
+    known: dict[str, Kind] = {}
+    for path, kind in entries.items():
+        known[path] = kind
+        parent = posixpath.dirname(path)
+        while parent not in {"/", ""}:
+            known.setdefault(parent, D)
+            parent = posixpath.dirname(parent)
+    return lambda path: known.get(path, Kind.ABSENT)
+
+
+def facts(**changes: object) -> StartFacts:
+    base = StartFacts(
+        places=(Place(ROOT, 1, 2),),
+        home=HOME,
+        cache=CACHE,
+        empty_directory=EMPTY_DIR,
+        empty_file=EMPTY_FILE,
+    )
+    return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
+
+
+def plan(
+    entries: Mapping[str, Kind],
+    *,
+    namespaces: bool = True,
+    environment: tuple[str, ...] = (),
+    **changes: object,
+) -> CallPlan:
+    return plan_call(
+        facts(**changes),
+        namespaces=namespaces,
+        allow_network=False,
+        environment=environment,
+        temporary="/tmp" if namespaces else "/tmp/spice-call-x",
+        kind=table(entries),
+    )
+
+
+def variables(result: CallPlan) -> dict[str, str]:
+    return dict(entry.partition("=")[::2] for entry in result.environment)
+
+
+# -- secrets -------------------------------------------------------------------------------
+
+
+def test_each_existing_credential_is_masked_by_its_kind_and_an_absent_one_is_not() -> None:
+    present = {f"{HOME}/.ssh": D, f"{HOME}/.netrc": F, f"{HOME}/.config/gh": D}
+    result = plan({**present, f"{HOME}/.cache": D})
+    masks = {mask.path: mask for mask in result.masks if mask.hidden}
+    assert set(present) == set(masks)
+    assert all(
+        masks[path].kind is kind and not masks[path].absent for path, kind in present.items()
+    )
+    assert f"{HOME}/.aws" not in result.hidden
+
+
+def test_every_default_credential_is_hidden_where_it_exists() -> None:
+    entries = {f"{HOME}/{name}": D for name in CREDENTIALS}
+    result = plan(entries)
+    assert len(CREDENTIALS) == len(result.hidden)
+
+
+def test_allow_read_takes_one_back_and_deny_read_hides_more() -> None:
+    entries = {f"{HOME}/.ssh": D, f"{HOME}/.npmrc": F, "/srv/secret": F}
+    result = plan(entries, allow_read=(".npmrc",), deny_read=("/srv/secret",))
+    assert {f"{HOME}/.ssh", "/srv/secret"} == set(result.hidden)
+
+
+def test_a_path_inside_the_worktree_or_holding_a_writable_place_is_never_hidden() -> None:
+    inside = f"{ROOT}/.ssh"
+    holder = "/srv/data"
+    entries = {inside: D, f"{holder}/cache": D, f"{HOME}/.ssh": D}
+    result = plan(
+        entries,
+        home=ROOT,
+        deny_read=(inside, holder),
+        places=(Place(ROOT, 1, 2), Place(f"{holder}/cache", 1, 3)),
+    )
+    assert inside not in result.hidden
+    assert holder not in result.hidden
+
+
+def test_without_a_home_nothing_of_the_home_is_planned() -> None:
+    result = plan({f"{HOME}/.ssh": D}, home=None)
+    assert () == result.hidden
+    assert variables(result)["XDG_CACHE_HOME"] == CACHE  # the cache, where it is
+    assert CACHE in result.writable
+
+
+# -- nothing persists outside ------------------------------------------------------------
+
+
+def test_git_paths_inside_each_writable_place_are_read_only_or_masked_when_absent() -> None:
+    other = "/w/other"
+    entries = {
+        f"{ROOT}/.git/config": F,
+        f"{ROOT}/.git/hooks": D,
+        f"{other}/.git/config": F,
+    }
+    result = plan(entries, places=(Place(ROOT, 1, 2), Place(other, 1, 3)))
+    assert {f"{ROOT}/.git/config", f"{ROOT}/.git/hooks", f"{other}/.git/config"} <= set(
+        result.read_only
+    )
+    absent = {mask.path: mask.kind for mask in result.mount_points}
+    expected = {
+        f"{ROOT}/.git/info": D,
+        f"{ROOT}/.gitmodules": F,
+        f"{other}/.git/hooks": D,
+        f"{other}/.git/info": D,
+        f"{other}/.gitmodules": F,
+    }
+    assert expected == absent
+    assert len(GIT_PROTECTED) * 2 == len(result.protected)
+
+
+def test_a_writable_place_without_a_git_directory_gets_no_git_rule() -> None:
+    assert () == plan({f"{ROOT}/src": D}).protected
+    pointer = plan({f"{ROOT}/.git": F, f"{ROOT}/src": D})  # a linked worktree's .git file
+    assert (f"{ROOT}/.git",) == pointer.protected  # read-only: it cannot be redirected
+    assert () == pointer.pinned
+
+
+def test_the_directories_holding_protected_paths_are_pinned_top_down() -> None:
+    repository = plan({f"{ROOT}/.git/config": F})
+    assert (f"{ROOT}/.git",) == repository.pinned  # mv .git .git2 && mkdir .git: refused
+    assert (f"{ROOT}/.git/commondir",) == repository.forbidden
+    assert () == plan({f"{ROOT}/.git/commondir": F}).forbidden  # present: not the call's
+    home = f"{ROOT}/users/u"
+    nested = plan({f"{home}/.config": D, f"{home}/.bashrc": F}, home=home)
+    assert (f"{ROOT}/users", home, f"{home}/.config") == nested.pinned
+    argv = nested.bwrap_argv("/usr/bin/bwrap", None, None)
+    binds = _binds(argv)
+    assert binds.index(("--bind", home, home)) < binds.index(
+        ("--ro-bind", f"{home}/.bashrc", f"{home}/.bashrc")
+    )
+
+
+def test_the_shell_files_are_protected_only_in_a_writable_home() -> None:
+    outside = plan({f"{HOME}/.bashrc": F})
+    assert not any(path.startswith(HOME) for path in outside.protected)
+    inside = plan({f"{ROOT}/.bashrc": F, f"{ROOT}/.config": D}, home=ROOT)
+    protected = set(inside.protected)
+    assert f"{ROOT}/.bashrc" in inside.read_only
+    assert {f"{ROOT}/{name}" for name, _ in HOME_PROTECTED} == protected
+    missing = {mask.path for mask in inside.mount_points}
+    assert f"{ROOT}/.config/git" in missing
+    assert f"{ROOT}/.bashrc" not in missing
+
+
+def test_a_protected_path_under_a_missing_parent_is_not_planned() -> None:
+    inside = plan({}, home=ROOT)  # no ~/.config: .config/git would need two mount points
+    assert f"{ROOT}/.config/git" not in inside.protected
+
+
+# -- the server's own code -----------------------------------------------------------------
+
+
+def test_the_servers_code_in_a_writable_place_is_read_only_and_elsewhere_untouched() -> None:
+    venv = f"{ROOT}/.venv"
+    src = f"{ROOT}/src"
+    entries = {venv: D, src: D, "/usr/bin/python3": F}
+    result = plan(entries, trusted=(venv, f"{venv}/lib", src, "/usr/bin/python3"))
+    assert (venv, src) == result.read_only
+
+
+def test_a_mount_point_is_not_planned_inside_a_read_only_place() -> None:
+    entries = {f"{ROOT}/.git": D}
+    result = plan(entries, trusted=(ROOT,))
+    assert (ROOT,) == result.read_only
+    assert () == result.mount_points
+
+
+# -- caches --------------------------------------------------------------------------------
+
+
+def test_the_cache_is_bound_over_the_homes_caches_that_exist() -> None:
+    entries = {f"{HOME}/.cache": D, f"{HOME}/.npm": D, f"{HOME}/go/pkg/mod": D}
+    result = plan(entries)
+    assert (
+        (CACHE, f"{HOME}/.cache"),
+        (f"{CACHE}/npm", f"{HOME}/.npm"),
+        (f"{CACHE}/go-mod", f"{HOME}/go/pkg/mod"),
+    ) == result.caches
+    env = variables(result)
+    assert f"{HOME}/.cache" == env["XDG_CACHE_HOME"]
+    assert f"{HOME}/.cache/uv" == env["UV_CACHE_DIR"]
+    assert {name for name, _ in CACHE_VARIABLES} <= set(env)
+    assert f"{HOME}/.npm" in result.landlock_writable()
+    assert CACHE not in result.writable
+
+
+def test_without_namespaces_the_variables_name_the_cache_itself() -> None:
+    result = plan({f"{HOME}/.cache": D, f"{HOME}/.ssh": D}, namespaces=False)
+    env = variables(result)
+    assert f"{CACHE}/uv" == env["UV_CACHE_DIR"]
+    assert (ROOT, CACHE) == result.writable
+    assert () == result.caches
+    assert () == result.masks
+    assert () == result.read_only
+    assert "/tmp/spice-call-x" == env["TMPDIR"]
+    assert "reads are not confined" in str(result.rules())
+
+
+def test_without_a_cache_no_variable_is_set_and_the_environment_is_kept() -> None:
+    result = plan({}, cache=None, environment=("XDG_CACHE_HOME=/mine", "TMP=/old", "A=1"))
+    env = variables(result)
+    assert "/mine" == env["XDG_CACHE_HOME"]
+    assert "/tmp" == env["TMP"] == env["TMPDIR"]
+    assert "TEMP" not in env
+    assert "1" == env["A"]
+
+
+def test_the_cache_variables_replace_the_allow_listed_ones() -> None:
+    result = plan({f"{HOME}/.cache": D}, environment=("UV_CACHE_DIR=/real/uv",))
+    assert f"{HOME}/.cache/uv" == variables(result)["UV_CACHE_DIR"]
+
+
+# -- rendering -----------------------------------------------------------------------------
+
+
+def _binds(argv: list[str]) -> list[tuple[str, str, str]]:
+    found = []
+    for index, word in enumerate(argv):
+        if word in {"--bind", "--ro-bind"}:
+            found.append((word, argv[index + 1], argv[index + 2]))
+    return found
+
+
+def test_bwraps_argv_binds_writable_then_caches_then_pinned_then_read_only_then_masks() -> None:
+    entries = {
+        f"{HOME}/.cache": D,
+        f"{HOME}/.ssh": D,
+        f"{HOME}/.netrc": F,
+        f"{ROOT}/.git/config": F,
+    }
+    result = plan(entries)
+    argv = result.bwrap_argv("/usr/bin/bwrap", 7, 8)
+    binds = _binds(argv)[1:]  # after --ro-bind / /
+    assert ("--bind", ROOT, ROOT) == binds[0]
+    assert ("--bind", CACHE, f"{HOME}/.cache") == binds[1]
+    assert ("--bind", f"{ROOT}/.git", f"{ROOT}/.git") == binds[2]  # pinned
+    assert ("--ro-bind", f"{ROOT}/.git/config", f"{ROOT}/.git/config") == binds[3]
+    masks = binds[4:]
+    assert ("--ro-bind", EMPTY_DIR, f"{HOME}/.ssh") in masks
+    assert ("--ro-bind", EMPTY_FILE, f"{HOME}/.netrc") in masks
+    assert ("--ro-bind", EMPTY_FILE, f"{ROOT}/.gitmodules") in masks
+    assert "--unshare-net" in argv
+    assert argv[-1] == "--"
+
+
+def test_a_plan_without_namespaces_has_no_bwrap_argv_and_masks_need_templates() -> None:
+    with pytest.raises(ValueError, match="no bwrap argv"):
+        plan({}, namespaces=False).bwrap_argv("/b", None, None)
+    with pytest.raises(ValueError, match="template"):
+        plan({f"{HOME}/.ssh": D}, empty_directory=None).bwrap_argv("/b", None, None)
+
+
+def test_the_supervisors_spec_is_rendered_from_the_same_plan() -> None:
+    result = plan({f"{HOME}/.cache": D}, environment=("LANG=C",))
+    blob = result.spec(0, 7, 3, "/bin/true", ("a",), b"1:2", 9)
+    decoded = supervisor._Spec(blob)
+    assert [os.fsencode(p) for p in result.landlock_writable()] == decoded.writable
+    assert decoded.environment[b"XDG_CACHE_HOME"] == os.fsencode(f"{HOME}/.cache")
+    assert decoded.environment[b"LANG"] == b"C"
+    assert 9 == decoded.lifeline
+    assert [b"/bin/true", b"a"] == decoded.arguments
+
+
+def test_the_plan_is_immutable() -> None:
+    result = plan({})
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        result.writable = ()  # type: ignore[misc]
+    assert isinstance(Mask("/x", F, hidden=True), Mask)
+
+
+# -- properties over generated trees --------------------------------------------------------
+
+_NAMES = st.sampled_from(
+    [".git", "hooks", "config", "info", ".gitmodules", ".ssh", ".cache", "src", "a", ".venv"]
+)
+_RELATIVE = st.lists(_NAMES, min_size=1, max_size=4).map("/".join)
+_LOCATIONS = st.sampled_from([ROOT, HOME, "/srv", f"{ROOT}/sub"])
+_ENTRIES = st.dictionaries(
+    st.builds(posixpath.join, _LOCATIONS, _RELATIVE), st.sampled_from([D, F]), max_size=12
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    _ENTRIES,
+    st.booleans(),
+    st.lists(st.builds(posixpath.join, _LOCATIONS, _RELATIVE), max_size=3),
+    st.lists(st.sampled_from([ROOT, HOME, f"{ROOT}/.venv", "/srv"]), max_size=3),
+)
+def test_every_generated_plan_keeps_the_rules(
+    entries: dict[str, Kind], writable_home: bool, denied: list[str], trusted: list[str]
+) -> None:
+    kind = table(entries)
+    home = ROOT if writable_home else HOME
+    start = facts(home=home, deny_read=tuple(denied), trusted=tuple(trusted))
+    result = plan_call(
+        start, namespaces=True, allow_network=False, environment=(), temporary="/tmp", kind=kind
+    )
+    again = plan_call(
+        start, namespaces=True, allow_network=False, environment=(), temporary="/tmp", kind=kind
+    )
+    assert result == again  # pure: the same inputs give the same plan
+
+    def inside(path: str) -> bool:
+        return any(path == place or path.startswith(place + "/") for place in result.writable)
+
+    for path in result.hidden:
+        assert path != ROOT  # never the worktree
+        assert not path.startswith(ROOT + "/")  # nor in it
+        assert kind(path) is not Kind.ABSENT  # only what exists is masked
+    for path in result.protected:
+        assert inside(path)
+    for mask in result.mount_points:
+        assert kind(mask.path) is Kind.ABSENT
+        assert kind(posixpath.dirname(mask.path)) is D  # one mount point, in a directory
+        assert not any(
+            mask.path.startswith(path + "/") for path in result.read_only
+        )  # never inside a read-only bind
+    paths = [mask.path for mask in result.masks]
+    assert len(paths) == len(set(paths))
+    for path in result.read_only:
+        assert not any(path.startswith(other + "/") for other in result.read_only)
+    env = variables(result)
+    assert "/tmp" == env["TMPDIR"]
+
+
+# -- the start facts' home and cache (the only lookups outside the plan) --------------------
+
+
+def test_the_home_is_home_else_the_password_database() -> None:
+    import pwd  # noqa: PLC0415 - POSIX only, as the plan
+
+    from spice.agent.coding._posix import _facts  # noqa: PLC0415
+
+    database = os.path.realpath(pwd.getpwuid(os.getuid()).pw_dir)
+    assert database == _facts.home_directory({})
+    assert database == _facts.home_directory({"HOME": "relative/home"})
+    assert "/srv/h" == _facts.home_directory({"HOME": "/srv/h"})
+    assert _facts.home_directory({"HOME": "/"}) is None  # a home of / hides nothing useful
+
+
+def test_the_cache_is_per_root_under_the_users_cache_directory() -> None:
+    from spice.agent.coding._posix import _facts  # noqa: PLC0415
+
+    one = _facts.cache_directory("/w/a", {"HOME": "/srv/h"})
+    two = _facts.cache_directory("/w/b", {"HOME": "/srv/h"})
+    assert one is not None
+    assert two is not None
+    assert one != two
+    assert one.startswith("/srv/h/.cache/spice-coding/")
+    assert len(os.path.basename(one)) == _facts.ROOT_HASH_CHARACTERS
+    moved = _facts.cache_directory("/w/a", {"HOME": "/srv/h", "XDG_CACHE_HOME": "/c"})
+    assert moved == "/c/spice-coding/" + os.path.basename(one)
+    relative = _facts.cache_directory("/w/a", {"HOME": "/srv/h", "XDG_CACHE_HOME": "c"})
+    assert relative == one  # a relative XDG_CACHE_HOME is ignored, as the spec says
