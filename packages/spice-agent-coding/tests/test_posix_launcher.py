@@ -20,6 +20,7 @@ from procutil import Collect, Failing
 
 from spice.agent.coding import PosixLauncher
 from spice.agent.coding._posix import _launcher as launcher_module
+from spice.agent.coding._posix import _leader as leader_module
 from spice.agent.coding._posix import _process as process_module
 from spice.agent.coding._posix import _supervisor as supervisor
 from spice.agent.coding._posix._process import READ_CHUNK_BYTES, PosixProcess
@@ -137,11 +138,11 @@ def exit_watch(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) 
     """Each exit watch: pidfd, waitid polling, waitpid polling without a supervisor (macOS)."""
     if request.param in {"poll", "reap"}:
         # Kernels and systems without pidfd_open (macOS, Linux < 5.3).
-        monkeypatch.setattr(process_module, "_open_pidfd", lambda _pid: None)
+        monkeypatch.setattr(leader_module, "_open_pidfd", lambda _pid: None)
     if request.param == "reap":
         # CPython has no os.waitid on macOS: exits are seen by reaping. Nor is there a
         # supervisor there (no subreaper, no parent-death signal): the command leads.
-        monkeypatch.setattr(process_module, "_has_waitid", lambda: False)
+        monkeypatch.setattr(leader_module, "_has_waitid", lambda: False)
         monkeypatch.setattr(launcher_module, "_supervisor_available", lambda: False)
     return str(request.param)
 
@@ -300,7 +301,7 @@ async def test_a_command_leaving_a_child_is_joined_without_waiting_the_end_bound
     watched once the command's exit was reported) would fail the hang guard.
     """
     if route == "poll":
-        monkeypatch.setattr(process_module, "_open_pidfd", lambda _pid: None)
+        monkeypatch.setattr(leader_module, "_open_pidfd", lambda _pid: None)
     else:
         take = process_module._Report._take
 
@@ -544,16 +545,16 @@ async def test_a_leader_outliving_the_exit_bound_fails_the_join_retryably(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Past the exit bound the join raises a retryable failure; a retry completes it."""
-    monkeypatch.setattr(process_module, "_open_pidfd", lambda _pid: None)
+    monkeypatch.setattr(leader_module, "_open_pidfd", lambda _pid: None)
     process = await bounded(end=0.05, exit=0.05).start(spec("/bin/sleep", "60"))
     _STARTED.append(process)
-    peek = process_module._waitid
+    peek = leader_module._waitid
 
     def blind(pidfd: int | None, pid: int, flags: int) -> os.waitid_result | None:
         # The fault: the kernel never tells us the leader exited.
         return None if flags & os.WNOWAIT else peek(pidfd, pid, flags)
 
-    monkeypatch.setattr(process_module, "_waitid", blind)
+    monkeypatch.setattr(leader_module, "_waitid", blind)
     with pytest.raises(ProcessFailure) as caught:
         await process.wait()
     assert (Operation.WAIT, True) == (caught.value.operation, caught.value.retryable)
@@ -640,6 +641,7 @@ async def test_a_start_cancelled_again_while_it_joins_raises_its_first_cancellat
     """
     # A supervisor deaf to the end request (the fault): the join waits its end bound.
     monkeypatch.setattr(supervisor, "END_SIGNAL", signal.SIGWINCH)
+    launcher_module._code_fd()  # the sealed code is made once per process, on first use
     before = procutil.open_descriptors()
     starting = asyncio.ensure_future(bounded(end=0.5).start(spec("/bin/sleep", "60")))
     await asyncio.sleep(0)  # the start waits for its word

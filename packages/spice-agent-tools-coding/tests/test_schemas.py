@@ -24,12 +24,14 @@ from hypothesis import strategies as st
 from spice.agent.process import Process, Spec
 from spice.agent.tool import MAXIMUM_MESSAGE_BYTES, Call, Definition, Tool
 from spice.agent.tools.coding import Config, new_read, new_replace
-from spice.agent.tools.coding._shell import (
+from spice.agent.tools.coding._shell import build_shell
+from spice.agent.tools.coding._shell_description import (
     MAXIMUM_ARGV_BYTES,
     MAXIMUM_ARGV_ITEMS,
-    MAXIMUM_CONTAINMENT_BYTES,
     UNCONFINED,
-    build_shell,
+)
+from spice.agent.tools.coding._shell_launcher import (
+    MAXIMUM_CONTAINMENT_BYTES,
     launcher_containment,
 )
 

@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 from spice.agent.tool import ExecutionError, Result
 from spice.agent.tools.coding import Config
-from spice.agent.tools.coding._shell import MAXIMUM_ARGV_BYTES, MAXIMUM_ARGV_ITEMS, build_shell
+from spice.agent.tools.coding._shell import build_shell
+from spice.agent.tools.coding._shell_description import MAXIMUM_ARGV_BYTES, MAXIMUM_ARGV_ITEMS
 
 TIMEOUT = 30.0
 

@@ -48,7 +48,8 @@ from spice.agent.tool import (
 )
 from spice.agent.tools.coding import Config, new_shell
 from spice.agent.tools.coding._ownership import Owner, Timing
-from spice.agent.tools.coding._shell import build_shell, launcher_contained
+from spice.agent.tools.coding._shell import build_shell
+from spice.agent.tools.coding._shell_launcher import launcher_contained
 
 FAST = Timing(join_seconds=5.0, backoff_seconds=0.0, backoff_limit_seconds=0.0, join_attempts=3)
 PATIENCE = 30

@@ -57,6 +57,7 @@ from . import _bwrap, _facts, _hints, _plan
 from . import _orphans as orphans
 from . import _supervisor as supervisor
 from ._cgroup import CallCgroup, Cgroups
+from ._leader import _close_quietly
 from ._process import (
     DRAIN_BOUND_SECONDS,
     END_BOUND_SECONDS,
@@ -64,7 +65,6 @@ from ._process import (
     ORPHAN_SWEEP_SECONDS,
     PosixProcess,
     _Bounds,
-    _close_quietly,
     _InputPump,
     _OutputPump,
     _remove_tree,
@@ -454,6 +454,37 @@ def _hinter(scanner: _hints.RefusalScanner, plan: _plan.CallPlan) -> Callable[[]
     return hint
 
 
+def _scanned(spec: Spec, scanner: _hints.RefusalScanner) -> Spec:
+    """``spec`` whose output also feeds ``scanner`` (for the call's ``sandbox_hint``)."""
+    return Spec(
+        spec.executable,
+        spec.arguments,
+        spec.working_directory,
+        spec.environment,
+        spec.stdin,
+        _hints.Scanned(spec.stdout, scanner, 1),
+        _hints.Scanned(spec.stderr, scanner, 2),
+        spec.capabilities,
+    )
+
+
+def _uncontained_spec(
+    spec: Spec, allow_network: bool, cgroups: tuple[int, ...], processes: int
+) -> bytes:
+    """The supervisor's spec of an uncontained call (no Landlock, no plan)."""
+    return supervisor.encode_spec(
+        os.getpid(),
+        0,
+        [],
+        allow_network,
+        os.fsencode(spec.executable),
+        [os.fsencode(argument) for argument in spec.arguments],
+        [os.fsencode(entry) for entry in spec.environment],
+        cgroups=cgroups,
+        processes=processes,
+    )
+
+
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
@@ -566,7 +597,7 @@ class PosixLauncher:
         started, and the caller stops and joins it.
         """
         if not self._supervised:
-            return self._start_direct(spec)
+            return _start_direct(spec, self._bounds)
         process = self._spawn_supervisor(spec)
         try:
             _attach(process)
@@ -594,19 +625,9 @@ class PosixLauncher:
         """Spawn the supervisor (in ``bwrap`` with namespaces) for the call's plan."""
         if self._facts is not None and _facts.changed_place(self._facts.places) is not None:
             raise LaunchError(reason=PLACE_CHANGED)
-        scanner: _hints.RefusalScanner | None = None
-        if self._facts is not None:
-            scanner = _hints.RefusalScanner()
-            spec = Spec(
-                spec.executable,
-                spec.arguments,
-                spec.working_directory,
-                spec.environment,
-                spec.stdin,
-                _hints.Scanned(spec.stdout, scanner, 1),
-                _hints.Scanned(spec.stderr, scanner, 2),
-                spec.capabilities,
-            )
+        scanner = None if self._facts is None else _hints.RefusalScanner()
+        if scanner is not None:
+            spec = _scanned(spec, scanner)
         ends = _Ends()
         temporary: str | None = None
         cgroup: CallCgroup | None = None
@@ -666,17 +687,7 @@ class PosixLauncher:
                     rlimit,
                 )
             else:
-                blob = supervisor.encode_spec(
-                    os.getpid(),
-                    0,
-                    [],
-                    self._containment.allow_network,
-                    os.fsencode(spec.executable),
-                    [os.fsencode(argument) for argument in spec.arguments],
-                    [os.fsencode(entry) for entry in spec.environment],
-                    cgroups=procs,
-                    processes=rlimit,
-                )
+                blob = _uncontained_spec(spec, self._containment.allow_network, procs, rlimit)
             memory = os.memfd_create("spice-command", os.MFD_CLOEXEC)
             ends.child.append(memory)
             _write_all(memory, blob)
@@ -716,40 +727,41 @@ class PosixLauncher:
         )
         if taken or (plan is not None and plan.forbidden):
             forbidden = () if plan is None else plan.forbidden
-            process._after_join = lambda: _after_call(taken, forbidden)
+            process._made.after_join = lambda: _after_call(taken, forbidden)
         if scanner is not None and plan is not None:
-            process._hint = _hinter(scanner, plan)
+            process._made.hint = _hinter(scanner, plan)
         return process
 
-    def _start_direct(self, spec: Spec) -> PosixProcess:
-        """Without a supervisor (not Linux): the command itself leads its group."""
-        ends = _Ends()
-        try:
-            standard = ends.standard(spec)
-            # Inline on purpose (see start): fork/exec is short and must not be cut.
-            popen = orphans.started(
-                lambda: subprocess.Popen(  # noqa: S603 - argv list, no shell; see start
-                    [spec.executable, *spec.arguments],
-                    executable=spec.executable,
-                    stdin=standard.stdin,
-                    stdout=standard.stdout,
-                    stderr=standard.stderr,
-                    cwd=_entry(standard.directory, spec.working_directory),
-                    env=_environment(spec.environment),
-                    close_fds=True,
-                    start_new_session=True,
-                    restore_signals=True,
-                ),
-                _pid_of,
-            )
-        except Exception:  # noqa: BLE001 - every start failure is one LaunchError, no OS text
-            ends.close_parent()
-            raise LaunchError from None
-        finally:
-            ends.close_child()
-        process = ends.process(popen, spec, standard, self._bounds)
-        try:
-            _attach(process)
-        except Exception:  # noqa: BLE001 - the child exists: hand it over with the error
-            raise LaunchError(process) from None
-        return process
+
+def _start_direct(spec: Spec, bounds: _Bounds) -> PosixProcess:
+    """Without a supervisor (not Linux): the command itself leads its group."""
+    ends = _Ends()
+    try:
+        standard = ends.standard(spec)
+        # Inline on purpose (see start): fork/exec is short and must not be cut.
+        popen = orphans.started(
+            lambda: subprocess.Popen(  # noqa: S603 - argv list, no shell; see start
+                [spec.executable, *spec.arguments],
+                executable=spec.executable,
+                stdin=standard.stdin,
+                stdout=standard.stdout,
+                stderr=standard.stderr,
+                cwd=_entry(standard.directory, spec.working_directory),
+                env=_environment(spec.environment),
+                close_fds=True,
+                start_new_session=True,
+                restore_signals=True,
+            ),
+            _pid_of,
+        )
+    except Exception:  # noqa: BLE001 - every start failure is one LaunchError, no OS text
+        ends.close_parent()
+        raise LaunchError from None
+    finally:
+        ends.close_child()
+    process = ends.process(popen, spec, standard, bounds)
+    try:
+        _attach(process)
+    except Exception:  # noqa: BLE001 - the child exists: hand it over with the error
+        raise LaunchError(process) from None
+    return process

@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import math
 import os
-import unicodedata
 from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
 from typing import Final, final
@@ -38,7 +37,6 @@ from spice.agent.process import (
     Spec,
 )
 from spice.agent.tool import (
-    MAXIMUM_MESSAGE_BYTES,
     Call,
     Capability,
     Definition,
@@ -67,15 +65,17 @@ from ._results import (
     success,
 )
 from ._root import PathError, open_directory, open_root
+from ._shell_description import MAXIMUM_ARGV_BYTES, MAXIMUM_ARGV_ITEMS, _number, shell_description
+from ._shell_launcher import (
+    launcher_contained,
+    launcher_containment,
+    launcher_text,
+    process_cleaned_up,
+    process_hint,
+)
 from .settling import deliver_cancellation, settle
 
 NAME: Final = "shell"
-MAXIMUM_ARGV_ITEMS: Final = 128
-"""Most argv elements (the program included)."""
-
-MAXIMUM_ARGV_BYTES: Final = 64 * 1024
-"""Most bytes of argv together: the sum of each element's UTF-8 size (no separators)."""
-
 GRACE_SECONDS: Final = 2.0
 """How long a process has to exit after the stop request before it is force-killed."""
 
@@ -91,87 +91,6 @@ START_SETTLE_SECONDS: Final = 10.0
 FINISH_SETTLE_SECONDS: Final = 60.0
 """How long a cancelled call waits for its process to be stopped and joined; longer than
 the stop's own bounds with the default timing (5 + 2 + 5 + 5 + 30 = 47 seconds)."""
-
-MAXIMUM_CONTAINMENT_BYTES: Final = 512
-"""Longest text a launcher's optional ``containment`` attribute may give the description."""
-
-UNCONFINED: Final = (
-    "The program runs with the user's full privileges and is not confined to the worktree "
-    "(contained: false)."
-)
-"""What the description says when the launcher gives no ``containment`` text."""
-
-
-def _number(value: float) -> str:
-    """``120.0`` as ``120``, ``0.5`` as ``0.5``."""
-    return f"{value:g}"
-
-
-def _environment_sentence(allowlist: tuple[str, ...], budget: int) -> str:
-    """Which host variables reach the program, by name, within ``budget`` UTF-8 bytes."""
-    if not allowlist:
-        return (
-            "Environment: no host variable reaches the program (no PATH either, so "
-            "argv[0] needs a '/'). "
-        )
-    lead = "Environment: only these host variables reach the program, when set: "
-    no_path = "" if "PATH" in allowlist else " PATH is not among them, so argv[0] needs a '/'."
-    end = "." + no_path + " "
-    shown: list[str] = []
-    used = len((lead + end).encode("utf-8"))
-    for index, name in enumerate(allowlist):
-        cost = len(name.encode("utf-8")) + (2 if shown else 0)  # ", " between names
-        after = len(allowlist) - index - 1
-        reserve = len(f" and {after} more") if after else 0
-        if used + cost + reserve > budget:
-            break
-        shown.append(name)
-        used += cost
-    left = len(allowlist) - len(shown)
-    if not shown:
-        listing = f"{left} names, too long to list"
-    else:
-        listing = ", ".join(shown) + (f" and {left} more" if left else "")
-    return lead + listing + end
-
-
-def shell_description(config: Config, containment: str | None = None) -> str:
-    """The tool's description, with the configured bounds and allowlist in numbers and names.
-
-    ``containment`` is the launcher's own text about what it confines (see
-    ``launcher_containment``); without one the description says the program is not
-    confined. The whole text stays within ``MAXIMUM_MESSAGE_BYTES``: the list of
-    variable names is shortened ("and N more") when it would not fit.
-    """
-    timeout = _number(config.command_timeout)
-    head = (
-        "Run one program with discrete arguments in a directory of the worktree and return "
-        "its exit code and output. argv: the program and its arguments, 1 to "
-        f"{MAXIMUM_ARGV_ITEMS} non-empty strings of at most {MAXIMUM_ARGV_BYTES} bytes "
-        "together, passed literally: never through a command shell, so no globbing, pipes, "
-        "redirection or variable expansion. argv[0] without a '/' is looked up in PATH only "
-        "(its absolute entries), never in the workdir: run a program of the worktree as "
-        "./name (relative to the workdir) or by its path. workdir: a directory relative to "
-        "the worktree root, or absolute beneath it; default the root. timeout_seconds: "
-        f"default {timeout}, at most {timeout}; a program still running then is stopped "
-        "and the answer is timed_out. stdin is empty. Output: at most "
-        f"{config.max_output_bytes} bytes of stdout and stderr together are returned (fewer "
-        "when the answer would pass 1 MiB); beyond that the start and the end of each "
-        "stream are kept and the result says how many bytes were left out and where. "
-    )
-    confinement = (
-        f"{containment} The result's contained field says whether the command ran confined."
-        if containment
-        else UNCONFINED
-    )
-    tail = (
-        "A non-zero exit is answered with ok false, code command_failed, its exit_code and "
-        f"the output: read it. {confinement} A call can have effects even when it fails, "
-        "times out or is cancelled. Optional arguments may be null, which means the default."
-    )
-    budget = MAXIMUM_MESSAGE_BYTES - len((head + tail).encode("utf-8"))
-    return head + _environment_sentence(config.environment_allowlist, budget) + tail
-
 
 PROGRESS: Final = "starting a command"
 _RETRY: Final = RetryDisposition.NEVER
@@ -421,6 +340,18 @@ class _Frame:
         return content
 
 
+def _definition(config: Config, launcher: Launcher) -> Definition:
+    """``shell``'s definition: its description states the bounds and the launcher's text."""
+    return Definition(
+        NAME,
+        shell_description(config, launcher_containment(launcher)),
+        _schema(config),
+        Effect.MUTATING,
+        ReplaySafety.UNSAFE,
+        _capabilities(),
+    )
+
+
 @final
 class _Shell:
     """The ``shell`` tool of one ``new_shell`` call."""
@@ -443,14 +374,7 @@ class _Shell:
         self._owner = owner
         self._grace = grace_seconds
         self._posix = posix
-        self._definition = Definition(
-            NAME,
-            shell_description(config, launcher_containment(launcher)),
-            _schema(config),
-            Effect.MUTATING,
-            ReplaySafety.UNSAFE,
-            _capabilities(),
-        )
+        self._definition = _definition(config, launcher)
 
     @property
     def definition(self) -> Definition:
@@ -530,21 +454,9 @@ class _Shell:
             return _refuse(call, *_workdir_problem(error), frame)
         environment = _environment(self._config.environment_allowlist, os.environ)
         lookup = Lookup(arguments.argv[0], workdir, environment)
-        try:
-            executable = await self._resolver.resolve(lookup)
-        except ExecutableNotFound:
-            # One element holding a whole command line is the usual mistake: teach the split.
-            spaced = any(char.isspace() for char in arguments.argv[0])
-            problem = _PROBLEMS["split_argv" if spaced else "command_not_found"]
-            return _refuse(call, "command_not_found", problem, frame)
-        except asyncio.CancelledError:
-            if _being_cancelled():
-                raise
-            raise ExecutionError(call.id, _DEFINITIVE, _RETRY, _RESOLVER_FAILED) from None
-        except Exception:  # noqa: BLE001 - any other resolver failure is a host failure
-            raise ExecutionError(call.id, _DEFINITIVE, _RETRY, _RESOLVER_FAILED) from None
-        if not _is_absolute_canonical(executable):
-            raise ExecutionError(call.id, _DEFINITIVE, _RETRY, _RESOLVER_FAILED) from None
+        executable = await _resolve(self._resolver, lookup, call, frame)
+        if isinstance(executable, Result):
+            return executable
         try:
             again = await asyncio.to_thread(workdir_check(_inspect_workdir), root, cleaned)
         except PathError as error:
@@ -692,6 +604,28 @@ class _Shell:
         return _Finished(joined, clean and process_cleaned_up(process))
 
 
+async def _resolve(
+    resolver: ExecutableResolver, lookup: Lookup, call: Call, frame: _Frame
+) -> str | Result:
+    """The executable ``lookup`` names (absolute, canonical), or the model's refusal."""
+    try:
+        executable = await resolver.resolve(lookup)
+    except ExecutableNotFound:
+        # One element holding a whole command line is the usual mistake: teach the split.
+        spaced = any(char.isspace() for char in lookup.requested_executable)
+        problem = _PROBLEMS["split_argv" if spaced else "command_not_found"]
+        return _refuse(call, "command_not_found", problem, frame)
+    except asyncio.CancelledError:
+        if _being_cancelled():
+            raise
+        raise ExecutionError(call.id, _DEFINITIVE, _RETRY, _RESOLVER_FAILED) from None
+    except Exception:  # noqa: BLE001 - any other resolver failure is a host failure
+        raise ExecutionError(call.id, _DEFINITIVE, _RETRY, _RESOLVER_FAILED) from None
+    if not _is_absolute_canonical(executable):
+        raise ExecutionError(call.id, _DEFINITIVE, _RETRY, _RESOLVER_FAILED) from None
+    return executable
+
+
 async def _outlast(task: asyncio.Task[_Finished] | asyncio.Task[bool]) -> None:
     """Wait for a tracked, internally bounded task while the caller is being cancelled.
 
@@ -792,91 +726,6 @@ def _refuse(
     """A failure before anything ran (or a start that created nothing): every shell field."""
     content = frame.content(capture, problem=(code, problem))
     return failure(call, code, problem, _DEFINITIVE, _RETRY, content)
-
-
-def launcher_containment(launcher: object) -> str | None:
-    """The launcher's optional ``containment`` text for the description, when usable.
-
-    A launcher that confines its processes may say what it confines in one short text
-    (read once, at construction). It is used only when it is a ``str`` of 1 to
-    ``MAXIMUM_CONTAINMENT_BYTES`` UTF-8 bytes without control characters; anything else
-    (absent, ``None``, another type, a property that raises) is ignored.
-    """
-    try:
-        value = getattr(launcher, "containment", None)
-    except Exception:  # noqa: BLE001 - a failing property is a launcher saying nothing
-        return None
-    if not isinstance(value, str):
-        return None
-    text = value.strip()
-    try:
-        size = len(text.encode("utf-8"))
-    except UnicodeEncodeError:
-        return None
-    if not 0 < size <= MAXIMUM_CONTAINMENT_BYTES:
-        return None
-    if any(unicodedata.category(char) == "Cc" for char in text):
-        return None
-    return text
-
-
-def launcher_text(value: object) -> str | None:
-    """A launcher's own short sentence (a ``LaunchError.reason``, a ``sandbox_hint``),
-    when usable: a ``str`` of 1 to ``MAXIMUM_CONTAINMENT_BYTES`` UTF-8 bytes without
-    control characters; anything else is ignored (``None``)."""
-    if not isinstance(value, str):
-        return None
-    text = value.strip()
-    try:
-        size = len(text.encode("utf-8"))
-    except UnicodeEncodeError:
-        return None
-    if not 0 < size <= MAXIMUM_CONTAINMENT_BYTES:
-        return None
-    if any(unicodedata.category(char) == "Cc" for char in text):
-        return None
-    return text
-
-
-def launcher_contained(launcher: object) -> bool:
-    """The launcher's optional ``contained`` attribute: ``True`` only when it is ``True``.
-
-    The product does not know how a launcher contains its children; it only reports what
-    the launcher says. An attribute that is absent, not a ``bool``, or fails to be read
-    counts as ``False`` (not contained).
-    """
-    try:
-        value = getattr(launcher, "contained", False)
-    except Exception:  # noqa: BLE001 - a failing property is a launcher saying nothing
-        return False
-    return value is True
-
-
-def process_hint(process: object) -> str | None:
-    """The joined process's optional ``sandbox_hint`` (``launcher_text`` rules), if usable.
-
-    A launcher that confines its processes may say, after the join of a command that
-    failed, which of its flags would allow what its sandbox refused (contract 11.1).
-    """
-    try:
-        value = getattr(process, "sandbox_hint", None)
-    except Exception:  # noqa: BLE001 - a failing property is a launcher saying nothing
-        return None
-    return launcher_text(value)
-
-
-def process_cleaned_up(process: object) -> bool:
-    """The joined process's optional ``cleanup_completed``; absent counts as ``True``.
-
-    A launcher that makes something for a call besides the process (``PosixLauncher``:
-    a private ``TMPDIR``) says there whether its join removed it. Present, anything but
-    ``True`` (or a failing read) counts as ``False``: the cleanup was not complete.
-    """
-    try:
-        value = getattr(process, "cleanup_completed", True)
-    except Exception:  # noqa: BLE001 - a failing property cannot vouch for the cleanup
-        return False
-    return value is True
 
 
 def _posix_platform() -> bool:
