@@ -127,14 +127,25 @@ def test_a_readme_block_that_drifts_from_its_file_is_caught() -> None:
     assert (EXAMPLES / "pydantic_ai_agent.py").read_text(encoding="utf-8") != shown
 
 
+_NOT_SHOWN: Final = frozenset({"sample-worktree", "node_modules", "inspector", "kubernetes"})
+"""Folders of ``examples/`` that hold no client snippet: the sample project, the pinned
+tools, the deployment manifest (``docs/deploy.md`` shows it)."""
+
+_PINS: Final = frozenset({"package.json", "package-lock.json"})
+
+
 def test_every_example_file_is_shown_in_the_readme_once() -> None:
     """Every example file (not the sample worktree) appears once in the README; none is stale."""
     shown = sorted(m["path"] for m in _MARKER.finditer(README.read_text(encoding="utf-8")))
     files = sorted(
         str(path.relative_to(REPOSITORY))
-        for path in EXAMPLES.iterdir()
-        if path.is_file() and path.suffix in _SHOWN
+        for path in EXAMPLES.rglob("*")
+        if path.is_file()
+        and path.suffix in _SHOWN
+        and _NOT_SHOWN.isdisjoint(path.relative_to(EXAMPLES).parts)
+        and path.name not in _PINS
     )
+    assert "examples/gemini-cli/settings.json" in files  # a client folder's file counts
     assert files == shown
 
 
