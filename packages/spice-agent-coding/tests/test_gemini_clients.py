@@ -43,6 +43,13 @@ from test_examples import (
 
 from spice.agent.coding._mcp._dialects import Dialect, schema_in
 
+pytestmark = pytest.mark.filterwarnings(
+    # Once fastmcp is imported (pydantic-ai's tests do, earlier in the same process) it makes
+    # the MCP SDK's v1 field names warn, and google-genai reads ``inputSchema`` and
+    # ``isError``: a warning of another library's choice, not an error of ours.
+    "ignore:Accessing `.*` is deprecated; MCP SDK v2 renamed:DeprecationWarning"
+)
+
 GEMINI_CLI_DIRECTORY: Final = EXAMPLES / "gemini-cli"
 GEMINI_CLI_PACKAGE: Final = "@google/gemini-cli"
 GEMINI_CLI_PREFIX: Final = "mcp_spice-coding_"
