@@ -20,6 +20,7 @@ from spice.agent.coding import _cli
 from spice.agent.coding._cli import main, tools_json
 from spice.agent.coding._containment import DEFAULT_MODE, NO_LANDLOCK
 from spice.agent.coding._containment import HELP as SANDBOX_HELP
+from spice.agent.coding._posix._plan import CREDENTIALS, GIT_PROTECTED
 from spice.agent.dispatch import Dispatcher
 from spice.agent.tool import MAXIMUM_PAYLOAD_BYTES
 from spice.agent.tools.coding import SECURITY_WARNING, Config, new_read, new_replace
@@ -219,7 +220,15 @@ def test_the_sandbox_help_says_what_the_code_does() -> None:
     assert ("auto", "auto, the default") == (DEFAULT_MODE, flat.split(": ", 1)[1][:17])
     assert "workspace refuses to start without Landlock" in flat
     assert NO_LANDLOCK.startswith("the kernel has no Landlock")
-    assert "Never contained: reads" in flat
+    assert {".ssh", ".aws", ".netrc"} <= set(CREDENTIALS)
+    assert "(~/.ssh, ~/.aws, ~/.netrc and the like; --deny-read, --allow-read)" in flat
+    protected = {name for name, _ in GIT_PROTECTED}
+    assert {".git/hooks", ".git/config", ".git/info", ".gitmodules"} == protected
+    assert "cannot write .git/hooks, .git/config, .git/info or .gitmodules" in flat
+    flags = _cli._parser().format_help()
+    for flag in ("--deny-read", "--allow-read", "--allow-network", "--max-processes"):
+        assert flag in flat
+        assert flag in flags
     assert "A root of / is refused unless --sandbox off is given." in flat
 
 
