@@ -64,6 +64,13 @@ class Process(Protocol):
     launcher made for the process (a private temporary directory, say) could not be
     removed; the result's ``managed_cleanup_completed`` is then ``false``. Absent
     counts as ``True``.
+
+    Two more optional attributes, read after the join the same way (absent: no field):
+    ``network_refused: tuple[tuple[str, ...], int]``, the ``host:port`` its sandbox's
+    network refused (at most 16) and how many refusals there were, which become the
+    result's ``network_refused`` and ``network_refused_count``; and ``sandbox_hint:
+    str | None``, one sentence (at most 512 bytes) naming the setting that would have let
+    the command through, which a result of a command that failed carries.
     """
 
     def done(self) -> bool:

@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Final, final
 
+from ._network import DomainPolicy
 from ._posix import _bwrap, _facts
 from ._posix import _landlock as landlock
 from ._posix import _seccomp as seccomp
@@ -175,6 +176,7 @@ class Containment:
     namespaces: Namespaces = field(default_factory=Namespaces)
     allow_write: tuple[str, ...] = ()
     seccomp: bool = False
+    domains: DomainPolicy = field(default_factory=DomainPolicy)
 
     def __post_init__(self) -> None:
         if self.mode not in {WORKSPACE, DISABLED} or self.requested not in MODES:
@@ -199,9 +201,21 @@ class Containment:
         return self.confined and (self.namespaces.made or self.seccomp)
 
     @property
+    def proxied(self) -> bool:
+        """With namespaces and without ``--allow-network``: the call's own network namespace
+        (its loopback works) and the proxy for the ``--allow-domain`` hosts (contract 11.1)."""
+        return self.confined and self.namespaces.made and not self.allow_network
+
+    @property
     def enforced(self) -> tuple[str, ...]:
-        """The Landlock rules applied to every command (empty when off)."""
-        return landlock.enforced_rules(self.abi, self.allow_network) if self.confined else ()
+        """The Landlock rules applied to every command (empty when off).
+
+        In a network namespace of its own, TCP reaches only the call's loopback: Landlock
+        leaves TCP alone there (``tcp_bind``/``tcp_connect`` are not among the rules).
+        """
+        if not self.confined:
+            return ()
+        return landlock.enforced_rules(self.abi, self.allow_network or self.proxied)
 
     @property
     def layers(self) -> int:
@@ -213,6 +227,8 @@ class Containment:
         if not self.confined:
             return 0
         bits = landlock.LAYER_CAPABILITIES | (landlock.LAYER_SECCOMP if self.seccomp else 0)
+        if self.proxied:
+            bits |= landlock.PRIVATE_NETWORK | landlock.PROXY_BRIDGE
         return bits | (landlock.PRIVATE_IPC if self.namespaces.made else 0)
 
     @property
@@ -220,7 +236,9 @@ class Containment:
         """The seccomp filter's rules applied to every command (empty without it)."""
         if not self.layers & landlock.LAYER_SECCOMP:
             return ()
-        return seccomp.rules(self.allow_network, private_ipc=self.namespaces.made)
+        return seccomp.rules(
+            self.allow_network, private_ipc=self.namespaces.made, private_network=self.proxied
+        )
 
     @property
     def missing(self) -> tuple[str, ...]:
@@ -241,6 +259,12 @@ class Containment:
         if self.contained:
             if self.allow_network:
                 net = "use the host's network"
+            elif self.proxied:
+                net = "use its own loopback" + (
+                    " and, through a proxy, only the allowed domains"
+                    if self.domains.patterns
+                    else " (no network)"
+                )
             elif "sockets_unix_only" in self.filtered:
                 net = "open only UNIX sockets (no network)"
             else:
@@ -284,6 +308,7 @@ class Containment:
             "mechanism": "landlock" if self.confined else None,
             "abi": self.abi,
             "network": "denied" if self.confined and not self.allow_network else "allowed",
+            "domains": self.domains_report(),
             "enforced": list(self.enforced),
             "missing": list(self.missing),
             "seccomp": list(self.filtered) if self.filtered else None,
@@ -309,6 +334,27 @@ class Containment:
             },
             "not_confined": self.not_confined,
         }
+
+    def domains_report(self) -> dict[str, object]:
+        """What ``--allow-domain`` does here: the patterns, and whether the proxy enforces them."""
+        report: dict[str, object] = {
+            "allowed": self.domains.describe(),
+            "private_addresses": self.domains.allow_private,
+        }
+        if self.proxied:
+            report["proxy"] = "http://127.0.0.1:3128 inside the call (HTTP_PROXY, HTTPS_PROXY)"
+            report["loopback"] = "the call's own (127.0.0.1 and ::1; the host's is unreachable)"
+        elif self.confined and self.allow_network:
+            report["proxy"] = None
+            report["reason"] = "--allow-network: the host's network, unfiltered"
+        else:
+            report["proxy"] = None
+            report["reason"] = (
+                "the proxy needs namespaces (bwrap): without them the network stays denied"
+                if self.confined
+                else "sandbox off"
+            )
+        return report
 
     @property
     def capabilities(self) -> tuple[str, ...]:
@@ -349,6 +395,10 @@ class Containment:
             kept.append(NO_SECCOMP)
         if self.allow_network:
             kept.append("the network (--allow-network)")
+        elif self.proxied and self.domains.patterns:
+            kept.append(
+                "what the --allow-domain hosts accept (uploads included), through the proxy"
+            )
         return kept
 
 
@@ -376,6 +426,7 @@ def resolve_containment(
     allow_write: Sequence[str] = (),
     namespaces: Callable[[str], Namespaces] | None = None,
     seccomp_probe: Callable[[], bool] | None = None,
+    domains: DomainPolicy | None = None,
 ) -> Containment:
     """The effective ``Containment`` for ``mode`` on this kernel and worktree ``root``.
 
@@ -391,13 +442,22 @@ def resolve_containment(
     requested = mode
     abi = (landlock.landlock_abi if probe is None else probe)()
     writes = tuple(allow_write)
+    policy = DomainPolicy() if domains is None else domains
     if requested == DISABLED:
-        return Containment(DISABLED, requested, abi, allow_network, allow_write=writes)
+        return Containment(
+            DISABLED, requested, abi, allow_network, allow_write=writes, domains=policy
+        )
     if abi < 1:
         if requested == WORKSPACE:
             raise ContainmentUnavailable
         return Containment(
-            DISABLED, requested, abi, allow_network, AUTO_WITHOUT_LANDLOCK, allow_write=writes
+            DISABLED,
+            requested,
+            abi,
+            allow_network,
+            AUTO_WITHOUT_LANDLOCK,
+            allow_write=writes,
+            domains=policy,
         )
     if root is not None:
         reason = unsafe_root(root, os.path.realpath(sys.executable), (sys.base_prefix,))
@@ -405,7 +465,9 @@ def resolve_containment(
             if requested == WORKSPACE:
                 raise ContainmentUnavailable(reason)
             warning = AUTO_UNSAFE_ROOT.format(reason=reason)
-            return Containment(DISABLED, requested, abi, allow_network, warning, allow_write=writes)
+            return Containment(
+                DISABLED, requested, abi, allow_network, warning, allow_write=writes, domains=policy
+            )
     made = (
         Namespaces(None, "no worktree root was given")
         if root is None
@@ -428,4 +490,5 @@ def resolve_containment(
         seccomp=filtered,
         namespaces=made,
         allow_write=writes,
+        domains=policy,
     )

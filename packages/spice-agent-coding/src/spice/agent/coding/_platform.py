@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final, Protocol, final
 
 from spice.agent.process import ExecutableResolver, Launcher, Process, Spec
 
 from ._containment import DEFAULT_MODE, Containment, ContainmentUnavailable, resolve_containment
+from ._network import DomainPolicy
 from ._posix._cgroup import DEFAULT_MAX_PROCESSES
 
 PLACE_UNAVAILABLE: Final = (
@@ -84,6 +85,8 @@ class SandboxRequest:
     max_processes: int = DEFAULT_MAX_PROCESSES
     max_memory: int | None = None
     """Bytes of one call's memory bound; ``None``: a quarter of the machine's, at most 16 GiB."""
+    domains: DomainPolicy = field(default_factory=DomainPolicy)
+    """What ``--allow-domain`` and ``--allow-private-address`` let through the proxy."""
 
 
 def platform_launcher(
@@ -113,6 +116,7 @@ def platform_launcher(
         probe,
         root=request.root,
         allow_write=request.allow_write,
+        domains=request.domains,
     )
     facts = None
     if containment.confined:

@@ -18,6 +18,7 @@ written.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import re
 from collections.abc import Mapping
@@ -28,14 +29,17 @@ from spice.agent.tools.coding import Config
 
 from ._compose import UNUSABLE_ROOT, resolve_config
 from ._containment import DEFAULT_MODE, MODES, SANDBOX_ENVIRONMENT_VARIABLE, parse_mode
+from ._network import DomainPolicy, PatternError, parse_patterns
 from ._platform import SandboxRequest
 from ._posix._cgroup import DEFAULT_MAX_PROCESSES, MIN_MEMORY_BYTES
 from ._posix._facts import home_directory
 from ._posix._plan import CREDENTIALS
 
 __all__ = [
+    "ALLOW_DOMAINS_VARIABLE",
     "ALLOW_ENV_VARIABLE",
     "ALLOW_NETWORK_VARIABLE",
+    "ALLOW_PRIVATE_ADDRESS_VARIABLE",
     "COMMAND_TIMEOUT_VARIABLE",
     "MAXIMUM_ALLOWED_NAMES",
     "MAXIMUM_NAME_LENGTH",
@@ -72,6 +76,8 @@ MAXIMUM_MEMORY_BYTES: Final = 1 << 50
 """``--max-memory`` is at most 1 PiB (no huge-integer bound reaches the kernel)."""
 _MEMORY: Final = re.compile(r"([0-9]+)([KMGkmg]?)")
 _UNITS: Final = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
+ALLOW_DOMAINS_VARIABLE: Final = "SPICE_AGENT_ALLOW_DOMAINS"
+ALLOW_PRIVATE_ADDRESS_VARIABLE: Final = "SPICE_AGENT_ALLOW_PRIVATE_ADDRESS"
 
 MAXIMUM_ALLOW_WRITE: Final = 32
 """At most this many ``--allow-write`` directories."""
@@ -144,6 +150,8 @@ class Flags:
     allow_write: tuple[str, ...] = ()
     max_processes: str | None = None
     max_memory: str | None = None
+    allow_domain: tuple[str, ...] = ()
+    allow_private_address: bool = False
 
     deny_read: tuple[str, ...] = ()
     allow_read: tuple[str, ...] = ()
@@ -168,6 +176,7 @@ class Settings:
     """Bytes of one call's memory bound; ``None``: a quarter of the machine's, at most 16 GiB."""
     deny_read: tuple[str, ...] = ()
     allow_read: tuple[str, ...] = ()
+    domains: DomainPolicy = dataclasses.field(default_factory=DomainPolicy)
 
     def __post_init__(self) -> None:
         if not isinstance(self.config, Config):
@@ -180,6 +189,8 @@ class Settings:
             isinstance(path, str) for path in self.allow_write
         ):
             raise TypeError("allow_write must be a tuple of paths")
+        if not isinstance(self.domains, DomainPolicy):
+            raise TypeError("domains must be a DomainPolicy")
 
     def sandbox_request(self) -> SandboxRequest:
         """What these settings ask of the shell's sandbox (``_platform.platform_launcher``)."""
@@ -192,6 +203,7 @@ class Settings:
             self.allow_read,
             self.max_processes,
             self.max_memory,
+            self.domains,
         )
 
 
@@ -287,6 +299,25 @@ def add_arguments(parser: argparse.ArgumentParser, *, after_command: bool) -> No
         help="show contained commands one of the hidden credentials again, such as "
         "~/.npmrc (repeatable; `tools` lists them)",
     )
+    parser.add_argument(
+        "--allow-domain",
+        metavar="PATTERN",
+        action="append",
+        dest="allow_domain" + suffix,
+        default=argparse.SUPPRESS if after_command else [],
+        help="a host contained commands may reach through the sandbox's proxy: NAME, "
+        "*.DOMAIN (subdomains only), an address, any of them with :PORT (else 80 and 443), "
+        "or a preset: python, npm, crates, go, github (repeatable; default "
+        f"${ALLOW_DOMAINS_VARIABLE}, comma-separated; needs namespaces)",
+    )
+    parser.add_argument(
+        "--allow-private-address",
+        action="store_true",
+        dest="allow_private_address" + suffix,
+        default=argparse.SUPPRESS if after_command else False,
+        help="let the proxy connect to loopback, private and link-local addresses too "
+        f"(also ${ALLOW_PRIVATE_ADDRESS_VARIABLE}=1)",
+    )
 
 
 def flags_of(options: argparse.Namespace) -> Flags:
@@ -301,6 +332,7 @@ def flags_of(options: argparse.Namespace) -> Flags:
     allow_write = (*values.get("allow_write", ()), *values.get("allow_write" + _AFTER, ()))
     deny_read = (*values.get("deny_read", ()), *values.get("deny_read" + _AFTER, ()))
     allow_read = (*values.get("allow_read", ()), *values.get("allow_read" + _AFTER, ()))
+    allow_domain = (*values.get("allow_domain", ()), *values.get("allow_domain" + _AFTER, ()))
     return Flags(
         root=text("root"),
         allow_env=tuple(allow_env),
@@ -316,6 +348,10 @@ def flags_of(options: argparse.Namespace) -> Flags:
         max_memory=text("max_memory"),
         deny_read=tuple(deny_read),
         allow_read=tuple(allow_read),
+        allow_domain=tuple(allow_domain),
+        allow_private_address=bool(
+            values.get("allow_private_address") or values.get("allow_private_address" + _AFTER)
+        ),
     )
 
 
@@ -361,6 +397,7 @@ def resolve_settings(flags: Flags, environ: Mapping[str, str] | None = None) -> 
         _max_memory(_chosen(flags.max_memory, "--max-memory", source, MAX_MEMORY_VARIABLE)),
         _deny_read(flags.deny_read, base.root),
         _allow_read(flags.allow_read, source),
+        _domains(flags, source),
     )
 
 
@@ -440,14 +477,33 @@ def _sandbox(from_flag: str | None, source: Mapping[str, str]) -> str:
 
 
 def _allow_network(flags: Flags, source: Mapping[str, str]) -> bool:
-    if flags.allow_network:
-        return True
-    text = _keyword(source.get(ALLOW_NETWORK_VARIABLE, ""))
+    return flags.allow_network or _switch(source, ALLOW_NETWORK_VARIABLE)
+
+
+def _switch(source: Mapping[str, str], variable: str) -> bool:
+    text = _keyword(source.get(variable, ""))
     if text in _TRUE:
         return True
     if text in _FALSE:
         return False
-    raise SettingsError(f"{ALLOW_NETWORK_VARIABLE} must be 1 or 0 (true/false, yes/no, on/off)")
+    raise SettingsError(f"{variable} must be 1 or 0 (true/false, yes/no, on/off)")
+
+
+def _domains(flags: Flags, source: Mapping[str, str]) -> DomainPolicy:
+    """``--allow-domain`` patterns (else the variable's) and ``--allow-private-address``.
+
+    A bad pattern is named in the error (it is the server's own configuration).
+    """
+    if flags.allow_domain:
+        raw = list(flags.allow_domain)
+    else:
+        raw = [item for item in source.get(ALLOW_DOMAINS_VARIABLE, "").split(",") if item.strip()]
+    try:
+        patterns = parse_patterns(raw)
+    except PatternError as error:
+        raise SettingsError(str(error)) from None
+    private = flags.allow_private_address or _switch(source, ALLOW_PRIVATE_ADDRESS_VARIABLE)
+    return DomainPolicy(patterns, private)
 
 
 def _allow_write(from_flags: tuple[str, ...], source: Mapping[str, str]) -> tuple[str, ...]:

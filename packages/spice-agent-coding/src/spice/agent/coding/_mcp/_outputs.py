@@ -25,6 +25,9 @@ PATH_BYTES: Final = 4096
 SMALL_FIELDS_CHARS: Final = 2048
 HINT_BYTES: Final = 512
 """The longest ``sandbox_hint`` a shell answer carries (the launcher's sentence)."""
+NETWORK_REFUSED_CHARS: Final = 16 * (262 + 3) + 64
+"""The shell's ``network_refused`` (16 ``host:port`` of name characters, nothing to escape,
+quoted and separated) and ``network_refused_count`` with their names."""
 """Room for the fixed keys and small values (numbers, booleans, digests) of any answer."""
 DIFF_BYTES: Final = 16 * 1024
 """Longest ``diff`` of a ``replace`` answer (contract 9.2)."""
@@ -90,6 +93,8 @@ _FIELDS: Final[Mapping[str, Mapping[str, Mapping[str, object]]]] = {
         "timed_out": _BOOLEAN,
         "managed_cleanup_completed": _BOOLEAN,
         "contained": _BOOLEAN,
+        "network_refused": {"type": "array", "items": {"type": "string"}, "maxItems": 16},
+        "network_refused_count": _INTEGER,
         "sandbox_hint": _STRING,
         "encoding": _STRING,
         "stdout": _STRING,
@@ -134,6 +139,8 @@ def largest_answer_chars(name: str, config: Config) -> int:
     }.get(name)
     if variable is None:
         return ANSWER_CHARS
+    if name == "shell":
+        fixed += NETWORK_REFUSED_CHARS
     return min(ANSWER_CHARS, fixed + ESCAPED_CHARS_PER_BYTE * variable)
 
 

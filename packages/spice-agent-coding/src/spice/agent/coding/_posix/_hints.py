@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from typing import Final, final
 
 from spice.agent.process import Sink
@@ -137,13 +137,16 @@ def sandbox_hint(
     *,
     network_denied: bool,
     refused_hosts: Sequence[str] = (),
+    private_hosts: Collection[str] = (),
 ) -> str | None:
     """The hint for a failed contained command, or ``None`` when nothing shows a refusal.
 
     ``writable``: what the call could write (a refusal there is not the sandbox's
     doing, or is a protected path: no hint); ``hidden``: the masked credentials (never
     suggested). ``refused_hosts``: the hosts the proxy refused (the network helper's
-    hook); the first is named.
+    hook); the first is named, and when it is among ``private_hosts`` (a pattern allowed
+    it but it resolves to a non-global address) the flag named is
+    ``--allow-private-address``.
     """
     scanner.finish()
     for path in scanner.paths:
@@ -166,6 +169,14 @@ def sandbox_hint(
         )
     if refused_hosts:
         host = refused_hosts[0]
+        if host in private_hosts:
+            return _fitted(
+                f"The sandbox refused a connection to {host}: it resolves to a loopback, "
+                "private or link-local address; the server must be started with "
+                "--allow-private-address to reach such addresses.",
+                "The sandbox refused a connection to a private address: the server must be "
+                "started with --allow-private-address to reach such addresses.",
+            )
         return _fitted(
             f"The sandbox refused a connection to {host}: if the command needs it, the "
             f"server must be started with --allow-domain {host.rpartition(':')[0] or host}.",

@@ -475,6 +475,11 @@ LAYER_BOUNDING: Final = 1 << 3
 """The bounding set empty and ``SECURE_BITS`` locked (needs ``CAP_SETPCAP``: root)."""
 PRIVATE_IPC: Final = 1 << 7
 """Not a layer: the command has an IPC namespace of its own, so the filter allows SysV IPC."""
+PRIVATE_NETWORK: Final = 1 << 6
+"""Not a layer: the command has a network namespace of its own (only its loopback), so
+the filter allows ``AF_INET``/``AF_INET6`` and Landlock leaves TCP alone."""
+PROXY_BRIDGE: Final = 1 << 5
+"""Not a layer: the supervisor bridges ``127.0.0.1:3128`` to the proxy (``_bridge``)."""
 _REQUESTABLE: Final = LAYER_SECCOMP | LAYER_CAPABILITIES
 
 
@@ -494,7 +499,12 @@ def apply_layers(ruleset: int | None, requested: int, allow_network: bool) -> in
         prctl(PR_SET_NO_NEW_PRIVS, 1)
         applied |= drop_capabilities()
     if requested & LAYER_SECCOMP:
-        program = seccomp.build(os.getpid(), allow_network, bool(requested & PRIVATE_IPC))
+        program = seccomp.build(
+            os.getpid(),
+            allow_network,
+            bool(requested & PRIVATE_IPC),
+            private_network=bool(requested & PRIVATE_NETWORK),
+        )
         seccomp.install(program)
         applied |= LAYER_SECCOMP
     if requested & _REQUESTABLE & ~applied:

@@ -58,6 +58,7 @@ from . import _orphans as orphans
 from . import _supervisor as supervisor
 from ._cgroup import CallCgroup, Cgroups
 from ._leader import _close_quietly
+from ._nethint import CallNetwork
 from ._process import (
     DRAIN_BOUND_SECONDS,
     END_BOUND_SECONDS,
@@ -71,6 +72,7 @@ from ._process import (
     _Start,
     _Streams,
 )
+from ._proxy import CallProxy, Proxy
 
 SERVER_DEATH_BOUND_SECONDS: Final = 2.0
 """When the server dies, even by SIGKILL, every command and descendant ends within this."""
@@ -88,7 +90,7 @@ TMPDIR_PREFIX: Final = "spice-call-"
 """Name prefix of the private temporary directory a contained call gets as ``TMPDIR``."""
 
 _HERE: Final = os.path.dirname(os.path.abspath(__file__))
-SUPERVISOR_MODULES: Final = ("_seccomp", "_landlock", "_tmpdir", "_supervisor")
+SUPERVISOR_MODULES: Final = ("_seccomp", "_landlock", "_tmpdir", "_bridge", "_supervisor")
 """The modules a supervisor runs, in import order: its helpers, then itself (``__main__``)."""
 
 
@@ -326,6 +328,7 @@ class _Ends:
         lifeline: int | None = None,
         info: int | None = None,
         cgroup: CallCgroup | None = None,
+        network: CallNetwork | None = None,
     ) -> PosixProcess:
         """The started child as a ``PosixProcess``; the workdir it entered is let go."""
         _close_quietly(standard.directory)
@@ -349,6 +352,7 @@ class _Ends:
             lifeline=lifeline,
             info=info,
             cgroup=cgroup,
+            network=network,
         )
 
 
@@ -442,13 +446,17 @@ def _release_mount_points(taken: Iterable[str]) -> None:
                 os.unlink(path)
 
 
-def _hinter(scanner: _hints.RefusalScanner, plan: _plan.CallPlan) -> Callable[[], str | None]:
+def _hinter(
+    scanner: _hints.RefusalScanner, plan: _plan.CallPlan, proxy: CallProxy | None = None
+) -> Callable[[], str | None]:
     def hint() -> str | None:
         return _hints.sandbox_hint(
             scanner,
             plan.landlock_writable(),
             plan.hidden,
             network_denied=not plan.allow_network,
+            refused_hosts=() if proxy is None else tuple(proxy.refused),
+            private_hosts=() if proxy is None else tuple(proxy.private),
         )
 
     return hint
@@ -515,7 +523,15 @@ class PosixLauncher:
     True
     """
 
-    __slots__ = ("_bounds", "_cgroups", "_containment", "_facts", "_root", "_supervised")
+    __slots__ = (
+        "_bounds",
+        "_cgroups",
+        "_containment",
+        "_facts",
+        "_proxy",
+        "_root",
+        "_supervised",
+    )
 
     def __init__(
         self,
@@ -533,6 +549,7 @@ class PosixLauncher:
         self._cgroups = cgroups
         self._supervised = _supervisor_available()
         self._bounds = _Bounds()
+        self._proxy: Proxy | None = None  # made at the first proxied start, in its loop
         if containment.confined and not self._supervised:
             raise ValueError("containment needs the supervisor, which is unavailable here")
         if containment.confined and facts is None and root is not None:
@@ -598,7 +615,13 @@ class PosixLauncher:
         """
         if not self._supervised:
             return _start_direct(spec, self._bounds)
-        process = self._spawn_supervisor(spec)
+        proxy = await self._call_proxy()
+        try:
+            process = self._spawn_supervisor(spec, proxy)
+        except BaseException:
+            if proxy is not None:
+                await proxy.close()
+            raise
         try:
             _attach(process)
         except Exception:  # noqa: BLE001 - the child exists: hand it over with the error
@@ -621,8 +644,22 @@ class PosixLauncher:
             raise LaunchError(process) from None
         raise LaunchError from None
 
-    def _spawn_supervisor(self, spec: Spec) -> PosixProcess:
-        """Spawn the supervisor (in ``bwrap`` with namespaces) for the call's plan."""
+    async def _call_proxy(self) -> CallProxy | None:
+        """With namespaces and without ``--allow-network``: the call's own proxy listener
+        (contract 11.1), which its plan binds into the namespace; ``LaunchError`` (nothing
+        started) when it cannot be opened."""
+        if not self._containment.proxied or self._facts is None:
+            return None
+        if self._proxy is None:
+            self._proxy = Proxy(self._containment.domains)
+        try:
+            return await self._proxy.open_call()
+        except OSError:
+            raise LaunchError from None
+
+    def _spawn_supervisor(self, spec: Spec, proxy: CallProxy | None = None) -> PosixProcess:
+        """Spawn the supervisor (in ``bwrap`` with namespaces) for the call's plan;
+        ``proxy``: the call's own proxy (its socket bound in, its variables set)."""
         if self._facts is not None and _facts.changed_place(self._facts.places) is not None:
             raise LaunchError(reason=PLACE_CHANGED)
         scanner = None if self._facts is None else _hints.RefusalScanner()
@@ -657,6 +694,7 @@ class PosixLauncher:
                     temporary=_bwrap.PRIVATE_TMP if temporary is None else temporary,
                     kind=_planned_kind,
                     visible=_KEPT_VISIBLE,
+                    proxy=None if proxy is None or bwrap is None else proxy.path,
                 )
             if plan is not None and bwrap is not None:
                 # bwrap's status pipe: the supervisor reads, only bwrap's monitor writes.
@@ -724,12 +762,13 @@ class PosixLauncher:
             lifeline=None if lifeline is None else lifeline[0],
             info=None if info is None else info[0],
             cgroup=cgroup,
+            network=None if proxy is None else CallNetwork(spec.stdout, spec.stderr, proxy),
         )
         if taken or (plan is not None and plan.forbidden):
             forbidden = () if plan is None else plan.forbidden
             process._made.after_join = lambda: _after_call(taken, forbidden)
         if scanner is not None and plan is not None:
-            process._made.hint = _hinter(scanner, plan)
+            process._made.hint = _hinter(scanner, plan, proxy)
         return process
 
 

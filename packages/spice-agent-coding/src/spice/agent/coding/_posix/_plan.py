@@ -34,8 +34,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final, final
 
-from . import _bwrap
+from . import _bridge, _bwrap
 from . import _supervisor as supervisor
+from ._proxy import proxy_environment
 
 __all__ = [
     "CACHE_VARIABLES",
@@ -227,6 +228,9 @@ class CallPlan:
     visible: tuple[str, ...] = ()
     empty_directory: str | None = None
     empty_file: str | None = None
+    proxy: str | None = None
+    """The call's proxy socket on the host (``_posix._proxy``), bound read-only at
+    ``_bridge.SOCKET`` (namespaces without ``--allow-network`` only)."""
 
     @property
     def mount_points(self) -> tuple[Mask, ...]:
@@ -263,6 +267,8 @@ class CallPlan:
             if template is None:
                 raise ValueError("a mask needs the server's empty template")
             binds.append((template, mask.path, False))
+        if self.proxy is not None:
+            binds.append((self.proxy, _bridge.SOCKET, False))
         return _bwrap.wrapper(
             bwrap,
             (),
@@ -381,13 +387,16 @@ def plan_call(
     temporary: str,
     kind: Callable[[str], Kind] = kind_of,
     visible: Sequence[str] | None = None,
+    proxy: str | None = None,
 ) -> CallPlan:
     """The plan of one contained call (pure but for ``kind``; see the module docstring).
 
     ``temporary`` is the call's ``TMPDIR``: the private ``/tmp`` with namespaces, a
     fresh host directory without. ``environment`` is the spec's (allow-listed) one.
     ``visible`` replaces the start's kept-visible places (the launcher's, which a test
-    run under coverage extends), ``None`` keeps ``facts.visible``.
+    run under coverage extends), ``None`` keeps ``facts.visible``. ``proxy``: the call's
+    proxy socket (namespaces only): bound in, and the proxy variables set whatever the
+    allow-list let through (``_proxy.proxy_environment``).
     """
     writable = tuple(place.path for place in facts.places)
     if facts.cache is not None and not namespaces:
@@ -400,6 +409,9 @@ def plan_call(
             for name, sub in CACHE_VARIABLES
         ]
     env = _with_variables(environment, values, frozenset({"TMP", "TEMP"}))
+    if proxy is not None and namespaces:
+        pairs = [entry.partition("=") for entry in proxy_environment()]
+        env = _with_variables(env, [(name, value) for name, _, value in pairs], frozenset())
     if not namespaces:
         return CallPlan(
             namespaces=False,
@@ -461,6 +473,7 @@ def plan_call(
         visible=facts.visible if visible is None else tuple(visible),
         empty_directory=facts.empty_directory,
         empty_file=facts.empty_file,
+        proxy=proxy,
     )
 
 

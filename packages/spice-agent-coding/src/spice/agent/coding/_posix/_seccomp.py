@@ -11,7 +11,9 @@ The filter answers ``EPERM`` (the call fails; the process goes on) for:
   family passes). ``AF_NETLINK`` is refused too: no tool the shell runs needs it to
   work without a network, and its ``sock_diag`` lists the host's sockets. MPTCP
   (``socket(AF_INET, SOCK_STREAM, 262)``), TCP Fast Open (``sendto`` needs a socket)
-  and ``listen`` without ``bind`` are closed by this rule;
+  and ``listen`` without ``bind`` are closed by this rule. With ``private_network``
+  (the command has a network namespace of its own, where only its loopback exists)
+  ``AF_INET`` and ``AF_INET6`` pass too: what they reach is that loopback;
 - ``ptrace``, ``process_vm_readv``, ``process_vm_writev``;
 - ``prlimit64``, ``sched_setaffinity``, ``sched_setscheduler``, ``sched_setparam`` and
   ``sched_setattr`` whose pid (argument 0) is neither 0 nor ``own_pid``;
@@ -99,6 +101,8 @@ _SECCOMP_GET_ACTION_AVAIL: Final = 2
 # -- argument values (identical on both architectures) -----------------------------------
 
 AF_UNIX: Final = 1
+AF_INET: Final = 2
+AF_INET6: Final = 10
 PRIO_PROCESS: Final = 0
 IOPRIO_WHO_PROCESS: Final = 1
 TIOCSTI: Final = 0x5412
@@ -235,6 +239,9 @@ PID_FIRST: Final = (
 )
 """System calls whose argument 0 names the process they act on."""
 
+PRIVATE_NETWORK_RULE: Final = "sockets_unix_and_private_loopback"
+"""The socket rule's name with a private network namespace (``AF_INET``/``AF_INET6`` too)."""
+
 RULES: Final = (
     "sockets_unix_only",
     "no_ptrace",
@@ -267,10 +274,10 @@ def architecture() -> Architecture | None:
     return ARCHITECTURES.get(os.uname().machine)
 
 
-def rules(allow_network: bool, private_ipc: bool) -> tuple[str, ...]:
+def rules(allow_network: bool, private_ipc: bool, private_network: bool = False) -> tuple[str, ...]:
     """The names of the rules a filter built with these flags enforces."""
     return tuple(
-        name
+        PRIVATE_NETWORK_RULE if private_network and name == "sockets_unix_only" else name
         for name in RULES
         if not (allow_network and name == "sockets_unix_only")
         and not (private_ipc and name == "no_sysv_ipc")
@@ -336,11 +343,14 @@ def build(
     allow_network: bool = False,
     private_ipc: bool = False,
     table: Architecture | None = None,
+    private_network: bool = False,
 ) -> bytes:
     """The filter's instructions (``struct sock_filter[]``) for ``table`` (default: ours).
 
     ``own_pid`` is the pid that may be named besides 0 (the command's own; it must be
-    positive). Raises ``Unsupported`` where the architecture is not known.
+    positive). ``private_network``: ``AF_INET`` and ``AF_INET6`` sockets pass too (the
+    command's own network namespace). Raises ``Unsupported`` where the architecture is
+    not known.
     """
     if own_pid <= 0:
         raise ValueError("own_pid must be a positive pid")
@@ -372,6 +382,9 @@ def build(
     if not allow_network:
         program.label("socket")
         program.load(offset_argument(0))
+        if private_network:
+            program.jeq(AF_INET, "allow")
+            program.jeq(AF_INET6, "allow")
         program.jeq(AF_UNIX, "allow", "deny")
     program.label("ioctl")
     program.load(offset_argument(1))

@@ -49,9 +49,11 @@ import sys
 import time
 
 if __package__:
+    from . import _bridge as bridge
     from . import _landlock as landlock
     from . import _tmpdir as tmpdir
 else:  # the supervisor: ``BOOTSTRAP`` put the modules, compiled at start, in sys.modules
+    import _bridge as bridge  # type: ignore[import-not-found,no-redef]
     import _landlock as landlock  # type: ignore[import-not-found,no-redef]
     import _tmpdir as tmpdir  # type: ignore[import-not-found,no-redef]
 
@@ -451,7 +453,9 @@ def _prepare(spec_fd: int) -> tuple[_Spec, set[int | signal.Signals], int | None
         # Inside the namespaces the paths are the mount namespace's (the same inodes,
         # bound), plus its private /dev/shm.
         writable = [*spec.writable, SHARED_MEMORY] if spec.workdir else spec.writable
-        ruleset = landlock.build_ruleset(spec.abi, writable, spec.allow_network)
+        # A network namespace of its own: TCP reaches only the call's loopback.
+        tcp = spec.allow_network or bool(spec.layers & landlock.PRIVATE_NETWORK)
+        ruleset = landlock.build_ruleset(spec.abi, writable, tcp)
     return spec, mask, ruleset
 
 
@@ -466,6 +470,8 @@ def supervise(spec_fd: int, report: int) -> NoReturn:
     os.set_inheritable(report, False)  # noqa: FBT003 - os's positional-only flag
     try:
         spec, mask, ruleset = _prepare(spec_fd)
+        # The proxy's port on the call's loopback, taken before the command exists.
+        listener = bridge.listen() if spec.layers & landlock.PROXY_BRIDGE else None
         status_read, status_write = os.pipe()
         parent = os.getpid()
         command = os.fork()
@@ -479,6 +485,8 @@ def supervise(spec_fd: int, report: int) -> NoReturn:
     os.close(spec_fd)
     for fd in spec.cgroups:
         os.close(fd)
+    if listener is not None:
+        bridge.start(listener)
     if ruleset is not None:
         os.close(ruleset)
     said = _read_all(status_read)

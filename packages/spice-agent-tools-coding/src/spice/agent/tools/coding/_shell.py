@@ -65,6 +65,7 @@ from ._results import (
     success,
 )
 from ._root import PathError, open_directory, open_root
+from ._sandbox_fields import network_fields
 from ._shell_description import MAXIMUM_ARGV_BYTES, MAXIMUM_ARGV_ITEMS, _number, shell_description
 from ._shell_launcher import (
     launcher_contained,
@@ -321,6 +322,7 @@ class _Frame:
         managed_cleanup_completed: bool = False,
         problem: tuple[str, str] | None = None,
         sandbox_hint: str | None = None,
+        sandbox: Mapping[str, object] | None = None,
     ) -> dict[str, object]:
         """Every shell field (``ok``, ``code`` and ``message`` are added by the caller).
 
@@ -336,6 +338,8 @@ class _Frame:
         }
         if sandbox_hint is not None:
             content["sandbox_hint"] = sandbox_hint
+        if sandbox:
+            content.update(sandbox)  # network_refused and its count: _sandbox_fields
         content.update(_output_fields(capture or Capture(1), problem, content))
         return content
 
@@ -568,6 +572,7 @@ class _Shell:
             managed_cleanup_completed=finished.clean,
             problem=(code, problem) if code is not None and problem is not None else None,
             sandbox_hint=process_hint(process) if code is not None and frame.contained else None,
+            sandbox=network_fields(process),
         )
         if code is None or problem is None:
             return success(call, content, _UNCERTAIN, _RETRY)

@@ -1,0 +1,290 @@
+"""Which hosts a contained command may reach through the server's proxy (contract 11.1).
+
+``--allow-domain PATTERN`` (repeatable; ``SPICE_AGENT_ALLOW_DOMAINS`` comma-separated)
+names what the proxy (``_posix._proxy``) lets through; ``--allow-private-address`` lets
+names (and named addresses) that resolve to non-global addresses through too. Pure and
+platform-neutral: this module parses patterns and judges a host, a port and the
+addresses it resolved to; it never resolves or connects.
+
+A pattern is one of:
+
+- a preset: ``python``, ``npm``, ``crates``, ``go``, ``github`` (``PRESETS`` lists their
+  hosts), each host on ports 80 and 443;
+- a host name (``pypi.org``): that host alone, on ports 80 and 443;
+- a wildcard (``*.example.com``): every name beneath ``example.com`` (subdomains only,
+  never ``example.com`` itself), on ports 80 and 443; never over a single label
+  (``*.com``);
+- an IP address (``192.0.2.7``, ``[2001:db8::1]``): that address alone, on 80 and 443;
+- any of the last three with ``:PORT``: that port only.
+
+Anything else (a URL, a path, a bare ``*``, a port out of range, a label that is not
+letters, digits and inner hyphens) is refused with ``PatternError`` naming the pattern.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Final, final
+
+__all__ = [
+    "DEFAULT_PORTS",
+    "MAXIMUM_HOST_LENGTH",
+    "MAXIMUM_PATTERNS",
+    "PRESETS",
+    "DomainPolicy",
+    "Pattern",
+    "PatternError",
+    "global_address",
+    "normal_host",
+    "parse_pattern",
+    "parse_patterns",
+]
+
+DEFAULT_PORTS: Final = frozenset({80, 443})
+"""The ports a pattern without ``:PORT`` allows (HTTP and HTTPS)."""
+
+MAXIMUM_PATTERNS: Final = 256
+"""At most this many patterns (presets count as one each)."""
+
+MAXIMUM_PATTERN_LENGTH: Final = 300
+"""A pattern's text has at most this many characters."""
+
+MAXIMUM_HOST_LENGTH: Final = 253
+"""A DNS name has at most 253 characters (RFC 1035, without the root's dot)."""
+
+_LABEL: Final = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
+_PORT: Final = re.compile(r"[0-9]{1,5}")
+
+PRESETS: Final[Mapping[str, tuple[str, ...]]] = MappingProxyType(
+    {
+        "python": ("pypi.org", "files.pythonhosted.org"),
+        "npm": ("registry.npmjs.org",),
+        "crates": ("crates.io", "index.crates.io", "static.crates.io"),
+        "go": ("proxy.golang.org", "sum.golang.org"),
+        "github": (
+            "github.com",
+            "codeload.github.com",
+            "objects.githubusercontent.com",
+            "release-assets.githubusercontent.com",
+            "raw.githubusercontent.com",
+        ),
+    }
+)
+"""The registries agents need, by name: what ``--allow-domain NAME`` allows (80 and 443).
+
+``python``: the index and its files (pip, uv); ``npm``: the npm registry; ``crates``:
+the API, the sparse index and the downloads; ``go``: the module proxy and the checksum
+database; ``github``: ``git clone`` over HTTPS, archives, release assets and raw files.
+"""
+
+
+class PatternError(ValueError):
+    """A pattern that is not a preset, host name, wildcard, address or ``host:port``.
+
+    The message names the pattern (it is the server's own configuration, not a
+    command's output), shortened to ``MAXIMUM_PATTERN_LENGTH`` characters.
+    """
+
+    def __init__(self, text: str) -> None:
+        shown = text[:MAXIMUM_PATTERN_LENGTH].encode("ascii", "backslashreplace").decode()
+        super().__init__(
+            f"--allow-domain {shown!r} is not a host name, a wildcard (*.example.com), "
+            "an address, a host:port or a preset (" + ", ".join(PRESETS) + ")"
+        )
+        self.pattern = shown
+
+
+def normal_host(text: str) -> str | None:
+    """``text`` as a lower-case DNS name without a trailing dot, or ``None`` when it is not one.
+
+    Only ASCII letters, digits and inner hyphens in labels of 1 to 63 characters, at
+    most ``MAXIMUM_HOST_LENGTH`` in all (an internationalised name arrives in its
+    ``xn--`` form). An IP address is not a name (``address_of`` reads those).
+    """
+    if not text or len(text) > MAXIMUM_HOST_LENGTH + 1 or not text.isascii():
+        return None
+    host = text.lower()
+    if host.endswith("."):
+        host = host[:-1]
+    if not host or len(host) > MAXIMUM_HOST_LENGTH:
+        return None
+    labels = host.split(".")
+    if not all(_LABEL.fullmatch(label) for label in labels):
+        return None
+    if labels[-1].isdigit():
+        return None  # "1.2.3.4" or "10": addresses (or nothing), never names
+    return host
+
+
+def address_of(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """The IP address ``text`` spells (an IPv6 one with or without brackets), else ``None``.
+
+    Only the canonical dotted quad for IPv4 (``ipaddress`` refuses ``010.1.1.1`` and
+    ``0x7f.1``); no zone index (``fe80::1%eth0``).
+    """
+    if not text or len(text) > 64 or not text.isascii() or "%" in text:
+        return None
+    inner = text[1:-1] if text.startswith("[") and text.endswith("]") else text
+    try:
+        return ipaddress.ip_address(inner)
+    except ValueError:
+        return None
+
+
+def global_address(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    """Whether ``address`` is a public unicast address: none of loopback, private,
+    link-local, shared (CGNAT), multicast, unspecified, reserved, documentation.
+
+    An IPv4-mapped, 6to4 or Teredo IPv6 address is judged by the IPv4 address it
+    carries as well (``::ffff:127.0.0.1`` is loopback, whatever Python's version says).
+    """
+    if isinstance(address, ipaddress.IPv6Address):
+        carried = [address.ipv4_mapped, address.sixtofour]
+        teredo = address.teredo
+        if teredo is not None:
+            carried.extend(teredo)
+        if any(inner is not None and not global_address(inner) for inner in carried):
+            return False
+        if address.ipv4_mapped is not None:
+            return True
+    return (
+        address.is_global
+        and not address.is_multicast
+        and not address.is_unspecified
+        and not address.is_reserved
+        and not address.is_loopback
+        and not address.is_link_local
+        and not address.is_private
+    )
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Pattern:
+    """One allowed host (or address), or every name beneath a domain, and its ports.
+
+    ``host`` is a normal name (``normal_host``) or an address's compressed text;
+    ``wildcard`` says subdomains of ``host`` only; ``ports`` empty means
+    ``DEFAULT_PORTS``.
+    """
+
+    host: str
+    wildcard: bool = False
+    port: int | None = None
+    address: bool = False
+
+    @property
+    def ports(self) -> frozenset[int]:
+        return DEFAULT_PORTS if self.port is None else frozenset({self.port})
+
+    def matches(self, host: str, port: int) -> bool:
+        """Whether this pattern allows ``host`` (normal, or an address's compressed text)."""
+        if port not in self.ports:
+            return False
+        if self.wildcard:
+            return host.endswith("." + self.host)
+        return host == self.host
+
+    def __str__(self) -> str:
+        text = ("*." if self.wildcard else "") + (
+            f"[{self.host}]" if ":" in self.host else self.host
+        )
+        return text if self.port is None else f"{text}:{self.port}"
+
+
+def _split_port(text: str) -> tuple[str, int | None] | None:
+    """``(host part, port or None)``; ``None`` when a port is there but not 1..65535."""
+    if text.startswith("["):
+        close = text.find("]")
+        if close < 0:
+            return None
+        rest = text[close + 1 :]
+        if not rest:
+            return text, None
+        if not rest.startswith(":"):
+            return None
+        return _with_port(text[: close + 1], rest[1:])
+    if text.count(":") == 1:
+        host, _, port = text.partition(":")
+        return _with_port(host, port)
+    return text, None  # no colon, or an unbracketed IPv6 address
+
+
+def _with_port(host: str, port: str) -> tuple[str, int | None] | None:
+    if _PORT.fullmatch(port) is None or not 1 <= int(port) <= 65535:
+        return None
+    return host, int(port)
+
+
+def parse_pattern(text: str) -> tuple[Pattern, ...]:
+    """The patterns ``text`` names (several for a preset); ``PatternError`` otherwise."""
+    cleaned = text.strip()
+    if cleaned.lower() in PRESETS:
+        return tuple(Pattern(host) for host in PRESETS[cleaned.lower()])
+    if not cleaned or len(cleaned) > MAXIMUM_PATTERN_LENGTH:
+        raise PatternError(text)
+    split = _split_port(cleaned)
+    if split is None:
+        raise PatternError(text)
+    host_text, port = split
+    address = address_of(host_text)
+    if address is not None:
+        return (Pattern(address.compressed, port=port, address=True),)
+    wildcard = host_text.startswith("*.")
+    host = normal_host(host_text[2:] if wildcard else host_text)
+    if host is None or (wildcard and "." not in host):
+        raise PatternError(text)  # "*.com" would be a whole top-level domain
+    return (Pattern(host, wildcard=wildcard, port=port),)
+
+
+def parse_patterns(texts: Iterable[str]) -> tuple[Pattern, ...]:
+    """Every pattern of ``texts`` in order, without repeats; ``PatternError`` for the first
+    bad one, or when there are more than ``MAXIMUM_PATTERNS``."""
+    chosen: list[Pattern] = []
+    for count, text in enumerate(texts, start=1):
+        if count > MAXIMUM_PATTERNS:
+            raise PatternError(f"(more than {MAXIMUM_PATTERNS} patterns)")
+        for pattern in parse_pattern(text):
+            if pattern not in chosen:
+                chosen.append(pattern)
+    return tuple(chosen)
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class DomainPolicy:
+    """What the proxy lets a call reach: ``patterns``, and non-global addresses or not.
+
+    The proxy asks twice: ``permits(host, port)`` before it resolves (a name or an
+    address must match a pattern), then ``reachable(addresses)`` for what the name
+    resolved to (every address global, unless ``allow_private``).
+    """
+
+    patterns: tuple[Pattern, ...] = ()
+    allow_private: bool = False
+
+    def permits(self, host: str, port: int) -> bool:
+        """Whether a pattern names ``host`` (a normal name or an address) on ``port``."""
+        address = address_of(host)
+        if address is not None:
+            compressed = address.compressed
+            return any(p.address and p.matches(compressed, port) for p in self.patterns)
+        name = normal_host(host)
+        if name is None:
+            return False
+        return any(not p.address and p.matches(name, port) for p in self.patterns)
+
+    def reachable(self, addresses: Iterable[ipaddress.IPv4Address | ipaddress.IPv6Address]) -> bool:
+        """Whether every one of ``addresses`` may be connected to (at least one given)."""
+        listed = list(addresses)
+        if not listed:
+            return False
+        return self.allow_private or all(global_address(a) for a in listed)
+
+    def describe(self) -> list[str]:
+        """The patterns as text, for ``tools``."""
+        return [str(pattern) for pattern in self.patterns]

@@ -1,0 +1,461 @@
+"""The server's HTTP proxy: the one way out of a contained call's network (contract 11.1).
+
+With namespaces and without ``--allow-network`` a contained command has only its own
+loopback. Each call gets a ``CallProxy``: a UNIX socket (mode 0600, in a directory of
+its own, mode 0700) that ``bwrap`` binds into the call's namespace, where the supervisor
+bridges ``127.0.0.1:3128`` to it (``_bridge``); no host port is ever opened. The
+command gets ``HTTP_PROXY``, ``HTTPS_PROXY``, ``ALL_PROXY`` and ``NO_PROXY``.
+
+One connection is one request (``_proxyhttp``): ``CONNECT host:port`` opens a tunnel
+(TLS goes through it untouched), an absolute ``http://`` request is sent on in origin
+form with ``Connection: close``. For each, in order:
+
+1. the name (or address) and port must match a pattern of the ``DomainPolicy``
+   (ports 80 and 443 unless a pattern names one; an IP literal only when a pattern
+   names that address);
+2. the proxy resolves the name itself (bounded), and every address it gets must be
+   global unless ``--allow-private-address`` (no way to the host's own services, the
+   local network or the cloud metadata address);
+3. it connects to those very addresses (never resolving again: what was checked is
+   what is reached) and then only copies bytes, ``RELAY_CHUNK_BYTES`` at a time, each
+   direction waiting for the other side to take what it has (nothing is held whole).
+
+A refusal answers 403 and is recorded for the call (``refused``: the first
+``MAXIMUM_REFUSED_REPORTED`` distinct ``host:port``, and ``refused_count``) and logged
+(host and port only). At most ``MAXIMUM_CALL_CONNECTIONS`` connections of one call and
+``MAXIMUM_SERVER_CONNECTIONS`` of all calls at once; past that 503. When the call ends,
+``CallProxy.close`` stops its listener and cancels and closes every connection of it
+(bounded; nothing of it is left).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import logging
+import os
+import shutil
+import socket
+import tempfile
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Final, final
+
+from .._network import DomainPolicy, address_of
+from .._proxyhttp import HEAD_END, MAXIMUM_HEAD_BYTES, BadRequest, Request, origin_head, parse_head
+from . import _bridge as bridge
+
+__all__ = [
+    "CLOSE_BOUND_SECONDS",
+    "CONNECT_BOUND_SECONDS",
+    "HEAD_BOUND_SECONDS",
+    "MAXIMUM_CALL_CONNECTIONS",
+    "MAXIMUM_REFUSED_REPORTED",
+    "MAXIMUM_SERVER_CONNECTIONS",
+    "PROXY_URL",
+    "RELAY_CHUNK_BYTES",
+    "RESOLVE_BOUND_SECONDS",
+    "CallProxy",
+    "Proxy",
+    "proxy_environment",
+    "with_proxy",
+]
+
+MAXIMUM_CALL_CONNECTIONS: Final = 64
+"""Connections of one call through the proxy at once (uv and npm open dozens)."""
+
+MAXIMUM_SERVER_CONNECTIONS: Final = 256
+"""Connections of all calls through the proxy at once."""
+
+MAXIMUM_REFUSED_REPORTED: Final = 16
+"""Distinct refused ``host:port`` kept per call for the answer (the count goes on)."""
+
+HEAD_BOUND_SECONDS: Final = 10.0
+"""Longest wait for a client's request head."""
+
+RESOLVE_BOUND_SECONDS: Final = 5.0
+"""Longest wait for a name's addresses."""
+
+CONNECT_BOUND_SECONDS: Final = 10.0
+"""Longest wait for one upstream connection (each address in turn, within this in all)."""
+
+CLOSE_BOUND_SECONDS: Final = 2.0
+"""Longest wait, when a call ends, for its connections' tasks to end once cancelled."""
+
+RELAY_CHUNK_BYTES: Final = 256 * 1024
+"""Bytes read from one side per step (and the stream's buffer bound)."""
+
+MAXIMUM_ADDRESSES: Final = 16
+"""At most this many addresses of one name are checked and tried."""
+
+PROXY_URL: Final = f"http://{bridge.ADDRESS}:{bridge.PORT}"
+NO_PROXY: Final = "localhost,127.0.0.1,::1"
+"""The call's own loopback is reached directly (a test suite's local servers)."""
+
+PROXY_VARIABLES: Final = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY")
+
+_SOCKET_NAME: Final = "proxy.sock"
+_DIRECTORY_PREFIX: Final = "spice-proxy-"
+_UNIX_PATH_BYTES: Final = 100
+"""A UNIX socket's path must fit ``sun_path`` (108 bytes); this leaves room."""
+
+_log = logging.getLogger("spice.agent.coding.proxy")
+
+Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+Resolved = list[tuple[int, tuple[object, ...]]]
+Resolver = Callable[[str, int], Awaitable[Resolved]]
+"""``(host, port)`` to ``[(family, sockaddr)]``; the seam for a resolver that fails."""
+
+
+def with_proxy(entries: Iterable[str]) -> list[str]:
+    """``entries`` with the proxy's variables set (whatever the allow-list let through)."""
+    names = {entry.partition("=")[0] for entry in proxy_environment()}
+    kept = [entry for entry in entries if entry.partition("=")[0] not in names]
+    return [*kept, *proxy_environment()]
+
+
+def proxy_environment() -> list[str]:
+    """The entries every proxied command gets, whatever the environment allow-list says."""
+    entries: list[str] = []
+    for name in PROXY_VARIABLES:
+        entries += [f"{name}={PROXY_URL}", f"{name.lower()}={PROXY_URL}"]
+    entries += [f"NO_PROXY={NO_PROXY}", f"no_proxy={NO_PROXY}"]
+    return entries
+
+
+async def _system_resolve(host: str, port: int) -> Resolved:
+    loop = asyncio.get_running_loop()
+    found = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return [(int(family), tuple(address)) for family, _, _, _, address in found]
+
+
+def _answer(status: int, reason: str, text: str) -> bytes:
+    body = f"spice-coding sandbox proxy: {text}\n".encode()
+    head = (
+        f"HTTP/1.1 {status} {reason}\r\nContent-Type: text/plain; charset=utf-8\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+_REASONS: Final = {
+    400: "Bad Request",
+    403: "Forbidden",
+    431: "Request Header Fields Too Large",
+    502: "Bad Gateway",
+    503: "Service Unavailable",
+    504: "Gateway Timeout",
+    505: "HTTP Version Not Supported",
+}
+
+_CONNECTED: Final = b"HTTP/1.1 200 Connection established\r\n\r\n"
+
+
+class _Refused(Exception):
+    """The policy refuses this request: answered 403, recorded, logged."""
+
+    def __init__(self, reason: str, *, private: bool = False) -> None:
+        super().__init__(reason)
+        self.private = private
+
+
+@final
+class Proxy:
+    """The server's proxy: its policy, its bounds, the calls' listeners.
+
+    ``resolver`` is the tests' seam for a resolver that fails or stalls; by default the
+    system's (``getaddrinfo`` in the loop's executor).
+    """
+
+    def __init__(self, policy: DomainPolicy, resolver: Resolver | None = None) -> None:
+        self.policy = policy
+        self.resolver: Resolver = _system_resolve if resolver is None else resolver
+        self.active = 0
+        self.calls: set[CallProxy] = set()
+
+    async def open_call(self) -> CallProxy:
+        """A new call's listener, ready to accept (its socket file is ``path``)."""
+        call = CallProxy(self)
+        try:
+            await call.open()
+        except BaseException:
+            await call.close()
+            raise
+        self.calls.add(call)
+        return call
+
+
+def _socket_directory() -> str:
+    base = tempfile.gettempdir()
+    if len(os.fsencode(base)) + 40 > _UNIX_PATH_BYTES:
+        base = "/tmp"  # noqa: S108 - a short parent for a 0700 directory of our own
+    return tempfile.mkdtemp(prefix=_DIRECTORY_PREFIX, dir=base)
+
+
+@final
+class CallProxy:
+    """One call's listener and connections; ``close`` when the call ends."""
+
+    def __init__(self, proxy: Proxy) -> None:
+        self._proxy = proxy
+        self._server: asyncio.AbstractServer | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._closed = False
+        self.directory: str | None = None
+        self.refused: list[str] = []
+        self.refused_count = 0
+        self.private: set[str] = set()
+        """Those of ``refused`` refused for a private address (not for their name)."""
+        self.connections = 0
+        """Connections accepted over the call's life (for tests and the log)."""
+
+    @property
+    def path(self) -> str:
+        """The listener's socket file on the host (``bwrap`` binds it at ``_bridge.SOCKET``)."""
+        if self.directory is None:
+            raise RuntimeError("the call's proxy is not open")
+        return os.path.join(self.directory, _SOCKET_NAME)
+
+    @property
+    def active(self) -> int:
+        """Connections of this call being served now."""
+        return len(self._tasks)
+
+    async def open(self) -> None:
+        self.directory = _socket_directory()
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            listener.bind(self.path)
+            os.chmod(self.path, 0o600)
+            listener.listen(bridge.BACKLOG)
+            listener.setblocking(False)  # noqa: FBT003 - socket's positional flag
+            self._server = await asyncio.start_unix_server(
+                self._serve, sock=listener, limit=RELAY_CHUNK_BYTES
+            )
+        except BaseException:
+            listener.close()
+            raise
+
+    async def close(self) -> None:
+        """Stop listening, end every connection of the call, remove the socket (bounded).
+
+        Idempotent. Runs to its end when cancelled (shielded, bounded), then re-raises.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        self._proxy.calls.discard(self)
+        closing = asyncio.ensure_future(self._close())
+        try:
+            await asyncio.shield(closing)
+        except asyncio.CancelledError:
+            with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+                async with asyncio.timeout(CLOSE_BOUND_SECONDS):
+                    await asyncio.shield(closing)
+            raise
+
+    async def _close(self) -> None:
+        server = self._server
+        if server is not None:
+            server.close()
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=CLOSE_BOUND_SECONDS)
+        if self.directory is not None:
+            shutil.rmtree(self.directory, ignore_errors=True)
+        if self.refused_count > len(self.refused):
+            _log.warning(
+                "proxy: one call's connections were refused %d times in all", self.refused_count
+            )
+
+    # -- one connection ----------------------------------------------------------------
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        proxy = self._proxy
+        if task is None or self._closed:
+            writer.transport.abort()
+            return
+        if (
+            len(self._tasks) >= MAXIMUM_CALL_CONNECTIONS
+            or proxy.active >= MAXIMUM_SERVER_CONNECTIONS
+        ):
+            writer.write(_answer(503, _REASONS[503], "too many connections at once"))
+            await _close_writer(writer)
+            return
+        self._tasks.add(task)
+        proxy.active += 1
+        self.connections += 1
+        upstream: asyncio.StreamWriter | None = None
+        try:
+            upstream = await self._handle(reader, writer)
+        except (OSError, EOFError):
+            pass  # a side went away: nothing to say to anyone
+        finally:
+            proxy.active -= 1
+            self._tasks.discard(task)
+            writer.transport.abort()
+            if upstream is not None:
+                upstream.transport.abort()
+
+    async def _handle(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> asyncio.StreamWriter | None:
+        try:
+            async with asyncio.timeout(HEAD_BOUND_SECONDS):
+                head, rest = await _read_head(reader)
+            request = parse_head(head)
+        except TimeoutError:
+            return None
+        except BadRequest as bad:
+            _log.warning("proxy: a malformed request was refused (%d)", bad.status)
+            await _reply(writer, bad.status, "the request is not one this proxy serves")
+            return None
+        try:
+            addresses = await self._admit(request)
+        except _Refused as refused:
+            self._record(request.authority, refused)
+            await _reply(
+                writer,
+                403,
+                f"{request.authority} is not allowed ({refused}); the server's "
+                "--allow-domain names the hosts a command may reach",
+            )
+            return None
+        except TimeoutError:
+            await _reply(writer, 504, f"{request.authority} could not be resolved in time")
+            return None
+        except OSError:
+            await _reply(writer, 502, f"{request.authority} could not be resolved")
+            return None
+        upstream = await _connect(addresses)
+        if upstream is None:
+            await _reply(writer, 502, f"{request.authority} could not be reached")
+            return None
+        up_reader, up_writer = upstream
+        if request.tunnel:
+            writer.write(_CONNECTED)
+        else:
+            up_writer.write(origin_head(request))
+        if rest:
+            up_writer.write(rest)
+        await _relay(reader, writer, up_reader, up_writer)
+        return up_writer
+
+    async def _admit(self, request: Request) -> Resolved:
+        """The checked addresses to connect to; ``_Refused`` by the policy."""
+        policy = self._proxy.policy
+        if not policy.permits(request.host, request.port):
+            raise _Refused("not an allowed host and port")
+        literal = address_of(request.host)
+        if literal is not None:
+            family = int(socket.AF_INET6 if literal.version == 6 else socket.AF_INET)
+            found: Resolved = [(family, (literal.compressed, request.port))]
+        else:
+            async with asyncio.timeout(RESOLVE_BOUND_SECONDS):
+                found = await self._proxy.resolver(request.host, request.port)
+        chosen: Resolved = []
+        seen: list[Address] = []
+        for family, sockaddr in found[:MAXIMUM_ADDRESSES]:
+            if family not in {socket.AF_INET, socket.AF_INET6}:
+                continue
+            address = ipaddress.ip_address(str(sockaddr[0]).partition("%")[0])
+            seen.append(address)
+            chosen.append((family, sockaddr))
+        if not seen:
+            raise OSError("no address")
+        if not policy.reachable(seen):
+            raise _Refused("it resolves to a loopback, private or link-local address", private=True)
+        return chosen
+
+    def _record(self, authority: str, refused: _Refused) -> None:
+        self.refused_count += 1
+        if authority in self.refused or len(self.refused) >= MAXIMUM_REFUSED_REPORTED:
+            return
+        self.refused.append(authority)
+        if refused.private:
+            self.private.add(authority)
+        _log.warning("proxy refused %s: %s", authority, refused)
+
+
+async def _read_head(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
+    """The head (through its blank line) and what came after it; at most the head bound."""
+    data = b""
+    while True:
+        end = data.find(HEAD_END)
+        if end >= 0:
+            cut = end + len(HEAD_END)
+            return data[:cut], data[cut:]
+        if len(data) > MAXIMUM_HEAD_BYTES:
+            return data, b""  # parse_head says 431
+        chunk = await reader.read(MAXIMUM_HEAD_BYTES + len(HEAD_END) - len(data) + 1)
+        if not chunk:
+            raise EOFError
+        data += chunk
+
+
+async def _reply(writer: asyncio.StreamWriter, status: int, text: str) -> None:
+    writer.write(_answer(status, _REASONS.get(status, "Error"), text))
+    await _close_writer(writer)
+
+
+async def _close_writer(writer: asyncio.StreamWriter) -> None:
+    with contextlib.suppress(OSError):
+        async with asyncio.timeout(CLOSE_BOUND_SECONDS):
+            await writer.drain()
+    writer.transport.abort()
+
+
+async def _connect(
+    addresses: Sequence[tuple[int, tuple[object, ...]]],
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
+    """A connection to the first of ``addresses`` that accepts (all within the bound)."""
+    loop = asyncio.get_running_loop()
+    try:
+        async with asyncio.timeout(CONNECT_BOUND_SECONDS):
+            for family, sockaddr in addresses:
+                sock = socket.socket(family, socket.SOCK_STREAM)
+                sock.setblocking(False)  # noqa: FBT003 - socket's positional flag
+                try:
+                    await loop.sock_connect(sock, sockaddr)
+                except OSError:
+                    sock.close()
+                    continue
+                except BaseException:
+                    sock.close()
+                    raise
+                return await asyncio.open_connection(sock=sock, limit=RELAY_CHUNK_BYTES)
+    except TimeoutError:
+        return None
+    return None
+
+
+async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Copy ``reader`` to ``writer`` until its end; then half-close ``writer``."""
+    while chunk := await reader.read(RELAY_CHUNK_BYTES):
+        writer.write(chunk)
+        await writer.drain()
+    if writer.can_write_eof():
+        writer.write_eof()
+
+
+async def _relay(
+    client_reader: asyncio.StreamReader,
+    client_writer: asyncio.StreamWriter,
+    up_reader: asyncio.StreamReader,
+    up_writer: asyncio.StreamWriter,
+) -> None:
+    """Both directions until both ended, or one fails (then both are dropped)."""
+    upward = asyncio.ensure_future(_pump(client_reader, up_writer))
+    downward = asyncio.ensure_future(_pump(up_reader, client_writer))
+    try:
+        await asyncio.gather(upward, downward)
+    finally:
+        for task in (upward, downward):
+            task.cancel()
+        await asyncio.wait({upward, downward})
+        for task in (upward, downward):
+            if not task.cancelled():
+                task.exception()  # retrieved: the connection is over either way

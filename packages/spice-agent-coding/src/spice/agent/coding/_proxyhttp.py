@@ -1,0 +1,211 @@
+"""The proxy's request heads: a sans-IO parser and the head sent on for plain HTTP.
+
+The proxy (``_posix._proxy``) reads a client's head (bounded, ``MAXIMUM_HEAD_BYTES``) and
+hands the bytes here; nothing in this module reads, writes or resolves. Two forms are
+understood, nothing else:
+
+- ``CONNECT host:port HTTP/1.x`` (a tunnel, for TLS): the authority must name a port;
+- ``METHOD http://host[:port]/path HTTP/1.x`` (plain HTTP, the absolute form a client
+  sends to a proxy): the head sent on (``origin_head``) is in origin form, with
+  ``Host`` set to the authority the proxy checked (a client's own ``Host`` is
+  dropped: it cannot name another site behind the same address), hop-by-hop headers
+  dropped, and ``Connection: close`` (one request per connection).
+
+Lines end with CRLF; header names are tokens, values visible ASCII, blanks and tabs;
+no folded lines; at most ``MAXIMUM_HEADERS``. Anything else is ``BadRequest`` (the proxy
+answers 400 and names no byte of it).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Final, final
+
+from ._network import address_of, normal_host
+
+__all__ = [
+    "HEAD_END",
+    "MAXIMUM_HEADERS",
+    "MAXIMUM_HEAD_BYTES",
+    "BadRequest",
+    "Request",
+    "origin_head",
+    "parse_head",
+]
+
+MAXIMUM_HEAD_BYTES: Final = 16 * 1024
+"""The longest request head (request line and headers, with the blank line) read."""
+
+MAXIMUM_HEADERS: Final = 100
+"""At most this many header lines in a head."""
+
+HEAD_END: Final = b"\r\n\r\n"
+
+_TOKEN: Final = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_TARGET: Final = re.compile(rb"[\x21-\x7e]+")
+_VALUE: Final = re.compile(rb"[\x20-\x7e\t]*")
+_VERSIONS: Final = frozenset({b"HTTP/1.0", b"HTTP/1.1"})
+_HOP_BY_HOP: Final = frozenset(
+    {
+        b"connection",
+        b"proxy-connection",
+        b"keep-alive",
+        b"proxy-authorization",
+        b"proxy-authenticate",
+        b"te",
+        b"trailer",
+        b"upgrade",
+        b"host",
+    }
+)
+"""Headers that belong to one hop (or, ``host``, that the proxy sets itself)."""
+
+
+class BadRequest(ValueError):
+    """A head the proxy does not understand; ``status`` is what it answers."""
+
+    def __init__(self, reason: str, status: int = 400) -> None:
+        super().__init__(reason)
+        self.status = status
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One parsed head: where to (``host`` normal or an address's text, ``port``), how.
+
+    ``tunnel`` for ``CONNECT``; otherwise ``method``, ``path`` (origin form),
+    ``version`` and ``headers`` (name, value pairs as sent) make the head sent on.
+    """
+
+    host: str
+    port: int
+    tunnel: bool
+    method: bytes = b"CONNECT"
+    path: bytes = b""
+    version: bytes = b"HTTP/1.1"
+    headers: tuple[tuple[bytes, bytes], ...] = ()
+
+    @property
+    def authority(self) -> str:
+        """``host:port`` as reported (an IPv6 address in brackets)."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
+
+
+def _authority(text: bytes, default_port: int | None) -> tuple[str, int]:
+    """``(host, port)`` of an authority ``host[:port]``; no user information, no zone."""
+    if b"@" in text or not text:
+        raise BadRequest("an authority with user information or none")
+    decoded = text.decode("ascii")
+    if decoded.startswith("["):
+        close = decoded.find("]")
+        host_text, rest = decoded[: close + 1], decoded[close + 1 :]
+        if close < 0 or (rest and not rest.startswith(":")):
+            raise BadRequest("a malformed address")
+        port_text = rest[1:] if rest else None
+    elif ":" in decoded:
+        host_text, _, port_text = decoded.rpartition(":")
+    else:
+        host_text, port_text = decoded, None
+    if port_text is None:
+        if default_port is None:
+            raise BadRequest("CONNECT needs a port")
+        port = default_port
+    else:
+        if not port_text.isdigit() or len(port_text) > 5 or not 1 <= int(port_text) <= 65535:
+            raise BadRequest("a port out of range")
+        port = int(port_text)
+    if not host_text.startswith("[") and ":" in host_text:
+        raise BadRequest("a malformed address")  # an IPv6 address needs its brackets
+    address = address_of(host_text)
+    if address is not None:
+        return address.compressed, port
+    if host_text.startswith("["):
+        raise BadRequest("a malformed address")
+    host = normal_host(host_text)
+    if host is None:
+        raise BadRequest("not a host name")
+    return host, port
+
+
+def _absolute(target: bytes) -> tuple[str, int, bytes]:
+    """``(host, port, origin-form path)`` of ``http://authority[/path]``."""
+    scheme, separator, rest = target.partition(b"://")
+    if not separator or scheme.lower() != b"http":
+        raise BadRequest("only http:// targets (https goes through CONNECT)")
+    cut = len(rest)
+    for stop in (b"/", b"?", b"#"):
+        found = rest.find(stop)
+        if found >= 0:
+            cut = min(cut, found)
+    authority, path = rest[:cut], rest[cut:]
+    host, port = _authority(authority, 80)
+    path = path.partition(b"#")[0]
+    if not path.startswith(b"/"):
+        path = b"/" + path
+    return host, port, path
+
+
+def parse_head(head: bytes) -> Request:
+    """The request of ``head`` (everything up to and including ``HEAD_END``).
+
+    Raises ``BadRequest`` for anything but the two forms of the module docstring
+    (``status`` 400), a head over ``MAXIMUM_HEAD_BYTES`` (431) or a version other than
+    HTTP/1.0 and 1.1 (505).
+    """
+    if len(head) > MAXIMUM_HEAD_BYTES:
+        raise BadRequest("the head is too long", 431)
+    if not head.endswith(HEAD_END):
+        raise BadRequest("the head does not end with a blank line")
+    lines = head[: -len(HEAD_END)].split(b"\r\n")
+    if any(b"\n" in line or b"\r" in line for line in lines):
+        raise BadRequest("a bare CR or LF")
+    request_line, header_lines = lines[0], lines[1:]
+    if len(header_lines) > MAXIMUM_HEADERS:
+        raise BadRequest("too many headers", 431)
+    parts = request_line.split(b" ")
+    if len(parts) != 3:
+        raise BadRequest("not a request line")
+    method, target, version = parts
+    if _TOKEN.fullmatch(method) is None or _TARGET.fullmatch(target) is None:
+        raise BadRequest("not a request line")
+    if version not in _VERSIONS:
+        raise BadRequest("only HTTP/1.0 and HTTP/1.1", 505)
+    headers: list[tuple[bytes, bytes]] = []
+    for line in header_lines:
+        name, colon, value = line.partition(b":")
+        if not colon or _TOKEN.fullmatch(name) is None or _VALUE.fullmatch(value) is None:
+            raise BadRequest("a malformed header")
+        headers.append((name, value.strip(b" \t")))
+    if method == b"CONNECT":
+        host, port = _authority(target, None)
+        return Request(host, port, tunnel=True, version=version)
+    host, port, path = _absolute(target)
+    return Request(
+        host, port, tunnel=False, method=method, path=path, version=version, headers=tuple(headers)
+    )
+
+
+def origin_head(request: Request) -> bytes:
+    """The head the proxy sends on for a plain HTTP ``request`` (see the module docstring)."""
+    named: set[bytes] = set()
+    for name, value in request.headers:
+        if name.lower() in {b"connection", b"proxy-connection"}:
+            named.update(item.strip().lower() for item in value.split(b","))
+    kept = [
+        name + b": " + value
+        for name, value in request.headers
+        if name.lower() not in _HOP_BY_HOP and name.lower() not in named
+    ]
+    host = f"[{request.host}]" if ":" in request.host else request.host
+    if request.port != 80:
+        host += f":{request.port}"
+    lines = [
+        request.method + b" " + request.path + b" " + request.version,
+        *kept,
+        b"Host: " + host.encode("ascii"),
+        b"Connection: close",
+    ]
+    return b"\r\n".join(lines) + HEAD_END
