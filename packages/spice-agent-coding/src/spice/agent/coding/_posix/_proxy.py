@@ -199,7 +199,8 @@ class CallProxy:
     def __init__(self, proxy: Proxy) -> None:
         self._proxy = proxy
         self._server: asyncio.AbstractServer | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: set[asyncio.Future[None]] = set()
+        self._busy: set[asyncio.Future[None]] = set()
         self._closed = False
         self.directory: str | None = None
         self.refused: list[str] = []
@@ -230,7 +231,7 @@ class CallProxy:
             listener.listen(bridge.BACKLOG)
             listener.setblocking(False)  # noqa: FBT003 - socket's positional flag
             self._server = await asyncio.start_unix_server(
-                self._serve, sock=listener, limit=RELAY_CHUNK_BYTES
+                self._accepted, sock=listener, limit=RELAY_CHUNK_BYTES
             )
         except BaseException:
             listener.close()
@@ -258,7 +259,7 @@ class CallProxy:
         server = self._server
         if server is not None:
             server.close()
-        tasks = list(self._tasks)
+        tasks = [*self._tasks, *self._busy]
         for task in tasks:
             task.cancel()
         if tasks:
@@ -272,47 +273,53 @@ class CallProxy:
 
     # -- one connection ----------------------------------------------------------------
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
+    def _accepted(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """A new connection: served by a task of the call's own (``close`` cancels it)."""
         proxy = self._proxy
-        if task is None or self._closed:
+        if self._closed:
             writer.transport.abort()
             return
         if (
             len(self._tasks) >= MAXIMUM_CALL_CONNECTIONS
             or proxy.active >= MAXIMUM_SERVER_CONNECTIONS
         ):
-            writer.write(_answer(503, _REASONS[503], "too many connections at once"))
-            await _close_writer(writer)
+            busy = asyncio.ensure_future(
+                _reply(writer, 503, "too many connections at once (a bound of the sandbox)")
+            )
+            self._busy.add(busy)
+            busy.add_done_callback(self._busy.discard)
             return
-        self._tasks.add(task)
-        proxy.active += 1
         self.connections += 1
-        upstream: asyncio.StreamWriter | None = None
+        proxy.active += 1
+        task = asyncio.ensure_future(self._serve(reader, writer))
+        self._tasks.add(task)
+        task.add_done_callback(self._served)
+
+    def _served(self, task: asyncio.Future[None]) -> None:
+        self._tasks.discard(task)
+        self._proxy.active -= 1
+        if not task.cancelled():
+            task.exception()  # retrieved; _serve raises nothing but its cancellation
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            upstream = await self._handle(reader, writer)
+            await self._handle(reader, writer)
         except (OSError, EOFError):
             pass  # a side went away: nothing to say to anyone
         finally:
-            proxy.active -= 1
-            self._tasks.discard(task)
             writer.transport.abort()
-            if upstream is not None:
-                upstream.transport.abort()
 
-    async def _handle(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> asyncio.StreamWriter | None:
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             async with asyncio.timeout(HEAD_BOUND_SECONDS):
                 head, rest = await _read_head(reader)
             request = parse_head(head)
         except TimeoutError:
-            return None
+            return
         except BadRequest as bad:
             _log.warning("proxy: a malformed request was refused (%d)", bad.status)
             await _reply(writer, bad.status, "the request is not one this proxy serves")
-            return None
+            return
         try:
             addresses = await self._admit(request)
         except _Refused as refused:
@@ -323,26 +330,28 @@ class CallProxy:
                 f"{request.authority} is not allowed ({refused}); the server's "
                 "--allow-domain names the hosts a command may reach",
             )
-            return None
+            return
         except TimeoutError:
             await _reply(writer, 504, f"{request.authority} could not be resolved in time")
-            return None
+            return
         except OSError:
             await _reply(writer, 502, f"{request.authority} could not be resolved")
-            return None
+            return
         upstream = await _connect(addresses)
         if upstream is None:
             await _reply(writer, 502, f"{request.authority} could not be reached")
-            return None
+            return
         up_reader, up_writer = upstream
-        if request.tunnel:
-            writer.write(_CONNECTED)
-        else:
-            up_writer.write(origin_head(request))
-        if rest:
-            up_writer.write(rest)
-        await _relay(reader, writer, up_reader, up_writer)
-        return up_writer
+        try:
+            if request.tunnel:
+                writer.write(_CONNECTED)
+            else:
+                up_writer.write(origin_head(request))
+            if rest:
+                up_writer.write(rest)
+            await _relay(reader, writer, up_reader, up_writer)
+        finally:
+            up_writer.transport.abort()
 
     async def _admit(self, request: Request) -> Resolved:
         """The checked addresses to connect to; ``_Refused`` by the policy."""

@@ -1,0 +1,235 @@
+"""``--allow-domain`` patterns, the presets, the address rule, and their settings."""
+
+from __future__ import annotations
+
+import ipaddress
+import string
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from spice.agent.coding._cli import main
+from spice.agent.coding._network import (
+    DEFAULT_PORTS,
+    MAXIMUM_HOST_LENGTH,
+    MAXIMUM_PATTERNS,
+    PRESETS,
+    DomainPolicy,
+    PatternError,
+    global_address,
+    normal_host,
+    parse_pattern,
+    parse_patterns,
+)
+from spice.agent.coding._settings import (
+    ALLOW_DOMAINS_VARIABLE,
+    ALLOW_PRIVATE_ADDRESS_VARIABLE,
+    Flags,
+    SettingsError,
+    resolve_settings,
+)
+
+
+def policy(*texts: str, private: bool = False) -> DomainPolicy:
+    return DomainPolicy(parse_patterns(texts), private)
+
+
+# -- patterns ---------------------------------------------------------------------------
+
+
+def test_a_host_allows_itself_on_80_and_443_only() -> None:
+    allowed = policy("pypi.org")
+    assert allowed.permits("pypi.org", 443)
+    assert allowed.permits("PyPI.org.", 80)  # case and the root's dot do not count
+    assert not allowed.permits("pypi.org", 22)
+    assert not allowed.permits("files.pypi.org", 443)
+    assert not allowed.permits("evilpypi.org", 443)
+
+
+def test_a_wildcard_allows_subdomains_only() -> None:
+    allowed = policy("*.example.com")
+    assert allowed.permits("a.example.com", 443)
+    assert allowed.permits("a.b.example.com", 80)
+    assert not allowed.permits("example.com", 443)
+    assert not allowed.permits("badexample.com", 443)
+    assert not allowed.permits("example.com.evil.org", 443)
+
+
+def test_a_port_in_a_pattern_is_the_only_port_it_allows() -> None:
+    allowed = policy("git.example.com:8443", "*.example.org:9000")
+    assert allowed.permits("git.example.com", 8443)
+    assert not allowed.permits("git.example.com", 443)
+    assert allowed.permits("x.example.org", 9000)
+    assert not allowed.permits("x.example.org", 80)
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_each_preset_allows_its_hosts_and_nothing_else(name: str) -> None:
+    allowed = policy(name)
+    for host in PRESETS[name]:
+        for port in DEFAULT_PORTS:
+            assert allowed.permits(host, port)
+    assert not allowed.permits("example.com", 443)
+    assert len(allowed.patterns) == len(PRESETS[name])
+
+
+def test_an_address_is_allowed_only_when_a_pattern_names_it() -> None:
+    assert not policy("example.com").permits("93.184.215.14", 443)
+    named = policy("192.0.2.7", "[2001:db8::1]:8443")
+    assert named.permits("192.0.2.7", 443)
+    assert named.permits("2001:db8::1", 8443)
+    assert named.permits("2001:0db8:0:0::1", 8443)  # the same address, spelt longer
+    assert not named.permits("2001:db8::1", 443)
+    assert not named.permits("192.0.2.8", 443)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "",
+        "*",
+        "*.com",
+        "http://pypi.org",
+        "pypi.org/simple",
+        "pypi.org:0",
+        "pypi.org:65536",
+        "pypi.org:http",
+        "-pypi.org",
+        "pypi-.org",
+        "py pi.org",
+        "pypi..org",
+        "a" * 64 + ".org",
+        "ä.example",
+        "10",
+        "[::1",
+        "[::1]x",
+        "fe80::1%eth0",
+        "user@pypi.org",
+    ],
+)
+def test_what_is_not_a_pattern_is_refused_naming_it(bad: str) -> None:
+    with pytest.raises(PatternError) as raised:
+        parse_pattern(bad)
+    assert repr(bad.encode("ascii", "backslashreplace").decode())[1:-1] in str(raised.value)
+
+
+def test_the_number_of_patterns_is_bounded_on_both_sides() -> None:
+    at_bound = [f"h{n}.example.com" for n in range(MAXIMUM_PATTERNS)]
+    assert len(parse_patterns(at_bound)) == MAXIMUM_PATTERNS
+    with pytest.raises(PatternError):
+        parse_patterns([*at_bound, "one.more.com"])
+
+
+def test_a_host_name_is_bounded_at_253_characters() -> None:
+    longest = ".".join(["a" * 63, "b" * 63, "c" * 63, "d" * 61])
+    assert len(longest) == MAXIMUM_HOST_LENGTH
+    assert normal_host(longest) == longest
+    assert normal_host(longest + "e") is None
+
+
+_LABEL = st.text(string.ascii_lowercase + string.digits, min_size=1, max_size=20)
+
+
+@given(st.lists(_LABEL, min_size=2, max_size=4), st.integers(1, 65535))
+def test_any_host_and_port_pattern_allows_exactly_that_pair(labels: list[str], port: int) -> None:
+    host = ".".join(labels)
+    if labels[-1].isdigit():
+        with pytest.raises(PatternError):
+            parse_pattern(f"{host}:{port}")
+        return
+    allowed = policy(f"{host}:{port}")
+    assert allowed.permits(host, port)
+    assert not allowed.permits(host, port % 65535 + 1)
+    assert not allowed.permits("x." + host, port)
+
+
+@given(st.text(max_size=80))
+def test_any_text_is_a_pattern_or_a_pattern_error(text: str) -> None:
+    try:
+        patterns = parse_pattern(text)
+    except PatternError:
+        return
+    assert patterns
+    for pattern in patterns:
+        assert parse_pattern(str(pattern)) == (pattern,)  # what tools prints reads back
+
+
+# -- addresses ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "address",
+    [
+        "127.0.0.1",
+        "::1",
+        "10.1.2.3",
+        "172.16.0.1",
+        "192.168.1.1",
+        "169.254.169.254",  # the cloud metadata address
+        "100.64.0.1",  # shared address space (CGNAT)
+        "0.0.0.0",  # noqa: S104 - an address judged, never bound
+        "::",
+        "224.0.0.1",
+        "fe80::1",
+        "fc00::1",
+        "::ffff:127.0.0.1",
+        "::ffff:10.0.0.1",
+        "2002:7f00:1::1",  # 6to4 of 127.0.0.1
+        "192.0.2.1",  # documentation
+        "240.0.0.1",  # reserved
+    ],
+)
+def test_non_global_addresses_are_not_reachable_without_the_flag(address: str) -> None:
+    parsed = ipaddress.ip_address(address)
+    assert not global_address(parsed)
+    assert not DomainPolicy().reachable([parsed])
+    assert DomainPolicy(allow_private=True).reachable([parsed])
+
+
+def test_a_global_address_is_reachable_and_one_private_address_spoils_a_name() -> None:
+    public = ipaddress.ip_address("93.184.215.14")
+    assert global_address(public)
+    assert global_address(ipaddress.ip_address("2606:4700::1111"))
+    assert DomainPolicy().reachable([public])
+    assert not DomainPolicy().reachable([public, ipaddress.ip_address("127.0.0.1")])
+    assert not DomainPolicy().reachable([])
+
+
+# -- settings -----------------------------------------------------------------------------
+
+
+def test_the_flag_and_the_variable_make_the_policy(tmp_path: object) -> None:
+    root = str(tmp_path)
+    flags = Flags(root=root, allow_domain=("python", "*.example.com:8443"))
+    settings = resolve_settings(flags, {})
+    assert settings.domains.permits("files.pythonhosted.org", 443)
+    assert settings.domains.permits("a.example.com", 8443)
+    assert not settings.domains.allow_private
+    environ = {ALLOW_DOMAINS_VARIABLE: " npm , crates ", ALLOW_PRIVATE_ADDRESS_VARIABLE: "yes"}
+    from_environment = resolve_settings(Flags(root=root), environ)
+    assert from_environment.domains.permits("registry.npmjs.org", 443)
+    assert from_environment.domains.permits("index.crates.io", 443)
+    assert from_environment.domains.allow_private
+    # Flags replace the variable's patterns.
+    both = resolve_settings(Flags(root=root, allow_domain=("go",)), environ)
+    assert not both.domains.permits("registry.npmjs.org", 443)
+    assert resolve_settings(Flags(root=root), {}).domains == DomainPolicy()
+
+
+def test_a_bad_pattern_or_switch_is_a_settings_error(tmp_path: object) -> None:
+    root = str(tmp_path)
+    with pytest.raises(SettingsError, match=r"'http://x\.org'"):
+        resolve_settings(Flags(root=root, allow_domain=("http://x.org",)), {})
+    with pytest.raises(SettingsError, match="'bad_host'"):
+        resolve_settings(Flags(root=root), {ALLOW_DOMAINS_VARIABLE: "pypi.org,bad_host"})
+    with pytest.raises(SettingsError, match=ALLOW_PRIVATE_ADDRESS_VARIABLE):
+        resolve_settings(Flags(root=root), {ALLOW_PRIVATE_ADDRESS_VARIABLE: "maybe"})
+
+
+def test_the_cli_refuses_a_bad_pattern_at_start_with_exit_2(
+    tmp_path: object, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["--root", str(tmp_path), "--allow-domain", "pypi.org/simple", "tools"])
+    assert code == 2
+    assert "'pypi.org/simple'" in capsys.readouterr().err

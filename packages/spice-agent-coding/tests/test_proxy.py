@@ -1,0 +1,359 @@
+"""The server's proxy with real sockets: loopback servers stand in for registries.
+
+Each test opens a real ``CallProxy`` (its UNIX socket) and real loopback servers (TCP
+on 127.0.0.1); ``--allow-private-address`` lets the proxy reach them. What the proxy
+refuses, what it lets through, its bounds on both sides, and that a call's end (also a
+cancelled one) leaves no connection, task, socket file or descriptor behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+
+import pytest
+from netutil import echo, endless, http_host, loopback
+
+from spice.agent.coding._network import DomainPolicy, parse_patterns
+from spice.agent.coding._posix import _proxy as proxy_module
+from spice.agent.coding._posix._proxy import (
+    MAXIMUM_CALL_CONNECTIONS,
+    MAXIMUM_REFUSED_REPORTED,
+    RELAY_CHUNK_BYTES,
+    CallProxy,
+    Proxy,
+    Resolved,
+)
+
+pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="UNIX sockets, POSIX only")
+
+
+def call_policy(*patterns: str, private: bool = True) -> Proxy:
+    return Proxy(DomainPolicy(parse_patterns(patterns), private))
+
+
+async def ask(
+    call: CallProxy, head: bytes
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, bytes]:
+    """Connect to the call's socket, send ``head``, read the status line."""
+    reader, writer = await asyncio.open_unix_connection(call.path)
+    writer.write(head)
+    await writer.drain()
+    status = await reader.readline()
+    return reader, writer, status
+
+
+async def tunnel(
+    call: CallProxy, authority: str
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    reader, writer, status = await ask(call, f"CONNECT {authority} HTTP/1.1\r\n\r\n".encode())
+    assert status == b"HTTP/1.1 200 Connection established\r\n"
+    assert await reader.readline() == b"\r\n"
+    return reader, writer
+
+
+def present(path: str) -> bool:
+    return os.path.lexists(path)
+
+
+def descriptors() -> int:
+    return len(os.listdir("/proc/self/fd")) if os.path.isdir("/proc/self/fd") else -1
+
+
+# -- through ------------------------------------------------------------------------------
+
+
+async def test_a_tunnel_to_an_allowed_host_carries_bytes_both_ways() -> None:
+    async with loopback(echo) as server:
+        call = await call_policy(f"localhost:{server.port}").open_call()
+        try:
+            reader, writer = await tunnel(call, f"localhost:{server.port}")
+            writer.write(b"ping")
+            await writer.drain()
+            assert await reader.readexactly(4) == b"ping"
+            writer.write_eof()  # a half-close goes through: the echo ends, so does the tunnel
+            assert await reader.read() == b""
+            writer.close()
+        finally:
+            await call.close()
+        assert (call.refused, call.refused_count) == ([], 0)
+
+
+async def test_a_plain_request_goes_in_origin_form_with_the_checked_host() -> None:
+    async with loopback(http_host) as server:
+        call = await call_policy(f"127.0.0.1:{server.port}").open_call()
+        try:
+            head = (
+                f"GET http://127.0.0.1:{server.port}/simple/?x=1 HTTP/1.1\r\n"
+                "Host: elsewhere.example\r\n\r\n"
+            ).encode()
+            reader, writer, status = await ask(call, head)
+            assert status == b"HTTP/1.1 200 OK\r\n"
+            rest = await reader.read()
+            assert rest.endswith(
+                f"GET /simple/?x=1 HTTP/1.1|Host: 127.0.0.1:{server.port}".encode()
+            )
+            writer.close()
+        finally:
+            await call.close()
+
+
+async def test_the_proxy_streams_and_holds_back_a_reader_that_does_not_read() -> None:
+    """The upstream can push no more than the buffers along the way while the client
+    reads nothing (no body is held whole), and the first bytes arrive at once."""
+    async with loopback(endless) as server:
+        call = await call_policy(f"localhost:{server.port}").open_call()
+        try:
+            reader, writer = await tunnel(call, f"localhost:{server.port}")
+            assert len(await reader.readexactly(65536)) == 65536
+            await server.first.wait()
+            before = -1
+            while before != server.sent:  # until the upstream is held back
+                before = server.sent
+                for _ in range(50):
+                    await asyncio.sleep(0)
+            assert server.sent < 32 * 1024 * 1024
+            assert server.sent < 4 * RELAY_CHUNK_BYTES + 16 * 1024 * 1024
+            writer.close()
+        finally:
+            await call.close()
+
+
+# -- refused ------------------------------------------------------------------------------
+
+
+async def test_a_host_not_allowed_is_refused_recorded_and_never_resolved() -> None:
+    asked: list[str] = []
+
+    async def resolver(host: str, port: int) -> Resolved:
+        asked.append(host)
+        raise OSError("not here")
+
+    call = await Proxy(DomainPolicy(parse_patterns(["pypi.org"])), resolver).open_call()
+    try:
+        for head in (
+            b"CONNECT evil.example:443 HTTP/1.1\r\n\r\n",
+            b"CONNECT pypi.org:22 HTTP/1.1\r\n\r\n",
+        ):
+            reader, writer, status = await ask(call, head)
+            assert status.startswith(b"HTTP/1.1 403 ")
+            assert b"--allow-domain" in await reader.read()
+            writer.close()
+    finally:
+        await call.close()
+    assert call.refused == ["evil.example:443", "pypi.org:22"]
+    assert call.refused_count == 2
+    assert asked == []
+
+
+async def test_an_ip_literal_is_refused_unless_a_pattern_names_it() -> None:
+    async with loopback(echo) as server:
+        call = await call_policy(f"localhost:{server.port}").open_call()
+        try:
+            _, writer, status = await ask(
+                call, f"CONNECT 127.0.0.1:{server.port} HTTP/1.1\r\n\r\n".encode()
+            )
+            assert status.startswith(b"HTTP/1.1 403 ")
+            writer.close()
+        finally:
+            await call.close()
+        assert call.refused == [f"127.0.0.1:{server.port}"]
+        named = await call_policy(f"127.0.0.1:{server.port}").open_call()
+        try:
+            _, writer = await tunnel(named, f"127.0.0.1:{server.port}")
+            writer.close()
+        finally:
+            await named.close()
+
+
+async def test_a_private_address_is_refused_without_the_flag() -> None:
+    async with loopback(echo) as server:
+        call = await call_policy(f"localhost:{server.port}", private=False).open_call()
+        try:
+            _, writer, status = await ask(
+                call, f"CONNECT localhost:{server.port} HTTP/1.1\r\n\r\n".encode()
+            )
+            assert status.startswith(b"HTTP/1.1 403 ")
+            writer.close()
+        finally:
+            await call.close()
+        assert call.refused == [f"localhost:{server.port}"]
+        assert call.private == {f"localhost:{server.port}"}
+        assert server.opened == 0
+
+
+async def test_a_name_is_connected_to_the_address_that_was_checked() -> None:
+    """DNS rebinding: the proxy resolves once and connects to what it checked."""
+    answers = [[(2, ("127.0.0.1", 0))], [(2, ("10.0.0.1", 0))]]
+
+    async def rebinding(host: str, port: int) -> Resolved:
+        family, (address, _) = answers.pop(0)[0]
+        return [(family, (address, port))]
+
+    async with loopback(echo) as server:
+        proxy = Proxy(
+            DomainPolicy(parse_patterns([f"rebind.example:{server.port}"]), allow_private=True),
+            rebinding,
+        )
+        call = await proxy.open_call()
+        try:
+            reader, writer = await tunnel(call, f"rebind.example:{server.port}")
+            writer.write(b"same")
+            assert await reader.readexactly(4) == b"same"
+            writer.close()
+        finally:
+            await call.close()
+        assert answers == [[(2, ("10.0.0.1", 0))]]  # asked once
+
+
+async def test_refusals_are_kept_to_the_bound_and_counted_beyond_it() -> None:
+    call = await call_policy("pypi.org").open_call()
+    try:
+        for n in range(MAXIMUM_REFUSED_REPORTED + 2):
+            _, writer, status = await ask(
+                call, f"CONNECT h{n}.example:443 HTTP/1.1\r\n\r\n".encode()
+            )
+            assert status.startswith(b"HTTP/1.1 403 ")
+            writer.close()
+        _, writer, _ = await ask(call, b"CONNECT h0.example:443 HTTP/1.1\r\n\r\n")
+        writer.close()
+    finally:
+        await call.close()
+    assert len(call.refused) == MAXIMUM_REFUSED_REPORTED
+    assert call.refused[0] == "h0.example:443"
+    assert call.refused_count == MAXIMUM_REFUSED_REPORTED + 3
+
+
+async def test_a_malformed_request_is_a_400_and_not_a_refused_host() -> None:
+    call = await call_policy("pypi.org").open_call()
+    try:
+        _, writer, status = await ask(call, b"GET /x HTTP/1.1\r\n\r\n")
+        assert status.startswith(b"HTTP/1.1 400 ")
+        writer.close()
+    finally:
+        await call.close()
+    assert call.refused_count == 0
+
+
+async def test_a_resolver_failure_or_stall_is_answered(monkeypatch: pytest.MonkeyPatch) -> None:
+    never = asyncio.Event()
+
+    async def failing(host: str, port: int) -> Resolved:
+        raise OSError("no such name")
+
+    async def stalling(host: str, port: int) -> Resolved:
+        await never.wait()
+        raise AssertionError("unreachable")
+
+    monkeypatch.setattr(proxy_module, "RESOLVE_BOUND_SECONDS", 0.05)
+    for resolver, expected in ((failing, b"502"), (stalling, b"504")):
+        call = await Proxy(DomainPolicy(parse_patterns(["pypi.org"])), resolver).open_call()
+        try:
+            _, writer, status = await ask(call, b"CONNECT pypi.org:443 HTTP/1.1\r\n\r\n")
+            assert status.split()[1] == expected
+            writer.close()
+        finally:
+            await call.close()
+        assert call.refused_count == 0
+
+
+# -- bounds and ends ----------------------------------------------------------------------
+
+
+async def test_the_calls_connection_bound_holds_on_both_sides() -> None:
+    async with loopback(echo) as server:
+        call = await call_policy(f"localhost:{server.port}").open_call()
+        try:
+            opened = [
+                await tunnel(call, f"localhost:{server.port}")
+                for _ in range(MAXIMUM_CALL_CONNECTIONS)
+            ]
+            assert call.active == MAXIMUM_CALL_CONNECTIONS
+            _, writer, status = await ask(
+                call, f"CONNECT localhost:{server.port} HTTP/1.1\r\n\r\n".encode()
+            )
+            assert status.startswith(b"HTTP/1.1 503 ")
+            writer.close()
+            # One ends: the next one is served again.
+            opened[0][1].close()
+            assert await opened[0][0].read() == b""  # the proxy ended it
+            for _ in range(1000):  # its task's callback runs a step later: yield, bounded
+                if call.active < MAXIMUM_CALL_CONNECTIONS:
+                    break
+                await asyncio.sleep(0)  # a yield, not a wait on time
+            assert call.active == MAXIMUM_CALL_CONNECTIONS - 1
+            opened.append(await tunnel(call, f"localhost:{server.port}"))
+            for _, w in opened:
+                w.close()
+        finally:
+            await call.close()
+
+
+async def test_the_servers_connection_bound_spans_calls(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(proxy_module, "MAXIMUM_SERVER_CONNECTIONS", 3)
+    async with loopback(echo) as server:
+        proxy = call_policy(f"localhost:{server.port}")
+        first, second = await proxy.open_call(), await proxy.open_call()
+        try:
+            held = [await tunnel(first, f"localhost:{server.port}") for _ in range(2)]
+            held.append(await tunnel(second, f"localhost:{server.port}"))
+            assert proxy.active == 3
+            _, writer, status = await ask(
+                second, f"CONNECT localhost:{server.port} HTTP/1.1\r\n\r\n".encode()
+            )
+            assert status.startswith(b"HTTP/1.1 503 ")
+            writer.close()
+            for _, held_writer in held:
+                held_writer.close()
+        finally:
+            await first.close()
+            await second.close()
+        assert proxy.active == 0
+
+
+async def test_a_calls_end_closes_every_tunnel_and_leaves_nothing() -> None:
+    async with loopback(echo) as server:
+        baseline = descriptors()
+        call = await call_policy(f"localhost:{server.port}").open_call()
+        directory = call.directory
+        assert directory is not None
+        assert present(call.path)
+        assert os.stat(directory).st_mode & 0o777 == 0o700
+        assert os.stat(call.path).st_mode & 0o777 == 0o600
+        opened = [await tunnel(call, f"localhost:{server.port}") for _ in range(3)]
+        await call.close()
+        for reader, writer in opened:
+            assert await reader.read() == b""  # the client's side ends
+            writer.close()
+            await writer.wait_closed()
+        while server.closed < 3:
+            await server.ended.wait()
+            server.ended.clear()
+        assert call.active == 0
+        assert not present(directory)
+        assert descriptors() == baseline
+        with pytest.raises(FileNotFoundError):
+            await asyncio.open_unix_connection(call.path)
+        await call.close()  # idempotent
+
+
+async def test_a_cancelled_end_still_ends_the_calls_transfers() -> None:
+    """The call is cancelled mid-transfer: its end finishes (shielded, bounded), the
+    cancellation propagates, and the transfer's both sides are closed."""
+    async with loopback(endless) as server:
+        call = await call_policy(f"localhost:{server.port}").open_call()
+        reader, writer = await tunnel(call, f"localhost:{server.port}")
+        assert len(await reader.readexactly(RELAY_CHUNK_BYTES)) == RELAY_CHUNK_BYTES
+        closing = asyncio.ensure_future(call.close())
+        await asyncio.sleep(0)
+        closing.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await closing
+        assert call.active == 0
+        await server.ended.wait()
+        while await reader.read(RELAY_CHUNK_BYTES):
+            pass
+        writer.close()
+        assert call.directory is not None
+        assert not present(call.directory)
