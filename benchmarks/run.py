@@ -52,6 +52,7 @@ MODULES: Final = (
     "bench_containment",
     "bench_orphans",
     "bench_seccomp",
+    "bench_proxy",
     "bench_windows",
 )
 """The bench modules, in run order. Each has ``SECTION: str`` and ``run(Settings) ->

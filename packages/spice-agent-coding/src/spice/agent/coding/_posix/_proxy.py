@@ -44,6 +44,7 @@ from typing import Final, final
 from .._network import DomainPolicy, address_of
 from .._proxyhttp import HEAD_END, MAXIMUM_HEAD_BYTES, BadRequest, Request, origin_head, parse_head
 from . import _bridge as bridge
+from ._relay import CHUNK_BYTES, relay
 
 __all__ = [
     "CLOSE_BOUND_SECONDS",
@@ -82,8 +83,11 @@ CONNECT_BOUND_SECONDS: Final = 10.0
 CLOSE_BOUND_SECONDS: Final = 2.0
 """Longest wait, when a call ends, for its connections' tasks to end once cancelled."""
 
-RELAY_CHUNK_BYTES: Final = 256 * 1024
-"""Bytes read from one side per step (and the stream's buffer bound)."""
+RELAY_CHUNK_BYTES: Final = CHUNK_BYTES
+"""Bytes moved from one side per step (``_relay``)."""
+
+ACCEPT_RETRY_SECONDS: Final = 0.05
+"""Pause after a failed ``accept`` (out of descriptors) before the next try."""
 
 MAXIMUM_ADDRESSES: Final = 16
 """At most this many addresses of one name are checked and tried."""
@@ -149,6 +153,7 @@ _REASONS: Final = {
 }
 
 _CONNECTED: Final = b"HTTP/1.1 200 Connection established\r\n\r\n"
+_BAD: Final = "the request is not one this proxy serves"
 
 
 class _Refused(Exception):
@@ -198,7 +203,8 @@ class CallProxy:
 
     def __init__(self, proxy: Proxy) -> None:
         self._proxy = proxy
-        self._server: asyncio.AbstractServer | None = None
+        self._listener: socket.socket | None = None
+        self._accepting: asyncio.Future[None] | None = None
         self._tasks: set[asyncio.Future[None]] = set()
         self._busy: set[asyncio.Future[None]] = set()
         self._closed = False
@@ -230,12 +236,11 @@ class CallProxy:
             os.chmod(self.path, 0o600)
             listener.listen(bridge.BACKLOG)
             listener.setblocking(False)  # noqa: FBT003 - socket's positional flag
-            self._server = await asyncio.start_unix_server(
-                self._accepted, sock=listener, limit=RELAY_CHUNK_BYTES
-            )
         except BaseException:
             listener.close()
             raise
+        self._listener = listener
+        self._accepting = asyncio.ensure_future(self._accept(listener))
 
     async def close(self) -> None:
         """Stop listening, end every connection of the call, remove the socket (bounded).
@@ -256,14 +261,15 @@ class CallProxy:
             raise
 
     async def _close(self) -> None:
-        server = self._server
-        if server is not None:
-            server.close()
         tasks = [*self._tasks, *self._busy]
+        if self._accepting is not None:
+            tasks.append(self._accepting)
         for task in tasks:
             task.cancel()
         if tasks:
             await asyncio.wait(tasks, timeout=CLOSE_BOUND_SECONDS)
+        if self._listener is not None:
+            self._listener.close()
         if self.directory is not None:
             shutil.rmtree(self.directory, ignore_errors=True)
         if self.refused_count > len(self.refused):
@@ -273,25 +279,36 @@ class CallProxy:
 
     # -- one connection ----------------------------------------------------------------
 
-    def _accepted(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _accept(self, listener: socket.socket) -> None:
+        """Accept the call's connections until the call ends (``close`` cancels this)."""
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                connection, _ = await loop.sock_accept(listener)
+            except OSError:
+                # Out of descriptors, say: the connection waits in the backlog; try again
+                # after a pause rather than spin.
+                await asyncio.sleep(ACCEPT_RETRY_SECONDS)
+                continue
+            connection.setblocking(False)  # noqa: FBT003 - socket's positional flag
+            self._accepted(connection)
+
+    def _accepted(self, connection: socket.socket) -> None:
         """A new connection: served by a task of the call's own (``close`` cancels it)."""
         proxy = self._proxy
-        if self._closed:
-            writer.transport.abort()
-            return
         if (
             len(self._tasks) >= MAXIMUM_CALL_CONNECTIONS
             or proxy.active >= MAXIMUM_SERVER_CONNECTIONS
         ):
             busy = asyncio.ensure_future(
-                _reply(writer, 503, "too many connections at once (a bound of the sandbox)")
+                _reply(connection, 503, "too many connections at once (a bound of the sandbox)")
             )
             self._busy.add(busy)
             busy.add_done_callback(self._busy.discard)
             return
         self.connections += 1
         proxy.active += 1
-        task = asyncio.ensure_future(self._serve(reader, writer))
+        task = asyncio.ensure_future(self._serve(connection))
         self._tasks.add(task)
         task.add_done_callback(self._served)
 
@@ -301,57 +318,59 @@ class CallProxy:
         if not task.cancelled():
             task.exception()  # retrieved; _serve raises nothing but its cancellation
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _serve(self, connection: socket.socket) -> None:
         try:
-            await self._handle(reader, writer)
+            await self._handle(connection)
         except (OSError, EOFError):
             pass  # a side went away: nothing to say to anyone
         finally:
-            writer.transport.abort()
+            connection.close()
 
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _handle(self, connection: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(HEAD_BOUND_SECONDS):
-                head, rest = await _read_head(reader)
+                head, rest = await _read_head(connection)
             request = parse_head(head)
         except TimeoutError:
             return
         except BadRequest as bad:
             _log.warning("proxy: a malformed request was refused (%d)", bad.status)
-            await _reply(writer, bad.status, "the request is not one this proxy serves")
+            await _send_bounded(connection, _answer(bad.status, _REASONS[bad.status], _BAD))
             return
         try:
             addresses = await self._admit(request)
         except _Refused as refused:
             self._record(request.authority, refused)
-            await _reply(
-                writer,
-                403,
+            text = (
                 f"{request.authority} is not allowed ({refused}); the server's "
-                "--allow-domain names the hosts a command may reach",
+                "--allow-domain names the hosts a command may reach"
             )
+            await _send_bounded(connection, _answer(403, _REASONS[403], text))
             return
         except TimeoutError:
-            await _reply(writer, 504, f"{request.authority} could not be resolved in time")
+            text = f"{request.authority} could not be resolved in time"
+            await _send_bounded(connection, _answer(504, _REASONS[504], text))
             return
         except OSError:
-            await _reply(writer, 502, f"{request.authority} could not be resolved")
+            text = f"{request.authority} could not be resolved"
+            await _send_bounded(connection, _answer(502, _REASONS[502], text))
             return
         upstream = await _connect(addresses)
         if upstream is None:
-            await _reply(writer, 502, f"{request.authority} could not be reached")
+            text = f"{request.authority} could not be reached"
+            await _send_bounded(connection, _answer(502, _REASONS[502], text))
             return
-        up_reader, up_writer = upstream
         try:
             if request.tunnel:
-                writer.write(_CONNECTED)
+                await loop.sock_sendall(connection, _CONNECTED)
             else:
-                up_writer.write(origin_head(request))
+                await loop.sock_sendall(upstream, origin_head(request))
             if rest:
-                up_writer.write(rest)
-            await _relay(reader, writer, up_reader, up_writer)
+                await loop.sock_sendall(upstream, rest)
+            await relay(connection, upstream)
         finally:
-            up_writer.transport.abort()
+            upstream.close()
 
     async def _admit(self, request: Request) -> Resolved:
         """The checked addresses to connect to; ``_Refused`` by the policy."""
@@ -389,8 +408,9 @@ class CallProxy:
         _log.warning("proxy refused %s: %s", authority, refused)
 
 
-async def _read_head(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
+async def _read_head(connection: socket.socket) -> tuple[bytes, bytes]:
     """The head (through its blank line) and what came after it; at most the head bound."""
+    loop = asyncio.get_running_loop()
     data = b""
     while True:
         end = data.find(HEAD_END)
@@ -399,27 +419,29 @@ async def _read_head(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
             return data[:cut], data[cut:]
         if len(data) > MAXIMUM_HEAD_BYTES:
             return data, b""  # parse_head says 431
-        chunk = await reader.read(MAXIMUM_HEAD_BYTES + len(HEAD_END) - len(data) + 1)
+        chunk = await loop.sock_recv(connection, MAXIMUM_HEAD_BYTES + len(HEAD_END) - len(data) + 1)
         if not chunk:
             raise EOFError
         data += chunk
 
 
-async def _reply(writer: asyncio.StreamWriter, status: int, text: str) -> None:
-    writer.write(_answer(status, _REASONS.get(status, "Error"), text))
-    await _close_writer(writer)
-
-
-async def _close_writer(writer: asyncio.StreamWriter) -> None:
-    with contextlib.suppress(OSError):
+async def _send_bounded(connection: socket.socket, data: bytes) -> None:
+    """Send an answer, waiting at most ``CLOSE_BOUND_SECONDS`` for the peer to take it."""
+    loop = asyncio.get_running_loop()
+    with contextlib.suppress(OSError, TimeoutError):
         async with asyncio.timeout(CLOSE_BOUND_SECONDS):
-            await writer.drain()
-    writer.transport.abort()
+            await loop.sock_sendall(connection, data)
 
 
-async def _connect(
-    addresses: Sequence[tuple[int, tuple[object, ...]]],
-) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
+async def _reply(connection: socket.socket, status: int, text: str) -> None:
+    """Answer ``status`` and close the connection (the busy path's whole service)."""
+    try:
+        await _send_bounded(connection, _answer(status, _REASONS[status], text))
+    finally:
+        connection.close()
+
+
+async def _connect(addresses: Sequence[tuple[int, tuple[object, ...]]]) -> socket.socket | None:
     """A connection to the first of ``addresses`` that accepts (all within the bound)."""
     loop = asyncio.get_running_loop()
     try:
@@ -435,36 +457,7 @@ async def _connect(
                 except BaseException:
                     sock.close()
                     raise
-                return await asyncio.open_connection(sock=sock, limit=RELAY_CHUNK_BYTES)
+                return sock
     except TimeoutError:
         return None
     return None
-
-
-async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    """Copy ``reader`` to ``writer`` until its end; then half-close ``writer``."""
-    while chunk := await reader.read(RELAY_CHUNK_BYTES):
-        writer.write(chunk)
-        await writer.drain()
-    if writer.can_write_eof():
-        writer.write_eof()
-
-
-async def _relay(
-    client_reader: asyncio.StreamReader,
-    client_writer: asyncio.StreamWriter,
-    up_reader: asyncio.StreamReader,
-    up_writer: asyncio.StreamWriter,
-) -> None:
-    """Both directions until both ended, or one fails (then both are dropped)."""
-    upward = asyncio.ensure_future(_pump(client_reader, up_writer))
-    downward = asyncio.ensure_future(_pump(up_reader, client_writer))
-    try:
-        await asyncio.gather(upward, downward)
-    finally:
-        for task in (upward, downward):
-            task.cancel()
-        await asyncio.wait({upward, downward})
-        for task in (upward, downward):
-            if not task.cancelled():
-                task.exception()  # retrieved: the connection is over either way

@@ -1,0 +1,198 @@
+r"""Section "proxy": the sandbox proxy's throughput against a direct connection (contract 11.1).
+
+A source process sends ``TRANSFER_BYTES`` (100 MiB) on each connection to 127.0.0.1; a
+client process reads it all, either straight from the source (the floor) or through a
+call's proxy (its UNIX socket, ``CONNECT``, the tunnel), in rotation within one run.
+The proxy runs in this process's event loop, as in the server; the source and the
+client are processes of their own, so that none of them shares the proxy's interpreter.
+The target: at most 1.2x the direct transfer's time.
+
+A third probe in the same rotation is the floor of any relay on this machine: a bare
+thread that ``splice``\s the same bytes from the source into the client's UNIX socket
+with blocking calls and no policy (its own figure): a relay adds a process (and
+one copy) to the path, and on a machine with two cores that alone costs more than the
+target allows.
+
+Run alone: ``uv run --locked --no-sync python benchmarks/bench_proxy.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import sys
+import tempfile
+import threading
+from typing import Final
+
+from _harness import Figure, Settings, Target, main_of, milliseconds, rotate, unavailable
+
+from spice.agent.coding._network import DomainPolicy, parse_patterns
+from spice.agent.coding._posix._proxy import Proxy
+
+SECTION: Final = "proxy"
+TRANSFER_BYTES: Final = 100 * 1024 * 1024
+NAME: Final = "100 MiB over loopback through the proxy"
+BARE: Final = "100 MiB over loopback through a bare splice relay (any relay's floor)"
+TARGETS: Final = (Target(SECTION, NAME, most=1.2, source="issue 28"),)
+
+SOURCE: Final = (
+    "import socket, sys\n"
+    "total = int(sys.argv[1])\n"
+    "chunk = b'x' * (1 << 20)\n"
+    "server = socket.create_server(('127.0.0.1', 0))\n"
+    "print(server.getsockname()[1], flush=True)\n"
+    "while True:\n"
+    "    peer, _ = server.accept()\n"
+    "    with peer:\n"
+    "        sent = 0\n"
+    "        while sent < total:\n"
+    "            peer.sendall(chunk)\n"
+    "            sent += len(chunk)\n"
+)
+"""Sends ``total`` bytes on each connection, then closes it."""
+
+CLIENT: Final = (
+    "import socket, sys\n"
+    "total = int(sys.argv[1])\n"
+    "buffer = bytearray(1 << 20)\n"
+    "for line in sys.stdin:\n"
+    "    kind, where, port = line.split()\n"
+    "    if kind == 'direct':\n"
+    "        s = socket.create_connection(('127.0.0.1', int(port)))\n"
+    "    else:\n"
+    "        s = socket.socket(socket.AF_UNIX)\n"
+    "        s.connect(where)\n"
+    "        s.sendall(f'CONNECT 127.0.0.1:{port} HTTP/1.1\\r\\n\\r\\n'.encode())\n"
+    "        head = b''\n"
+    "        while not head.endswith(b'\\r\\n\\r\\n'):\n"
+    "            head += s.recv(1)\n"
+    "    got = 0\n"
+    "    while got < total:\n"
+    "        n = s.recv_into(buffer)\n"
+    "        if not n:\n"
+    "            break\n"
+    "        got += n\n"
+    "    s.close()\n"
+    "    print(got, flush=True)\n"
+)
+"""Reads one whole transfer per line of input (``direct - PORT`` or ``proxy PATH PORT``)."""
+
+
+def _bare_relay(path: str, port: int) -> socket.socket:
+    """A thread that serves ``CONNECT`` on ``path`` with blocking ``splice`` and no checks."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen()
+
+    def serve() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                client, _ = listener.accept()
+                with client, socket.create_connection(("127.0.0.1", port)) as upstream:
+                    head = b""
+                    while not head.endswith(b"\r\n\r\n"):
+                        head += client.recv(1)
+                    client.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                    read_end, write_end = os.pipe()
+                    try:
+                        while taken := os.splice(upstream.fileno(), write_end, 1 << 18):
+                            while taken:
+                                taken -= os.splice(read_end, client.fileno(), taken)
+                    finally:
+                        os.close(read_end)
+                        os.close(write_end)
+
+    threading.Thread(target=serve, daemon=True).start()
+    return listener
+
+
+async def _measure(settings: Settings) -> tuple[Figure, Figure]:
+    if not sys.platform.startswith("linux"):
+        reason = "the proxy runs on the namespace path (Linux)"
+        return unavailable(SECTION, NAME, reason), unavailable(SECTION, BARE, reason)
+    source = await asyncio.create_subprocess_exec(
+        sys.executable, "-I", "-c", SOURCE, str(TRANSFER_BYTES), stdout=asyncio.subprocess.PIPE
+    )
+    client = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-I",
+        "-c",
+        CLIENT,
+        str(TRANSFER_BYTES),
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+    )
+    assert source.stdout is not None
+    assert client.stdin is not None
+    assert client.stdout is not None
+    port = int(await source.stdout.readline())
+    proxy = Proxy(DomainPolicy(parse_patterns([f"127.0.0.1:{port}"]), allow_private=True))
+    call = await proxy.open_call()
+    stdin, stdout = client.stdin, client.stdout
+    scratch = tempfile.mkdtemp(prefix="spice-bench-proxy-")
+    bare_path = os.path.join(scratch, "bare.sock")
+    bare = _bare_relay(bare_path, port)
+
+    def transfer(line: str) -> object:
+        async def probe() -> None:
+            stdin.write(line.encode())
+            await stdin.drain()
+            if int(await stdout.readline()) != TRANSFER_BYTES:
+                raise RuntimeError("a transfer ended early")
+
+        return probe
+
+    try:
+        direct, proxied, bare_relay = await rotate(
+            [
+                transfer(f"direct - {port}\n"),  # type: ignore[list-item]
+                transfer(f"proxy {call.path} {port}\n"),  # type: ignore[list-item]
+                transfer(f"proxy {bare_path} {port}\n"),  # type: ignore[list-item]
+            ],
+            settings.warmup,
+            settings.slow_repeats,
+        )
+    finally:
+        await call.close()
+        bare.close()
+        with contextlib.suppress(OSError):
+            os.unlink(bare_path)
+            os.rmdir(scratch)
+        for process in (client, source):
+            process.kill()
+            await process.wait()
+    return (
+        Figure(
+            SECTION,
+            NAME,
+            milliseconds(proxied),
+            "floor",
+            "direct loopback connection",
+            milliseconds(direct),
+            notes=(
+                "client and source in processes of their own; the proxy in this event loop",
+                "the in-namespace bridge (the supervisor's relay thread) is not in this path",
+            ),
+        ),
+        Figure(
+            SECTION,
+            BARE,
+            milliseconds(bare_relay),
+            "floor",
+            "direct loopback connection",
+            milliseconds(direct),
+            notes=("a thread of blocking splice calls, no policy: what any relay costs here",),
+        ),
+    )
+
+
+def run(settings: Settings) -> list[Figure]:
+    """The section's figure."""
+    return list(asyncio.run(_measure(settings)))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main_of(run))
