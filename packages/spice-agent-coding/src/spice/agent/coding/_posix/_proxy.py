@@ -17,8 +17,12 @@ form with ``Connection: close``. For each, in order:
    global unless ``--allow-private-address`` (no way to the host's own services, the
    local network or the cloud metadata address);
 3. it connects to those very addresses (never resolving again: what was checked is
-   what is reached) and then only copies bytes, ``RELAY_CHUNK_BYTES`` at a time, each
-   direction waiting for the other side to take what it has (nothing is held whole).
+   what is reached) and then only moves bytes (``_relay``: ``splice`` through a pipe
+   per direction, each waiting for the other side to take what it holds; nothing is
+   held whole).
+
+Connections are plain non-blocking sockets served by the event loop (``sock_accept``,
+``sock_recv``, ``sock_sendall``): no stream buffers between the kernel and the relay.
 
 A refusal answers 403 and is recorded for the call (``refused``: the first
 ``MAXIMUM_REFUSED_REPORTED`` distinct ``host:port``, and ``refused_count``) and logged

@@ -1,13 +1,14 @@
 """The per-call supervisor, and the spec and report it speaks with the launcher.
 
 Standard library only and free of package imports but its siblings ``_seccomp``,
-``_landlock`` and ``_tmpdir`` (held to the same rule), on purpose: this module's code is
-run by the launcher once per command, ``python -I -S -c BOOTSTRAP CODE_FD SPEC_FD
-REPORT_FD``: the four modules compiled once when the server started and kept in a
-sealed memory file (``CODE_FD``), never read again from a path a command could write
-(contract 10.1). That process, the *supervisor*, is single-threaded, so it may run
-Python between ``fork`` and ``exec`` without the deadlocks that ``preexec_fn`` risks in
-the threaded server (see ``docs/decisions.md``).
+``_landlock``, ``_tmpdir`` and ``_bridge`` (held to the same rule), on purpose: this
+module's code is run by the launcher once per command, ``python -I -S -c BOOTSTRAP
+CODE_FD SPEC_FD REPORT_FD``: the five modules compiled once when the server started and
+kept in a sealed memory file (``CODE_FD``), never read again from a path a command could
+write (contract 10.1). That process, the *supervisor*, is single-threaded when it forks
+(the bridge's thread, when there is one, starts after the fork), so it may run Python
+between ``fork`` and ``exec`` without the deadlocks that ``preexec_fn`` risks in the
+threaded server (see ``docs/decisions.md``).
 It:
 
 1. reads the command (executable, argv, environment) and the policy from the
@@ -24,7 +25,11 @@ It:
    ``bwrap`` (``--as-pid-1``: it is the init of the call's PID namespace, and the kernel
    ends every process in it when it exits); its parent is then ``bwrap``'s monitor,
    whose death (the server's "end now", or the server's own death) is its death signal,
-   and it first checks that the directory ``bwrap`` entered is the one the server held;
+   and it first checks that the directory ``bwrap`` entered is the one the server held.
+   With the ``PROXY_BRIDGE`` bit it binds ``127.0.0.1:3128`` in the call's network
+   namespace before the fork and, after it, relays that port to the server's proxy in
+   one thread (``_bridge``); with ``PRIVATE_NETWORK`` the command's Landlock leaves TCP
+   alone and its filter lets ``AF_INET``/``AF_INET6`` through (the namespace is its own);
 4. reports on ``REPORT_FD``, two bytes a record: ``S`` started (with the ``LAYER_*``
    bits the command was put under: Landlock, seccomp, capabilities), ``F`` could not
    start, ``X``+code exited, ``K``+signal killed, ``D`` the whole tree is gone, ``R``
