@@ -1,0 +1,124 @@
+"""What a process says about its sandbox's network becomes answer fields, checked
+(``_sandbox_fields``); a hint reaches only a contained command's failed answer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from fakes import AnsweringLauncher, FakeProcess, FakeResolver, content_of, shell_call
+
+from spice.agent.process import Outcome
+from spice.agent.tools.coding import Config
+from spice.agent.tools.coding._ownership import Timing
+from spice.agent.tools.coding._sandbox_fields import (
+    MAXIMUM_HOST_BYTES,
+    MAXIMUM_REFUSED_HOSTS,
+    network_fields,
+)
+from spice.agent.tools.coding._shell import build_shell
+
+HINT = (
+    "The sandbox's proxy refused example.com:443: start the server with --allow-domain example.com."
+)
+
+
+class Reporting:
+    """A process with the two optional attributes (values or exceptions to raise)."""
+
+    def __init__(self, refused: object, hint: object, outcome: Outcome) -> None:
+        self.inner = FakeProcess(outcome=outcome)
+        self._refused = refused
+        self._hint = hint
+
+    @property
+    def network_refused(self) -> object:
+        if isinstance(self._refused, BaseException):
+            raise self._refused
+        return self._refused
+
+    @property
+    def sandbox_hint(self) -> object:
+        if isinstance(self._hint, BaseException):
+            raise self._hint
+        return self._hint
+
+    def done(self) -> bool:
+        return self.inner.done()
+
+    async def wait_exit(self) -> None:
+        await self.inner.wait_exit()
+
+    def result(self) -> Outcome:
+        return self.inner.result()
+
+    async def request_stop(self) -> None:
+        await self.inner.request_stop()
+
+    async def force_kill(self) -> None:
+        await self.inner.force_kill()
+
+    async def wait(self) -> None:
+        await self.inner.wait()
+
+
+async def answer(tmp_path: Path, process: Reporting) -> dict[str, object]:
+    tool, _ = build_shell(
+        Config(tmp_path),
+        FakeResolver(),
+        AnsweringLauncher(process),
+        timing=Timing(),
+        grace_seconds=0.01,
+        posix=True,
+    )
+    return content_of(await tool.execute(shell_call({"argv": ["x"]})))
+
+
+async def test_refusals_reach_a_failed_commands_answer(tmp_path: Path) -> None:
+    process = Reporting((("example.com:443", "[::1]:80"), 5), HINT, Outcome.exited(6))
+    content = await answer(tmp_path, process)
+    assert content["ok"] is False
+    assert content["network_refused"] == ["example.com:443", "[::1]:80"]
+    assert content["network_refused_count"] == 5
+    assert "sandbox_hint" not in content  # this launcher contains nothing: no hint
+
+
+async def test_a_successful_command_gets_the_refusals_but_no_hint(tmp_path: Path) -> None:
+    process = Reporting((("example.com:443",), 1), HINT, Outcome.exited(0))
+    content = await answer(tmp_path, process)
+    assert content["ok"] is True
+    assert content["network_refused"] == ["example.com:443"]
+    assert "sandbox_hint" not in content
+
+
+async def test_nothing_to_say_is_no_field(tmp_path: Path) -> None:
+    content = await answer(tmp_path, Reporting(((), 0), None, Outcome.exited(1)))
+    assert not {"network_refused", "network_refused_count", "sandbox_hint"} & set(content)
+
+
+@pytest.mark.parametrize(
+    "refused",
+    [
+        None,
+        ("a:1", 1),
+        (["a:1"], 1),
+        (("a:1",), True),
+        (("a:1",), 0),
+        (("a:1", "b:2"), 1),
+        (("bad host:1",), 1),
+        (("\x1b[31m:1",), 1),
+        (("x" * (MAXIMUM_HOST_BYTES + 1),), 1),
+        (tuple(f"h{n}:1" for n in range(MAXIMUM_REFUSED_HOSTS + 1)), 17),
+        (("a:1",), 2**31),
+        OSError("x"),
+    ],
+)
+def test_a_refusal_report_out_of_bounds_is_no_field(refused: object) -> None:
+    assert network_fields(Reporting(refused, None, Outcome.exited(0))) == {}
+
+
+def test_the_refusal_bounds_hold_at_their_edge() -> None:
+    hosts = tuple(f"{'x' * (MAXIMUM_HOST_BYTES - 5)}:{n:04d}" for n in range(MAXIMUM_REFUSED_HOSTS))
+    fields = network_fields(Reporting((hosts, 2**31 - 1), None, Outcome.exited(0)))
+    assert fields["network_refused"] == list(hosts)
+    assert fields["network_refused_count"] == 2**31 - 1
