@@ -68,7 +68,10 @@ CLIENT: Final = (
     "        s.sendall(f'CONNECT 127.0.0.1:{port} HTTP/1.1\\r\\n\\r\\n'.encode())\n"
     "        head = b''\n"
     "        while not head.endswith(b'\\r\\n\\r\\n'):\n"
-    "            head += s.recv(1)\n"
+    "            byte = s.recv(1)\n"
+    "            if not byte:\n"
+    "                raise SystemExit('the proxy closed before its answer')\n"
+    "            head += byte\n"
     "    got = 0\n"
     "    while got < total:\n"
     "        n = s.recv_into(buffer)\n"
@@ -94,7 +97,10 @@ def _bare_relay(path: str, port: int) -> socket.socket:
                 with client, socket.create_connection(("127.0.0.1", port)) as upstream:
                     head = b""
                     while not head.endswith(b"\r\n\r\n"):
-                        head += client.recv(1)
+                        byte = client.recv(1)
+                        if not byte:
+                            break
+                        head += byte
                     client.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
                     read_end, write_end = os.pipe()
                     try:

@@ -9,11 +9,13 @@ cancelled one) leaves no connection, task, socket file or descriptor behind.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import socket
 import sys
 
 import pytest
-from netutil import echo, endless, http_host, loopback
+from netutil import Loopback, echo, endless, http_host, loopback
 
 from spice.agent.coding._network import DomainPolicy, parse_patterns
 from spice.agent.coding._posix import _proxy as proxy_module
@@ -117,6 +119,48 @@ async def test_the_proxy_streams_and_holds_back_a_reader_that_does_not_read() ->
             assert server.sent < 4 * RELAY_CHUNK_BYTES + 16 * 1024 * 1024
             writer.close()
         finally:
+            await call.close()
+
+
+async def answer_and_close(
+    _: Loopback, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+) -> None:
+    """Reads a little, answers and closes while the client may still be sending."""
+    await reader.readexactly(4)
+    writer.write(b"REPLY")
+    await writer.drain()
+
+
+async def test_a_reply_reaches_the_client_when_the_server_closes_mid_upload() -> None:
+    """One direction failing (the upload meets a closed socket) does not cut the other."""
+    loop = asyncio.get_running_loop()
+    async with loopback(answer_and_close) as server:
+        call = await call_policy(f"localhost:{server.port}").open_call()
+        client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        client.setblocking(False)  # noqa: FBT003 - socket's positional flag
+        try:
+            await loop.sock_connect(client, call.path)
+            await loop.sock_sendall(
+                client, f"CONNECT localhost:{server.port} HTTP/1.1\r\n\r\n".encode()
+            )
+            received = b""
+            while not received.endswith(b"\r\n\r\n"):
+                received += await loop.sock_recv(client, 1)
+            assert received.startswith(b"HTTP/1.1 200 ")
+
+            async def upload() -> None:
+                with contextlib.suppress(OSError):  # the upload may meet the closed side
+                    await loop.sock_sendall(client, b"x" * (8 * 1024 * 1024))
+
+            uploading = asyncio.ensure_future(upload())
+            reply = b""
+            while chunk := await loop.sock_recv(client, 65536):
+                reply += chunk
+            assert reply == b"REPLY"
+            uploading.cancel()
+            await asyncio.wait({uploading})
+        finally:
+            client.close()
             await call.close()
 
 

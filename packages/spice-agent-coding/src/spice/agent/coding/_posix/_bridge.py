@@ -19,7 +19,6 @@ pending per direction (a slow side stops the other one's reads).
 from __future__ import annotations
 
 import _thread
-import errno
 import selectors
 import socket
 
@@ -128,14 +127,10 @@ class _Relay:
             self.watch(end, pair.interest(index))
 
     def pump(self, pair: _Pair, index: int, events: int) -> None:
-        try:
-            if events & selectors.EVENT_WRITE:
-                self.flush(pair, index)
-            if events & selectors.EVENT_READ:
-                self.read(pair, index)
-        except _GONE:
-            self.close(pair)
-            return
+        if events & selectors.EVENT_WRITE:
+            self.flush(pair, index)
+        if events & selectors.EVENT_READ:
+            self.read(pair, index)
         if pair.done:
             self.close(pair)
             return
@@ -163,6 +158,8 @@ class _Relay:
             data = pair.ends[index].recv(CHUNK_BYTES)
         except (BlockingIOError, InterruptedError):
             return
+        except _GONE:
+            data = b""  # reset: the same as its end, for this direction
         if not data:
             pair.finished[index] = True
             if not pair.pending[other]:
@@ -179,17 +176,22 @@ class _Relay:
             sent = pair.ends[index].send(data)
         except (BlockingIOError, InterruptedError):
             return
+        except _GONE:
+            # This end takes nothing more: what was for it is dropped and its source is
+            # read no more; the other direction goes on (a reply may still be on its way).
+            pair.pending[index] = b""
+            pair.finished[1 - index] = True
+            return
         pair.pending[index] = data[sent:]
         if not pair.pending[index] and pair.finished[1 - index]:
             self.shut(pair.ends[index])
 
     @staticmethod
     def shut(end: socket.socket) -> None:
-        try:
+        try:  # noqa: SIM105 - no contextlib import in the supervisor's start
             end.shutdown(socket.SHUT_WR)
-        except OSError as error:
-            if error.errno != errno.ENOTCONN:
-                raise
+        except OSError:
+            pass  # already gone: nothing more to say to it
 
     def close(self, pair: _Pair) -> None:
         for end in pair.ends:

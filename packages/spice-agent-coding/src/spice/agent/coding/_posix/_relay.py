@@ -9,8 +9,10 @@ a side that stops reading stops the other side's reads (nothing is held whole).
 Elsewhere (or where ``splice`` is refused) a buffer of ``CHUNK_BYTES`` per direction
 is copied with the loop's socket calls.
 
-A direction ends when its source says end of file and what it held is written: the
-destination is then half-closed. An error on either side ends both (``relay``).
+A direction ends when its source says end of file and what it held is written, or when
+either of its sockets fails: the destination is then half-closed (and the source's
+reading side shut). The other direction goes on to its own end (a reply may still be on
+its way); ``relay`` returns when both ended.
 """
 
 from __future__ import annotations
@@ -119,17 +121,21 @@ async def _copy(source: socket.socket, destination: socket.socket) -> None:
 
 
 async def _direction(source: socket.socket, destination: socket.socket) -> None:
-    await (_splice if _SPLICE else _copy)(source, destination)
+    """One direction to its end; an error ends it alone (the other may still carry a
+    reply: a server that answers and closes while the client still sends)."""
+    with contextlib.suppress(OSError):
+        await (_splice if _SPLICE else _copy)(source, destination)
     with contextlib.suppress(OSError):
         destination.shutdown(socket.SHUT_WR)
+    with contextlib.suppress(OSError):
+        source.shutdown(socket.SHUT_RD)
 
 
 async def relay(first: socket.socket, second: socket.socket) -> None:
     """Both directions between two connected non-blocking sockets, until both ended.
 
-    An error on one direction ends the other (its task is cancelled and awaited); a
-    cancellation of the caller does the same, then propagates. The sockets are the
-    caller's to close.
+    A cancellation of the caller cancels both directions (awaited), then propagates.
+    The sockets are the caller's to close.
     """
     forth = asyncio.ensure_future(_direction(first, second))
     back = asyncio.ensure_future(_direction(second, first))
