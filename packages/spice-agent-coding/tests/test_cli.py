@@ -230,6 +230,10 @@ def test_the_sandbox_help_says_what_the_code_does() -> None:
         assert flag in flat
         assert flag in flags
     assert "A root of / is refused unless --sandbox off is given." in flat
+    # The round-4 proxy (contract 11.1): only with the namespaces, and said so.
+    proxy = "a private loopback and the --allow-domain hosts (through the server's proxy)"
+    assert f"have no network but {proxy} unless --allow-network" in flat
+    assert "--allow-domain" in flags
 
 
 def test_version_prints_the_distribution_version() -> None:
