@@ -389,3 +389,38 @@ async def test_the_calls_connection_bound_holds_inside_the_namespace(root: Path)
         assert answer["ok"] is True, answer
         assert answer["stdout"] == f"{MAXIMUM_CALL_CONNECTIONS} 503\n"
         assert server.opened == MAXIMUM_CALL_CONNECTIONS
+
+
+INTACT: Final = (
+    "import hashlib, os, socket, sys, threading\n"
+    "s = socket.create_connection(('127.0.0.1', 3128))\n"
+    "s.sendall(b'CONNECT ' + sys.argv[1].encode() + b' HTTP/1.1\\r\\n\\r\\n')\n"
+    "head = b''\n"
+    "while not head.endswith(b'\\r\\n\\r\\n'):\n"
+    "    byte = s.recv(1)\n"
+    "    if not byte:\n"
+    "        sys.exit('the proxy closed before its answer')\n"
+    "    head += byte\n"
+    "data = os.urandom(int(sys.argv[2]))\n"
+    "def send():\n"
+    "    s.sendall(data)\n"
+    "    s.shutdown(socket.SHUT_WR)\n"
+    "threading.Thread(target=send).start()\n"
+    "back = bytearray()\n"
+    "while chunk := s.recv(1 << 16):\n"
+    "    back += chunk\n"
+    "print(len(back), hashlib.sha256(back).digest() == hashlib.sha256(data).digest())\n"
+)
+
+
+async def test_bytes_cross_the_bridge_and_the_proxy_intact_both_ways(root: Path) -> None:
+    """8 MiB of random bytes up and back through the echo: every byte, in order, and the
+    half-close passes (the echo ends, so does the tunnel)."""
+    size = 8 * 1024 * 1024
+    async with loopback(echo) as server:
+        authority = f"127.0.0.1:{server.port}"
+        answer = await shell(
+            policy(authority), root, [PYTHON, "-I", "-c", INTACT, authority, str(size)]
+        )
+        assert answer["ok"] is True, answer
+        assert answer["stdout"] == f"{size} True\n"
