@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
 import socket
 import sys
 import tempfile
@@ -29,8 +30,11 @@ from typing import Final
 
 from _harness import Figure, Settings, Target, main_of, milliseconds, rotate, unavailable
 
+from spice.agent.coding import PosixLauncher
+from spice.agent.coding._containment import resolve_containment
 from spice.agent.coding._network import DomainPolicy, parse_patterns
 from spice.agent.coding._posix._proxy import Proxy
+from spice.agent.process import Spec
 
 SECTION: Final = "proxy"
 TRANSFER_BYTES: Final = 100 * 1024 * 1024
@@ -115,10 +119,110 @@ def _bare_relay(path: str, port: int) -> socket.socket:
     return listener
 
 
-async def _measure(settings: Settings) -> tuple[Figure, Figure]:
+TIMED: Final = (
+    "import socket, sys, time\n"
+    "total, port = int(sys.argv[1]), int(sys.argv[2])\n"
+    "buffer = bytearray(1 << 20)\n"
+    "start = time.perf_counter()\n"
+    "if sys.argv[3] == 'direct':\n"
+    "    s = socket.create_connection(('127.0.0.1', port))\n"
+    "else:\n"
+    "    s = socket.create_connection(('127.0.0.1', 3128))\n"
+    "    s.sendall(f'CONNECT 127.0.0.1:{port} HTTP/1.1\\r\\n\\r\\n'.encode())\n"
+    "    head = b''\n"
+    "    while not head.endswith(b'\\r\\n\\r\\n'):\n"
+    "        byte = s.recv(1)\n"
+    "        if not byte:\n"
+    "            raise SystemExit('the proxy closed before its answer')\n"
+    "        head += byte\n"
+    "got = 0\n"
+    "while got < total:\n"
+    "    n = s.recv_into(buffer)\n"
+    "    if not n:\n"
+    "        break\n"
+    "    got += n\n"
+    "print(time.perf_counter() - start if got == total else -1)\n"
+)
+"""One timed transfer (its own clock: a contained start is not counted)."""
+PYTHON: Final = os.path.realpath(sys.executable)
+CONTAINED: Final = "100 MiB from inside a contained call, through the bridge and the proxy"
+
+
+def _made(path: str) -> str:
+    os.mkdir(path)
+    return path
+
+
+class _Collect:
+    def __init__(self) -> None:
+        self.data = b""
+
+    def write(self, data: bytes) -> None:
+        self.data += data
+
+
+async def _contained(settings: Settings, port: int, scratch: str) -> Figure:
+    """The whole path a contained command's transfer takes, beside the same client direct."""
+    root = _made(os.path.join(scratch, "root"))
+    domains = DomainPolicy(parse_patterns([f"127.0.0.1:{port}"]), allow_private=True)
+    containment = resolve_containment("workspace", root=root, domains=domains)
+    if not containment.proxied:
+        return unavailable(SECTION, CONTAINED, "no namespaces here (the proxy needs them)")
+    launcher = PosixLauncher(containment, root)
+    python = PYTHON
+
+    async def contained() -> float:
+        out = _Collect()
+        argv = ("-I", "-c", TIMED, str(TRANSFER_BYTES), str(port), "proxy")
+        spec = Spec(python, argv, root, ("PATH=/usr/bin:/bin",), b"", out, _Collect())
+        process = await launcher.start(spec)
+        await process.wait_exit()
+        await process.wait()
+        return float(out.data)
+
+    async def direct() -> float:
+        child = await asyncio.create_subprocess_exec(
+            python,
+            "-I",
+            "-c",
+            TIMED,
+            str(TRANSFER_BYTES),
+            str(port),
+            "direct",
+            stdout=asyncio.subprocess.PIPE,
+        )
+        said, _ = await child.communicate()
+        return float(said)
+
+    inside: list[float] = []
+    straight: list[float] = []
+    for round_index in range(settings.warmup + settings.slow_repeats):
+        if round_index % 2:  # which goes first alternates
+            seconds_inside = await contained()
+            seconds_straight = await direct()
+        else:
+            seconds_straight = await direct()
+            seconds_inside = await contained()
+        if min(seconds_inside, seconds_straight) < 0:
+            raise RuntimeError("a transfer ended early")
+        if round_index >= settings.warmup:
+            inside.append(seconds_inside)
+            straight.append(seconds_straight)
+    return Figure(
+        SECTION,
+        CONTAINED,
+        milliseconds(inside),
+        "floor",
+        "the same client, uncontained, direct",
+        milliseconds(straight),
+        notes=("each transfer timed by its client (a contained start is not counted)",),
+    )
+
+
+async def _measure(settings: Settings) -> tuple[Figure, ...]:
     if not sys.platform.startswith("linux"):
         reason = "the proxy runs on the namespace path (Linux)"
-        return unavailable(SECTION, NAME, reason), unavailable(SECTION, BARE, reason)
+        return tuple(unavailable(SECTION, name, reason) for name in (NAME, BARE, CONTAINED))
     source = await asyncio.create_subprocess_exec(
         sys.executable, "-I", "-c", SOURCE, str(TRANSFER_BYTES), stdout=asyncio.subprocess.PIPE
     )
@@ -161,12 +265,13 @@ async def _measure(settings: Settings) -> tuple[Figure, Figure]:
             settings.warmup,
             settings.slow_repeats,
         )
+        whole = await _contained(settings, port, scratch)
     finally:
         await call.close()
         bare.close()
         with contextlib.suppress(OSError):
             os.unlink(bare_path)
-            os.rmdir(scratch)
+        shutil.rmtree(scratch, ignore_errors=True)
         for process in (client, source):
             process.kill()
             await process.wait()
@@ -192,6 +297,7 @@ async def _measure(settings: Settings) -> tuple[Figure, Figure]:
             milliseconds(direct),
             notes=("a thread of blocking splice calls, no policy: what any relay costs here",),
         ),
+        whole,
     )
 
 
