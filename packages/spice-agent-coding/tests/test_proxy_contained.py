@@ -424,3 +424,38 @@ async def test_bytes_cross_the_bridge_and_the_proxy_intact_both_ways(root: Path)
         )
         assert answer["ok"] is True, answer
         assert answer["stdout"] == f"{size} True\n"
+
+
+async def test_allow_network_is_the_unfiltered_network_without_the_proxy(root: Path) -> None:
+    unfiltered = dataclasses.replace(
+        resolve_containment(
+            "workspace", allow_network=True, domains=DomainPolicy(parse_patterns(["python"]))
+        ),
+        namespaces=NAMESPACES,
+    )
+    assert not unfiltered.proxied
+    assert unfiltered.report()["domains"] == {
+        "allowed": ["pypi.org", "files.pythonhosted.org"],
+        "private_addresses": False,
+        "proxy": None,
+        "reason": "--allow-network: the host's network, unfiltered",
+    }
+    code = "import os\nprint(os.environ.get('HTTP_PROXY'), os.path.exists('/run/spice-proxy'))"
+    answer = await shell(unfiltered, root, [PYTHON, "-I", "-c", code])
+    assert answer["stdout"] == "None False\n"
+
+
+def test_tools_reports_the_proxy_and_the_loopback_with_namespaces() -> None:
+    proxied = policy("python", "*.example.com:8443")
+    report = proxied.report()
+    assert report["domains"] == {
+        "allowed": ["pypi.org", "files.pythonhosted.org", "*.example.com:8443"],
+        "private_addresses": True,
+        "proxy": "http://127.0.0.1:3128 inside the call (HTTP_PROXY, HTTPS_PROXY)",
+        "loopback": "the call's own (127.0.0.1 and ::1; the host's is unreachable)",
+    }
+    assert "sockets_unix_and_private_loopback" in str(report["seccomp"])
+    assert "tcp_connect" not in str(report["enforced"])
+    sentence = proxied.sentence
+    assert sentence is not None
+    assert "use its own loopback and, through a proxy, only the allowed domains" in sentence
