@@ -30,7 +30,7 @@ from spice.agent.coding._network import DomainPolicy, parse_patterns
 from spice.agent.coding._posix import _bwrap
 from spice.agent.coding._posix._bwrap import Namespaces
 from spice.agent.coding._posix._landlock import landlock_abi
-from spice.agent.coding._posix._proxy import MAXIMUM_CALL_CONNECTIONS
+from spice.agent.coding._posix._proxy import MAXIMUM_CALL_CONNECTIONS, SOCKET_BASE, Proxy
 from spice.agent.dispatch import Dispatcher
 from spice.agent.process import Spec
 from spice.agent.tool import Call
@@ -459,3 +459,18 @@ def test_tools_reports_the_proxy_and_the_loopback_with_namespaces() -> None:
     sentence = proxied.sentence
     assert sentence is not None
     assert "use its own loopback and, through a proxy, only the allowed domains" in sentence
+
+
+async def test_a_command_sees_its_own_proxy_socket_and_no_other_calls(root: Path) -> None:
+    other = await Proxy(DomainPolicy()).open_call()  # another call's, open meanwhile
+    try:
+        assert other.path.startswith(SOCKET_BASE + "/")
+        code = (
+            "import glob, os, sys\n"
+            "print(sorted(glob.glob('/tmp/spice-proxy-*')), os.path.exists(sys.argv[1]))\n"
+            "print(os.path.exists('/run/spice-proxy/proxy.sock'))\n"
+        )
+        answer = await shell(policy(), root, [PYTHON, "-I", "-c", code, other.path])
+    finally:
+        await other.close()
+    assert answer["stdout"] == "[] False\nTrue\n"

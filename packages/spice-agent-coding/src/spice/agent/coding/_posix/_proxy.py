@@ -194,11 +194,21 @@ class Proxy:
         return call
 
 
+SOCKET_BASE: Final = "/tmp"  # noqa: S108 - each call's private /tmp hides it from commands
+"""Where the calls' socket directories are made: the host's ``/tmp``, which every call's
+private ``/tmp`` hides, so that no command sees another call's proxy socket (only its
+own, bound at ``_bridge.SOCKET``). Elsewhere (an unusable ``/tmp``) the temporary
+directory, when its path is short enough for ``sun_path``."""
+
+
 def _socket_directory() -> str:
-    base = tempfile.gettempdir()
-    if len(os.fsencode(base)) + 40 > _UNIX_PATH_BYTES:
-        base = "/tmp"  # noqa: S108 - a short parent for a 0700 directory of our own
-    return tempfile.mkdtemp(prefix=_DIRECTORY_PREFIX, dir=base)
+    try:
+        return tempfile.mkdtemp(prefix=_DIRECTORY_PREFIX, dir=SOCKET_BASE)
+    except OSError:
+        base = tempfile.gettempdir()
+        if len(os.fsencode(base)) + 40 > _UNIX_PATH_BYTES:
+            raise
+        return tempfile.mkdtemp(prefix=_DIRECTORY_PREFIX, dir=base)
 
 
 @final
