@@ -233,3 +233,15 @@ def test_the_cli_refuses_a_bad_pattern_at_start_with_exit_2(
     code = main(["--root", str(tmp_path), "--allow-domain", "pypi.org/simple", "tools"])
     assert code == 2
     assert "'pypi.org/simple'" in capsys.readouterr().err
+
+
+def test_the_flags_are_read_before_and_after_the_command_word() -> None:
+    from spice.agent.coding._cli import _parser  # noqa: PLC0415 - the parser's own test
+    from spice.agent.coding._settings import flags_of  # noqa: PLC0415
+
+    argv = ["--allow-domain", "python", "call", "--allow-domain", "npm"]
+    options = _parser().parse_args([*argv, "--allow-private-address", "shell", "{}"])
+    flags = flags_of(options)
+    assert flags.allow_domain == ("python", "npm")
+    assert flags.allow_private_address is True
+    assert flags_of(_parser().parse_args(["tools"])) == Flags()
