@@ -126,10 +126,13 @@ class _Relay:
         self.selector = selectors.DefaultSelector()
         self.pairs: dict[socket.socket, tuple[_Pair, int]] = {}
         self.masks: dict[socket.socket, int] = {}
+        self.stopped = False
 
     def run(self) -> None:
+        """Relay until ``stopped`` (the supervisor never stops it: its exit ends the thread;
+        a test stops it, then wakes it with a connection)."""
         self.selector.register(self.listener, selectors.EVENT_READ)
-        while True:
+        while not self.stopped:
             for key, events in self.selector.select():
                 sock = key.fileobj
                 if sock is self.listener:
@@ -138,13 +141,16 @@ class _Relay:
                 found = self.pairs.get(sock)  # type: ignore[call-overload]
                 if found is not None:
                     self.pump(found[0], found[1], events)
+        for pair, _ in list(self.pairs.values()):
+            self.close(pair)
+        self.selector.close()
 
     def accept(self) -> None:
         try:
             client, _ = self.listener.accept()
         except _GONE:
             return
-        if len(self.pairs) // 2 >= MAXIMUM_CONNECTIONS:
+        if self.stopped or len(self.pairs) // 2 >= MAXIMUM_CONNECTIONS:
             client.close()
             return
         upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
