@@ -87,9 +87,12 @@ def test_bytes_go_both_ways_intact_and_a_half_close_passes(
     _, port = relayed
     data = os.urandom(4 * 1024 * 1024)
     with connect(port) as client:
-        sender = threading.Thread(
-            target=lambda: (client.sendall(data), client.shutdown(socket.SHUT_WR))
-        )
+
+        def send() -> None:
+            client.sendall(data)
+            client.shutdown(socket.SHUT_WR)
+
+        sender = threading.Thread(target=send)
         sender.start()
         back = bytearray()
         while chunk := client.recv(1 << 16):
