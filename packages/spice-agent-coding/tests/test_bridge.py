@@ -149,3 +149,38 @@ def test_stopping_closes_every_relayed_connection(relayed: tuple[bridge._Relay, 
     assert client.recv(1) == b""  # the relay ended it
     client.close()
     relay.stopped = False  # the fixture stops it for good
+
+
+def test_without_splice_the_bridge_copies_the_same_bytes(
+    echo_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(bridge, "_SPLICE", False)
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    listener.setblocking(False)  # noqa: FBT003 - socket's positional flag
+    relay = bridge._Relay(listener, echo_path)
+    thread = threading.Thread(target=relay.run, daemon=True)
+    thread.start()
+    port = listener.getsockname()[1]
+    data = os.urandom(2 * 1024 * 1024 + 3)
+    try:
+        with connect(port) as client:
+
+            def send() -> None:
+                client.sendall(data)
+                client.shutdown(socket.SHUT_WR)
+
+            sender = threading.Thread(target=send)
+            sender.start()
+            back = bytearray()
+            while chunk := client.recv(1 << 16):
+                back += chunk
+            sender.join(BOUND)
+        assert bytes(back) == data
+    finally:
+        relay.stopped = True
+        with connect(port):
+            pass
+        thread.join(BOUND)
+        listener.close()

@@ -427,3 +427,23 @@ async def test_a_cancelled_end_still_ends_the_calls_transfers() -> None:
         writer.close()
         assert call.directory is not None
         assert not present(call.directory)
+
+
+async def test_without_splice_the_copying_relay_carries_the_same_bytes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Where ``splice`` is missing (not Linux), the buffer path moves every byte too."""
+    from spice.agent.coding._posix import _relay as relay_module  # noqa: PLC0415
+
+    monkeypatch.setattr(relay_module, "_SPLICE", False)
+    data = os.urandom(3 * 1024 * 1024 + 17)
+    async with loopback(echo) as server:
+        call = await call_policy(f"localhost:{server.port}").open_call()
+        try:
+            reader, writer = await tunnel(call, f"localhost:{server.port}")
+            writer.write(data)
+            writer.write_eof()
+            assert await reader.read() == data
+            writer.close()
+        finally:
+            await call.close()
