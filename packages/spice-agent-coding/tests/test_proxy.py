@@ -447,3 +447,37 @@ async def test_without_splice_the_copying_relay_carries_the_same_bytes(
             writer.close()
         finally:
             await call.close()
+
+
+async def test_an_allowed_host_that_does_not_answer_is_a_502_and_not_a_refusal() -> None:
+    with socket.socket() as taken:  # a port nobody listens on
+        taken.bind(("127.0.0.1", 0))
+        port = taken.getsockname()[1]
+    call = await call_policy(f"localhost:{port}").open_call()
+    try:
+        _, writer, status = await ask(call, f"CONNECT localhost:{port} HTTP/1.1\r\n\r\n".encode())
+        assert status.startswith(b"HTTP/1.1 502 ")
+        writer.close()
+    finally:
+        await call.close()
+    assert call.refused_count == 0
+
+
+async def test_a_client_that_says_nothing_is_dropped_at_the_head_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(proxy_module, "HEAD_BOUND_SECONDS", 0.05)
+    call = await call_policy("pypi.org").open_call()
+    try:
+        reader, writer = await asyncio.open_unix_connection(call.path)
+        writer.write(b"CONNECT pypi.org:443 HTTP/1.1\r\n")  # no blank line, ever
+        assert await reader.read() == b""  # closed without an answer
+        writer.close()
+        reader, writer = await asyncio.open_unix_connection(call.path)
+        writer.write_eof()  # ends before a head
+        assert await reader.read() == b""
+        writer.close()
+    finally:
+        await call.close()
+    assert call.refused_count == 0
+    assert call.active == 0
