@@ -249,6 +249,6 @@ def test_the_flags_are_read_before_and_after_the_command_word() -> None:
 
 def test_ipv6_carrying_a_global_ipv4_address_is_global() -> None:
     assert global_address(ipaddress.ip_address("::ffff:93.184.215.14"))
-    teredo_of_loopback = ipaddress.ip_address("2001:0:4136:e378:8000:63bf:80ff:fffe")
+    teredo_of_loopback = ipaddress.IPv6Address("2001:0:4136:e378:8000:63bf:80ff:fffe")
     assert teredo_of_loopback.teredo is not None
     assert not global_address(teredo_of_loopback)  # Teredo's client 127.0.0.1
