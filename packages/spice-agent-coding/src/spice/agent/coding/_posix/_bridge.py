@@ -22,11 +22,12 @@ from __future__ import annotations
 
 import _thread
 import os
-import selectors
-import socket
 
+# ``socket`` and ``selectors`` cost every supervisor's start a few milliseconds: only a
+# proxied call imports them (``listen``, ``_Relay``); the annotations are strings.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import socket
     from typing import Final
 
 ADDRESS: Final = "127.0.0.1"
@@ -48,6 +49,12 @@ CONNECT_BOUND_SECONDS: Final = 2.0
 BACKLOG: Final = 128
 
 _GONE: Final = (OSError,)
+_READ: Final = 1
+"""``selectors.EVENT_READ``."""
+_WRITE: Final = 2
+"""``selectors.EVENT_WRITE``."""
+_SHUT_WR: Final = 1
+"""``socket.SHUT_WR`` (1 on every POSIX system Python runs on)."""
 
 _SPLICE: Final = hasattr(os, "splice") and hasattr(os, "SPLICE_F_NONBLOCK")
 _FLAGS: Final = getattr(os, "SPLICE_F_MOVE", 0) | getattr(os, "SPLICE_F_NONBLOCK", 0)
@@ -69,6 +76,8 @@ def _pipe() -> tuple[int, int]:
 
 def listen() -> socket.socket:
     """The listening socket on ``ADDRESS:PORT`` (before the command exists)."""
+    import socket  # noqa: PLC0415 - see the imports
+
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     try:
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -109,9 +118,9 @@ class _Pair:
     def interest(self, index: int) -> int:
         events = 0
         if not self.finished[index] and not self.waiting(1 - index):
-            events |= selectors.EVENT_READ
+            events |= _READ
         if self.waiting(index):
-            events |= selectors.EVENT_WRITE
+            events |= _WRITE
         return events
 
     @property
@@ -123,6 +132,8 @@ class _Relay:
     def __init__(self, listener: socket.socket, path: str) -> None:
         self.listener = listener
         self.path = path
+        import selectors  # noqa: PLC0415 - see the imports
+
         self.selector = selectors.DefaultSelector()
         self.pairs: dict[socket.socket, tuple[_Pair, int]] = {}
         self.masks: dict[socket.socket, int] = {}
@@ -131,7 +142,7 @@ class _Relay:
     def run(self) -> None:
         """Relay until ``stopped`` (the supervisor never stops it: its exit ends the thread;
         a test stops it, then wakes it with a connection)."""
-        self.selector.register(self.listener, selectors.EVENT_READ)
+        self.selector.register(self.listener, _READ)
         while not self.stopped:
             for key, events in self.selector.select():
                 sock = key.fileobj
@@ -153,6 +164,8 @@ class _Relay:
         if self.stopped or len(self.pairs) // 2 >= MAXIMUM_CONNECTIONS:
             client.close()
             return
+        import socket  # noqa: PLC0415 - imported by listen() already
+
         upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             upstream.settimeout(CONNECT_BOUND_SECONDS)
@@ -176,9 +189,9 @@ class _Relay:
             self.watch(end, pair.interest(index))
 
     def pump(self, pair: _Pair, index: int, events: int) -> None:
-        if events & selectors.EVENT_WRITE:
+        if events & _WRITE:
             self.flush(pair, index)
-        if events & selectors.EVENT_READ:
+        if events & _READ:
             self.read(pair, index)
         if pair.done:
             self.close(pair)
@@ -259,7 +272,7 @@ class _Relay:
     @staticmethod
     def shut(end: socket.socket) -> None:
         try:  # noqa: SIM105 - no contextlib import in the supervisor's start
-            end.shutdown(socket.SHUT_WR)
+            end.shutdown(_SHUT_WR)
         except OSError:
             pass  # already gone: nothing more to say to it
 
