@@ -17,6 +17,7 @@ from spice.agent.coding._network import (
     PRESETS,
     DomainPolicy,
     PatternError,
+    address_of,
     global_address,
     normal_host,
     parse_pattern,
@@ -134,6 +135,9 @@ _LABEL = st.text(string.ascii_lowercase + string.digits, min_size=1, max_size=20
 @given(st.lists(_LABEL, min_size=2, max_size=4), st.integers(1, 65535))
 def test_any_host_and_port_pattern_allows_exactly_that_pair(labels: list[str], port: int) -> None:
     host = ".".join(labels)
+    if address_of(host) is not None:  # "1.2.3.4": an address pattern, judged as one
+        assert parse_pattern(f"{host}:{port}")[0].address
+        return
     if labels[-1].isdigit():
         with pytest.raises(PatternError):
             parse_pattern(f"{host}:{port}")

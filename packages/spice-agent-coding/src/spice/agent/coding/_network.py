@@ -38,6 +38,7 @@ __all__ = [
     "DomainPolicy",
     "Pattern",
     "PatternError",
+    "address_of",
     "global_address",
     "normal_host",
     "parse_pattern",
