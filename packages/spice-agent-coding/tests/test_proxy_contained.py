@@ -474,3 +474,20 @@ async def test_a_command_sees_its_own_proxy_socket_and_no_other_calls(root: Path
     finally:
         await other.close()
     assert answer["stdout"] == "[] False\nTrue\n"
+
+
+async def test_no_descriptor_of_the_bridge_or_the_proxy_reaches_the_command(root: Path) -> None:
+    """The bridge's listener (made before the fork) and pipes are close-on-exec."""
+    code = (
+        "import os\n"
+        "for fd in sorted(int(n) for n in os.listdir('/proc/self/fd')):\n"
+        "    try:\n"
+        "        print(fd, os.readlink(f'/proc/self/fd/{fd}').split(':')[0])\n"
+        "    except OSError:\n"
+        "        pass\n"
+    )
+    answer = await shell(policy(), root, [PYTHON, "-I", "-c", code])
+    assert answer["ok"] is True, answer
+    kinds = [line.split() for line in str(answer["stdout"]).splitlines()]
+    beyond = [kind for fd, kind in kinds if int(fd) > 2 and not kind.startswith("/proc")]
+    assert beyond == []
