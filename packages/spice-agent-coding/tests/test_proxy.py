@@ -11,8 +11,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
 import socket
 import sys
+import tempfile
 
 import pytest
 from netutil import Loopback, echo, endless, http_host, loopback
@@ -481,3 +483,35 @@ async def test_a_client_that_says_nothing_is_dropped_at_the_head_bound(
         await call.close()
     assert call.refused_count == 0
     assert call.active == 0
+
+
+def test_the_socket_directories_of_dead_servers_are_removed_and_live_ones_kept() -> None:
+    base = tempfile.mkdtemp(prefix="sp-", dir="/tmp")  # short enough for sun_path
+    listening = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+
+        def made(name: str, mode: int = 0o700) -> str:
+            path = os.path.join(base, name)
+            os.mkdir(path)
+            os.chmod(path, mode)
+            return path
+
+        dead = made("spice-proxy-dead")
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as gone:
+            gone.bind(os.path.join(dead, "proxy.sock"))  # bound, never listening, closed
+        live = made("spice-proxy-live")
+        listening.bind(os.path.join(live, "proxy.sock"))
+        listening.listen()
+        old_empty = made("spice-proxy-old")
+        os.utime(old_empty, (0, 0))
+        fresh_empty = made("spice-proxy-fresh")
+        open_mode = made("spice-proxy-open", 0o755)
+        other = made("something-else")
+        assert proxy_module.remove_stale(base) == 2
+        assert sorted(os.listdir(base)) == sorted(
+            os.path.basename(p) for p in (live, fresh_empty, open_mode, other)
+        )
+        assert proxy_module.remove_stale(base) == 0
+    finally:
+        listening.close()
+        shutil.rmtree(base)

@@ -41,7 +41,9 @@ import logging
 import os
 import shutil
 import socket
+import stat
 import tempfile
+import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Final, final
 
@@ -63,6 +65,7 @@ __all__ = [
     "CallProxy",
     "Proxy",
     "proxy_environment",
+    "remove_stale",
     "with_proxy",
 ]
 
@@ -177,6 +180,7 @@ class Proxy:
     """
 
     def __init__(self, policy: DomainPolicy, resolver: Resolver | None = None) -> None:
+        remove_stale()  # what killed servers left (each call removes its own)
         self.policy = policy
         self.resolver: Resolver = _system_resolve if resolver is None else resolver
         self.active = 0
@@ -199,6 +203,58 @@ SOCKET_BASE: Final = "/tmp"  # noqa: S108 - each call's private /tmp hides it fr
 private ``/tmp`` hides, so that no command sees another call's proxy socket (only its
 own, bound at ``_bridge.SOCKET``). Elsewhere (an unusable ``/tmp``) the temporary
 directory, when its path is short enough for ``sun_path``."""
+
+
+MAXIMUM_STALE_CHECKED: Final = 256
+"""At most this many leftover socket directories are looked at when a proxy is made."""
+
+STALE_EMPTY_SECONDS: Final = 60.0
+"""A socket directory without its socket this old is a leftover of a start that died."""
+
+
+def remove_stale(base: str = SOCKET_BASE) -> int:
+    """Remove the socket directories that killed servers left in ``base``; how many.
+
+    Only this user's directories with the proxy's prefix, mode 0700: one whose socket
+    refuses a connection (nobody listens: its server is dead), or one without a socket
+    made more than ``STALE_EMPTY_SECONDS`` ago. A live server's socket accepts (the
+    probe connection is closed at once, before any head: that proxy drops it).
+    """
+    removed = 0
+    try:
+        names = sorted(n for n in os.listdir(base) if n.startswith(_DIRECTORY_PREFIX))
+    except OSError:
+        return 0
+    for name in names[:MAXIMUM_STALE_CHECKED]:
+        directory = os.path.join(base, name)
+        try:
+            info = os.lstat(directory)
+        except OSError:
+            continue
+        if info.st_uid != os.getuid() or info.st_mode & 0o7777 != 0o700:
+            continue
+        if not stat.S_ISDIR(info.st_mode) or not _stale(directory, info.st_mtime):
+            continue
+        shutil.rmtree(directory, ignore_errors=True)
+        removed += not os.path.lexists(directory)
+    return removed
+
+
+def _stale(directory: str, made: float) -> bool:
+    path = os.path.join(directory, _SOCKET_NAME)
+    if not os.path.lexists(path):
+        return time.time() - made > STALE_EMPTY_SECONDS
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.setblocking(False)  # noqa: FBT003 - socket's positional flag
+    try:
+        probe.connect(path)
+    except (ConnectionRefusedError, FileNotFoundError):
+        return True
+    except OSError:
+        return False  # busy (a full backlog) or unknown: not proven dead
+    finally:
+        probe.close()
+    return False
 
 
 def _socket_directory() -> str:
