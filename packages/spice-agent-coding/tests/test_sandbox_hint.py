@@ -49,6 +49,7 @@ def hint_of(output: bytes, **options: object) -> str | None:
         options.get("hidden", ()),  # type: ignore[arg-type]
         network_denied=bool(options.get("network_denied", True)),
         refused_hosts=options.get("refused_hosts", ()),  # type: ignore[arg-type]
+        private_hosts=options.get("private_hosts", ()),  # type: ignore[arg-type]
     )
 
 
@@ -88,6 +89,16 @@ def test_the_network_hints_name_allow_domain() -> None:
     refused = hint_of(b"", refused_hosts=("pypi.org:443",))
     assert refused is not None
     assert "--allow-domain pypi.org" in refused
+    # The proxy's first refused host was allowed by name but resolved to a private address.
+    private = hint_of(
+        b"", refused_hosts=("mirror.lan:443", "pypi.org:443"), private_hosts={"mirror.lan:443"}
+    )
+    assert private is not None
+    assert "--allow-private-address" in private
+    assert "--allow-domain" not in private
+    assert "--allow-domain pypi.org" in str(
+        hint_of(b"", refused_hosts=("pypi.org:443",), private_hosts={"mirror.lan:443"})
+    )
 
 
 def test_a_long_path_falls_back_to_a_sentence_within_the_bound() -> None:

@@ -58,7 +58,6 @@ from . import _orphans as orphans
 from . import _supervisor as supervisor
 from ._cgroup import CallCgroup, Cgroups
 from ._leader import _close_quietly
-from ._nethint import CallNetwork
 from ._process import (
     DRAIN_BOUND_SECONDS,
     END_BOUND_SECONDS,
@@ -328,7 +327,7 @@ class _Ends:
         lifeline: int | None = None,
         info: int | None = None,
         cgroup: CallCgroup | None = None,
-        network: CallNetwork | None = None,
+        proxy: CallProxy | None = None,
     ) -> PosixProcess:
         """The started child as a ``PosixProcess``; the workdir it entered is let go."""
         _close_quietly(standard.directory)
@@ -352,7 +351,7 @@ class _Ends:
             lifeline=lifeline,
             info=info,
             cgroup=cgroup,
-            network=network,
+            proxy=proxy,
         )
 
 
@@ -762,7 +761,7 @@ class PosixLauncher:
             lifeline=None if lifeline is None else lifeline[0],
             info=None if info is None else info[0],
             cgroup=cgroup,
-            network=None if proxy is None else CallNetwork(spec.stdout, spec.stderr, proxy),
+            proxy=proxy,
         )
         if taken or (plan is not None and plan.forbidden):
             forbidden = () if plan is None else plan.forbidden

@@ -32,7 +32,7 @@ from . import _tmpdir as tmpdir
 from ._cgroup import CallCgroup
 from ._leader import _close_quietly, _Leader, _State
 from ._namespace import Namespace
-from ._nethint import CallNetwork
+from ._proxy import CallProxy
 
 READ_CHUNK_BYTES: Final = 64 * 1024
 """Bytes read from a child's stdout or stderr per readiness event (and handed to the sink)."""
@@ -308,10 +308,10 @@ class PosixProcess:
         lifeline: int | None = None,
         info: int | None = None,
         cgroup: CallCgroup | None = None,
-        network: CallNetwork | None = None,
+        proxy: CallProxy | None = None,
     ) -> None:
         self._made = _Made(temporary, cgroup)
-        self._network = network
+        self._proxy = proxy
         self._loop = loop
         self._leader = _Leader(loop, popen, self._leader_gone)
         # With namespaces: bwrap's info document, the supervisor's pidfd, the lifeline.
@@ -341,7 +341,9 @@ class PosixProcess:
     @property
     def network_refused(self) -> tuple[tuple[str, ...], int]:
         """The proxy's refused ``host:port`` of this call (at most 16) and their count."""
-        return ((), 0) if self._network is None else self._network.refused
+        if self._proxy is None:
+            return (), 0
+        return tuple(self._proxy.refused), self._proxy.refused_count
 
     @property
     def cleanup_completed(self) -> bool:
@@ -494,8 +496,8 @@ class PosixProcess:
             leader = self._leader
             if leader.state is _State.JOINED:
                 return
-            if self._network is not None:
-                await self._network.close()  # every tunnel of the call ends with it
+            if self._proxy is not None:
+                await self._proxy.close()  # every tunnel of the call ends with it
             if leader.pinned:
                 await self._end_group()
             if not await self._made.end_cgroup(self._bounds.end):

@@ -44,7 +44,7 @@ import socket
 import stat
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Final, final
 
 from .._network import DomainPolicy, address_of
@@ -66,7 +66,6 @@ __all__ = [
     "Proxy",
     "proxy_environment",
     "remove_stale",
-    "with_proxy",
 ]
 
 MAXIMUM_CALL_CONNECTIONS: Final = 64
@@ -116,13 +115,6 @@ Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 Resolved = list[tuple[int, tuple[object, ...]]]
 Resolver = Callable[[str, int], Awaitable[Resolved]]
 """``(host, port)`` to ``[(family, sockaddr)]``; the seam for a resolver that fails."""
-
-
-def with_proxy(entries: Iterable[str]) -> list[str]:
-    """``entries`` with the proxy's variables set (whatever the allow-list let through)."""
-    names = {entry.partition("=")[0] for entry in proxy_environment()}
-    kept = [entry for entry in entries if entry.partition("=")[0] not in names]
-    return [*kept, *proxy_environment()]
 
 
 def proxy_environment() -> list[str]:
