@@ -71,7 +71,7 @@ from ._process import (
     _Start,
     _Streams,
 )
-from ._proxy import CallProxy, Proxy
+from ._proxy import CallProxy, Proxy, close_call, open_for_call
 
 SERVER_DEATH_BOUND_SECONDS: Final = 2.0
 """When the server dies, even by SIGKILL, every command and descendant ends within this."""
@@ -522,15 +522,7 @@ class PosixLauncher:
     True
     """
 
-    __slots__ = (
-        "_bounds",
-        "_cgroups",
-        "_containment",
-        "_facts",
-        "_proxy",
-        "_root",
-        "_supervised",
-    )
+    __slots__ = ("_bounds", "_cgroups", "_containment", "_facts", "_proxy", "_root", "_supervised")
 
     def __init__(
         self,
@@ -548,7 +540,6 @@ class PosixLauncher:
         self._cgroups = cgroups
         self._supervised = _supervisor_available()
         self._bounds = _Bounds()
-        self._proxy: Proxy | None = None  # made at the first proxied start, in its loop
         if containment.confined and not self._supervised:
             raise ValueError("containment needs the supervisor, which is unavailable here")
         if containment.confined and facts is None and root is not None:
@@ -557,6 +548,8 @@ class PosixLauncher:
                 root, containment.allow_write, bwrap=containment.namespaces.bwrap
             )
         self._facts = facts if containment.confined else None
+        proxied = self._facts is not None and containment.proxied  # the call's own network
+        self._proxy = Proxy(containment.domains) if proxied else None
 
     @property
     def contained(self) -> bool:
@@ -614,12 +607,11 @@ class PosixLauncher:
         """
         if not self._supervised:
             return _start_direct(spec, self._bounds)
-        proxy = await self._call_proxy()
+        proxy = await open_for_call(self._proxy)  # with namespaces, no --allow-network
         try:
             process = self._spawn_supervisor(spec, proxy)
         except BaseException:
-            if proxy is not None:
-                await proxy.close()
+            await close_call(proxy)
             raise
         try:
             _attach(process)
@@ -642,19 +634,6 @@ class PosixLauncher:
         except ProcessFailure:
             raise LaunchError(process) from None
         raise LaunchError from None
-
-    async def _call_proxy(self) -> CallProxy | None:
-        """With namespaces and without ``--allow-network``: the call's own proxy listener
-        (contract 11.1), which its plan binds into the namespace; ``LaunchError`` (nothing
-        started) when it cannot be opened."""
-        if not self._containment.proxied or self._facts is None:
-            return None
-        if self._proxy is None:
-            self._proxy = Proxy(self._containment.domains)
-        try:
-            return await self._proxy.open_call()
-        except OSError:
-            raise LaunchError from None
 
     def _spawn_supervisor(self, spec: Spec, proxy: CallProxy | None = None) -> PosixProcess:
         """Spawn the supervisor (in ``bwrap`` with namespaces) for the call's plan;

@@ -32,7 +32,7 @@ from . import _tmpdir as tmpdir
 from ._cgroup import CallCgroup
 from ._leader import _close_quietly, _Leader, _State
 from ._namespace import Namespace
-from ._proxy import CallProxy
+from ._proxy import CallProxy, close_call, refused_of
 
 READ_CHUNK_BYTES: Final = 64 * 1024
 """Bytes read from a child's stdout or stderr per readiness event (and handed to the sink)."""
@@ -341,9 +341,7 @@ class PosixProcess:
     @property
     def network_refused(self) -> tuple[tuple[str, ...], int]:
         """The proxy's refused ``host:port`` of this call (at most 16) and their count."""
-        if self._proxy is None:
-            return (), 0
-        return tuple(self._proxy.refused), self._proxy.refused_count
+        return refused_of(self._proxy)
 
     @property
     def cleanup_completed(self) -> bool:
@@ -496,8 +494,7 @@ class PosixProcess:
             leader = self._leader
             if leader.state is _State.JOINED:
                 return
-            if self._proxy is not None:
-                await self._proxy.close()  # every tunnel of the call ends with it
+            await close_call(self._proxy)  # every tunnel of the call ends with it
             if leader.pinned:
                 await self._end_group()
             if not await self._made.end_cgroup(self._bounds.end):

@@ -47,6 +47,8 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Final, final
 
+from spice.agent.process import LaunchError
+
 from .._network import DomainPolicy, address_of
 from .._proxyhttp import HEAD_END, MAXIMUM_HEAD_BYTES, BadRequest, Request, origin_head, parse_head
 from . import _bridge as bridge
@@ -64,7 +66,10 @@ __all__ = [
     "RESOLVE_BOUND_SECONDS",
     "CallProxy",
     "Proxy",
+    "close_call",
+    "open_for_call",
     "proxy_environment",
+    "refused_of",
     "remove_stale",
 ]
 
@@ -115,6 +120,28 @@ Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 Resolved = list[tuple[int, tuple[object, ...]]]
 Resolver = Callable[[str, int], Awaitable[Resolved]]
 """``(host, port)`` to ``[(family, sockaddr)]``; the seam for a resolver that fails."""
+
+
+async def open_for_call(proxy: Proxy | None) -> CallProxy | None:
+    """A new call's listener of ``proxy`` (``None`` without a proxy); ``LaunchError``
+    (nothing started) when it cannot be opened."""
+    if proxy is None:
+        return None
+    try:
+        return await proxy.open_call()
+    except OSError:
+        raise LaunchError from None
+
+
+async def close_call(call: CallProxy | None) -> None:
+    """End a call's proxy, if it has one (``CallProxy.close``)."""
+    if call is not None:
+        await call.close()
+
+
+def refused_of(call: CallProxy | None) -> tuple[tuple[str, ...], int]:
+    """A call's refused ``host:port`` (at most ``MAXIMUM_REFUSED_REPORTED``) and their count."""
+    return ((), 0) if call is None else (tuple(call.refused), call.refused_count)
 
 
 def proxy_environment() -> list[str]:

@@ -559,12 +559,7 @@ class _Shell:
         if not finished.joined:
             raise ExecutionError(call.id, _UNCERTAIN, _RETRY, _JOIN_FAILED) from None
         outcome = _outcome(process)
-        if timed_out:
-            code, problem = "timed_out", _PROBLEMS["timed_out"]
-        elif outcome.successful:
-            code, problem = None, None
-        else:
-            code, problem = "command_failed", _PROBLEMS[outcome.kind.value]
+        code, problem = _verdict(timed_out, outcome)
         content = frame.content(
             capture,
             exit_code=-1 if outcome.exit_code is None else outcome.exit_code,
@@ -629,6 +624,15 @@ async def _resolve(
     if not _is_absolute_canonical(executable):
         raise ExecutionError(call.id, _DEFINITIVE, _RETRY, _RESOLVER_FAILED) from None
     return executable
+
+
+def _verdict(timed_out: bool, outcome: Outcome) -> tuple[str | None, str | None]:
+    """The answer's code and problem for a command that ran (``None``, ``None``: success)."""
+    if timed_out:
+        return "timed_out", _PROBLEMS["timed_out"]
+    if outcome.successful:
+        return None, None
+    return "command_failed", _PROBLEMS[outcome.kind.value]
 
 
 async def _outlast(task: asyncio.Task[_Finished] | asyncio.Task[bool]) -> None:
