@@ -41,11 +41,12 @@ ROOT_HASH_CHARACTERS: Final = 16
 
 _EMPTY: Final = ".empty"
 # POSIX-only flags with a default: the module imports on Windows, which never runs it.
+# O_PATH (Linux) needs only search permission, like the kernel's own path walk.
 _STEP_FLAGS: Final = (
     getattr(os, "O_DIRECTORY", 0)
     | getattr(os, "O_NOFOLLOW", 0)
     | getattr(os, "O_CLOEXEC", 0)
-    | getattr(os, "O_PATH", 0)
+    | (getattr(os, "O_PATH", 0) or os.O_RDONLY)
 )
 
 
@@ -140,8 +141,12 @@ def place_of(path: str) -> Place:
     return Place(real, info.st_dev, info.st_ino)
 
 
-def _identity(path: str) -> os.stat_result:
-    """``fstat`` of the directory ``path``, opened from ``/`` without following a symlink."""
+def open_no_follow(path: str) -> int:
+    """Open the absolute directory ``path`` from ``/``, one component at a time, no symlink.
+
+    Raises ``OSError`` when a component is a symlink (``ELOOP``), not a directory or
+    missing; callers turn that into their own fixed text (no OS text).
+    """
     fd = os.open("/", _STEP_FLAGS)
     try:
         for name in path.split("/"):
@@ -149,6 +154,16 @@ def _identity(path: str) -> os.stat_result:
                 step = os.open(name, _STEP_FLAGS, dir_fd=fd)
                 os.close(fd)
                 fd = step
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _identity(path: str) -> os.stat_result:
+    """``fstat`` of the directory ``path``, opened from ``/`` without following a symlink."""
+    fd = open_no_follow(path)
+    try:
         return os.fstat(fd)
     finally:
         os.close(fd)

@@ -172,36 +172,8 @@ def _supervisor_available() -> bool:
     )
 
 
-_O_PATH: Final = getattr(os, "O_PATH", 0)
-# O_PATH (Linux) needs only search permission, like the kernel's own path walk.
-# POSIX-only flags with a default: the module imports on Windows, which never runs it.
-_STEP_FLAGS: Final = (
-    getattr(os, "O_DIRECTORY", 0)
-    | getattr(os, "O_NOFOLLOW", 0)
-    | getattr(os, "O_CLOEXEC", 0)
-    | (_O_PATH or os.O_RDONLY)
-)
 _FD_DIRECTORY: Final = "/proc/self/fd"
 _ENTER_BY_DESCRIPTOR: Final = sys.platform.startswith("linux") and os.path.isdir(_FD_DIRECTORY)
-
-
-def _open_no_follow(path: str) -> int:
-    """Open the absolute directory ``path`` from ``/``, one component at a time, no symlink.
-
-    Raises ``OSError`` when a component is a symlink (``ELOOP``), not a directory or
-    missing; the caller turns that into a ``LaunchError`` with no OS text.
-    """
-    fd = os.open("/", _STEP_FLAGS)
-    try:
-        for name in path.split("/"):
-            if name:
-                step = os.open(name, _STEP_FLAGS, dir_fd=fd)
-                os.close(fd)
-                fd = step
-    except BaseException:
-        _close_quietly(fd)
-        raise
-    return fd
 
 
 def _entry(directory: int, path: str) -> str:
@@ -301,7 +273,7 @@ class _Ends:
         stdin_write: int | None = None
         if spec.stdin:
             stdin, stdin_write = self.pipe(parent_reads=False)
-        directory = _open_no_follow(spec.working_directory)
+        directory = _facts.open_no_follow(spec.working_directory)
         self.parent.append(directory)
         return _Standard(
             stdin, stdout_write, stderr_write, directory, stdin_write, stdout_read, stderr_read
