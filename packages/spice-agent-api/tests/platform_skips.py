@@ -36,6 +36,11 @@ PLATFORM: Final = "the POSIX platform is the default (test_platform.py checks Wi
 PEAK_RSS: Final = "a process's peak resident memory, read from /proc/PID/status"
 EXAMPLES: Final = "the examples group (agent frameworks) is not installed (make test-windows)"
 
+HTTP_ON_WINDOWS: Final = (
+    "the HTTP transport on Windows: its token file's check by the file's ACL is not built yet, "
+    "and its tests have not run under Wine (issue 30 stays open for it)"
+)
+
 POSIX_ONLY_MODULES: Final[dict[str, str]] = {
     # spice-agent-tools-coding
     "test_absolute_paths.py": ROOT,
@@ -77,6 +82,24 @@ POSIX_ONLY_MODULES: Final[dict[str, str]] = {
     "test_allow_write.py": LAUNCHER,
     "test_posix_bwrap.py": LAUNCHER,
     "test_shell_posix.py": LAUNCHER,
+    "test_bridge.py": LAUNCHER,
+    "test_call_plan.py": LAUNCHER,
+    "test_cgroup.py": LAUNCHER,
+    "test_measured_supervisor.py": LAUNCHER,
+    "test_network_policy.py": LAUNCHER,
+    "test_orphans.py": LAUNCHER,
+    "test_posix_namespace.py": LAUNCHER,
+    "test_proxy.py": LAUNCHER,
+    "test_proxy_contained.py": LAUNCHER,
+    "test_proxy_http.py": LAUNCHER,
+    "test_sandbox_fs.py": LAUNCHER,
+    "test_sandbox_hint.py": LAUNCHER,
+    "test_sandbox_processes.py": LAUNCHER,
+    "test_http_app.py": HTTP_ON_WINDOWS,
+    "test_http_conformance.py": HTTP_ON_WINDOWS,
+    "test_http_gate.py": HTTP_ON_WINDOWS,
+    "test_http_serve.py": HTTP_ON_WINDOWS,
+    "test_http_tokens.py": HTTP_ON_WINDOWS,
     "test_startup_imports.py": (
         "on Windows pywin32's .pth loads pywin32_bootstrap at every start, before our code "
         "(site), so the count of third-party modules differs"
