@@ -158,6 +158,9 @@ POSIX_ONLY_TESTS: Final[dict[str, str]] = {
     "test_without_its_dialect_gemini_cli_declares_what_the_gemini_api_refuses": (
         "the server variant it starts is a /bin/sh wrapper"
     ),
+    "packages/spice-agent-coding/tests/test_cli_root.py::test_a_link_to_slash_is_slash": (
+        "a symbolic link to / (Wine makes none)"
+    ),
     "packages/spice-agent-coding/tests/test_cli_root.py::"
     "test_a_link_to_a_directory_is_a_usable_root": (
         "a symbolic link as the root (Wine makes none; Windows links are refused beneath the "

@@ -20,6 +20,7 @@ import base64
 import json
 import os
 import struct
+import sys
 import zlib
 from pathlib import Path
 from typing import Any, Final
@@ -90,7 +91,7 @@ def test_over_stdio_every_worst_page_and_output_fits_one_mebibyte_line(tmp_path:
     root.mkdir()
     for name, unit in WORST.items():
         (root / f"{name}.txt").write_bytes(unit * (PAGE // len(unit)))
-    quotes = ["python3", "-c", "import sys; sys.stdout.write(chr(34) * 524288)"]
+    quotes = [sys.executable, "-c", "import sys; sys.stdout.write(chr(34) * 524288)"]
     lines: dict[str, tuple[int, dict[str, Any]]] = {}
     with RawPeer(root, "--max-read-bytes", "524288", "--max-output-bytes", "524288") as peer:
         peer.initialize()
@@ -182,7 +183,7 @@ async def test_a_whole_image_is_an_image_block_beside_the_structured_result(
 
 
 async def test_a_text_named_png_is_text(tmp_path: Path) -> None:
-    (tmp_path / "notes.png").write_text("not an image\n")
+    (tmp_path / "notes.png").write_bytes(b"not an image\n")
     result = await read_over_mcp(tmp_path, {"path": "notes.png"})
     assert [TextContent] == [type(block) for block in result.content]
     shown = result.structured_content

@@ -102,8 +102,13 @@ class ContainmentUnavailable(Exception):
 
 
 def slash_root_problem(root: str, mode: str) -> str | None:
-    """Why ``root`` may not be served in ``mode``: a root of ``/`` needs ``off``, chosen."""
-    if mode != DISABLED and os.path.realpath(root) == os.sep:
+    """Why ``root`` may not be served in ``mode``: a root of ``/`` needs ``off``, chosen.
+
+    ``/`` is the file system's root as the real path shows it: the one directory that is
+    its own parent (``/`` on POSIX; a drive's or a share's root on Windows).
+    """
+    real = os.path.realpath(root)
+    if mode != DISABLED and os.path.dirname(real) == real:
         return SLASH_ROOT_NEEDS_OFF
     return None
 

@@ -25,7 +25,7 @@ _EMPTY: Final = "path must not be empty"
 _NUL: Final = "path must not contain NUL"
 _CONTROL: Final = "path must not contain control characters"
 _WHITESPACE: Final = "path must not start or end with whitespace"
-_ABSOLUTE: Final = "an absolute path must lie beneath the worktree root"
+ABSOLUTE_ELSEWHERE: Final = "an absolute path must lie beneath the worktree root"
 LEAVES: Final = "path must not leave the worktree root"
 TOO_LONG: Final = "path is too long"
 _NAME_TOO_LONG: Final = "a path component is too long"
@@ -143,7 +143,7 @@ def _beneath_root(raw: str, root: str | None) -> str:
     still opened beneath the root's descriptor, so resolving here confines nothing.
     """
     if root is None:
-        raise invalid(_ABSOLUTE)
+        raise invalid(ABSOLUTE_ELSEWHERE)
     cleaned = _lexical_absolute(raw)
     configured = _lexical_absolute(root)
     remainder = _remainder(cleaned, configured)
@@ -158,7 +158,7 @@ def _beneath_root(raw: str, root: str | None) -> str:
             elif _lexical_absolute(os.path.realpath(cleaned)) == resolved:
                 remainder = "."  # the root itself, spelled through a link
     if remainder is None:
-        raise invalid(f"{_ABSOLUTE} ({configured})")
+        raise invalid(f"{ABSOLUTE_ELSEWHERE} ({configured})")
     return remainder
 
 

@@ -55,6 +55,7 @@ from ._arguments import ArgumentError, decode_object, take_number, take_string, 
 from ._capture import Capture, Captured
 from ._config import Config, absolute
 from ._ownership import Entry, Owner, Ticket, Timing
+from ._paths import ABSOLUTE_ELSEWHERE
 from ._platform import batch_file, clean_path, is_windows, workdir_check
 from ._results import (
     answer_fits,
@@ -221,9 +222,11 @@ def _parse(arguments: str, config: Config) -> _Arguments:
         cleaned = "." if workdir is None else clean_path(workdir, root=config.root)
     except PathError as error:
         # An absolute workdir elsewhere: the path check's own words, which name the root
-        # (as read and replace answer).
+        # (as read and replace answer); on Windows also a path rooted on the current drive.
         if config.root in error.message:
             raise ArgumentError(f"workdir: {error.message}") from None
+        if workdir is not None and (absolute(workdir) or workdir[:1] in {"/", "\\"}):
+            raise ArgumentError(f"workdir: {ABSOLUTE_ELSEWHERE} ({config.root})") from None
         raise ArgumentError(
             "workdir must be a relative path, or an absolute one beneath the worktree "
             "root, that stays in the root"
