@@ -95,6 +95,7 @@ POSIX_ONLY_MODULES: Final[dict[str, str]] = {
     "test_sandbox_fs.py": LAUNCHER,
     "test_sandbox_hint.py": LAUNCHER,
     "test_sandbox_processes.py": LAUNCHER,
+    "test_start_facts.py": LAUNCHER,
     "test_http_app.py": HTTP_ON_WINDOWS,
     "test_http_conformance.py": HTTP_ON_WINDOWS,
     "test_http_gate.py": HTTP_ON_WINDOWS,
