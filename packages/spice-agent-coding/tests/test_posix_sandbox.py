@@ -214,3 +214,14 @@ def test_remove_tree_of_a_missing_path_is_true_and_of_a_file_beneath_a_file_fals
     (tmp_path / "file").write_text("")
     assert tmpdir.remove_tree(str(tmp_path / "file" / "below")) is False
     assert tmpdir.remove_tree(os.fsencode(tmp_path / "file")) is True
+
+
+def test_a_tree_whose_parent_is_a_file_is_not_removable_and_one_without_a_parent_is_gone(
+    tmp_path: Path,
+) -> None:
+    """The parent cannot be opened as a directory: ``False`` (never raises); a missing
+    parent: nothing is there, ``True``."""
+    (tmp_path / "file").write_bytes(b"kept")
+    assert tmpdir.remove_tree(str(tmp_path / "file" / "tree")) is False
+    assert b"kept" == (tmp_path / "file").read_bytes()
+    assert tmpdir.remove_tree(str(tmp_path / "missing" / "tree")) is True
