@@ -675,13 +675,6 @@ async def test_a_signal_the_child_ignores_is_not_a_stop(exit_watch: str) -> None
 # -- the supervisor's seams ------------------------------------------------------------------
 
 
-def test_tmpdir_tmp_and_temp_point_at_the_calls_directory() -> None:
-    """TMPDIR is always set; TMP and TEMP are replaced only when the allow-list passed them."""
-    entries = ("PATH=/bin", "TMPDIR=/tmp", "TEMP=/var/tmp")
-    assert ["PATH=/bin", "TMPDIR=/p", "TEMP=/p"] == launcher_module._with_temporary(entries, "/p")
-    assert ["TMPDIR=/p"] == launcher_module._with_temporary((), "/p")
-
-
 def test_a_contained_launcher_needs_the_supervisor(monkeypatch: pytest.MonkeyPatch) -> None:
     """Where no supervisor can run, containment is refused at construction."""
     from spice.agent.coding._containment import Containment  # noqa: PLC0415

@@ -147,7 +147,6 @@ _SUPERVISOR_FLAGS: tuple[str, ...] = ("-I", "-S", "-c", supervisor.BOOTSTRAP)
 _SUPERVISOR_ENVIRONMENT: dict[str, str] = {}
 """The supervisor's own environment (the command's comes through the spec file)."""
 
-_TEMPORARY_VARIABLES: Final = ("TMPDIR", "TMP", "TEMP")
 
 
 def adopt_orphans() -> bool:
@@ -187,20 +186,6 @@ def _environment(entries: Iterable[str]) -> dict[str, str]:
         name, _, value = entry.partition("=")
         environment[name] = value
     return environment
-
-
-def _with_temporary(entries: tuple[str, ...], temporary: str) -> list[str]:
-    """The spec's environment with ``TMPDIR`` (and ``TMP``/``TEMP`` if set) on ``temporary``."""
-    kept = [e for e in entries if e.partition("=")[0] not in _TEMPORARY_VARIABLES]
-    present = {e.partition("=")[0] for e in entries}
-    return [
-        *kept,
-        *(
-            f"{name}={temporary}"
-            for name in _TEMPORARY_VARIABLES
-            if name == "TMPDIR" or name in present
-        ),
-    ]
 
 
 def _attach(process: PosixProcess) -> None:
