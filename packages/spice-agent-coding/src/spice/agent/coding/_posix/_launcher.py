@@ -148,7 +148,6 @@ _SUPERVISOR_ENVIRONMENT: dict[str, str] = {}
 """The supervisor's own environment (the command's comes through the spec file)."""
 
 
-
 def adopt_orphans() -> bool:
     """Make this process the subreaper of last resort for every command's tree.
 
