@@ -12,6 +12,9 @@ P=$(cd "$1" && pwd); S=$(cd "$2" && pwd); shift 2
 HERE=$(cd "$(dirname "$0")" && pwd)
 TAG=${PY:-3.13}; TAG=${TAG/./}
 "$HERE/build-env.sh" "$P" "$S" sync >/dev/null
+# The host's certificate variables name Linux paths that Windows Python cannot open (an httpx
+# client builds its SSL context even for http://): Windows Python uses its own store.
+unset SSL_CERT_FILE SSL_CERT_DIR REQUESTS_CA_BUNDLE CURL_CA_BUNDLE
 export WINEPREFIX="$S/prefix" WINEDEBUG=${WINEDEBUG:--all} WINEDLLOVERRIDES="mscoree,mshtml="
 mkdir -p "$WINEPREFIX/drive_c/results"
 cd "$WINEPREFIX/drive_c/src"     # the current drive must be C: (see the note)

@@ -23,10 +23,22 @@ from typing import Any, Final
 import httpx2
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+from private_support import open_up, private
 
 from spice.agent.coding._mcp._tokens import digest_of
 
 SCRIPT: Final = Path(sys.executable).parent / "spice-coding"
+SERVE: Final = (
+    (str(SCRIPT),)
+    if sys.platform != "win32"
+    else (
+        sys.executable,
+        "-c",
+        "import sys; from spice.agent.coding._cli import main; sys.exit(main())",
+    )
+)
+"""The server's command: the console script, or on Windows (where the Wine environment
+installs none) the same ``main`` through the interpreter."""
 WAIT: Final = 30.0
 """Bound on every wait for the server (its start, an answer, its exit)."""
 LISTENING: Final = re.compile(rb"listening on (http://\S+)")
@@ -69,8 +81,9 @@ def write_tokens(path: Path, scopes: Mapping[str, str], mode: int = 0o600) -> di
     """A token file with one fresh token per ``name: scopes``; returns the tokens."""
     tokens = {name: secrets.token_urlsafe(32) for name in scopes}
     lines = [f"{name} {scopes[name]} {digest_of(token)}\n" for name, token in tokens.items()]
-    path.write_text("".join(lines))
-    path.chmod(mode)
+    private(path, "".join(lines))
+    if mode != 0o600:
+        open_up(path, mode)
     return tokens
 
 
@@ -90,13 +103,18 @@ async def http_server(
     scopes: Mapping[str, str] = DEFAULT_SCOPES,
     auth: bool = True,
     env: Mapping[str, str] | None = None,
+    token_file: Path | None = None,
 ) -> AsyncIterator[HttpServer]:
-    """Start ``serve --transport http --port 0`` on ``root``; stop it (SIGTERM, then kill)."""
-    token_file = tmp_path / "tokens"
-    tokens = write_tokens(token_file, scopes) if auth else {}
+    """Start ``serve --transport http --port 0`` on ``root``; stop it (SIGTERM, then kill).
+
+    ``token_file``: one made already (``token add``), used as it is (no tokens are known)."""
+    tokens: dict[str, str] = {}
+    if token_file is None:
+        token_file = tmp_path / "tokens"
+        tokens = write_tokens(token_file, scopes) if auth else {}
     access = ["--token-file", str(token_file)] if auth else ["--insecure-no-auth"]
     process = await asyncio.create_subprocess_exec(
-        str(SCRIPT),
+        *SERVE,
         "serve",
         "--transport",
         "http",

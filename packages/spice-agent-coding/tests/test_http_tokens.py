@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import datetime
 import os
-import stat
 import string
 from pathlib import Path
 
@@ -15,6 +14,7 @@ import pytest
 from http_support import SCRIPT, WAIT
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from private_support import WINDOWS, is_private, open_up, private
 
 from spice.agent.coding import _cli
 from spice.agent.coding._mcp import _tokens as tokens
@@ -42,12 +42,6 @@ def root(tmp_path: Path) -> Path:
     tree = tmp_path / "tree"
     tree.mkdir()
     return tree
-
-
-def private(path: Path, text: str) -> Path:
-    path.write_text(text)
-    path.chmod(0o600)
-    return path
 
 
 # --- parsing --------------------------------------------------------------------------------
@@ -174,9 +168,9 @@ def test_the_store_rereads_a_changed_file_and_fails_closed(tmp_path: Path, root:
     assert None is store.verify("two")
     private(file, f"b read {digest_of('two')}\n")
     assert store.verify("two") is not None
-    file.chmod(0o604)
+    open_up(file)
     assert None is store.verify("two")
-    file.chmod(0o600)
+    private(file, f"b read {digest_of('two')}\n")
     assert store.verify("two") is not None
     file.unlink()
     assert None is store.verify("two")
@@ -202,16 +196,22 @@ def test_an_unusable_file_is_refused_at_start(
     if setup == "inside":
         path = private(root / "tokens", "")
     elif setup in ("group", "others"):
-        private(path, "").chmod(0o640 if setup == "group" else 0o604)
+        if WINDOWS and setup == "group":
+            pytest.skip("Windows has no group bits: the access list is one setup (others)")
+        open_up(private(path, ""), 0o640 if setup == "group" else 0o604)
     elif setup == "directory":
         path.mkdir(mode=0o700)
     elif setup == "link":
+        if WINDOWS:
+            pytest.skip("making a symbolic link needs a privilege on Windows")
         private(tmp_path / "real", "")
         path.symlink_to(tmp_path / "real")
     elif setup == "large":
         private(path, "#" * (MAXIMUM_FILE_BYTES + 1))
     with pytest.raises(TokenFileError) as caught:
         TokenStore(str(path), str(root))
+    if WINDOWS and setup == "directory":
+        reason = tokens.UNREADABLE  # Windows opens no directory as a file
     assert reason == str(caught.value)
 
 
@@ -241,13 +241,14 @@ def test_a_file_at_the_size_bound_is_read(tmp_path: Path, root: Path) -> None:
 def test_add_token_creates_a_private_file_and_keeps_only_the_digest(
     tmp_path: Path, root: Path
 ) -> None:
-    """A 0600 file with the digest line; the token is >= 43 URL-safe chars and verifies."""
+    """A private file (0600, or the user's own access list) with the digest line; the token is
+    >= 43 URL-safe chars and verifies."""
     path = tmp_path / "tokens"
     token = add_token(str(path), "ci", "read,write", str(root), "2999-01-01")
     assert 43 <= len(token)
     assert set(token) <= set(string.ascii_letters + string.digits + "-_")
-    assert 0o600 == stat.S_IMODE(path.stat().st_mode)
-    assert f"ci read,write {digest_of(token)} 2999-01-01\n" == path.read_text()
+    assert is_private(path)
+    assert f"ci read,write {digest_of(token)} 2999-01-01\n".encode() == path.read_bytes()
     assert token not in path.read_text()
     second = add_token(str(path), "other", "shell", str(root))
     assert second != token
@@ -281,11 +282,10 @@ def test_add_token_refuses_beneath_the_root_and_an_open_file(tmp_path: Path, roo
     with pytest.raises(TokenFileError, match="beneath the worktree"):
         add_token(str(root / "tokens"), "a", "read", str(root))
     assert not (root / "tokens").exists()
-    opened = tmp_path / "open"
-    opened.write_text("")
-    opened.chmod(0o644)
-    with pytest.raises(TokenFileError, match="group or others"):
+    opened = open_up(tmp_path / "open", 0o644)
+    with pytest.raises(TokenFileError) as caught:
         add_token(str(opened), "a", "read", str(root))
+    assert (tokens.OPEN_TO_OTHERS, b"") == (str(caught.value), opened.read_bytes())
 
 
 async def test_the_token_add_command_prints_the_token_once(tmp_path: Path, root: Path) -> None:
@@ -411,18 +411,71 @@ def test_the_start_warns_for_a_remote_bind_without_tls_and_an_uncontained_shell(
 
 def test_the_audit_log_is_created_private_and_an_open_one_is_refused(tmp_path: Path) -> None:
     """A new log is 0600 and only appended to; an existing one open to others is refused."""
-    from spice.agent.coding._mcp._audit import AuditLog, AuditLogError  # noqa: PLC0415
+    from spice.agent.coding._mcp._audit import (  # noqa: PLC0415
+        LOG_OPEN_TO_OTHERS,
+        AuditLog,
+        AuditLogError,
+    )
 
-    made = tmp_path / "audit.jsonl"
-    made.write_text("kept\n")
-    made.chmod(0o600)
+    made = private(tmp_path / "audit.jsonl", "kept\n")
     log = AuditLog(str(made))
     log.close()
-    opened = tmp_path / "open.jsonl"
-    opened.write_text("")
-    opened.chmod(0o644)
-    with pytest.raises(AuditLogError, match="group or others"):
+    opened = open_up(tmp_path / "open.jsonl", 0o644)
+    with pytest.raises(AuditLogError) as caught:
         AuditLog(str(opened))
+    assert LOG_OPEN_TO_OTHERS == str(caught.value)
     fresh = tmp_path / "fresh.jsonl"
     AuditLog(str(fresh)).close()
-    assert ("kept\n", 0o600) == (made.read_text(), stat.S_IMODE(fresh.stat().st_mode))
+    assert (b"kept\n", True) == (made.read_bytes(), is_private(fresh))
+
+
+def test_a_file_of_another_user_is_refused_at_start_and_by_token_add(
+    tmp_path: Path, root: Path
+) -> None:
+    """A private file another user owns: refused by serve (``NOT_OWNED``), by ``token add``
+    (unchanged) and as an audit log."""
+    from spice.agent.coding._mcp._audit import LOG_NOT_OWNED, AuditLog, AuditLogError  # noqa: PLC0415
+
+    if WINDOWS or os.geteuid() != 0:
+        pytest.skip("only root can give a file to another user (test_private_files covers Windows)")
+    path = private(tmp_path / "tokens", f"a read {digest_of('one')}\n")
+    os.chown(path, 65534, 65534)
+    with pytest.raises(TokenFileError) as at_start:
+        TokenStore(str(path), str(root))
+    with pytest.raises(TokenFileError) as adding:
+        add_token(str(path), "b", "read", str(root))
+    with pytest.raises(AuditLogError) as logging:
+        AuditLog(str(path))
+    assert (tokens.NOT_OWNED, tokens.NOT_OWNED, LOG_NOT_OWNED) == (
+        str(at_start.value),
+        str(adding.value),
+        str(logging.value),
+    )
+    assert f"a read {digest_of('one')}\n".encode() == path.read_bytes()
+
+
+def test_a_file_whose_access_cannot_be_read_is_unreadable(
+    tmp_path: Path, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The seam a platform fails through (``access_problem`` raising ``OSError``, as
+    ``GetSecurityInfo`` may): serve, ``token add`` and the audit log refuse with their
+    fixed lines, the system's text never shown."""
+    from spice.agent.coding._mcp import _audit  # noqa: PLC0415
+
+    def failing(fd: int, info: os.stat_result) -> str | None:
+        raise OSError(5, "secret system text")
+
+    path = private(tmp_path / "tokens", f"a read {digest_of('one')}\n")
+    monkeypatch.setattr(tokens, "access_problem", failing)
+    monkeypatch.setattr(_audit, "access_problem", failing)
+    with pytest.raises(TokenFileError) as at_start:
+        TokenStore(str(path), str(root))
+    with pytest.raises(TokenFileError) as adding:
+        add_token(str(path), "b", "read", str(root))
+    with pytest.raises(_audit.AuditLogError) as logging:
+        _audit.AuditLog(str(tmp_path / "audit.jsonl"))
+    assert (tokens.UNREADABLE, tokens.UNREADABLE, _audit.LOG_UNUSABLE) == (
+        str(at_start.value),
+        str(adding.value),
+        str(logging.value),
+    )

@@ -55,8 +55,6 @@ async def client_for(worktree: Path, transport: str = "stdio") -> AsyncIterator[
 def transport(request: pytest.FixtureRequest) -> str:
     """Each test runs once per transport."""
     chosen: str = request.param
-    if chosen == "http" and sys.platform == "win32":
-        pytest.skip("the HTTP transport's Windows port is not built yet (issue 30)")
     return chosen
 
 

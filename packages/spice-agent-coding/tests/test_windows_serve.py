@@ -155,7 +155,17 @@ def test_the_workdir_is_checked_on_windows(worktree: Path, workdir: str, code: s
 
 
 @asynccontextmanager
-async def client_for(worktree: Path) -> AsyncIterator[Client]:
+async def client_for(worktree: Path, transport: str = "stdio") -> AsyncIterator[Client]:
+    if transport == "http":
+        from http_support import http_server, sdk_client  # noqa: PLC0415 - the http leg only
+
+        # Nothing is contained on Windows: shell is served over HTTP only when asked.
+        async with (
+            http_server(worktree.parent, worktree, "--allow-uncontained-shell") as server,
+            sdk_client(server.url, server.tokens["full"]) as client,
+        ):
+            yield client
+        return
     from mcp import stdio_client  # noqa: PLC0415 - beside its one use
 
     params = StdioServerParameters(
@@ -165,9 +175,11 @@ async def client_for(worktree: Path) -> AsyncIterator[Client]:
         yield client
 
 
-async def test_serve_answers_the_real_mcp_client(worktree: Path) -> None:
-    """Over stdio with the mcp SDK's client: the list, each tool, and a clean stop on EOF."""
-    async with asyncio.timeout(TIMEOUT_SECONDS), client_for(worktree) as client:
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+async def test_serve_answers_the_real_mcp_client(worktree: Path, transport: str) -> None:
+    """Over stdio and over streamable HTTP behind a token, with the mcp SDK's client: the
+    list, each tool, and a clean stop."""
+    async with asyncio.timeout(TIMEOUT_SECONDS), client_for(worktree, transport) as client:
         names = sorted(tool.name for tool in (await client.list_tools()).tools)
         read = await client.call_tool("read", {"path": "notes.txt"})
         shell = await client.call_tool(
@@ -195,3 +207,123 @@ def test_serve_stops_when_the_client_closes_stdin(worktree: Path) -> None:
     out, err = server.communicate(b"", timeout=TIMEOUT_SECONDS)
     assert (0, b"") == (server.returncode, out)
     assert b"the client closed stdin" in err
+
+
+# --- streamable HTTP on Windows (contract 11.2) ------------------------------------------------
+
+
+async def test_serve_http_refuses_without_a_token_and_withholds_uncontained_shell(
+    tmp_path: Path, worktree: Path
+) -> None:
+    """Raw HTTP: no token is 401 with ``WWW-Authenticate``; a foreign ``Host`` is 403; a
+    ``read`` token lists ``read`` alone and is ``forbidden`` to replace; without
+    ``--allow-uncontained-shell`` shell is neither listed nor callable (nothing is
+    contained on Windows)."""
+    import httpx2  # noqa: PLC0415 - the HTTP tests only
+    from http_support import LIST_BODY, answer_of, call_body, http_server, names_of  # noqa: PLC0415
+
+    async with (
+        asyncio.timeout(TIMEOUT_SECONDS),
+        http_server(tmp_path, worktree) as server,
+        httpx2.AsyncClient(timeout=TIMEOUT_SECONDS) as http,
+    ):
+
+        async def post(body: dict[str, object], name: str | None, **extra: str) -> httpx2.Response:
+            return await http.post(server.url, json=body, headers=server.headers(name, **extra))
+
+        anonymous = await post(LIST_BODY, None)
+        foreign = await post(LIST_BODY, "full", host="evil.example")
+        full = names_of(answer_of(await post(LIST_BODY, "full")))
+        reader = names_of(answer_of(await post(LIST_BODY, "reader")))
+        edit = call_body("replace", {"path": "notes.txt", "content": "x\n"})
+        refused = answer_of(await post(edit, "reader"))
+        shell = answer_of(await post(call_body("shell", {"argv": ["cmd", "/c", "ver"]}), "full"))
+    assert (401, True) == (
+        anonymous.status_code,
+        anonymous.headers["www-authenticate"].startswith("Bearer "),
+    )
+    assert 403 == foreign.status_code
+    assert (["read", "replace"], ["read"]) == (full, reader)
+    assert "forbidden" == refused["result"]["structuredContent"]["code"]
+    assert "forbidden" == shell["result"]["structuredContent"]["code"]
+    assert "first\n" == (worktree / "notes.txt").read_text(encoding="utf-8")
+    assert b"shell is not served over HTTP" in server.stderr
+
+
+async def test_serve_http_refuses_a_token_file_others_may_open(
+    tmp_path: Path, worktree: Path
+) -> None:
+    """A token file whose access list lets Everyone read: exit 2 at start with the line
+    naming it; and one opened up while serving accepts no token until made private again."""
+    import httpx2  # noqa: PLC0415 - the HTTP tests only
+    from http_support import LIST_BODY, http_server, write_tokens  # noqa: PLC0415
+    from private_support import open_up, private  # noqa: PLC0415
+
+    opened = tmp_path / "opened"
+    write_tokens(opened, {"full": "shell"})
+    open_up(opened)
+    started = await asyncio.to_thread(
+        subprocess.run,
+        [
+            sys.executable,
+            "-c",
+            CLI,
+            "serve",
+            "--transport",
+            "http",
+            "--port",
+            "0",
+            "--root",
+            str(worktree),
+            "--token-file",
+            str(opened),
+        ],
+        capture_output=True,
+        timeout=TIMEOUT_SECONDS,
+        check=False,
+    )
+    assert 2 == started.returncode
+    assert b"access list lets other accounts open it" in started.stderr
+    async with asyncio.timeout(TIMEOUT_SECONDS), http_server(tmp_path, worktree) as server:
+        text = server.token_file.read_text(encoding="utf-8")
+        async with httpx2.AsyncClient(timeout=TIMEOUT_SECONDS) as http:
+            before = await http.post(server.url, json=LIST_BODY, headers=server.headers("full"))
+            open_up(server.token_file)
+            during = await http.post(server.url, json=LIST_BODY, headers=server.headers("full"))
+            private(server.token_file, text)
+            after = await http.post(server.url, json=LIST_BODY, headers=server.headers("full"))
+    assert (200, 401, 200) == (before.status_code, during.status_code, after.status_code)
+
+
+async def test_serve_http_token_add_makes_a_private_file_the_server_accepts(
+    tmp_path: Path, worktree: Path
+) -> None:
+    """``spice-coding token add`` on Windows: a file with the user's protected list, whose
+    token the server accepts."""
+    import httpx2  # noqa: PLC0415 - the HTTP tests only
+    from http_support import LIST_BODY, answer_of, http_server, names_of  # noqa: PLC0415
+    from private_support import is_private  # noqa: PLC0415
+
+    path = tmp_path / "tokens"
+    added = cli(
+        "token",
+        "add",
+        "agent",
+        "--scopes",
+        "write",
+        "--token-file",
+        str(path),
+        "--root",
+        str(worktree),
+    )
+    assert 0 == added.returncode, added.stderr
+    token = added.stdout.strip()
+    assert is_private(path)
+    async with (
+        asyncio.timeout(TIMEOUT_SECONDS),
+        http_server(tmp_path, worktree, token_file=path) as server,
+        httpx2.AsyncClient(timeout=TIMEOUT_SECONDS) as http,
+    ):
+        headers = {**server.headers(None), "authorization": f"Bearer {token}"}
+        listed = await http.post(server.url, json=LIST_BODY, headers=headers)
+    assert ["read", "replace"] == names_of(answer_of(listed))

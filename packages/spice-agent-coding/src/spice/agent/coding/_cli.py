@@ -268,13 +268,9 @@ async def _serve_http(settings: Settings, launcher: PlatformLauncher, http: Http
 
 def _http_warnings(http: HttpSettings, contained: bool, remote: bool) -> list[str]:
     """The warnings ``serve --transport http`` starts with (``remote``: a non-loopback bind)."""
-    from ._mcp._tokens import MODE_CHECKED, UNCHECKED_ACCESS  # noqa: PLC0415 - stdlib only
-
     warnings = []
     if http.insecure_no_auth:
         warnings.append("warning: --insecure-no-auth: any local process may call every tool")
-    if http.token_file is not None and not MODE_CHECKED:
-        warnings.append(UNCHECKED_ACCESS)
     if remote and not (http.public_url or "").startswith("https://"):
         warnings.append(
             "warning: listening beyond loopback without TLS: put a TLS proxy or tunnel in "

@@ -7,7 +7,8 @@ A line is one JSON object: ``time`` (UTC, ISO 8601), ``token`` (the token's *nam
 ``forbidden``, ``busy``, ``cancelled``, ``execution_error``), ``ms`` and ``bytes_out`` (UTF-8
 bytes of the answer's text block). Never a token, an argument, file content or output.
 Lines go to stderr (prefixed ``spice-coding: audit``), or to ``--audit-log PATH``, a file
-created with mode 0600 and only appended to.
+created private (mode 0600, or the user's own access list on Windows: ``_private``),
+refused when another user owns it or others may open it, and only appended to.
 """
 
 from __future__ import annotations
@@ -20,15 +21,21 @@ import sys
 from dataclasses import asdict, dataclass
 from typing import Final, TextIO, final
 
+from ._private import NOT_OWNED, OPEN_TO_OTHERS, access_problem, create_private
+
 AUDIT_PREFIX: Final = "spice-coding: audit "
 UNKNOWN_TOOL: Final = "(unknown)"
-POSIX: Final = os.name == "posix"
-"""Whether the log's mode bits mean anything (Windows has none: not checked there)."""
 MAXIMUM_PEER_CHARS: Final = 64
 """A peer's text is cut to this many characters (an address and a port fit)."""
 
-LOG_OPEN_TO_OTHERS: Final = "the audit log may be read or written by group or others (chmod 600 it)"
+LOG_OPEN_TO_OTHERS: Final = (
+    "the audit log may be read or written by group or others (chmod 600 it)"
+    if sys.platform != "win32"
+    else "the audit log's access list lets other accounts open it (remove it, or them with icacls)"
+)
+LOG_NOT_OWNED: Final = "the audit log belongs to another user"
 LOG_UNUSABLE: Final = "the audit log cannot be opened for appending"
+_LOG_PROBLEMS: Final = {OPEN_TO_OTHERS: LOG_OPEN_TO_OTHERS, NOT_OWNED: LOG_NOT_OWNED}
 
 
 class AuditLogError(ValueError):
@@ -67,14 +74,19 @@ class AuditLog:
         self._fd: int | None = None
         if path is not None:
             flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
+            flags |= getattr(os, "O_BINARY", 0)
             try:
-                fd = os.open(path, flags, 0o600)
+                fd = create_private(path, flags)
             except OSError:
                 raise AuditLogError(LOG_UNUSABLE) from None
-            info = os.fstat(fd)
-            if (POSIX and info.st_mode & 0o077) or not _regular(info):
+            try:
+                info = os.fstat(fd)
+                problem = access_problem(fd, info) if _regular(info) else LOG_UNUSABLE
+            except OSError:
+                problem = LOG_UNUSABLE
+            if problem is not None:
                 os.close(fd)
-                raise AuditLogError(LOG_OPEN_TO_OTHERS if _regular(info) else LOG_UNUSABLE)
+                raise AuditLogError(_LOG_PROBLEMS.get(problem, LOG_UNUSABLE))
             self._fd = fd
 
     def write(self, record: AuditRecord) -> None:

@@ -3,11 +3,12 @@
 The file holds one token a line: ``NAME SCOPES SHA256HEX [NOT-AFTER]`` (``#`` starts a
 comment). Only the SHA-256 digest of a token is ever stored or kept in memory; a presented
 token is hashed and compared with every digest in constant time. The file is refused when
-it lies beneath the worktree (``read`` would show it) or when group or others may read or
-write it, and it is re-read whenever its identity, size or modification time changes, so a
-line removed is a token revoked at the next request, without a restart. A file that
-becomes unusable (removed, opened up, unparsable) accepts no token at all until it is
-fixed. Standard library only.
+it lies beneath the worktree (``read`` would show it), when another user owns it, or
+when others may read or write it (group or others' mode bits on POSIX, the access list
+on Windows: ``_private``), and it is re-read whenever its identity, size or modification
+time changes, so a line removed is a token revoked at the next request, without a restart.
+A file that becomes unusable (removed, opened up, unparsable) accepts no token at all
+until it is fixed. Standard library only.
 """
 
 from __future__ import annotations
@@ -20,10 +21,14 @@ import os
 import re
 import secrets
 import stat
+import sys
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final, final
+
+from ._private import NOT_OWNED as PRIVATE_NOT_OWNED
+from ._private import access_problem, create_private
 
 READ: Final = "read"
 WRITE: Final = "write"
@@ -47,24 +52,21 @@ _NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _DIGEST: Final = re.compile(r"[0-9a-f]{64}")
 _DATE: Final = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
 RACY_SECONDS: Final = 2.0
+_BINARY: Final = getattr(os, "O_BINARY", 0)
+"""Windows: the file's bytes pass unchanged (no newline translation)."""
 """A file modified less than this long ago is read again at every request: a rewrite within
 one tick of the file system's clock keeps the size and the time, so only reading shows it
 (git's "racy" index rule)."""
-_OPEN_TO_OTHERS: Final = 0o077
-"""Mode bits that refuse a token file: any access by group or others."""
-
-MODE_CHECKED: Final = hasattr(os, "geteuid")
-"""Whether the file's owner and mode bits are checked: on POSIX. Windows has no such bits
-(its access lists are not checked yet: the CLI says so when it starts)."""
-UNCHECKED_ACCESS: Final = (
-    "warning: on Windows the token file's access list is not checked: keep it private"
-)
-
 ANONYMOUS: Final = "anonymous"
 """The principal's name under ``--insecure-no-auth``."""
 
 BENEATH_ROOT: Final = "the token file lies beneath the worktree root: the read tool would show it"
-OPEN_TO_OTHERS: Final = "the token file may be read or written by group or others (chmod 600 it)"
+OPEN_TO_OTHERS: Final = (
+    "the token file may be read or written by group or others (chmod 600 it)"
+    if sys.platform != "win32"
+    else "the token file's access list lets other accounts open it "
+    "(make it anew with spice-coding token add, or remove them with icacls)"
+)
 NOT_A_FILE: Final = "the token file is not a regular file"
 NOT_OWNED: Final = "the token file belongs to another user"
 UNREADABLE: Final = "the token file cannot be read"
@@ -181,22 +183,24 @@ def _beneath(path: str, root: str) -> bool:
     return real == top or real.startswith(top.rstrip(os.sep) + os.sep)
 
 
-def file_problem(info: os.stat_result) -> str | None:
-    """Why a token file with this ``stat`` may not be used, or ``None``."""
+def file_problem(fd: int, info: os.stat_result) -> str | None:
+    """Why the open token file ``fd`` (whose ``fstat`` is ``info``) may not be used, or ``None``.
+
+    ``OSError`` when its access list cannot be read (Windows).
+    """
     if not stat.S_ISREG(info.st_mode):
         return NOT_A_FILE
-    if not MODE_CHECKED:
-        return None
-    if info.st_uid != os.geteuid():
+    found = access_problem(fd, info)
+    if found == PRIVATE_NOT_OWNED:
         return NOT_OWNED
-    if info.st_mode & _OPEN_TO_OTHERS:
+    if found is not None:
         return OPEN_TO_OTHERS
     return None
 
 
 def _read(path: str) -> tuple[os.stat_result, str]:
     """The file's ``fstat`` and text, opened without following a final link or blocking."""
-    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | _BINARY
     try:
         fd = os.open(path, flags)
     except FileNotFoundError:
@@ -205,7 +209,7 @@ def _read(path: str) -> tuple[os.stat_result, str]:
         raise TokenFileError(UNREADABLE) from None
     try:
         info = os.fstat(fd)
-        problem = file_problem(info)
+        problem = file_problem(fd, info)
         if problem is not None:
             raise TokenFileError(problem)
         data = os.read(fd, MAXIMUM_FILE_BYTES + 1)
@@ -304,7 +308,7 @@ def new_token() -> str:
 
 
 def add_token(path: str, name: str, scopes: str, root: str, not_after: str | None = None) -> str:
-    """Append a new token's line to ``path`` (created with mode 0600); return the token.
+    """Append a new token's line to ``path`` (created private: ``_private``); return the token.
 
     Refused (``TokenFileError``) for a bad name, scopes or date, a name already in the
     file, a file beneath ``root``, or an existing file that is not the user's own, private,
@@ -318,13 +322,16 @@ def add_token(path: str, name: str, scopes: str, root: str, not_after: str | Non
     target = os.path.abspath(path)
     if _beneath(target, root):
         raise TokenFileError(BENEATH_ROOT)
-    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | _BINARY
     try:
-        fd = os.open(target, flags, 0o600)
+        fd = create_private(target, flags)
     except OSError:
         raise TokenFileError(UNREADABLE) from None
     try:
-        problem = file_problem(os.fstat(fd))
+        try:
+            problem = file_problem(fd, os.fstat(fd))
+        except OSError:
+            raise TokenFileError(UNREADABLE) from None
         if problem is not None:
             raise TokenFileError(problem)
         _, text = _read(target)

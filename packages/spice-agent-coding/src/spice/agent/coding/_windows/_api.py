@@ -2,7 +2,10 @@
 
 Job Objects (``CreateJobObjectW``, ``SetInformationJobObject``,
 ``AssignProcessToJobObject``, ``TerminateJobObject``, ``QueryInformationJobObject``) and
-``NtResumeProcess``. The libraries are loaded on first use, so this module imports on every
+``NtResumeProcess`` for the launcher; a file's owner and access list
+(``GetSecurityInfo``), the user's SID (``GetTokenInformation``) and a file created with a
+private access list (``CreateFileW``) for the files only their user may open
+(``_mcp._private``). The libraries are loaded on first use, so this module imports on every
 platform; on any other platform each call raises ``OSError``. Failures are ``OSError``
 with the Windows error number only (no system text).
 """
@@ -128,6 +131,60 @@ def _libraries() -> tuple[ctypes.CDLL, ctypes.CDLL]:
         return _loaded["kernel32"], _loaded["ntdll"]
 
 
+def _advapi32() -> ctypes.CDLL:
+    """``advapi32``, loaded once beside the others (the security calls)."""
+    kernel32 = _kernel32()
+    if sys.platform != "win32":
+        raise OSError("Windows only")
+    with _lock:
+        if "advapi32" not in _loaded:
+            advapi32 = ctypes.WinDLL("advapi32", use_last_error=True)
+            pointer = ctypes.POINTER(ctypes.c_void_p)
+            advapi32.GetSecurityInfo.restype = wintypes.DWORD
+            advapi32.GetSecurityInfo.argtypes = (
+                wintypes.HANDLE,
+                ctypes.c_int,
+                wintypes.DWORD,
+                pointer,
+                pointer,
+                pointer,
+                pointer,
+                pointer,
+            )
+            advapi32.GetLengthSid.restype = wintypes.DWORD
+            advapi32.GetLengthSid.argtypes = (ctypes.c_void_p,)
+            advapi32.OpenProcessToken.restype = wintypes.BOOL
+            advapi32.OpenProcessToken.argtypes = (
+                wintypes.HANDLE,
+                wintypes.DWORD,
+                ctypes.POINTER(wintypes.HANDLE),
+            )
+            advapi32.GetTokenInformation.restype = wintypes.BOOL
+            advapi32.GetTokenInformation.argtypes = (
+                wintypes.HANDLE,
+                ctypes.c_int,
+                ctypes.c_void_p,
+                wintypes.DWORD,
+                ctypes.POINTER(wintypes.DWORD),
+            )
+            kernel32.GetCurrentProcess.restype = wintypes.HANDLE
+            kernel32.GetCurrentProcess.argtypes = ()
+            kernel32.LocalFree.restype = ctypes.c_void_p
+            kernel32.LocalFree.argtypes = (ctypes.c_void_p,)
+            kernel32.CreateFileW.restype = wintypes.HANDLE
+            kernel32.CreateFileW.argtypes = (
+                wintypes.LPCWSTR,
+                wintypes.DWORD,
+                wintypes.DWORD,
+                ctypes.c_void_p,
+                wintypes.DWORD,
+                wintypes.DWORD,
+                wintypes.HANDLE,
+            )
+            _loaded["advapi32"] = advapi32
+        return _loaded["advapi32"]
+
+
 def _failed() -> OSError:
     number = int(getattr(ctypes, "get_last_error", lambda: 0)())
     return OSError(number, "a Windows call failed")
@@ -220,3 +277,114 @@ class Job:
         handle, self._handle = self._handle, None
         if handle is not None:
             _kernel32().CloseHandle(handle)
+
+
+_SE_FILE_OBJECT: Final = 1
+_OWNER_SECURITY_INFORMATION: Final = 0x1
+_DACL_SECURITY_INFORMATION: Final = 0x4
+_TOKEN_QUERY: Final = 0x0008
+_TOKEN_USER: Final = 1
+_TOKEN_USER_BYTES: Final = 256
+"""Room for ``TOKEN_USER``: a pointer and attributes, then a SID of at most 68 bytes."""
+_GENERIC_READ: Final = 0x8000_0000
+_GENERIC_WRITE: Final = 0x4000_0000
+_FILE_SHARE_READ_WRITE: Final = 0x1 | 0x2
+_CREATE_NEW: Final = 1
+_FILE_ATTRIBUTE_NORMAL: Final = 0x80
+_ERROR_FILE_EXISTS: Final = 80
+_ERROR_ALREADY_EXISTS: Final = 183
+_INVALID_HANDLE: Final = ctypes.c_void_p(-1).value
+
+
+class _SecurityAttributes(ctypes.Structure):
+    _fields_ = (
+        ("nLength", wintypes.DWORD),
+        ("lpSecurityDescriptor", ctypes.c_void_p),
+        ("bInheritHandle", wintypes.BOOL),
+    )
+
+
+def _sid_at(address: int) -> bytes:
+    return ctypes.string_at(address, int(_advapi32().GetLengthSid(address)))
+
+
+def current_user_sid() -> bytes:
+    """The bytes of the SID this process runs as (its token's user)."""
+    advapi32, kernel32 = _advapi32(), _kernel32()
+    token = wintypes.HANDLE()
+    if not advapi32.OpenProcessToken(
+        kernel32.GetCurrentProcess(), _TOKEN_QUERY, ctypes.byref(token)
+    ):
+        raise _failed()
+    try:
+        buffer = ctypes.create_string_buffer(_TOKEN_USER_BYTES)
+        size = wintypes.DWORD()
+        if not advapi32.GetTokenInformation(
+            token, _TOKEN_USER, buffer, _TOKEN_USER_BYTES, ctypes.byref(size)
+        ):
+            raise _failed()
+        address = ctypes.c_void_p.from_buffer(buffer).value  # TOKEN_USER.User.Sid
+        if not address:
+            raise OSError(1336, "the token names no user")  # ERROR_INVALID_SID
+        return _sid_at(address)
+    finally:
+        kernel32.CloseHandle(token)
+
+
+def file_security(handle: int) -> tuple[bytes | None, bytes | None]:
+    """The owner SID's bytes and the DACL's bytes of an open file (``None`` where absent)."""
+    owner, dacl, descriptor = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p()
+    status = _advapi32().GetSecurityInfo(
+        handle,
+        _SE_FILE_OBJECT,
+        _OWNER_SECURITY_INFORMATION | _DACL_SECURITY_INFORMATION,
+        ctypes.byref(owner),
+        None,
+        ctypes.byref(dacl),
+        None,
+        ctypes.byref(descriptor),
+    )
+    if status:
+        raise OSError(int(status), "GetSecurityInfo failed")
+    try:
+        owned = _sid_at(owner.value) if owner.value else None
+        listed = None
+        if dacl.value:
+            size = ctypes.c_ushort.from_address(dacl.value + 2).value  # ACL.AclSize
+            listed = ctypes.string_at(dacl.value, size)
+        return owned, listed
+    finally:
+        _kernel32().LocalFree(descriptor)
+
+
+def create_private(path: str, descriptor: bytes) -> int:
+    """``CreateFileW(CREATE_NEW)`` with ``descriptor`` (self-relative) as its security.
+
+    The file exists only with that access list: nobody can open it in between. Returns the
+    handle (read and write); ``FileExistsError`` when the name is taken.
+    """
+    buffer = ctypes.create_string_buffer(descriptor, len(descriptor))
+    attributes = _SecurityAttributes()
+    attributes.nLength = ctypes.sizeof(_SecurityAttributes)
+    attributes.lpSecurityDescriptor = ctypes.addressof(buffer)
+    attributes.bInheritHandle = 0
+    handle = _kernel32().CreateFileW(
+        path,
+        _GENERIC_READ | _GENERIC_WRITE,
+        _FILE_SHARE_READ_WRITE,
+        ctypes.byref(attributes),
+        _CREATE_NEW,
+        _FILE_ATTRIBUTE_NORMAL,
+        None,
+    )
+    if handle is None or handle == _INVALID_HANDLE:
+        error = _failed()
+        if error.errno in (_ERROR_FILE_EXISTS, _ERROR_ALREADY_EXISTS):
+            raise FileExistsError(error.errno, "the file exists")
+        raise error
+    return int(handle)
+
+
+def close_handle(handle: int) -> None:
+    """``CloseHandle`` (a handle no descriptor took over)."""
+    _kernel32().CloseHandle(handle)
