@@ -96,6 +96,7 @@ POSIX_ONLY_MODULES: Final[dict[str, str]] = {
     "test_proxy_http.py": LAUNCHER,
     "test_sandbox_fs.py": LAUNCHER,
     "test_sandbox_hint.py": LAUNCHER,
+    "test_sandbox_fallback_real.py": LAUNCHER,
     "test_sandbox_processes.py": LAUNCHER,
     "test_start_facts.py": LAUNCHER,
     "test_http_serve.py": HTTP_SERVE_POSIX,
