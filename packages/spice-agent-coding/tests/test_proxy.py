@@ -515,3 +515,110 @@ def test_the_socket_directories_of_dead_servers_are_removed_and_live_ones_kept()
     finally:
         listening.close()
         shutil.rmtree(base)
+
+
+# -- accepting ------------------------------------------------------------------------------
+
+
+def pending(call: CallProxy) -> bool:
+    """Whether the call's listener waits for a retry (a function: no narrowing by mypy)."""
+    return call._retry is not None
+
+
+def _waiting_clients(call: CallProxy, count: int) -> list[socket.socket]:
+    """``count`` clients connected to the call's socket, waiting in its backlog."""
+    clients = []
+    for _ in range(count):
+        client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        client.connect(call.path)
+        clients.append(client)
+    return clients
+
+
+async def test_connections_accepted_but_never_started_are_closed_when_the_call_ends(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The call ends in the very step that accepted its connections: each task is
+    cancelled before its first step (its own ``finally`` never runs), and still every
+    accepted socket is closed (no ResourceWarning, no descriptor left)."""
+    accepted: list[socket.socket] = []
+    original = CallProxy._accepted
+
+    def recording(self: CallProxy, connection: socket.socket) -> None:
+        accepted.append(connection)
+        original(self, connection)
+
+    monkeypatch.setattr(CallProxy, "_accepted", recording)
+    before = descriptors()
+    call = await call_policy("localhost").open_call()
+    clients = _waiting_clients(call, 5)
+    assert call._listener is not None
+    call._accept(call._listener)  # what the loop runs when the listener is readable
+    assert (5, 5) == (len(accepted), call.active)
+    await call.close()  # no step in between: every task is still unstarted
+    assert all(connection.fileno() == -1 for connection in accepted)
+    for client in clients:
+        client.settimeout(30)  # a hang guard, never a timing assertion
+        assert client.recv(16) == b""  # the proxy's side is closed
+        client.close()
+    assert descriptors() == before
+
+
+async def test_accepting_takes_at_most_a_batch_per_readiness_event(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``ACCEPT_BATCH`` connections per event, the rest at the next one (both sides)."""
+    monkeypatch.setattr(proxy_module, "ACCEPT_BATCH", 3)
+    accepted: list[socket.socket] = []
+    monkeypatch.setattr(CallProxy, "_accepted", lambda _self, c: accepted.append(c))
+    call = await call_policy("localhost").open_call()
+    clients = _waiting_clients(call, 4)
+    try:
+        assert call._listener is not None
+        call._accept(call._listener)
+        assert 3 == len(accepted)
+        call._accept(call._listener)
+        assert 4 == len(accepted)
+        call._accept(call._listener)  # nothing waits: returns at once
+        assert 4 == len(accepted)
+    finally:
+        for connection in (*accepted, *clients):
+            connection.close()
+        await call.close()
+
+
+async def test_an_accept_that_fails_pauses_the_listener_then_serves_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Out of descriptors (EMFILE) the listener is put aside for ``ACCEPT_RETRY_SECONDS``
+    (the client waits in the backlog), then the same client is served; a call that ends
+    during the pause cancels its retry."""
+    monkeypatch.setattr(proxy_module, "ACCEPT_RETRY_SECONDS", 0)
+
+    class Exhausted:
+        def __init__(self, real: socket.socket) -> None:
+            self.real = real
+
+        def fileno(self) -> int:
+            return self.real.fileno()
+
+        def accept(self) -> tuple[socket.socket, object]:
+            raise OSError(24, "EMFILE")
+
+    async with loopback(echo) as server:
+        call = await call_policy(f"localhost:{server.port}").open_call()
+        try:
+            assert call._listener is not None
+            call._accept(Exhausted(call._listener))  # type: ignore[arg-type]
+            assert pending(call)
+            async with asyncio.timeout(30):  # a hang guard, never a timing assertion
+                reader, writer = await tunnel(call, f"localhost:{server.port}")
+            assert not pending(call)
+            writer.write(b"ping")
+            assert await reader.readexactly(4) == b"ping"
+            writer.close()
+            call._accept(Exhausted(call._listener))  # type: ignore[arg-type]
+            assert pending(call)
+        finally:
+            await call.close()
+        assert not pending(call)

@@ -21,8 +21,8 @@ form with ``Connection: close``. For each, in order:
    per direction, each waiting for the other side to take what it holds; nothing is
    held whole).
 
-Connections are plain non-blocking sockets served by the event loop (``sock_accept``,
-``sock_recv``, ``sock_sendall``): no stream buffers between the kernel and the relay.
+Connections are plain non-blocking sockets served by the event loop (a reader callback
+that accepts, ``sock_recv``, ``sock_sendall``): no stream buffers between the kernel and the relay.
 
 A refusal answers 403 and is recorded for the call (``refused``: the first
 ``MAXIMUM_REFUSED_REPORTED`` distinct ``host:port``, and ``refused_count``) and logged
@@ -98,6 +98,8 @@ RELAY_CHUNK_BYTES: Final = CHUNK_BYTES
 """Bytes moved from one side per step (``_relay``)."""
 
 ACCEPT_RETRY_SECONDS: Final = 0.05
+ACCEPT_BATCH: Final = 64
+"""Connections accepted per readiness event (the rest wait for the next one)."""
 """Pause after a failed ``accept`` (out of descriptors) before the next try."""
 
 MAXIMUM_ADDRESSES: Final = 16
@@ -293,7 +295,7 @@ class CallProxy:
     def __init__(self, proxy: Proxy) -> None:
         self._proxy = proxy
         self._listener: socket.socket | None = None
-        self._accepting: asyncio.Future[None] | None = None
+        self._retry: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Future[None]] = set()
         self._busy: set[asyncio.Future[None]] = set()
         self._closed = False
@@ -329,7 +331,7 @@ class CallProxy:
             listener.close()
             raise
         self._listener = listener
-        self._accepting = asyncio.ensure_future(self._accept(listener))
+        asyncio.get_running_loop().add_reader(listener.fileno(), self._accept, listener)
 
     async def close(self) -> None:
         """Stop listening, end every connection of the call, remove the socket (bounded).
@@ -350,9 +352,8 @@ class CallProxy:
             raise
 
     async def _close(self) -> None:
+        self._stop_accepting()
         tasks = [*self._tasks, *self._busy]
-        if self._accepting is not None:
-            tasks.append(self._accepting)
         for task in tasks:
             task.cancel()
         if tasks:
@@ -368,19 +369,41 @@ class CallProxy:
 
     # -- one connection ----------------------------------------------------------------
 
-    async def _accept(self, listener: socket.socket) -> None:
-        """Accept the call's connections until the call ends (``close`` cancels this)."""
-        loop = asyncio.get_running_loop()
-        while True:
+    def _accept(self, listener: socket.socket) -> None:
+        """The listener is readable: accept what waits (at most ``ACCEPT_BATCH``) and hand
+        each connection to its task at once.
+
+        A reader callback, not ``loop.sock_accept``: a future between the accept and its
+        owner could be cancelled (the call ending) after the kernel gave the connection,
+        which would then be left open. Here no connection exists outside a task that
+        closes it. Out of descriptors (say), the listener is left alone for
+        ``ACCEPT_RETRY_SECONDS`` (the connection waits in the backlog) rather than spin.
+        """
+        for _ in range(ACCEPT_BATCH):
             try:
-                connection, _ = await loop.sock_accept(listener)
+                connection, _ = listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
             except OSError:
-                # Out of descriptors, say: the connection waits in the backlog; try again
-                # after a pause rather than spin.
-                await asyncio.sleep(ACCEPT_RETRY_SECONDS)
-                continue
+                loop = asyncio.get_running_loop()
+                loop.remove_reader(listener.fileno())
+                self._retry = loop.call_later(ACCEPT_RETRY_SECONDS, self._resume)
+                return
             connection.setblocking(False)  # noqa: FBT003 - socket's positional flag
             self._accepted(connection)
+
+    def _resume(self) -> None:
+        self._retry = None
+        listener = self._listener
+        if not self._closed and listener is not None:
+            asyncio.get_running_loop().add_reader(listener.fileno(), self._accept, listener)
+
+    def _stop_accepting(self) -> None:
+        if self._retry is not None:
+            self._retry.cancel()
+            self._retry = None
+        if self._listener is not None and self._listener.fileno() >= 0:
+            asyncio.get_running_loop().remove_reader(self._listener.fileno())
 
     def _accepted(self, connection: socket.socket) -> None:
         """A new connection: served by a task of the call's own (``close`` cancels it)."""
@@ -394,12 +417,16 @@ class CallProxy:
             )
             self._busy.add(busy)
             busy.add_done_callback(self._busy.discard)
+            # Closed however the task ends: one cancelled before its first step never
+            # runs its own ``finally``.
+            busy.add_done_callback(lambda _: connection.close())
             return
         self.connections += 1
         proxy.active += 1
         task = asyncio.ensure_future(self._serve(connection))
         self._tasks.add(task)
         task.add_done_callback(self._served)
+        task.add_done_callback(lambda _: connection.close())
 
     def _served(self, task: asyncio.Future[None]) -> None:
         self._tasks.discard(task)
