@@ -161,10 +161,10 @@ WINDOWS_TYPED := $(addprefix $(APP_SOURCE)/,_windows/_api.py _windows/_launcher.
 
 check: lint typecheck
 
-# The contract's and the tools' unit tests (well under a minute); `test` runs everything.
+# The contract's and the tools' unit tests (under a minute on two workers); `test` runs everything.
 FAST_TESTS := packages/spice-agent-api/tests packages/spice-agent-tools-coding/tests
 fast: lint
-	$(UV_RUN) pytest -q -m "not slow and not strace" -p no:cacheprovider $(FAST_TESTS)
+	$(UV_RUN) pytest -q -n $(PYTEST_WORKERS) -m "not slow and not strace" -p no:cacheprovider $(FAST_TESTS)
 
 # The whole suite on PYTEST_WORKERS processes (pytest-xdist; 0 runs it in this process),
 # with branch coverage of every process it starts; below 94% it fails.

@@ -66,19 +66,28 @@ def open_up(path: Path, mode: int = 0o604) -> Path:
     return path
 
 
-def is_private(path: Path) -> bool:
-    """Whether ``path`` is its user's alone (mode 0600, or no account beside the user,
-    ``SYSTEM`` and ``Administrators`` in its access list)."""
+def security_of(path: Path) -> tuple[bytes | None, bytes | None]:
+    """The owner SID's and the DACL's bytes of ``path`` as the system gives them (Windows)."""
     if sys.platform != "win32":
-        return path.stat().st_mode & 0o777 == 0o600
+        raise AssertionError("Windows only")
     import msvcrt  # noqa: PLC0415 - Windows only
 
     from spice.agent.coding._windows import _api  # noqa: PLC0415 - Windows only
 
     fd = os.open(path, os.O_RDONLY)
     try:
-        _, listed = _api.file_security(msvcrt.get_osfhandle(fd))
+        return _api.file_security(msvcrt.get_osfhandle(fd))
     finally:
         os.close(fd)
+
+
+def is_private(path: Path) -> bool:
+    """Whether ``path`` is its user's alone (mode 0600, or no account beside the user,
+    ``SYSTEM`` and ``Administrators`` in its access list)."""
+    if sys.platform != "win32":
+        return path.stat().st_mode & 0o777 == 0o600
+    from spice.agent.coding._windows import _api  # noqa: PLC0415 - Windows only
+
     user = dacl.sid_text(_api.current_user_sid())
-    return not dacl.others_with_access(listed, frozenset({user, dacl.SYSTEM, dacl.ADMINISTRATORS}))
+    trusted = frozenset({user, dacl.SYSTEM, dacl.ADMINISTRATORS})
+    return not dacl.others_with_access(security_of(path)[1], trusted)

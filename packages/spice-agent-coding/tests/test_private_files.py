@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from private_support import security_of
 
 from spice.agent.coding._mcp._private import (
     NOT_OWNED,
@@ -75,34 +76,10 @@ def _make(path: Path, *, others: int = 0, owner: bytes = b"") -> None:
     path.chmod(0o600 | others)
 
 
-def _owner(path: Path) -> bytes | None:
-    if sys.platform != "win32":
-        raise AssertionError("Windows only")
-    import msvcrt  # noqa: PLC0415 - Windows only
-
-    from spice.agent.coding._windows import _api  # noqa: PLC0415 - Windows only
-
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        return _api.file_security(msvcrt.get_osfhandle(fd))[0]
-    finally:
-        os.close(fd)
-
-
 def _listed_beside(path: Path) -> tuple[str, ...]:
     """The accounts the file's list names beside the user and the system's (Windows)."""
-    if sys.platform != "win32":
-        raise AssertionError("Windows only")
-    import msvcrt  # noqa: PLC0415 - Windows only
-
-    from spice.agent.coding._windows import _api  # noqa: PLC0415 - Windows only
-
     trusted = frozenset({dacl.sid_text(_user()), *SYSTEM_ACCOUNTS})
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        return dacl.others_with_access(_api.file_security(msvcrt.get_osfhandle(fd))[1], trusted)
-    finally:
-        os.close(fd)
+    return dacl.others_with_access(security_of(path)[1], trusted)
 
 
 def _problem(path: Path) -> str | None:
@@ -122,16 +99,8 @@ def test_a_new_file_is_created_private_and_takes_bytes_unchanged(tmp_path: Path)
     finally:
         os.close(fd)
     assert path.read_bytes() == b"one\ntwo\n"
-    if sys.platform == "win32":
-        import msvcrt  # noqa: PLC0415 - Windows only
-
-        from spice.agent.coding._windows import _api  # noqa: PLC0415 - Windows only
-
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            _, listed = _api.file_security(msvcrt.get_osfhandle(fd))
-        finally:
-            os.close(fd)
+    if WINDOWS:
+        _, listed = security_of(path)
         user = dacl.sid_text(_user())
         assert listed is not None
         assert dacl.others_with_access(listed, frozenset({user, *SYSTEM_ACCOUNTS})) == ()
@@ -198,7 +167,7 @@ def test_a_file_of_another_owner_is_named(tmp_path: Path) -> None:
             _make(path, owner=foreign)
         except PermissionError:
             pytest.skip("this system refuses to create a file for another owner")
-        if _owner(path) != foreign:
+        if security_of(path)[0] != foreign:
             pytest.skip("this system keeps the creator as the owner (Wine maps owners to uids)")
     else:
         if os.geteuid() != 0:

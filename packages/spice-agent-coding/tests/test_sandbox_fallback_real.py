@@ -16,7 +16,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import pytest
 
@@ -120,6 +120,15 @@ def _tools(root: Path, home: Path, *, forbid: bool) -> dict[str, object]:
     return sandbox
 
 
+def _shell(root: Path, home: Path, script: str, *, forbid: bool) -> dict[str, Any]:
+    """``spice-coding call shell`` of ``/bin/sh -c script``, contained; its answer."""
+    arguments = json.dumps({"argv": ["/bin/sh", "-c", script]})
+    argv = ("--root", str(root), "--sandbox", "workspace", "call", "shell", arguments)
+    done = _run(*argv, forbid=forbid, cwd=root, home=home)
+    answer: dict[str, Any] = json.loads(done.stdout)
+    return answer
+
+
 def test_tools_finds_the_namespaces_forbidden_and_says_what_is_left(
     place: tuple[Path, Path, Path],
 ) -> None:
@@ -149,40 +158,15 @@ def test_a_call_under_the_filter_writes_inside_only_and_reads_what_namespaces_wo
         f"echo out > {outside}/made 2>/dev/null || echo refused; "
         f"cat {home}/.ssh/id_ed25519"
     )
-    arguments = json.dumps({"argv": ["/bin/sh", "-c", script]})
-    done = _run(
-        "--root",
-        str(root),
-        "--sandbox",
-        "workspace",
-        "call",
-        "shell",
-        arguments,
-        forbid=True,
-        cwd=root,
-        home=home,
-    )
-    answer = json.loads(done.stdout)
-    assert 0 == answer["exit_code"], done.stdout + done.stderr
+    answer = _shell(root, home, script, forbid=True)
+    assert 0 == answer["exit_code"], answer
     assert "in\n" == (root / "made").read_text()
     assert not (outside / "made").exists()
     assert "refused" in answer["stdout"]
     assert "planted secret" in answer["stdout"]
     if not _NAMESPACES.made:
         return
-    again = _run(
-        "--root",
-        str(root),
-        "--sandbox",
-        "workspace",
-        "call",
-        "shell",
-        arguments,
-        forbid=False,
-        cwd=root,
-        home=home,
-    )
-    hidden = json.loads(again.stdout)
+    hidden = _shell(root, home, script, forbid=False)
     assert "planted secret" not in hidden["stdout"], "with namespaces the credential is hidden"
 
 

@@ -38,12 +38,12 @@ def access_problem(fd: int, info: os.stat_result) -> str | None:
     if sys.platform == "win32":
         from .._windows import _private  # noqa: PLC0415 - Windows only
 
-        return _private.access_problem(fd)
-    if info.st_uid != os.geteuid():
+        owned, opened = _private.judge(fd)
+    else:
+        owned, opened = info.st_uid == os.geteuid(), bool(info.st_mode & _POSIX_OPEN_TO_OTHERS)
+    if not owned:
         return NOT_OWNED
-    if info.st_mode & _POSIX_OPEN_TO_OTHERS:
-        return OPEN_TO_OTHERS
-    return None
+    return OPEN_TO_OTHERS if opened else None
 
 
 def create_private(path: str, flags: int) -> int:

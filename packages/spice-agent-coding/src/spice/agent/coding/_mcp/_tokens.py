@@ -52,11 +52,11 @@ _NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _DIGEST: Final = re.compile(r"[0-9a-f]{64}")
 _DATE: Final = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
 RACY_SECONDS: Final = 2.0
-_BINARY: Final = getattr(os, "O_BINARY", 0)
-"""Windows: the file's bytes pass unchanged (no newline translation)."""
 """A file modified less than this long ago is read again at every request: a rewrite within
 one tick of the file system's clock keeps the size and the time, so only reading shows it
 (git's "racy" index rule)."""
+_BINARY: Final = getattr(os, "O_BINARY", 0)
+"""Windows: the file's bytes pass unchanged (no newline translation)."""
 ANONYMOUS: Final = "anonymous"
 """The principal's name under ``--insecure-no-auth``."""
 

@@ -22,7 +22,8 @@ form with ``Connection: close``. For each, in order:
    held whole).
 
 Connections are plain non-blocking sockets served by the event loop (a reader callback
-that accepts, ``sock_recv``, ``sock_sendall``): no stream buffers between the kernel and the relay.
+that accepts, ``sock_recv``, ``sock_sendall``): no stream buffers between the kernel and
+the relay.
 
 A refusal answers 403 and is recorded for the call (``refused``: the first
 ``MAXIMUM_REFUSED_REPORTED`` distinct ``host:port``, and ``refused_count``) and logged
@@ -98,9 +99,9 @@ RELAY_CHUNK_BYTES: Final = CHUNK_BYTES
 """Bytes moved from one side per step (``_relay``)."""
 
 ACCEPT_RETRY_SECONDS: Final = 0.05
+"""Pause after a failed ``accept`` (out of descriptors) before the next try."""
 ACCEPT_BATCH: Final = 64
 """Connections accepted per readiness event (the rest wait for the next one)."""
-"""Pause after a failed ``accept`` (out of descriptors) before the next try."""
 
 MAXIMUM_ADDRESSES: Final = 16
 """At most this many addresses of one name are checked and tried."""

@@ -14,10 +14,8 @@ from typing import Final
 from . import _api as api
 from . import _dacl as dacl
 
-__all__ = ["NOT_OWNED", "OPEN_TO_OTHERS", "access_problem", "create_private"]
+__all__ = ["create_private", "judge"]
 
-NOT_OWNED: Final = "owner"
-OPEN_TO_OTHERS: Final = "open"
 _BINARY: Final = getattr(os, "O_BINARY", 0)
 
 
@@ -26,9 +24,9 @@ def _trusted() -> frozenset[str]:
     return frozenset({dacl.sid_text(api.current_user_sid()), dacl.SYSTEM, dacl.ADMINISTRATORS})
 
 
-def access_problem(fd: int) -> str | None:
-    """``NOT_OWNED``, ``OPEN_TO_OTHERS`` or ``None`` for the open file ``fd`` (``OSError``
-    when its security cannot be read)."""
+def judge(fd: int) -> tuple[bool, bool]:
+    """Whether the open file ``fd`` is owned by a trusted account, and whether its access
+    list lets any other account in (``OSError`` when its security cannot be read)."""
     if sys.platform != "win32":
         raise OSError("Windows only")
     import msvcrt  # noqa: PLC0415 - Windows only
@@ -39,11 +37,7 @@ def access_problem(fd: int) -> str | None:
         owned = owner is not None and dacl.sid_text(owner) in trusted
     except ValueError:
         owned = False
-    if not owned:
-        return NOT_OWNED
-    if dacl.others_with_access(listed, trusted):
-        return OPEN_TO_OTHERS
-    return None
+    return owned, bool(dacl.others_with_access(listed, trusted))
 
 
 def create_private(path: str, flags: int) -> int:
