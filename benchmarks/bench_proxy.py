@@ -41,6 +41,10 @@ TRANSFER_BYTES: Final = 100 * 1024 * 1024
 NAME: Final = "100 MiB over loopback through the proxy"
 BARE: Final = "100 MiB over loopback through a bare splice relay (any relay's floor)"
 TARGETS: Final = (Target(SECTION, NAME, most=1.2, source="issue 28"),)
+REPEAT_FACTOR: Final = 3
+"""The loopback transfers take ``slow_repeats`` times this many samples each: one takes
+about 70 ms, and with 15 samples two runs of the same code differed by 0.4x (two shared
+cores); 45 take about 10 s in all."""
 
 SOURCE: Final = (
     "import socket, sys\n"
@@ -263,7 +267,7 @@ async def _measure(settings: Settings) -> tuple[Figure, ...]:
                 transfer(f"proxy {bare_path} {port}\n"),  # type: ignore[list-item]
             ],
             settings.warmup,
-            settings.slow_repeats,
+            settings.slow_repeats * REPEAT_FACTOR,
         )
         whole = await _contained(settings, port, scratch)
     finally:

@@ -94,6 +94,7 @@ POSIX_ONLY_MODULES: Final[dict[str, str]] = {
     "test_proxy.py": LAUNCHER,
     "test_proxy_contained.py": LAUNCHER,
     "test_proxy_http.py": LAUNCHER,
+    "test_relay.py": LAUNCHER,
     "test_sandbox_fs.py": LAUNCHER,
     "test_sandbox_hint.py": LAUNCHER,
     "test_sandbox_fallback_real.py": LAUNCHER,

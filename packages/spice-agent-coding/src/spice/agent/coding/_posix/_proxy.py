@@ -17,13 +17,13 @@ form with ``Connection: close``. For each, in order:
    global unless ``--allow-private-address`` (no way to the host's own services, the
    local network or the cloud metadata address);
 3. it connects to those very addresses (never resolving again: what was checked is
-   what is reached) and then only moves bytes (``_relay``: ``splice`` through a pipe
-   per direction, each waiting for the other side to take what it holds; nothing is
-   held whole).
+   what is reached) and then only moves bytes (``_relay``: a thread per direction,
+   blocking ``splice`` through a pipe of its own; a side that does not read holds the
+   other back, nothing is held whole).
 
-Connections are plain non-blocking sockets served by the event loop (a reader callback
-that accepts, ``sock_recv``, ``sock_sendall``): no stream buffers between the kernel and
-the relay.
+Connections are plain sockets: the event loop accepts them (a reader callback), reads
+their heads and answers (``sock_recv``, ``sock_sendall``), and hands an admitted one to
+the relay's two threads (so at most ``2 * MAXIMUM_SERVER_CONNECTIONS`` relay threads).
 
 A refusal answers 403 and is recorded for the call (``refused``: the first
 ``MAXIMUM_REFUSED_REPORTED`` distinct ``host:port``, and ``refused_count``) and logged
