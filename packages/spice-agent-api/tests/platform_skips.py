@@ -87,6 +87,7 @@ POSIX_ONLY_MODULES: Final[dict[str, str]] = {
     "test_bridge.py": LAUNCHER,
     "test_call_plan.py": LAUNCHER,
     "test_cgroup.py": LAUNCHER,
+    "test_cgroup_v2_real.py": LAUNCHER,
     "test_measured_supervisor.py": LAUNCHER,
     "test_network_policy.py": LAUNCHER,
     "test_orphans.py": LAUNCHER,

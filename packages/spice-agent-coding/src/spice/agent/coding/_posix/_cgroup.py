@@ -137,16 +137,21 @@ class CallCgroup:
         """End every process in the call's cgroup (blocking, at most ``bound``); whether
         none is left."""
         deadline = time.monotonic() + bound
+        killed = False
         if self.version == "v2":
-            with contextlib.suppress(OSError):
+            try:  # the kernel kills every member, and every fork racing with it
                 _write(os.path.join(self.paths[0], "cgroup.kill"), "1")
+                killed = True
+            except OSError:
+                pass  # before Linux 5.14: the rounds below
         while True:
             members = self.members()
             if not members:
                 return True
             if time.monotonic() >= deadline:
                 return False
-            self._kill_round(members)
+            if not killed:  # killed members stay listed until they exit: wait for them
+                self._kill_round(members)
             time.sleep(_ROUND_SECONDS)
 
     def _kill_round(self, members: Sequence[int]) -> None:
