@@ -94,6 +94,7 @@ POSIX_ONLY_MODULES: Final[dict[str, str]] = {
     "test_posix_namespace.py": LAUNCHER,
     "test_proxy.py": LAUNCHER,
     "test_proxy_contained.py": LAUNCHER,
+    "test_proxy_tls.py": LAUNCHER,
     "test_proxy_http.py": LAUNCHER,
     "test_relay.py": LAUNCHER,
     "test_sandbox_fs.py": LAUNCHER,

@@ -122,6 +122,7 @@ LOOPBACK_MODULES: Final = frozenset(
         "test_bridge.py",
         "test_proxy.py",
         "test_proxy_contained.py",
+        "test_proxy_tls.py",
         "test_relay.py",
         "test_http_app.py",
         "test_http_gate.py",

@@ -19,7 +19,10 @@ form with ``Connection: close``. For each, in order:
 3. it connects to those very addresses (never resolving again: what was checked is
    what is reached) and then only moves bytes (``_relay``: a thread per direction,
    blocking ``splice`` through a pipe of its own; a side that does not read holds the
-   other back, nothing is held whole).
+   other back, nothing is held whole);
+4. in a tunnel, before that: the client's first bytes, when they are a TLS ClientHello,
+   must ask for the CONNECT host, another allowed host or no name (``_tlshello``),
+   else the tunnel is closed and the refusal recorded (TLS is never intercepted).
 
 Connections are plain sockets: the event loop accepts them (a reader callback), reads
 their heads and answers (``sock_recv``, ``sock_sendall``), and hands an admitted one to
@@ -52,6 +55,7 @@ from spice.agent.process import LaunchError
 
 from .._network import DomainPolicy, address_of
 from .._proxyhttp import HEAD_END, MAXIMUM_HEAD_BYTES, BadRequest, Request, origin_head, parse_head
+from .._tlshello import MAXIMUM_HELLO_BYTES, NEED_MORE, NOT_TLS, Hello, read_hello
 from . import _bridge as bridge
 from ._relay import CHUNK_BYTES, relay
 
@@ -59,6 +63,7 @@ __all__ = [
     "CLOSE_BOUND_SECONDS",
     "CONNECT_BOUND_SECONDS",
     "HEAD_BOUND_SECONDS",
+    "HELLO_BOUND_SECONDS",
     "MAXIMUM_CALL_CONNECTIONS",
     "MAXIMUM_REFUSED_REPORTED",
     "MAXIMUM_SERVER_CONNECTIONS",
@@ -85,6 +90,10 @@ MAXIMUM_REFUSED_REPORTED: Final = 16
 
 HEAD_BOUND_SECONDS: Final = 10.0
 """Longest wait for a client's request head."""
+
+HELLO_BOUND_SECONDS: Final = 10.0
+"""Longest wait, once a tunnel is open, for either side's first bytes and then for the
+client's whole TLS ClientHello."""
 
 RESOLVE_BOUND_SECONDS: Final = 5.0
 """Longest wait for a name's addresses."""
@@ -188,9 +197,11 @@ _BAD: Final = "the request is not one this proxy serves"
 class _Refused(Exception):
     """The policy refuses this request: answered 403, recorded, logged."""
 
-    def __init__(self, reason: str, *, private: bool = False) -> None:
+    def __init__(self, reason: str, *, private: bool = False, authority: str | None = None) -> None:
         super().__init__(reason)
         self.private = private
+        self.authority = authority
+        """What is reported as refused, when not the request's own ``host:port``."""
 
 
 @final
@@ -481,6 +492,12 @@ class CallProxy:
         try:
             if request.tunnel:
                 await loop.sock_sendall(connection, _CONNECTED)
+                opening = await _opening(self._proxy.policy, request, connection, upstream, rest)
+                if isinstance(opening, _Refused):
+                    self._record(opening.authority or request.authority, opening)
+                if not isinstance(opening, bytes):
+                    return
+                rest = opening
             else:
                 await loop.sock_sendall(upstream, origin_head(request))
             if rest:
@@ -540,6 +557,67 @@ async def _read_head(connection: socket.socket) -> tuple[bytes, bytes]:
         if not chunk:
             raise EOFError
         data += chunk
+
+
+async def _opening(
+    policy: DomainPolicy,
+    request: Request,
+    connection: socket.socket,
+    upstream: socket.socket,
+    rest: bytes,
+) -> bytes | _Refused | None:
+    """A tunnel's first bytes from its client, checked: what to send on, ``_Refused``
+    (the tunnel is closed, the refusal recorded), or ``None`` (closed: nobody spoke in
+    time, or the client ended inside its ClientHello).
+
+    A TLS ClientHello must ask for the CONNECT host, for another host the policy allows
+    on that port, or for no name: a client may not reach another site behind an
+    allowed name's address (a CDN's) by naming it in TLS (refused as that name, so
+    the hint names the flag that would allow it). Other bytes go on unread, and so
+    does a tunnel whose server speaks first (TLS is the client's to begin). What TLS
+    carries inside (an HTTP ``Host``) is not seen: the proxy does not intercept TLS.
+    """
+    loop = asyncio.get_running_loop()
+    data = rest
+    try:
+        async with asyncio.timeout(HELLO_BOUND_SECONDS):
+            if not data and await _first_to_speak(connection, upstream) is upstream:
+                return b""
+            while (hello := read_hello(data)) == NEED_MORE:
+                chunk = await loop.sock_recv(connection, MAXIMUM_HELLO_BYTES - len(data) + 1)
+                if not chunk:
+                    return None  # the client ended inside its ClientHello
+                data += chunk
+    except TimeoutError:
+        return None
+    if hello == NOT_TLS:
+        return data
+    if isinstance(hello, Hello):
+        name = hello.server_name
+        if name is None or name == request.host or policy.permits(name, request.port):
+            return data
+        authority = Request(name, request.port, tunnel=True).authority
+        return _Refused("a tunnel's TLS server name is not allowed", authority=authority)
+    return _Refused("its TLS ClientHello is malformed or too long")
+
+
+async def _first_to_speak(first: socket.socket, second: socket.socket) -> socket.socket:
+    """Whichever of two sockets is readable first (data, or its end); the watches are
+    removed however the wait ends."""
+    loop = asyncio.get_running_loop()
+    spoke: asyncio.Future[socket.socket] = loop.create_future()
+
+    def ready(sock: socket.socket) -> None:
+        if not spoke.done():
+            spoke.set_result(sock)
+
+    for sock in (first, second):
+        loop.add_reader(sock.fileno(), ready, sock)
+    try:
+        return await spoke
+    finally:
+        for sock in (first, second):
+            loop.remove_reader(sock.fileno())
 
 
 async def _send_bounded(connection: socket.socket, data: bytes) -> None:
