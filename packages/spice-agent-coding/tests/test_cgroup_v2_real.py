@@ -102,18 +102,7 @@ def test_cgroup_kill_ends_a_member_and_the_child_it_forked(
     _refuse_rounds(monkeypatch)
     call = v2.make()
     assert call.version == "v2"
-    try:
-        with subprocess.Popen(
-            [sys.executable, "-c", MEMBER],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-        ) as parent:
-            _end_both(parent, call)
-    finally:
-        for fd in call.procs:
-            os.close(fd)
-        assert call.remove()
-    assert not os.path.exists(call.paths[0])
+    _end_member_and_child(call)
 
 
 def test_without_cgroup_kill_the_rounds_end_the_members(
@@ -129,7 +118,11 @@ def test_without_cgroup_kill_the_rounds_end_the_members(
         real_write(path, text)
 
     monkeypatch.setattr(_cgroup, "_write", without_kill)
-    call = v2.make()
+    _end_member_and_child(v2.make())
+
+
+def _end_member_and_child(call: CallCgroup) -> None:
+    """Run ``MEMBER`` in ``call``'s cgroup, end it and its child, remove the cgroup."""
     try:
         with subprocess.Popen(
             [sys.executable, "-c", MEMBER], stdin=subprocess.PIPE, stdout=subprocess.PIPE
@@ -139,6 +132,7 @@ def test_without_cgroup_kill_the_rounds_end_the_members(
         for fd in call.procs:
             os.close(fd)
         assert call.remove()
+    assert not os.path.exists(call.paths[0])
 
 
 def _end_both(parent: subprocess.Popen[bytes], call: CallCgroup) -> None:

@@ -180,3 +180,24 @@ async def test_a_client_that_ends_inside_its_hello_is_closed_and_not_refused() -
         finally:
             await call.close()
         assert call.refused_count == 0
+
+
+async def test_a_call_that_ends_while_a_tunnel_waits_for_its_hello_leaves_nothing() -> None:
+    """The cancellation side: the call ends while its tunnel waits for either side's
+    first bytes; the wait is cancelled, the tunnel is closed, no task is left."""
+
+    async def silent(_: Loopback, reader: asyncio.StreamReader, __: object) -> None:
+        await reader.read()
+
+    async with loopback(silent) as server:
+        call = await call_policy(f"localhost:{server.port}").open_call()
+        reader, writer = await tunnel(call, f"localhost:{server.port}")
+        assert call.active == 1
+        await call.close()
+        assert call.active == 0
+        async with asyncio.timeout(30):
+            assert await reader.read() == b""
+        writer.close()
+        async with asyncio.timeout(30):
+            await server.ended.wait()
+        assert call.refused_count == 0
