@@ -9,9 +9,9 @@ The target: at most 1.2x the direct transfer's time.
 
 A third probe in the same rotation is the floor of any relay on this machine: a bare
 thread that ``splice``\s the same bytes from the source into the client's UNIX socket
-with blocking calls and no policy (its own figure): a relay adds a process (and
-one copy) to the path, and on a machine with two cores that alone costs more than the
-target allows.
+with blocking calls, the proxy's send buffer on that socket, and no policy (its own
+figure): what the proxy costs above it is its own (the ``CONNECT``, the policy, the
+second direction's thread).
 
 Run alone: ``uv run --locked --no-sync python benchmarks/bench_proxy.py``.
 """
@@ -34,6 +34,7 @@ from spice.agent.coding import PosixLauncher
 from spice.agent.coding._containment import resolve_containment
 from spice.agent.coding._network import DomainPolicy, parse_patterns
 from spice.agent.coding._posix._proxy import Proxy
+from spice.agent.coding._posix._relay import UNIX_SEND_BYTES
 from spice.agent.process import Spec
 
 SECTION: Final = "proxy"
@@ -93,7 +94,8 @@ CLIENT: Final = (
 
 
 def _bare_relay(path: str, port: int) -> socket.socket:
-    """A thread that serves ``CONNECT`` on ``path`` with blocking ``splice`` and no checks."""
+    """A thread that serves ``CONNECT`` on ``path`` with blocking ``splice`` and no checks
+    (the client's side gets the proxy's send buffer, so that only the policy differs)."""
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
     listener.listen()
@@ -103,6 +105,7 @@ def _bare_relay(path: str, port: int) -> socket.socket:
             while True:
                 client, _ = listener.accept()
                 with client, socket.create_connection(("127.0.0.1", port)) as upstream:
+                    client.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, UNIX_SEND_BYTES)
                     head = b""
                     while not head.endswith(b"\r\n\r\n"):
                         byte = client.recv(1)

@@ -86,6 +86,7 @@ POSIX_ONLY_MODULES: Final[dict[str, str]] = {
     "test_shell_posix.py": LAUNCHER,
     "test_bridge.py": LAUNCHER,
     "test_call_plan.py": LAUNCHER,
+    "test_contained_installs.py": LAUNCHER,
     "test_cgroup.py": LAUNCHER,
     "test_cgroup_v2_real.py": LAUNCHER,
     "test_measured_supervisor.py": LAUNCHER,

@@ -120,6 +120,7 @@ def visible_path() -> Iterator[Path]:
 LOOPBACK_MODULES: Final = frozenset(
     {
         "test_bridge.py",
+        "test_contained_installs.py",
         "test_proxy.py",
         "test_proxy_contained.py",
         "test_proxy_tls.py",

@@ -14,6 +14,7 @@ import socket
 import sys
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -243,6 +244,34 @@ async def test_the_wake_bound_is_set_on_both_sockets(ends: Ends) -> None:
         relaying.cancel()
         with pytest.raises(asyncio.CancelledError):
             await relaying
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux's buffer accounting")
+async def test_the_unix_side_gets_the_larger_send_buffer_and_tcp_keeps_its_own(
+    ends: Ends,
+) -> None:
+    """The UNIX-domain side sends with ``UNIX_SEND_BYTES`` (doubled by the kernel, capped
+    by ``wmem_max``); the TCP side's buffer is left to autotuning, as it was."""
+    most = _wmem_max()
+    tcp_before = ends.upstream.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
+    unix_before = ends.client.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
+    relaying = asyncio.ensure_future(_relay.relay(ends.client, ends.upstream))
+    try:
+        await asyncio.sleep(0)
+        unix_now = ends.client.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
+        assert unix_now == 2 * min(_relay.UNIX_SEND_BYTES, most)
+        if most >= _relay.UNIX_SEND_BYTES:  # a host that caps lower gets less, not an error
+            assert unix_now > unix_before
+        assert ends.upstream.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF) == tcp_before
+    finally:
+        relaying.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await relaying
+
+
+def _wmem_max() -> int:
+    """The host's cap on a socket's send buffer (``net.core.wmem_max``)."""
+    return int(Path("/proc/sys/net/core/wmem_max").read_text(encoding="ascii"))
 
 
 def _timeval(raw: bytes) -> tuple[int, int]:

@@ -37,7 +37,14 @@ import threading
 from collections.abc import Callable
 from typing import Final, TypeVar
 
-__all__ = ["CHUNK_BYTES", "PIPE_BYTES", "STOP_BOUND_SECONDS", "WAKE_SECONDS", "relay"]
+__all__ = [
+    "CHUNK_BYTES",
+    "PIPE_BYTES",
+    "STOP_BOUND_SECONDS",
+    "UNIX_SEND_BYTES",
+    "WAKE_SECONDS",
+    "relay",
+]
 
 CHUNK_BYTES: Final = 256 * 1024
 """Bytes taken from a source per call (and the copying fallback's buffer)."""
@@ -47,6 +54,15 @@ PIPE_BYTES: Final = 64 * 1024
 default. Measured on 2 cores, a 128 KiB or 256 KiB pipe was slower (1.1x to 1.8x the
 direct transfer, against 1.0x to 1.3x), the bytes in flight no longer fitting a core's
 cache."""
+
+UNIX_SEND_BYTES: Final = 512 * 1024
+"""The send buffer asked for a UNIX-domain side (the kernel doubles it, capped by
+``net.core.wmem_max``): Linux's default (about 208 KiB) holds three of a direction's
+64 KiB chunks in flight, and the relay then waits on its reader far more often than a
+TCP connection's autotuned buffer makes a direct sender wait. Measured on 2 cores, 100
+paired transfers: 1.25x to 1.32x the direct transfer with the default, 1.10x to 1.18x
+with this (a larger one did no better). A TCP side keeps its autotuning (setting its
+buffer would turn that off)."""
 
 WAKE_SECONDS: Final = 0.5
 """Longest a direction's blocking call sleeps before it looks whether it was stopped."""
@@ -151,8 +167,11 @@ def _direction(
 
 
 def _prepare(sock: socket.socket) -> None:
-    """Blocking calls that wake after ``WAKE_SECONDS`` (``EAGAIN``) at the latest."""
+    """Blocking calls that wake after ``WAKE_SECONDS`` (``EAGAIN``) at the latest, and a
+    UNIX-domain side's send buffer at ``UNIX_SEND_BYTES``."""
     sock.setblocking(True)  # noqa: FBT003 - socket's positional flag
+    if sock.family == getattr(socket, "AF_UNIX", None):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, UNIX_SEND_BYTES)
     seconds = int(WAKE_SECONDS)
     wake = struct.pack("@ll", seconds, int((WAKE_SECONDS - seconds) * 1_000_000))
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, wake)

@@ -1,0 +1,278 @@
+"""Real installers, contained, from a package index allowed by name (issue 28).
+
+The round-3 finding: a contained ``pip install`` or ``uv pip install`` failed with a DNS
+error or "Read-only file system" and nothing said what to do. Here the real ``pip``
+(the interpreter's own) and the real ``uv`` install a package from a PEP 503 index that
+stands in for PyPI: a loopback HTTP server on the host's ``127.0.0.2`` (not in the
+command's ``NO_PROXY``, so the installers go through the call's proxy, which reaches
+the host's loopback only because the test allows private addresses). The wheel is
+made here, hashed as the index says. What is checked: the package lands in the
+worktree, the installer's cache lands in the worktree's private cache (not the home),
+and an index that is not allowed sees no request at all.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import hashlib
+import http.server
+import io
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Final
+
+import pytest
+from test_sandbox_fs import _real_uv, launcher, run
+
+from spice.agent.coding._containment import Containment, resolve_containment
+from spice.agent.coding._network import DomainPolicy, parse_patterns
+from spice.agent.coding._posix import _bwrap, _facts
+from spice.agent.coding._posix._landlock import landlock_abi
+
+PYTHON: Final = os.path.realpath(sys.executable)
+NAMESPACES: Final = _bwrap.resolve_namespaces(tempfile.gettempdir())
+INDEX_HOST: Final = "127.0.0.2"
+"""The host's loopback under a name the command's ``NO_PROXY`` does not list."""
+PACKAGE: Final = "spicetinypkg"
+VERSION: Final = "1.0"
+MARKER: Final = "installed-through-the-proxy"
+INSTALL_BOUND_SECONDS: Final = 120
+"""Longest an installer runs before the test says it hung (its own timeouts are shorter)."""
+
+pytestmark = [
+    pytest.mark.skipif(landlock_abi() < 1, reason="the kernel has no Landlock"),
+    pytest.mark.skipif(not NAMESPACES.made, reason=f"no namespaces here: {NAMESPACES.reason}"),
+]
+
+
+def _digest(data: bytes) -> str:
+    return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+
+def wheel() -> tuple[str, bytes]:
+    """A pure-Python wheel of ``PACKAGE`` whose module holds ``MARKER``: name and bytes."""
+    info = f"{PACKAGE}-{VERSION}.dist-info"
+    files = {
+        f"{PACKAGE}/__init__.py": f"MARKER = {MARKER!r}\n".encode(),
+        f"{info}/METADATA": (
+            f"Metadata-Version: 2.1\nName: {PACKAGE}\nVersion: {VERSION}\n".encode()
+        ),
+        f"{info}/WHEEL": (
+            b"Wheel-Version: 1.0\nGenerator: spice-tests\nRoot-Is-Purelib: true\n"
+            b"Tag: py3-none-any\n"
+        ),
+    }
+    record = "".join(f"{path},sha256={_digest(data)},{len(data)}\n" for path, data in files.items())
+    files[f"{info}/RECORD"] = (record + f"{info}/RECORD,,\n").encode()
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        for path, data in files.items():
+            archive.writestr(zipfile.ZipInfo(path, (2020, 1, 1, 0, 0, 0)), data)
+    return f"{PACKAGE}-{VERSION}-py3-none-any.whl", buffer.getvalue()
+
+
+@dataclasses.dataclass
+class Index:
+    """The loopback index: its port and the paths it was asked for."""
+
+    port: int
+    asked: list[str]
+
+    @property
+    def url(self) -> str:
+        return f"http://{INDEX_HOST}:{self.port}/simple/"
+
+
+@pytest.fixture
+def index() -> Iterator[Index]:
+    name, data = wheel()
+    link = f"../../files/{name}#sha256={hashlib.sha256(data).hexdigest()}"
+    pages = {
+        "/simple/": f'<html><body><a href="{PACKAGE}/">{PACKAGE}</a></body></html>'.encode(),
+        f"/simple/{PACKAGE}/": f'<html><body><a href="{link}">{name}</a></body></html>'.encode(),
+        f"/files/{name}": data,
+    }
+    asked: list[str] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.answer(body=True)
+
+        def do_HEAD(self) -> None:  # uv asks whether a wheel takes ranges
+            self.answer(body=False)
+
+        def answer(self, *, body: bool) -> None:
+            asked.append(self.path)
+            page = pages.get(self.path)
+            if page is None:
+                self.send_error(404)
+                return
+            self.send_response(200)
+            html = self.path.startswith("/simple/")
+            self.send_header("Content-Type", "text/html" if html else "application/octet-stream")
+            self.send_header("Content-Length", str(len(page)))
+            self.send_header("Cache-Control", "max-age=600")  # as PyPI's: installers cache
+            self.end_headers()
+            if body:
+                self.wfile.write(page)
+
+        def log_message(self, *_: object) -> None:
+            pass
+
+    try:
+        server = http.server.ThreadingHTTPServer((INDEX_HOST, 0), Handler)
+    except OSError as error:
+        pytest.skip(f"cannot listen on {INDEX_HOST} here ({error.strerror})")
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield Index(server.server_address[1], asked)
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(INSTALL_BOUND_SECONDS)
+
+
+@pytest.fixture
+def home(visible_path: Path) -> Path:
+    path = visible_path / "home"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture
+def root(visible_path: Path) -> Path:
+    path = visible_path / "root"
+    path.mkdir()
+    return path
+
+
+def allowing(*patterns: str) -> Containment:
+    domains = DomainPolicy(parse_patterns(patterns), allow_private=True)
+    chosen = resolve_containment("workspace", domains=domains)
+    return dataclasses.replace(chosen, namespaces=NAMESPACES)
+
+
+def _pip_works() -> bool:
+    completed = subprocess.run(
+        [PYTHON, "-I", "-m", "pip", "--version"],
+        capture_output=True,
+        timeout=INSTALL_BOUND_SECONDS,
+        check=False,
+    )
+    return completed.returncode == 0
+
+
+def pip_install(index: Index, *, cache_off: bool = False) -> tuple[str, ...]:
+    return (
+        PYTHON,
+        "-I",
+        "-m",
+        "pip",
+        "install",
+        "--no-input",
+        "--disable-pip-version-check",
+        "--retries",
+        "0",
+        "--timeout",
+        "20",
+        *(("--no-cache-dir",) if cache_off else ()),
+        "--index-url",
+        index.url,
+        "--trusted-host",  # pip caches plain HTTP only from a trusted host
+        f"{INDEX_HOST}:{index.port}",
+        "--target",
+        "deps",
+        PACKAGE,
+    )
+
+
+def installed(root: Path) -> str:
+    return (root / "deps" / PACKAGE / "__init__.py").read_text()
+
+
+def private_cache(root: Path, home: Path) -> Path:
+    return Path(_facts.cache_directory(str(root), {"HOME": str(home)}) or "")
+
+
+async def test_pip_installs_from_an_allowed_index_and_caches_privately(
+    index: Index, root: Path, home: Path
+) -> None:
+    if not _pip_works():
+        pytest.skip("this interpreter has no pip")
+    chosen = launcher(allowing(f"{INDEX_HOST}:{index.port}"), root, home, cache=True)
+    outcome, text, _ = await run(chosen, root, home, pip_install(index))
+    assert outcome.successful, text
+    assert MARKER in installed(root)
+    assert f"/simple/{PACKAGE}/" in index.asked
+    assert any(path.startswith("/files/") for path in index.asked)
+    pip_cache = private_cache(root, home) / "pip"
+    assert any(pip_cache.rglob("*")), "pip cached nothing in the private cache"
+    # The home's own cache holds the server's directory and nothing of the call.
+    assert sorted(p.name for p in (home / ".cache").iterdir()) == ["spice-coding"]
+
+
+async def test_an_index_not_allowed_sees_no_request_and_nothing_is_installed(
+    index: Index, root: Path, home: Path
+) -> None:
+    if not _pip_works():
+        pytest.skip("this interpreter has no pip")
+    other = index.port + 1 if index.port < 65535 else index.port - 1
+    chosen = launcher(allowing(f"{INDEX_HOST}:{other}"), root, home, cache=True)
+    outcome, text, _ = await run(chosen, root, home, pip_install(index, cache_off=True))
+    assert not outcome.successful, text
+    assert index.asked == []
+    assert not (root / "deps" / PACKAGE).exists()
+
+
+async def test_uv_pip_installs_from_an_allowed_index_and_caches_privately(
+    index: Index, root: Path, home: Path
+) -> None:
+    uv = _real_uv()
+    if uv is None:
+        pytest.skip("no uv binary here")
+    chosen = launcher(allowing(f"{INDEX_HOST}:{index.port}"), root, home, cache=True)
+    command = (
+        uv,
+        "pip",
+        "install",
+        "--no-config",
+        "--python",
+        PYTHON,
+        "--index-url",
+        index.url,
+        "--target",
+        "deps",
+        PACKAGE,
+    )
+    outcome, text, _ = await run(chosen, root, home, command)
+    assert outcome.successful, text
+    assert MARKER in installed(root)
+    assert f"/simple/{PACKAGE}/" in index.asked
+    uv_cache = private_cache(root, home) / "uv"
+    assert any(uv_cache.rglob("*")), "uv cached nothing in the private cache"
+    assert sorted(p.name for p in (home / ".cache").iterdir()) == ["spice-coding"]
+
+
+def test_the_wheel_is_what_its_record_says() -> None:
+    """The stand-in wheel itself: every file's hash and size as its RECORD lists them."""
+    _, data = wheel()
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        names = archive.namelist()
+        record = archive.read(f"{PACKAGE}-{VERSION}.dist-info/RECORD").decode().splitlines()
+        for line in record:
+            path, digest, size = line.split(",")
+            if not digest:
+                assert path.endswith("RECORD")
+                continue
+            content = archive.read(path)
+            assert digest == f"sha256={_digest(content)}"
+            assert int(size) == len(content)
+    assert len(record) == len(names)
