@@ -20,6 +20,7 @@ from spice.agent.coding import _cli
 from spice.agent.coding._cli import main, tools_json
 from spice.agent.coding._containment import DEFAULT_MODE, NO_LANDLOCK
 from spice.agent.coding._containment import HELP as SANDBOX_HELP
+from spice.agent.coding._posix import _orphans as orphans
 from spice.agent.coding._posix._plan import CREDENTIALS, GIT_PROTECTED
 from spice.agent.dispatch import Dispatcher
 from spice.agent.tool import MAXIMUM_PAYLOAD_BYTES
@@ -91,6 +92,15 @@ def test_call_prints_the_content_object_and_exits_0(
     assert (0, auto_warning()) == (code, err)
     assert (True, "hello\n") == (content["ok"], content["content"])
     assert 1 == out.count("\n")
+
+
+def test_an_in_process_call_leaves_the_test_process_without_a_reaper(
+    worktree: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The conftest keeps ``main`` from adopting orphans here: a reaper thread left in a
+    test worker swept children and opened descriptors under later tests."""
+    code, _, _ = run_main(capsys, "--root", str(worktree), "call", "read", '{"path":"hello.txt"}')
+    assert (0, False) == (code, orphans.adopting())
 
 
 def test_call_with_a_model_visible_failure_exits_1(

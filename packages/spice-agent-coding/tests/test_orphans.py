@@ -195,6 +195,48 @@ def test_without_adopt_a_sweep_is_done_at_once() -> None:
     assert (done.returncode, done.stdout) == (0, "swept\n"), done.stderr
 
 
+VERDICT: Final = """
+import os, sys, time
+from spice.agent.coding._posix import _orphans as orphans
+program = sys.argv[1]
+pid = os.posix_spawn(program, [program, "60"], {})
+if program == "/bin/true":
+    deadline = time.monotonic() + 10.0
+    while time.monotonic() < deadline:  # exited, unreaped: a zombie of this process
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            if stat.read().rsplit(b")", 1)[1].split()[0] == b"Z":
+                break
+        time.sleep(0.01)
+orphans._round = lambda: 1  # every round found it still dying: the deadline decides
+swept = orphans._sweep_until(time.monotonic() - 1.0)
+print(swept, os.path.exists(f"/proc/{pid}"))
+if not swept:
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+"""
+
+
+@pytest.mark.parametrize(
+    ("program", "verdict"),
+    [("/bin/true", "True False\n"), ("/bin/sleep", "False True\n")],
+    ids=["died-after-the-round", "still-alive"],
+)
+def test_at_the_deadline_a_dead_orphan_is_reaped_and_a_live_one_is_left(
+    program: str, verdict: str
+) -> None:
+    """The sweep's verdict reaps what died since its last round (a zombie is not left);
+    one still alive is left, and the join is tried again (in a fresh interpreter: a sweep
+    ends every unregistered child of its process)."""
+    done = subprocess.run(
+        [sys.executable, "-c", VERDICT, program],
+        capture_output=True,
+        text=True,
+        timeout=BOUND,
+        check=False,
+    )
+    assert (done.returncode, done.stdout) == (0, verdict), done.stderr
+
+
 def test_a_registered_leader_is_never_taken_for_an_orphan() -> None:
     """``started`` registers a child in the step that makes it; ``forget`` lets it go."""
     made = orphans.started(lambda: 4242424, int)

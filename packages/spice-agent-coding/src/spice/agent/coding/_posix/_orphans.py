@@ -231,7 +231,9 @@ def _sweep_until(deadline: float) -> bool:
         if not _round():
             return True
         if time.monotonic() >= deadline:
-            return not _orphans()
+            # What died since the last round is reaped before the verdict: an orphan
+            # that is only a zombie now is gone, not left (a loaded machine's late death).
+            return not [pid for pid in _orphans() if not _reaped(pid)]
         time.sleep(ROUND_PAUSE_SECONDS)
 
 
