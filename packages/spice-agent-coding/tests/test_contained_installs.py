@@ -1,9 +1,10 @@
 """Real installers, contained, from a package index allowed by name (issue 28).
 
-The round-3 finding: a contained ``pip install`` or ``uv pip install`` failed with a DNS
-error or "Read-only file system" and nothing said what to do. Here the real ``pip``
-(the interpreter's own) and the real ``uv`` install a package from a PEP 503 index that
-stands in for PyPI: a loopback HTTP server on the host's ``127.0.0.2`` (not in the
+The round-3 finding: a contained ``pip install``, ``uv pip install`` or ``npm install``
+failed with a DNS error or "Read-only file system" and nothing said what to do. Here the
+real ``pip`` (the interpreter's own), the real ``uv`` and the real ``npm`` install a
+package from an index that stands in for PyPI (PEP 503) or for the npm registry: a
+loopback HTTP server on the host's ``127.0.0.2`` (not in the
 command's ``NO_PROXY``, so the installers go through the call's proxy, which reaches
 the host's loopback only because the test allows private addresses). The wheel is
 made here, hashed as the index says. What is checked: the package lands in the
@@ -14,13 +15,18 @@ and an index that is not allowed sees no request at all.
 from __future__ import annotations
 
 import base64
+import contextlib
 import dataclasses
+import gzip
 import hashlib
 import http.server
 import io
+import json
 import os
+import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 import threading
 import zipfile
@@ -35,6 +41,7 @@ from spice.agent.coding._containment import Containment, resolve_containment
 from spice.agent.coding._network import DomainPolicy, parse_patterns
 from spice.agent.coding._posix import _bwrap, _facts
 from spice.agent.coding._posix._landlock import landlock_abi
+from spice.agent.coding._posix._process import PosixProcess
 
 PYTHON: Final = os.path.realpath(sys.executable)
 NAMESPACES: Final = _bwrap.resolve_namespaces(tempfile.gettempdir())
@@ -42,6 +49,7 @@ INDEX_HOST: Final = "127.0.0.2"
 """The host's loopback under a name the command's ``NO_PROXY`` does not list."""
 PACKAGE: Final = "spicetinypkg"
 VERSION: Final = "1.0"
+NPM_VERSION: Final = "1.0.0"
 MARKER: Final = "installed-through-the-proxy"
 INSTALL_BOUND_SECONDS: Final = 120
 """Longest an installer runs before the test says it hung (its own timeouts are shorter)."""
@@ -99,6 +107,18 @@ def index() -> Iterator[Index]:
         f"/simple/{PACKAGE}/": f'<html><body><a href="{link}">{name}</a></body></html>'.encode(),
         f"/files/{name}": data,
     }
+    typed = {
+        path: ("text/html" if path.startswith("/simple/") else "application/octet-stream", page)
+        for path, page in pages.items()
+    }
+    with _serving(typed) as served:
+        yield served
+
+
+@contextlib.contextmanager
+def _serving(pages: dict[str, tuple[str, bytes]]) -> Iterator[Index]:
+    """Serve ``pages`` (path: content type and body, read at each request) on
+    ``INDEX_HOST``; record each path asked for."""
     asked: list[str] = []
 
     class Handler(http.server.BaseHTTPRequestHandler):
@@ -115,13 +135,12 @@ def index() -> Iterator[Index]:
                 self.send_error(404)
                 return
             self.send_response(200)
-            html = self.path.startswith("/simple/")
-            self.send_header("Content-Type", "text/html" if html else "application/octet-stream")
-            self.send_header("Content-Length", str(len(page)))
+            self.send_header("Content-Type", page[0])
+            self.send_header("Content-Length", str(len(page[1])))
             self.send_header("Cache-Control", "max-age=600")  # as PyPI's: installers cache
             self.end_headers()
             if body:
-                self.wfile.write(page)
+                self.wfile.write(page[1])
 
         def log_message(self, *_: object) -> None:
             pass
@@ -138,6 +157,54 @@ def index() -> Iterator[Index]:
         server.shutdown()
         server.server_close()
         thread.join(INSTALL_BOUND_SECONDS)
+
+
+def tarball() -> bytes:
+    """An npm package of ``PACKAGE`` (``package/`` inside a gzipped tar) holding ``MARKER``."""
+    files = {
+        "package/package.json": json.dumps(
+            {"name": PACKAGE, "version": NPM_VERSION, "main": "index.js"}
+        ).encode(),
+        "package/index.js": f"module.exports = {MARKER!r};\n".encode(),
+    }
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w") as archive:
+        for path, data in files.items():
+            member = tarfile.TarInfo(path)
+            member.size, member.mtime, member.mode = len(data), 1_577_836_800, 0o644
+            archive.addfile(member, io.BytesIO(data))
+    return gzip.compress(raw.getvalue(), mtime=0)
+
+
+@pytest.fixture
+def registry() -> Iterator[Index]:
+    """The npm registry's two documents: the package's packument and its tarball."""
+    data = tarball()
+    integrity = "sha512-" + base64.b64encode(hashlib.sha512(data).digest()).decode()
+    files = f"/{PACKAGE}/-/{PACKAGE}-{NPM_VERSION}.tgz"
+    packument = {
+        "name": PACKAGE,
+        "dist-tags": {"latest": NPM_VERSION},
+        "versions": {
+            NPM_VERSION: {
+                "name": PACKAGE,
+                "version": NPM_VERSION,
+                "dist": {
+                    "tarball": f"http://{INDEX_HOST}:{{port}}{files}",
+                    "shasum": hashlib.sha1(data).hexdigest(),  # noqa: S324 - npm's own field
+                    "integrity": integrity,
+                },
+            }
+        },
+    }
+    pages: dict[str, tuple[str, bytes]] = {files: ("application/octet-stream", data)}
+    with _serving(pages) as served:
+        # The tarball's address names the port, known once the server listens.
+        pages[f"/{PACKAGE}"] = (
+            "application/json",
+            json.dumps(packument).replace("{port}", str(served.port)).encode(),
+        )
+        yield served
 
 
 @pytest.fixture
@@ -259,6 +326,56 @@ async def test_uv_pip_installs_from_an_allowed_index_and_caches_privately(
     uv_cache = private_cache(root, home) / "uv"
     assert any(uv_cache.rglob("*")), "uv cached nothing in the private cache"
     assert sorted(p.name for p in (home / ".cache").iterdir()) == ["spice-coding"]
+
+
+def npm_install(registry: Index) -> tuple[str, ...]:
+    """The real ``npm install`` of ``PACKAGE`` from ``registry`` (skips without npm)."""
+    npm = shutil.which("npm", path="/usr/bin:/bin")
+    if npm is None:
+        pytest.skip("no npm here")
+    return (
+        npm,
+        "install",
+        f"--registry=http://{INDEX_HOST}:{registry.port}/",
+        "--no-audit",
+        "--no-fund",
+        "--ignore-scripts",
+        "--fetch-retries=0",
+        "--update-notifier=false",
+        PACKAGE,
+    )
+
+
+async def test_npm_installs_from_an_allowed_registry_and_caches_privately(
+    registry: Index, root: Path, home: Path
+) -> None:
+    command = npm_install(registry)
+    chosen = launcher(allowing(f"{INDEX_HOST}:{registry.port}"), root, home, cache=True)
+    outcome, text, _ = await run(chosen, root, home, command)
+    assert outcome.successful, text
+    assert MARKER in (root / "node_modules" / PACKAGE / "index.js").read_text()
+    assert f"/{PACKAGE}" in registry.asked
+    assert any(path.endswith(".tgz") for path in registry.asked)
+    npm_cache = private_cache(root, home) / "npm"
+    cached = [path for path in (npm_cache / "_cacache").rglob("*") if path.is_file()]
+    assert cached, "npm cached nothing in the private cache"
+    assert sorted(p.name for p in (home / ".cache").iterdir()) == ["spice-coding"]
+    assert not (home / ".npm").exists()
+
+
+async def test_a_registry_not_allowed_sees_no_request_and_npm_installs_nothing(
+    registry: Index, root: Path, home: Path
+) -> None:
+    command = npm_install(registry)
+    other = registry.port + 1 if registry.port < 65535 else registry.port - 1
+    chosen = launcher(allowing(f"{INDEX_HOST}:{other}"), root, home, cache=True)
+    outcome, text, process = await run(chosen, root, home, command)
+    assert not outcome.successful, text
+    assert registry.asked == []
+    assert not (root / "node_modules" / PACKAGE).exists()
+    assert isinstance(process, PosixProcess)
+    hint = str(process.sandbox_hint)
+    assert f"--allow-domain {INDEX_HOST}:{registry.port}" in hint, hint
 
 
 def test_the_wheel_is_what_its_record_says() -> None:

@@ -22,6 +22,7 @@ from spice.agent.coding._network import (
     normal_host,
     parse_pattern,
     parse_patterns,
+    pattern_allowing,
 )
 from spice.agent.coding._settings import (
     ALLOW_DOMAINS_VARIABLE,
@@ -146,6 +147,34 @@ def test_any_host_and_port_pattern_allows_exactly_that_pair(labels: list[str], p
     assert allowed.permits(host, port)
     assert not allowed.permits(host, port % 65535 + 1)
     assert not allowed.permits("x." + host, port)
+
+
+_REFUSED_HOST = st.one_of(
+    st.lists(_LABEL, min_size=2, max_size=4)
+    .map(".".join)
+    .filter(lambda host: address_of(host) is None and not host.rpartition(".")[2].isdigit()),
+    st.ip_addresses().map(lambda address: address.compressed),
+)
+
+
+@given(_REFUSED_HOST, st.integers(1, 65535))
+def test_the_pattern_a_hint_names_allows_the_refused_host_and_port(host: str, port: int) -> None:
+    """What ``sandbox_hint`` tells the user to pass admits what the proxy refused: a bare
+    host where the port is 80 or 443, else ``host:port`` (a bare host allows no other)."""
+    authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"  # as the proxy's
+    pattern = pattern_allowing(authority)
+    assert policy(pattern).permits(host, port)
+    assert (":" not in pattern.rpartition("]")[2]) == (port in DEFAULT_PORTS)
+
+
+def test_a_hint_pattern_keeps_a_port_a_bare_host_would_not_allow() -> None:
+    assert "pypi.org" == pattern_allowing("pypi.org:443")
+    assert "pypi.org" == pattern_allowing("pypi.org:80")
+    assert "pypi.org:8443" == pattern_allowing("pypi.org:8443")
+    assert "[2001:db8::1]" == pattern_allowing("[2001:db8::1]:443")
+    assert "[2001:db8::1]:81" == pattern_allowing("[2001:db8::1]:81")
+    assert "pypi.org" == pattern_allowing("pypi.org")  # no port: as it is
+    assert "pypi.org:0" == pattern_allowing("pypi.org:0")  # not a port: as it is
 
 
 @given(st.text(max_size=80))

@@ -88,7 +88,10 @@ def test_the_network_hints_name_allow_domain() -> None:
     assert hint_of(dns, network_denied=False) is None
     refused = hint_of(b"", refused_hosts=("pypi.org:443",))
     assert refused is not None
-    assert "--allow-domain pypi.org" in refused
+    assert "--allow-domain pypi.org." in refused
+    # A bare host allows 80 and 443 only: another port is named with it.
+    other = str(hint_of(b"", refused_hosts=("registry.lan:4873",)))
+    assert "--allow-domain registry.lan:4873." in other
     # The proxy's first refused host was allowed by name but resolved to a private address.
     private = hint_of(
         b"", refused_hosts=("mirror.lan:443", "pypi.org:443"), private_hosts={"mirror.lan:443"}

@@ -43,6 +43,7 @@ __all__ = [
     "normal_host",
     "parse_pattern",
     "parse_patterns",
+    "pattern_allowing",
 ]
 
 DEFAULT_PORTS: Final = frozenset({80, 443})
@@ -289,3 +290,12 @@ class DomainPolicy:
     def describe(self) -> list[str]:
         """The patterns as text, for ``tools``."""
         return [str(pattern) for pattern in self.patterns]
+
+
+def pattern_allowing(authority: str) -> str:
+    """The ``--allow-domain`` pattern that admits ``authority`` (``host:port``, an IPv6
+    address in brackets, as the proxy records it): the host alone where the port is one
+    of ``DEFAULT_PORTS``, else ``host:port``, since a bare host allows those ports only.
+    Text that names no port comes back as it is."""
+    split = _split_port(authority)
+    return split[0] if split is not None and split[1] in DEFAULT_PORTS else authority

@@ -21,6 +21,8 @@ from typing import Final, final
 
 from spice.agent.process import Sink
 
+from .._network import pattern_allowing
+
 __all__ = [
     "MAXIMUM_HINT_BYTES",
     "MAXIMUM_LINE_BYTES",
@@ -179,7 +181,7 @@ def sandbox_hint(
             )
         return _fitted(
             f"The sandbox refused a connection to {host}: if the command needs it, the "
-            f"server must be started with --allow-domain {host.rpartition(':')[0] or host}.",
+            f"server must be started with --allow-domain {pattern_allowing(host)}.",
             "The sandbox refused a connection: the server must be started with "
             "--allow-domain HOST for the hosts the command needs.",
         )
