@@ -207,6 +207,11 @@ def registry() -> Iterator[Index]:
         yield served
 
 
+def another_port(served: Index) -> int:
+    """A port next to ``served``'s: allowing it must not let ``served`` through."""
+    return served.port + 1 if served.port < 65535 else served.port - 1
+
+
 @pytest.fixture
 def home(visible_path: Path) -> Path:
     path = visible_path / "home"
@@ -291,7 +296,7 @@ async def test_an_index_not_allowed_sees_no_request_and_nothing_is_installed(
 ) -> None:
     if not _pip_works():
         pytest.skip("this interpreter has no pip")
-    other = index.port + 1 if index.port < 65535 else index.port - 1
+    other = another_port(index)
     chosen = launcher(allowing(f"{INDEX_HOST}:{other}"), root, home, cache=True)
     outcome, text, _ = await run(chosen, root, home, pip_install(index, cache_off=True))
     assert not outcome.successful, text
@@ -367,7 +372,7 @@ async def test_a_registry_not_allowed_sees_no_request_and_npm_installs_nothing(
     registry: Index, root: Path, home: Path
 ) -> None:
     command = npm_install(registry)
-    other = registry.port + 1 if registry.port < 65535 else registry.port - 1
+    other = another_port(registry)
     chosen = launcher(allowing(f"{INDEX_HOST}:{other}"), root, home, cache=True)
     outcome, text, process = await run(chosen, root, home, command)
     assert not outcome.successful, text

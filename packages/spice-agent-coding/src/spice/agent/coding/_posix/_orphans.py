@@ -177,6 +177,13 @@ def _reaped(pid: int) -> bool:
     return done != 0
 
 
+def _reap_exited(orphans: list[int]) -> list[int]:
+    """Reap those of ``orphans`` that have exited (counted); the live ones."""
+    live = [pid for pid in orphans if not _reaped(pid)]
+    _STATS.reaped += len(orphans) - len(live)
+    return live
+
+
 def _round() -> int:
     """One round: reap the exited orphans, end the live ones with their subtrees.
 
@@ -189,8 +196,7 @@ def _round() -> int:
             _STATS.idle += 1
             _KILLED.clear()
             return 0
-        live = [pid for pid in orphans if not _reaped(pid)]
-        _STATS.reaped += len(orphans) - len(live)
+        live = _reap_exited(orphans)
         if any(pid not in _KILLED for pid in live):
             # One walk for all of them: each subtree is frozen, then killed.
             _STATS.walks += 1
@@ -233,7 +239,8 @@ def _sweep_until(deadline: float) -> bool:
         if time.monotonic() >= deadline:
             # What died since the last round is reaped before the verdict: an orphan
             # that is only a zombie now is gone, not left (a loaded machine's late death).
-            return not [pid for pid in _orphans() if not _reaped(pid)]
+            with _ROUND_LOCK:
+                return not _reap_exited(_orphans())
         time.sleep(ROUND_PAUSE_SECONDS)
 
 
