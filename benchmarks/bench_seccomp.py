@@ -24,7 +24,7 @@ from typing import Final
 from _harness import Figure, Settings, main_of, milliseconds, rotate, unavailable
 
 from spice.agent.coding import PosixLauncher
-from spice.agent.coding._containment import resolve_containment
+from spice.agent.coding._posix._containment import resolve_containment
 from spice.agent.coding._posix._landlock import landlock_abi
 from spice.agent.coding._posix._seccomp import available
 from spice.agent.process import Spec

@@ -20,7 +20,6 @@ from typing import Final
 
 import pytest
 
-from spice.agent.coding import _cli as cli_module
 from spice.agent.coding._posix import _bwrap
 from spice.agent.coding._posix import _launcher as launcher_module
 
@@ -103,14 +102,14 @@ def _measured_supervisor() -> Iterator[None]:
 def _in_process_cli_adopts_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     """An in-process ``main`` (``call``, ``serve``) leaves this pytest process as it was.
 
-    The real ``_harden`` makes its process the subreaper of last resort and starts the
+    The real ``_platform.harden`` makes its process the subreaper of last resort and starts the
     orphans' reaper thread for the life of the process: in a test worker that thread
     outlived the test, opened ``/proc`` files while later tests counted descriptors, and
     swept every child of the worker that no launcher registered (two flaky failures in
     ``test_posix_launcher.py``: a descriptor counted, a join bounded by a sweep). The CLI's
     own subprocess tests run the real one.
     """
-    monkeypatch.setattr(cli_module, "adopt_orphans", lambda: False)
+    monkeypatch.setattr(launcher_module, "adopt_orphans", lambda: False)
 
 
 VISIBLE_BASE: Final = "/var/tmp"

@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 from procutil import Collect
 
 from spice.agent.coding import PosixLauncher, _cli
-from spice.agent.coding._containment import resolve_containment
 from spice.agent.coding._posix import _bwrap
 from spice.agent.coding._posix._bwrap import Namespaces
+from spice.agent.coding._posix._containment import resolve_containment
 from spice.agent.coding._posix._landlock import landlock_abi
 from spice.agent.coding._settings import (
     ALLOW_WRITE_VARIABLE,

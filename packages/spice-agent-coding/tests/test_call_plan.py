@@ -18,7 +18,6 @@ from hypothesis import strategies as st
 from spice.agent.coding._posix import _supervisor as supervisor
 from spice.agent.coding._posix._plan import (
     CACHE_VARIABLES,
-    CREDENTIALS,
     GIT_PROTECTED,
     HOME_PROTECTED,
     CallPlan,
@@ -28,6 +27,7 @@ from spice.agent.coding._posix._plan import (
     StartFacts,
     plan_call,
 )
+from spice.agent.coding._sandbox import CREDENTIALS, home_directory
 
 D = Kind.DIRECTORY
 F = Kind.FILE
@@ -377,13 +377,11 @@ def test_every_generated_plan_keeps_the_rules(
 def test_the_home_is_home_else_the_password_database() -> None:
     import pwd  # noqa: PLC0415 - POSIX only, as the plan
 
-    from spice.agent.coding._posix import _facts  # noqa: PLC0415
-
     database = os.path.realpath(pwd.getpwuid(os.getuid()).pw_dir)
-    assert database == _facts.home_directory({})
-    assert database == _facts.home_directory({"HOME": "relative/home"})
-    assert "/srv/h" == _facts.home_directory({"HOME": "/srv/h"})
-    assert _facts.home_directory({"HOME": "/"}) is None  # a home of / hides nothing useful
+    assert database == home_directory({})
+    assert database == home_directory({"HOME": "relative/home"})
+    assert "/srv/h" == home_directory({"HOME": "/srv/h"})
+    assert home_directory({"HOME": "/"}) is None  # a home of / hides nothing useful
 
 
 def test_the_cache_is_per_root_under_the_users_cache_directory() -> None:

@@ -21,13 +21,12 @@ from hypothesis import strategies as st
 
 from spice.agent.coding._posix import _bwrap
 from spice.agent.coding._posix._cgroup import (
-    DEFAULT_MAX_PROCESSES,
     MAX_DEFAULT_MEMORY_BYTES,
-    MIN_MEMORY_BYTES,
     Cgroups,
     default_max_memory,
     resolve_cgroups,
 )
+from spice.agent.coding._sandbox import DEFAULT_MAX_PROCESSES, MIN_MEMORY_BYTES
 from spice.agent.coding._settings import (
     MAXIMUM_PROCESSES,
     Flags,
@@ -322,7 +321,7 @@ def test_tools_names_a_bwrap_too_old_for_size_limits() -> None:
     """A bwrap before 0.7 is used without ``--size``, and ``tools`` says so (C10)."""
     import dataclasses  # noqa: PLC0415
 
-    from spice.agent.coding._containment import resolve_containment  # noqa: PLC0415
+    from spice.agent.coding._posix._containment import resolve_containment  # noqa: PLC0415
 
     base = resolve_containment("workspace")
     old = dataclasses.replace(

@@ -18,10 +18,10 @@ from portable import ANY_ROOT, auto_warning
 
 from spice.agent.coding import _cli
 from spice.agent.coding._cli import main, tools_json
-from spice.agent.coding._containment import DEFAULT_MODE, NO_LANDLOCK
-from spice.agent.coding._containment import HELP as SANDBOX_HELP
 from spice.agent.coding._posix import _orphans as orphans
-from spice.agent.coding._posix._plan import CREDENTIALS, GIT_PROTECTED
+from spice.agent.coding._posix._plan import GIT_PROTECTED
+from spice.agent.coding._sandbox import CREDENTIALS, DEFAULT_MODE, NO_LANDLOCK
+from spice.agent.coding._sandbox import HELP as SANDBOX_HELP
 from spice.agent.dispatch import Dispatcher
 from spice.agent.tool import MAXIMUM_PAYLOAD_BYTES
 from spice.agent.tools.coding import SECURITY_WARNING, Config, new_read, new_replace

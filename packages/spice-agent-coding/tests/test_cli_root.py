@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from spice.agent.coding._cli import main
-from spice.agent.coding._containment import SLASH_ROOT_NEEDS_OFF
+from spice.agent.coding._sandbox import SLASH_ROOT_NEEDS_OFF
 from spice.agent.coding._settings import EMPTY_ROOT
 
 SCRIPT = Path(sys.executable).parent / "spice-coding"

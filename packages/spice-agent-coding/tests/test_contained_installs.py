@@ -37,9 +37,9 @@ from typing import Final
 import pytest
 from test_sandbox_fs import _real_uv, launcher, run
 
-from spice.agent.coding._containment import Containment, resolve_containment
 from spice.agent.coding._network import DomainPolicy, parse_patterns
 from spice.agent.coding._posix import _bwrap, _facts
+from spice.agent.coding._posix._containment import Containment, resolve_containment
 from spice.agent.coding._posix._landlock import landlock_abi
 from spice.agent.coding._posix._process import PosixProcess
 

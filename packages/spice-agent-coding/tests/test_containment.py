@@ -28,14 +28,15 @@ from typing import Any, Final
 import procutil
 import pytest
 from procutil import Collect
+from reachable import sources_for_others
 
 from spice.agent.coding import PosixLauncher, PosixResolver
-from spice.agent.coding import _containment as containment_module
-from spice.agent.coding._containment import Containment, resolve_containment
 from spice.agent.coding._posix import _bwrap
+from spice.agent.coding._posix import _containment as containment_module
 from spice.agent.coding._posix import _launcher as launcher_module
 from spice.agent.coding._posix import _process as process_module
 from spice.agent.coding._posix._bwrap import Namespaces
+from spice.agent.coding._posix._containment import Containment, resolve_containment
 from spice.agent.coding._posix._landlock import landlock_abi
 from spice.agent.coding._posix._launcher import TMPDIR_PREFIX
 from spice.agent.coding._posix._process import PosixProcess
@@ -406,16 +407,10 @@ def _nobody_python() -> str | None:
     return None
 
 
-def _nobody_cli() -> str:
-    """The CLI's entry, with this checkout's sources first on the path."""
-    import spice.agent.coding  # noqa: PLC0415
-    import spice.agent.process  # noqa: PLC0415
-    import spice.agent.tools.coding  # noqa: PLC0415
-
-    sources = [
-        str(Path(module.__file__ or "").resolve().parents[len(module.__name__.split("."))])
-        for module in (spice.agent.process, spice.agent.tools.coding, spice.agent.coding)
-    ]
+def _nobody_cli(base: Path) -> str:
+    """The CLI's entry, with this checkout's sources first on the path (a copy in ``base``
+    where the unprivileged user cannot reach the checkout, as in a ``mktemp -d`` clone)."""
+    sources = sources_for_others(base)
     return f"import sys\nsys.path[:0] = {sources!r}\n{CLI}"
 
 
@@ -438,7 +433,7 @@ def test_a_tmpdir_with_unreadable_directories_is_removed_by_an_unprivileged_serv
     arguments = json.dumps(
         {"argv": ["/bin/sh", "-c", LOCK_THE_TMPDIR, "sh", str(outside / "secret"), str(outside)]}
     )
-    server = [_nobody_python() or "", "-c", _nobody_cli(), "--root", str(base / "root")]
+    server = [_nobody_python() or "", "-c", _nobody_cli(base), "--root", str(base / "root")]
     completed = subprocess.run(
         [*AS_NOBODY, *server, "call", "--sandbox", "workspace", "shell", arguments],
         capture_output=True,
@@ -921,7 +916,7 @@ def test_an_unprivileged_server_without_a_cgroup_bounds_processes_by_rlimit(
     if sandbox_path == "namespaces" and not _nobody_makes_namespaces():
         pytest.skip("the unprivileged user cannot make namespaces here")
     search = "/usr/bin:/bin" if sandbox_path == "namespaces" else _tools_without_bwrap(base)
-    server = [_nobody_python() or "", "-c", _nobody_cli(), "--root", str(base / "root")]
+    server = [_nobody_python() or "", "-c", _nobody_cli(base), "--root", str(base / "root")]
     environment = {"PATH": search, "HOME": str(base / "root"), "TMPDIR": str(base / "tmp")}
 
     def run(*words: str) -> dict[str, Any]:

@@ -8,7 +8,7 @@ import socket
 import pytest
 
 from spice.agent.coding._mcp import _http
-from spice.agent.coding._settings import HttpSettings
+from spice.agent.coding._mcp._http_settings import HttpSettings
 
 
 def test_the_listening_socket_is_tcp_with_nagle_off() -> None:

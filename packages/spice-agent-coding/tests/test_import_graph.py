@@ -1,5 +1,8 @@
 """The three distributions' import graph, read from their sources with ``ast``: no cycle,
-and modules and classes of a size a reader can hold (contract 11.4).
+and modules and classes of a size a reader can hold (contract 11.4); the application's
+platform folders are boundaries (contract 12.5): no cycle between folders, ``_platform``
+the one door into ``_posix/`` and ``_windows/``, and nothing reachable from ``_windows/``
+imports ``_posix/``.
 
 Every import counts: at module level, inside a function (a lazy import), and under
 ``TYPE_CHECKING``; a cycle through any of them still ties the modules together. A name
@@ -13,6 +16,8 @@ import ast
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Final
+
+import pytest
 
 import spice.agent.coding
 import spice.agent.tool
@@ -123,6 +128,48 @@ def cycles(graph: Mapping[str, set[str]]) -> list[list[str]]:
     return found
 
 
+def folders(graph: Mapping[str, set[str]], package: str) -> dict[str, set[str]]:
+    """``graph`` with each module beneath a folder of ``package`` drawn as that folder.
+
+    ``package.sub.mod`` becomes ``package.sub``; modules directly in ``package`` (and
+    everything outside it) stay themselves. A folder's import of itself is dropped.
+    """
+
+    def room(name: str) -> str:
+        if not name.startswith(package + "."):
+            return name
+        return ".".join(name.split(".")[: package.count(".") + 2])
+
+    collapsed: dict[str, set[str]] = {}
+    for name, imported in graph.items():
+        collapsed.setdefault(room(name), set()).update(room(other) for other in imported)
+    for name, imported in collapsed.items():
+        imported.discard(name)
+    return collapsed
+
+
+def door_keepers(graph: Mapping[str, set[str]], folder: str) -> set[str]:
+    """The modules outside ``folder`` that import a module inside it."""
+    inside = folder + "."
+    return {
+        name
+        for name, imported in graph.items()
+        if not name.startswith(inside) and any(other.startswith(inside) for other in imported)
+    }
+
+
+def reachable(graph: Mapping[str, set[str]], starts: Iterable[str]) -> set[str]:
+    """Every module that ``starts`` reach through imports (``starts`` included)."""
+    seen: set[str] = set()
+    pending = list(starts)
+    while pending:
+        name = pending.pop()
+        if name not in seen:
+            seen.add(name)
+            pending.extend(graph.get(name, ()))
+    return seen
+
+
 def _class_lengths(path: Path) -> dict[str, int]:
     """Each class's lines, from its first decorator to its last line."""
     lengths: dict[str, int] = {}
@@ -141,6 +188,31 @@ def test_the_three_distributions_import_no_cycle() -> None:
     assert "spice.agent.coding._cli" in modules  # the scan sees the application
     assert "spice.agent.tools.coding._replace" in modules  # and the product
     assert [] == cycles(import_graph(modules))
+
+
+APPLICATION: Final = "spice.agent.coding"
+PLATFORM_DOOR: Final = frozenset({f"{APPLICATION}._platform"})
+"""The one module outside the platform folders that may import them."""
+
+
+def test_the_applications_folders_import_no_cycle() -> None:
+    graph = folders(import_graph(modules_of(_source_roots())), APPLICATION)
+    assert {f"{APPLICATION}._posix", f"{APPLICATION}._windows", f"{APPLICATION}._mcp"} <= set(graph)
+    assert [] == cycles(graph)
+
+
+@pytest.mark.parametrize("folder", ["_posix", "_windows"])
+def test_only_the_platform_module_opens_a_platform_folder(folder: str) -> None:
+    graph = import_graph(modules_of(_source_roots()))
+    assert door_keepers(graph, f"{APPLICATION}.{folder}") <= PLATFORM_DOOR
+
+
+def test_nothing_reachable_from_windows_imports_posix() -> None:
+    graph = import_graph(modules_of(_source_roots()))
+    starts = [name for name in graph if name.startswith(f"{APPLICATION}._windows.")]
+    assert starts
+    reached = reachable(graph, starts)
+    assert set() == {name for name in reached if name.startswith(f"{APPLICATION}._posix.")}
 
 
 def test_no_module_is_longer_than_the_bound() -> None:
@@ -231,3 +303,55 @@ def test_class_lengths_count_decorators(tmp_path: Path) -> None:
     path = tmp_path / "m.py"
     path.write_text("import dataclasses\n\n@dataclasses.dataclass\nclass C:\n    x: int\n")
     assert {"m.py:C": 3} == _class_lengths(path)
+
+
+def test_a_cycle_between_folders_is_found_where_modules_make_none(tmp_path: Path) -> None:
+    modules = _package(
+        tmp_path,
+        {
+            "p/__init__.py": "",
+            "p/policy.py": "from .plat import low\n",
+            "p/plat/__init__.py": "",
+            "p/plat/low.py": "",
+            "p/plat/high.py": "from .. import policy\n",
+        },
+    )
+    graph = import_graph(modules)
+    assert [] == cycles(graph)
+    assert [["p.plat", "p.policy"]] == cycles(folders(graph, "p"))
+
+
+def test_a_folder_importing_itself_and_outside_names_stay_apart(tmp_path: Path) -> None:
+    modules = _package(
+        tmp_path,
+        {
+            "p/__init__.py": "",
+            "p/a.py": "",
+            "p/sub/__init__.py": "",
+            "p/sub/x.py": "from . import y\nfrom .. import a\n",
+            "p/sub/y.py": "",
+        },
+    )
+    collapsed = folders(import_graph(modules), "p")
+    assert {"p.a"} == collapsed["p.sub"]
+    assert [] == cycles(collapsed)
+
+
+def test_the_door_and_reach_rules_see_a_second_door_and_a_way_round(tmp_path: Path) -> None:
+    modules = _package(
+        tmp_path,
+        {
+            "p/__init__.py": "",
+            "p/door.py": "from .posix import a\n",
+            "p/cli.py": "from .posix.a import f\n",
+            "p/neutral.py": "from . import door\n",
+            "p/posix/__init__.py": "",
+            "p/posix/a.py": "",
+            "p/win/__init__.py": "",
+            "p/win/w.py": "from .. import neutral\n",
+        },
+    )
+    graph = import_graph(modules)
+    assert {"p.door", "p.cli"} == door_keepers(graph, "p.posix")
+    assert "p.posix.a" in reachable(graph, ["p.win.w"])
+    assert {"p.door"} == door_keepers({"p.door": {"p.posix.a"}, "p.posix.a": set()}, "p.posix")

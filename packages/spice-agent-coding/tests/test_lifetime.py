@@ -27,21 +27,17 @@ from typing import Final
 import procutil
 import pytest
 from raw_peer import SERVER, RawPeer, tool_call
+from reachable import sources_for_others
 
 from spice.agent.coding import PosixLauncher, PosixResolver
 from spice.agent.coding import _cli as cli
-from spice.agent.coding import _containment as containment_module
-from spice.agent.coding._containment import (
-    AUTO_WITHOUT_LANDLOCK,
-    NO_LANDLOCK,
-    Containment,
-    ContainmentUnavailable,
-    resolve_containment,
-)
 from spice.agent.coding._posix import _bwrap
+from spice.agent.coding._posix import _containment as containment_module
 from spice.agent.coding._posix import _landlock as landlock
+from spice.agent.coding._posix._containment import Containment, resolve_containment
 from spice.agent.coding._posix._landlock import landlock_abi
 from spice.agent.coding._posix._launcher import SERVER_DEATH_BOUND_SECONDS
+from spice.agent.coding._sandbox import AUTO_WITHOUT_LANDLOCK, NO_LANDLOCK, ContainmentUnavailable
 from spice.agent.dispatch import Dispatcher
 from spice.agent.tool import Call
 from spice.agent.tools.coding import Config, new_shell
@@ -283,15 +279,25 @@ def nobody_root() -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
+@pytest.fixture
+def nobody_spare() -> Iterator[Path]:
+    """A directory beside the worktree that every user may enter, for what the unprivileged
+    server needs of this checkout (``reachable.sources_for_others``)."""
+    path = Path(tempfile.mkdtemp(prefix="spice-nobody-spare-"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
 @pytest.mark.parametrize("mode", ["off", "auto"])
 def test_a_same_user_child_cannot_read_the_servers_environment(
-    nobody_root: Path, mode: str
+    nobody_root: Path, nobody_spare: Path, mode: str
 ) -> None:
     """Server and command both run as uid 65534; the server's environ is denied to it."""
     python = interpreter_for(NOBODY)
     if python is None:
         pytest.skip("no interpreter reachable by the unprivileged user")
-    sources = [str(Path(p).resolve()) for p in _package_sources()]
+    sources = sources_for_others(nobody_spare)
     bootstrap = (
         "import sys\n"
         f"sys.path[:0] = {sources!r}\n"
@@ -325,17 +331,6 @@ def test_a_same_user_child_cannot_read_the_servers_environment(
     assert 0 == completed.returncode, completed.stderr
     lines = json.loads(completed.stdout)["stdout"].splitlines()
     assert ["own environ readable", "denied", "denied"] == lines
-
-
-def _package_sources() -> list[str]:
-    import spice.agent.coding  # noqa: PLC0415
-    import spice.agent.process  # noqa: PLC0415
-    import spice.agent.tools.coding  # noqa: PLC0415
-
-    return [
-        str(Path(module.__file__ or "").parents[len(module.__name__.split("."))])
-        for module in (spice.agent.process, spice.agent.tools.coding, spice.agent.coding)
-    ]
 
 
 # -- the settings: workspace without Landlock, auto's fallback ---------------------------------

@@ -25,9 +25,9 @@ from conftest import kept_visible, measured_sources
 from procutil import Collect
 
 from spice.agent.coding import PosixLauncher
-from spice.agent.coding._containment import resolve_containment
 from spice.agent.coding._posix import _bwrap
 from spice.agent.coding._posix import _launcher as launcher_module
+from spice.agent.coding._posix._containment import resolve_containment
 from spice.agent.process import LaunchError, Spec
 
 NAMESPACES: Final = _bwrap.resolve_namespaces("/nonexistent")

@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 
 from spice.agent.coding import PosixLauncher, PosixResolver, compose
-from spice.agent.coding._containment import ContainmentUnavailable
 from spice.agent.coding._platform import (
     WINDOWS,
     default_launcher,
     default_resolver,
     platform_launcher,
 )
+from spice.agent.coding._sandbox import ContainmentUnavailable
 from spice.agent.coding._settings import Settings
 from spice.agent.coding._windows._launcher import (
     AUTO_ON_WINDOWS,
@@ -78,10 +78,10 @@ def test_an_unknown_mode_is_a_value_error() -> None:
 
 
 def test_the_windows_launcher_refuses_a_contained_policy() -> None:
-    from spice.agent.coding._containment import Containment  # noqa: PLC0415
+    from spice.agent.coding._posix._containment import Containment  # noqa: PLC0415
 
-    with pytest.raises(ValueError, match="no shell sandbox"):
-        WindowsLauncher(Containment("workspace", "workspace", 1))
+    with pytest.raises(TypeError, match="no shell sandbox"):
+        WindowsLauncher(Containment("workspace", "workspace", 1))  # type: ignore[arg-type]
     with pytest.raises(TypeError):
         WindowsLauncher("off")  # type: ignore[arg-type]
 

@@ -14,14 +14,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from spice.agent.coding._containment import (
-    INTERPRETER_BENEATH_ROOT,
-    ROOT_IS_SLASH,
-    SLASH_ROOT_NEEDS_OFF,
-    ContainmentUnavailable,
-    resolve_containment,
-    unsafe_root,
-)
 from spice.agent.coding._posix import _bwrap
 from spice.agent.coding._posix._bwrap import (
     Namespaces,
@@ -30,7 +22,13 @@ from spice.agent.coding._posix._bwrap import (
     resolve_namespaces,
     wrapper,
 )
+from spice.agent.coding._posix._containment import (
+    INTERPRETER_BENEATH_ROOT,
+    resolve_containment,
+    unsafe_root,
+)
 from spice.agent.coding._posix._landlock import landlock_abi
+from spice.agent.coding._sandbox import ROOT_IS_SLASH, SLASH_ROOT_NEEDS_OFF, ContainmentUnavailable
 
 SYSTEM: Final = shutil.which("bwrap")
 needs_bwrap = pytest.mark.skipif(SYSTEM is None, reason="no bwrap installed here")

@@ -677,7 +677,7 @@ async def test_a_signal_the_child_ignores_is_not_a_stop(exit_watch: str) -> None
 
 def test_a_contained_launcher_needs_the_supervisor(monkeypatch: pytest.MonkeyPatch) -> None:
     """Where no supervisor can run, containment is refused at construction."""
-    from spice.agent.coding._containment import Containment  # noqa: PLC0415
+    from spice.agent.coding._posix._containment import Containment  # noqa: PLC0415
 
     monkeypatch.setattr(launcher_module, "_supervisor_available", lambda: False)
     with pytest.raises(ValueError, match="supervisor"):

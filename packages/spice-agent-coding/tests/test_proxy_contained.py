@@ -25,10 +25,10 @@ import pytest
 from netutil import Loopback, echo, http_host, loopback
 
 from spice.agent.coding import PosixLauncher, PosixResolver
-from spice.agent.coding._containment import Containment, resolve_containment
 from spice.agent.coding._network import DomainPolicy, parse_patterns
 from spice.agent.coding._posix import _bwrap
 from spice.agent.coding._posix._bwrap import Namespaces
+from spice.agent.coding._posix._containment import Containment, resolve_containment
 from spice.agent.coding._posix._landlock import landlock_abi
 from spice.agent.coding._posix._proxy import MAXIMUM_CALL_CONNECTIONS, SOCKET_BASE, Proxy
 from spice.agent.dispatch import Dispatcher

@@ -29,9 +29,9 @@ from test_mcp_results import CORPUS, lay_out
 from test_mcp_stdio import SCRIPT
 
 from spice.agent.coding import PosixLauncher
-from spice.agent.coding._containment import Containment, resolve_containment
 from spice.agent.coding._posix import _bwrap
 from spice.agent.coding._posix._bwrap import Namespaces
+from spice.agent.coding._posix._containment import Containment, resolve_containment
 from spice.agent.coding._posix._landlock import landlock_abi
 from spice.agent.process import Outcome, Spec
 
@@ -210,7 +210,7 @@ def test_n2_a_setsid_chain_ends_when_the_server_is_killed(
         "from spice.agent.coding._posix import _bwrap\n"
         "from spice.agent.coding._posix._bwrap import Namespaces\n"
         "from spice.agent.coding._posix._launcher import adopt_orphans\n"
-        "from spice.agent.coding._containment import resolve_containment\n"
+        "from spice.agent.coding._posix._containment import resolve_containment\n"
         "from spice.agent.process import Spec\n"
         "adopt_orphans()\n"
         "made = Namespaces()\n"

@@ -24,12 +24,13 @@ import pytest
 from procutil import Collect
 
 from spice.agent.coding import PosixLauncher
-from spice.agent.coding._containment import Containment, resolve_containment
 from spice.agent.coding._posix import _bwrap, _facts
 from spice.agent.coding._posix._bwrap import Namespaces
+from spice.agent.coding._posix._containment import Containment, resolve_containment
 from spice.agent.coding._posix._landlock import landlock_abi
 from spice.agent.coding._posix._launcher import PLACE_CHANGED
-from spice.agent.coding._posix._plan import CREDENTIALS, GIT_PROTECTED
+from spice.agent.coding._posix._plan import GIT_PROTECTED
+from spice.agent.coding._sandbox import CREDENTIALS
 from spice.agent.process import LaunchError, Outcome, Spec
 
 PYTHON: Final = os.path.realpath(sys.executable)

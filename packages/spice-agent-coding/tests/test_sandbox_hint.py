@@ -13,14 +13,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spice.agent.coding._containment import (
+from spice.agent.coding._posix._bwrap import Namespaces
+from spice.agent.coding._posix._containment import (
     OTHER_TERMINALS,
     SIGNAL_SCOPE_ABI,
     UNPROTECTED_GIT,
     UNSCOPED_PROCESSES,
     Containment,
 )
-from spice.agent.coding._posix._bwrap import Namespaces
 from spice.agent.coding._posix._hints import (
     MAXIMUM_HINT_BYTES,
     MAXIMUM_LINE_BYTES,

@@ -25,10 +25,10 @@ import pytest
 from procutil import Collect
 
 from spice.agent.coding import PosixLauncher, PosixResolver
-from spice.agent.coding._containment import Containment, resolve_containment
 from spice.agent.coding._posix import _landlock as landlock
 from spice.agent.coding._posix import _launcher as launcher_module
 from spice.agent.coding._posix import _supervisor as supervisor
+from spice.agent.coding._posix._containment import Containment, resolve_containment
 from spice.agent.coding._posix._seccomp import available as seccomp_available
 from spice.agent.dispatch import Dispatcher
 from spice.agent.process import LaunchError, Outcome, Spec

@@ -19,8 +19,8 @@ from test_mcp_stdio import SCRIPT
 from test_sandbox_attacks import BOUND, PYTHON, _marked, policy, root, run_python
 
 from spice.agent.coding import PosixLauncher
-from spice.agent.coding._containment import Containment
 from spice.agent.coding._posix._cgroup import Cgroups, resolve_cgroups
+from spice.agent.coding._posix._containment import Containment
 from spice.agent.coding._posix._landlock import SECURE_BITS, can_empty_bounding_set
 from spice.agent.process import OutcomeKind, Spec
 

@@ -18,9 +18,9 @@ from typing import Final
 import pytest
 
 from spice.agent.coding import PosixLauncher, PosixResolver
-from spice.agent.coding._containment import resolve_containment
 from spice.agent.coding._posix import _bwrap
 from spice.agent.coding._posix._bwrap import Namespaces
+from spice.agent.coding._posix._containment import resolve_containment
 from spice.agent.coding._posix._landlock import landlock_abi
 from spice.agent.dispatch import Dispatcher
 from spice.agent.tool import Call

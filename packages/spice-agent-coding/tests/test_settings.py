@@ -16,9 +16,9 @@ from portable import ANY_ROOT, DEFAULT_NAMES, PYTHON, auto_warning
 
 from spice.agent.coding import _cli
 from spice.agent.coding._cli import main
-from spice.agent.coding._containment import DEFAULT_MODE as DEFAULT_SANDBOX
-from spice.agent.coding._containment import MODES as SANDBOX_MODES
-from spice.agent.coding._containment import SANDBOX_ENVIRONMENT_VARIABLE as SANDBOX_VARIABLE
+from spice.agent.coding._sandbox import DEFAULT_MODE as DEFAULT_SANDBOX
+from spice.agent.coding._sandbox import MODES as SANDBOX_MODES
+from spice.agent.coding._sandbox import SANDBOX_ENVIRONMENT_VARIABLE as SANDBOX_VARIABLE
 from spice.agent.coding._settings import (
     ALLOW_ENV_VARIABLE,
     ALLOW_NETWORK_VARIABLE,

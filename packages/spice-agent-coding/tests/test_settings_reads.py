@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from spice.agent.coding import _cli
-from spice.agent.coding._posix._plan import CREDENTIALS
+from spice.agent.coding._sandbox import CREDENTIALS
 from spice.agent.coding._settings import (
     MAXIMUM_DENY_READ,
     MAXIMUM_PATH_LENGTH,

@@ -18,11 +18,11 @@ from spice.agent.coding._posix._facts import (
     ROOT_HASH_CHARACTERS,
     CacheUnavailable,
     cache_directory,
-    home_directory,
     open_no_follow,
     start_facts,
     user_cache_directory,
 )
+from spice.agent.coding._sandbox import home_directory
 
 
 def test_an_absolute_home_is_taken_as_its_real_path(tmp_path: Path) -> None:

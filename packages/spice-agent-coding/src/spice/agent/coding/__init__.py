@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 
 from ._compose import compose as compose
 from ._compose import resolve_config as resolve_config
-from ._posix._launcher import PosixLauncher as PosixLauncher
-from ._posix._resolver import PosixResolver as PosixResolver
+from ._platform import PosixLauncher as PosixLauncher
+from ._platform import PosixResolver as PosixResolver
 
 if TYPE_CHECKING:
     from ._mcp._server import mcp_server as mcp_server

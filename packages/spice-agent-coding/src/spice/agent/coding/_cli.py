@@ -24,13 +24,11 @@ from spice.agent.tool import MAXIMUM_PAYLOAD_BYTES, Call, Definition, ExecutionE
 from spice.agent.tools.coding import SECURITY_WARNING
 
 from ._compose import compose
-from ._containment import HELP as SANDBOX_HELP
-from ._containment import ContainmentUnavailable, slash_root_problem
-from ._platform import WINDOWS, PlatformLauncher, platform_launcher
-from ._posix import _landlock as landlock
-from ._posix._launcher import adopt_orphans
+from ._mcp._http_settings import HttpSettings
+from ._platform import WINDOWS, PlatformLauncher, clean_cache, harden, platform_launcher
+from ._sandbox import HELP as SANDBOX_HELP
+from ._sandbox import ContainmentUnavailable, slash_root_problem
 from ._settings import (
-    HttpSettings,
     Settings,
     SettingsError,
     add_arguments,
@@ -401,7 +399,7 @@ def run(argv: Sequence[str] | None = None) -> int:
         _err(launcher.sandbox.warning)
     if options.command == "tools":
         return asyncio.run(_tools(settings, launcher))
-    _harden()
+    harden()
     if options.command == "call":
         arguments = _read_arguments(options.arguments)
         if arguments is None:
@@ -420,31 +418,15 @@ def run(argv: Sequence[str] | None = None) -> int:
 
 def _clean_cache(root: str) -> int:
     """``cache clean``: remove the worktree's private cache directory (contract 11.1)."""
-    from ._posix import _facts, _tmpdir  # noqa: PLC0415 - only for this command
-
-    cache = _facts.cache_directory(root, os.environ)
+    cache, removed = clean_cache(root)
     if cache is None:
         _err("no home or cache directory is known for the server's user")
         return EXIT_ERROR
-    if not os.path.lexists(cache):
-        _out(json.dumps({"removed": None, "cache": cache}) + "\n")
-        return EXIT_OK
-    if not _tmpdir.remove_tree(cache):
+    if removed is False:
         _err(f"the cache directory {cache} could not be removed whole")
         return EXIT_ERROR
-    _out(json.dumps({"removed": cache, "cache": cache}) + "\n")
+    _out(json.dumps({"removed": cache if removed else None, "cache": cache}) + "\n")
     return EXIT_OK
-
-
-def _harden() -> None:
-    """Before ``serve`` or ``call`` runs anything: non-dumpable, and the orphans' reaper.
-
-    Non-dumpable: a child running as the same (non-root) user cannot read this
-    process's ``/proc/PID/environ`` or memory. Subreaper: descendants orphaned by a
-    killed supervisor come back here and are ended at their call's join.
-    """
-    landlock.set_dumpable(False)
-    adopt_orphans()
 
 
 def _bad_name(name: str) -> bool:

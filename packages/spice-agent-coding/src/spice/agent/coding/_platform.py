@@ -1,14 +1,18 @@
 """The one place that picks the process platform: POSIX, or Windows (contract 10.4).
 
-``default_resolver`` and ``default_launcher`` are what ``compose`` uses when none is given;
-``platform_launcher`` is the launcher a ``SandboxRequest`` (the CLI's sandbox settings, as
-plain values) asks for. The Windows
-modules are loaded here only on Windows; every module imports on every platform (for the
-tests, the type checker and ``PosixLauncher``'s place in the package's surface).
+The only module outside ``_posix/`` and ``_windows/`` that imports them (contract 12.5;
+``tests/test_import_graph.py`` holds it to that). ``default_resolver`` and
+``default_launcher`` are what ``compose`` uses when none is given; ``platform_launcher`` is
+the launcher a ``SandboxRequest`` (the CLI's sandbox settings, as plain values) asks for;
+``harden`` readies the server's own process before it runs anything; ``clean_cache``
+removes a worktree's private cache. The platform modules are loaded here on first use;
+every module imports on every platform (for the tests, the type checker and
+``PosixLauncher``'s place in the package's surface).
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -16,9 +20,25 @@ from typing import Final, Protocol, final
 
 from spice.agent.process import ExecutableResolver, Launcher, Process, Spec
 
-from ._containment import DEFAULT_MODE, Containment, ContainmentUnavailable, resolve_containment
 from ._network import DomainPolicy
-from ._posix._cgroup import DEFAULT_MAX_PROCESSES
+from ._posix._launcher import PosixLauncher
+from ._posix._resolver import PosixResolver
+from ._sandbox import DEFAULT_MAX_PROCESSES, DEFAULT_MODE, ContainmentUnavailable, SandboxReport
+
+__all__ = [
+    "WINDOWS",
+    "PlatformLauncher",
+    "PosixLauncher",
+    "PosixResolver",
+    "SandboxRequest",
+    "clean_cache",
+    "create_private",
+    "default_launcher",
+    "default_resolver",
+    "harden",
+    "judge_private",
+    "platform_launcher",
+]
 
 PLACE_UNAVAILABLE: Final = (
     "the worktree or an --allow-write directory cannot be opened (a symbolic link in its "
@@ -39,7 +59,7 @@ class PlatformLauncher(Protocol):
     def containment(self) -> str | None: ...
 
     @property
-    def sandbox(self) -> Containment: ...
+    def sandbox(self) -> SandboxReport: ...
 
     def report(self) -> dict[str, object]: ...
 
@@ -52,8 +72,6 @@ def default_resolver(windows: bool = WINDOWS) -> ExecutableResolver:
         from ._windows._resolver import WindowsResolver  # noqa: PLC0415 - Windows only
 
         return WindowsResolver()
-    from ._posix._resolver import PosixResolver  # noqa: PLC0415 - POSIX only
-
     return PosixResolver()
 
 
@@ -63,8 +81,6 @@ def default_launcher(windows: bool = WINDOWS) -> Launcher:
         from ._windows._launcher import WindowsLauncher  # noqa: PLC0415 - Windows only
 
         return WindowsLauncher()
-    from ._posix._launcher import PosixLauncher  # noqa: PLC0415 - POSIX only
-
     return PosixLauncher()
 
 
@@ -108,7 +124,7 @@ def platform_launcher(
 
         return WindowsLauncher(windows_containment(request.mode, request.allow_network))
     from ._posix._cgroup import resolve_cgroups  # noqa: PLC0415 - POSIX only
-    from ._posix._launcher import PosixLauncher  # noqa: PLC0415 - POSIX only
+    from ._posix._containment import resolve_containment  # noqa: PLC0415 - POSIX only
 
     containment = resolve_containment(
         request.mode,
@@ -137,3 +153,48 @@ def platform_launcher(
             raise ContainmentUnavailable(PLACE_UNAVAILABLE) from None
     bounds = resolve_cgroups(request.max_processes, request.max_memory)
     return PosixLauncher(containment, request.root, bounds, facts)
+
+
+def harden() -> None:
+    """Before ``serve`` or ``call`` runs anything: non-dumpable, and the orphans' reaper.
+
+    Non-dumpable: a child running as the same (non-root) user cannot read this
+    process's ``/proc/PID/environ`` or memory. Subreaper: descendants orphaned by a
+    killed supervisor come back here and are ended at their call's join. Each step
+    answers for itself where the platform has no such thing.
+    """
+    from ._posix import _landlock, _launcher  # noqa: PLC0415 - POSIX only (every module imports)
+
+    _landlock.set_dumpable(False)
+    _launcher.adopt_orphans()
+
+
+def clean_cache(root: str) -> tuple[str | None, bool | None]:
+    """Remove the private cache directory of the worktree ``root`` (``cache clean``).
+
+    Answers the cache's path (``None`` when no home or cache directory is known for the
+    server's user) and whether it was removed whole (``None``: there was none).
+    """
+    from ._posix import _facts, _tmpdir  # noqa: PLC0415 - only for this command
+
+    cache = _facts.cache_directory(root, os.environ)
+    if cache is None:
+        return None, None
+    if not os.path.lexists(cache):
+        return cache, None
+    return cache, _tmpdir.remove_tree(cache)
+
+
+def judge_private(fd: int) -> tuple[bool, bool]:
+    """Windows: whether the open file ``fd`` is the user's, and whether others may open it
+    (``_windows._private.judge``; ``OSError`` when its security cannot be read)."""
+    from ._windows import _private  # noqa: PLC0415 - Windows only
+
+    return _private.judge(fd)
+
+
+def create_private(path: str, flags: int) -> int:
+    """Windows: open ``path``, made with the user's protected access list when absent."""
+    from ._windows import _private  # noqa: PLC0415 - Windows only
+
+    return _private.create_private(path, flags)

@@ -7,7 +7,7 @@ environment. The command line hands over raw text (``Flags``) and
 fixed line (``SettingsError``) that names the flag or the variable, never the
 value itself. The bounds are ``Config``'s own: this module parses text and lets
 ``Config`` judge the numbers. The sandbox modes, their default and their
-variable are ``_containment``'s; this is the one place their text is read.
+variable are ``_sandbox``'s; this is the one place their text is read.
 
 One case rule for every keyword value (``--sandbox``, ``SPICE_AGENT_SANDBOX``,
 ``SPICE_AGENT_ALLOW_NETWORK``): blanks around it are ignored and case is not
@@ -28,12 +28,32 @@ from typing import Final, final
 from spice.agent.tools.coding import Config
 
 from ._compose import UNUSABLE_ROOT, resolve_config
-from ._containment import DEFAULT_MODE, MODES, SANDBOX_ENVIRONMENT_VARIABLE, parse_mode
+from ._mcp._http_settings import (
+    DEFAULT_CALLS_PER_MINUTE,
+    DEFAULT_HTTP_HOST,
+    DEFAULT_HTTP_PATH,
+    DEFAULT_HTTP_PORT,
+    DEFAULT_MAX_CONCURRENT_CALLS,
+    DEFAULT_SHUTDOWN_GRACE,
+    MAXIMUM_ALLOWED_ORIGINS,
+    MAXIMUM_CALLS_PER_MINUTE,
+    MAXIMUM_CONCURRENT_CALLS,
+    MAXIMUM_SHUTDOWN_GRACE,
+    MAXIMUM_URL_LENGTH,
+    HttpSettings,
+)
 from ._network import DomainPolicy, PatternError, parse_patterns
 from ._platform import SandboxRequest
-from ._posix._cgroup import DEFAULT_MAX_PROCESSES, MIN_MEMORY_BYTES
-from ._posix._facts import home_directory
-from ._posix._plan import CREDENTIALS
+from ._sandbox import (
+    CREDENTIALS,
+    DEFAULT_MAX_PROCESSES,
+    DEFAULT_MODE,
+    MIN_MEMORY_BYTES,
+    MODES,
+    SANDBOX_ENVIRONMENT_VARIABLE,
+    home_directory,
+    parse_mode,
+)
 
 __all__ = [
     "ALLOW_DOMAINS_VARIABLE",
@@ -49,7 +69,6 @@ __all__ = [
     "MAX_READ_BYTES_VARIABLE",
     "MAX_WRITE_BYTES_VARIABLE",
     "Flags",
-    "HttpSettings",
     "Settings",
     "SettingsError",
     "add_arguments",
@@ -162,7 +181,7 @@ class Flags:
 class Settings:
     """What one ``serve`` or ``call`` runs with: the tools' ``Config`` and the containment.
 
-    ``sandbox`` is one of ``_containment.MODES`` (already parsed: a value, not text);
+    ``sandbox`` is one of ``_sandbox.MODES`` (already parsed: a value, not text);
     ``allow_network`` lets contained commands use TCP (contract 9.4). The launcher
     is built from these.
     """
@@ -536,41 +555,10 @@ def _allow_write(from_flags: tuple[str, ...], source: Mapping[str, str]) -> tupl
 
 STDIO: Final = "stdio"
 HTTP: Final = "http"
-DEFAULT_HTTP_HOST: Final = "127.0.0.1"
-DEFAULT_HTTP_PORT: Final = 8765
-DEFAULT_HTTP_PATH: Final = "/mcp"
-DEFAULT_MAX_CONCURRENT_CALLS: Final = 16
-MAXIMUM_CONCURRENT_CALLS: Final = 1024
-DEFAULT_CALLS_PER_MINUTE: Final = 600
-MAXIMUM_CALLS_PER_MINUTE: Final = 1_000_000
-DEFAULT_SHUTDOWN_GRACE: Final = 5.0
-MAXIMUM_SHUTDOWN_GRACE: Final = 300.0
-MAXIMUM_ALLOWED_ORIGINS: Final = 32
-MAXIMUM_URL_LENGTH: Final = 2048
 _HTTP_PATH: Final = re.compile(r"(/[A-Za-z0-9._~-]+)+")
 _ORIGIN: Final = re.compile(
     r"https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?|https?://\[[0-9A-Fa-f:.]+\](:[0-9]{1,5})?"
 )
-
-
-@final
-@dataclass(frozen=True, slots=True)
-class HttpSettings:
-    """How ``serve --transport http`` listens, authenticates and bounds (contract 11.2)."""
-
-    host: str = DEFAULT_HTTP_HOST
-    port: int = DEFAULT_HTTP_PORT
-    path: str = DEFAULT_HTTP_PATH
-    token_file: str | None = None
-    insecure_no_auth: bool = False
-    allow_remote: bool = False
-    public_url: str | None = None
-    allowed_origins: tuple[str, ...] = ()
-    allow_uncontained_shell: bool = False
-    max_concurrent_calls: int = DEFAULT_MAX_CONCURRENT_CALLS
-    rate: int = DEFAULT_CALLS_PER_MINUTE
-    audit_log: str | None = None
-    shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE
 
 
 _SERVE_FLAGS: Final = (

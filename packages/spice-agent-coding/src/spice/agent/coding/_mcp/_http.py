@@ -62,9 +62,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from spice.agent.dispatch import Dispatcher
 from spice.agent.tools.coding import Config
 
-from .._settings import HttpSettings
 from ._audit import AuditLog
 from ._gate import HttpGate
+from ._http_settings import HttpSettings
 from ._server import serving
 from ._stdio import MAXIMUM_FRAME_BYTES
 from ._tokens import ANONYMOUS, SCOPES, TOOL_SCOPES, TokenStore

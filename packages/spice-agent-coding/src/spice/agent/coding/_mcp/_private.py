@@ -36,9 +36,9 @@ def access_problem(fd: int, info: os.stat_result) -> str | None:
     """``NOT_OWNED``, ``OPEN_TO_OTHERS`` or ``None`` for the open file ``fd`` (its ``fstat``
     is ``info``); ``OSError`` when its security cannot be read (Windows)."""
     if sys.platform == "win32":
-        from .._windows import _private  # noqa: PLC0415 - Windows only
+        from .._platform import judge_private  # noqa: PLC0415 - Windows only
 
-        owned, opened = _private.judge(fd)
+        owned, opened = judge_private(fd)
     else:
         owned, opened = info.st_uid == os.geteuid(), bool(info.st_mode & _POSIX_OPEN_TO_OTHERS)
     if not owned:
@@ -54,7 +54,7 @@ def create_private(path: str, flags: int) -> int:
     existing one is opened as it is (``access_problem`` then judges it).
     """
     if sys.platform == "win32":
-        from .._windows import _private  # noqa: PLC0415 - Windows only
+        from .._platform import create_private as create_private_windows  # noqa: PLC0415
 
-        return _private.create_private(path, flags)
+        return create_private_windows(path, flags)
     return os.open(path, flags, 0o600)

@@ -33,8 +33,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Final, final
 
+from .._sandbox import DEFAULT_MAX_PROCESSES, MIN_MEMORY_BYTES
+
 __all__ = [
-    "DEFAULT_MAX_PROCESSES",
     "END_BOUND_SECONDS",
     "MAX_DEFAULT_MEMORY_BYTES",
     "CallCgroup",
@@ -43,14 +44,8 @@ __all__ = [
     "resolve_cgroups",
 ]
 
-DEFAULT_MAX_PROCESSES: Final = 2048
-"""The process bound of one call (``--max-processes``)."""
-
 MAX_DEFAULT_MEMORY_BYTES: Final = 16 * 1024**3
 """The default memory bound is a quarter of the machine's memory, at most this."""
-
-MIN_MEMORY_BYTES: Final = 16 * 1024**2
-"""The least memory bound accepted (below it even a shell cannot start)."""
 
 END_BOUND_SECONDS: Final = 2.0
 """Longest ``CallCgroup.end`` takes to end every member before it gives up."""

@@ -6,7 +6,8 @@
   cache directory (``<user cache>/spice-coding/<hash of the root>/``), made here, with
   the empty read-only templates that masks are bound from;
 - the code the server runs (``server_code``) and the loaded module files that are hard
-  links (``linked_modules``), which ``_containment`` weighs against the writable places.
+  links (``linked_modules``), which ``_containment.code_at_risk`` weighs against the
+  writable places.
 """
 
 from __future__ import annotations
@@ -18,14 +19,14 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Final
 
-from ._plan import CACHE_DIRECTORIES, CREDENTIALS, Place, StartFacts
+from .._sandbox import CREDENTIALS, home_directory
+from ._plan import CACHE_DIRECTORIES, Place, StartFacts
 
 __all__ = [
     "CACHE_APPLICATION",
     "CacheUnavailable",
     "cache_directory",
     "changed_place",
-    "home_directory",
     "kept_visible",
     "linked_modules",
     "place_of",
@@ -52,24 +53,6 @@ _STEP_FLAGS: Final = (
 
 class CacheUnavailable(Exception):
     """The worktree's cache directory could not be made (a start error, exit 2)."""
-
-
-def home_directory(environ: Mapping[str, str]) -> str | None:
-    """The server's home: ``$HOME`` when absolute, else the password database's entry."""
-    home = environ.get("HOME", "")
-    if not os.path.isabs(home):
-        if sys.platform == "win32":
-            return None
-        import pwd  # noqa: PLC0415 - POSIX only
-
-        try:
-            home = pwd.getpwuid(os.getuid()).pw_dir
-        except (KeyError, OSError):
-            return None
-    if not os.path.isabs(home):
-        return None
-    real = os.path.realpath(home)
-    return None if real == os.sep else real
 
 
 def user_cache_directory(environ: Mapping[str, str], home: str | None) -> str | None:

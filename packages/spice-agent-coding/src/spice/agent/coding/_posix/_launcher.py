@@ -52,11 +52,11 @@ from typing import Final, final
 from spice.agent.process import LaunchError, ProcessFailure, Spec
 from spice.agent.tools.coding.settling import settle
 
-from .._containment import OFF, Containment
 from . import _bwrap, _facts, _hints, _plan
 from . import _orphans as orphans
 from . import _supervisor as supervisor
 from ._cgroup import CallCgroup, Cgroups
+from ._containment import OFF, Containment
 from ._leader import _close_quietly
 from ._process import (
     DRAIN_BOUND_SECONDS,

@@ -34,13 +34,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final, final
 
+from .._sandbox import CREDENTIALS
 from . import _bridge, _bwrap
 from . import _supervisor as supervisor
 from ._proxy import proxy_environment
 
 __all__ = [
     "CACHE_VARIABLES",
-    "CREDENTIALS",
     "GIT_PROTECTED",
     "HOME_PROTECTED",
     "CallPlan",
@@ -61,33 +61,6 @@ class Kind(enum.Enum):
     FILE = "file"
     DIRECTORY = "directory"
 
-
-CREDENTIALS: Final = (
-    ".ssh",
-    ".gnupg",
-    ".aws",
-    ".azure",
-    ".config/gcloud",
-    ".kube",
-    ".docker/config.json",
-    ".netrc",
-    ".git-credentials",
-    ".config/gh",
-    ".config/hub",
-    ".npmrc",
-    ".pypirc",
-    ".cargo/credentials",
-    ".cargo/credentials.toml",
-    ".local/share/keyrings",
-    ".password-store",
-    ".mozilla",
-    ".config/google-chrome",
-    ".config/chromium",
-    ".config/BraveSoftware",
-    ".vault-token",
-    ".terraform.d/credentials.tfrc.json",
-)
-"""The user's credentials a contained command does not see (relative to the home)."""
 
 GIT_PROTECTED: Final = (
     (".git/hooks", Kind.DIRECTORY),

@@ -31,12 +31,12 @@ from typing import Final, final
 
 from spice.agent.process import LaunchError, Operation, Outcome, ProcessFailure, Sink, Spec
 
-from .._containment import (
+from .._sandbox import (
     AUTO,
     DISABLED,
     WORKSPACE,
-    Containment,
     ContainmentUnavailable,
+    Uncontained,
     parse_mode,
 )
 from . import _api as api
@@ -72,8 +72,8 @@ class WindowsContainmentUnavailable(ContainmentUnavailable):
         Exception.__init__(self, NO_SANDBOX)
 
 
-def windows_containment(mode: str = AUTO, allow_network: bool = False) -> Containment:
-    """The ``Containment`` for ``mode`` on Windows: always ``off``.
+def windows_containment(mode: str = AUTO, allow_network: bool = False) -> Uncontained:
+    """The sandbox for ``mode`` on Windows: always ``off`` (``Uncontained``).
 
     ``auto`` is ``off`` with a warning; ``workspace`` raises
     ``WindowsContainmentUnavailable``; an unknown mode is a ``ValueError``.
@@ -82,7 +82,7 @@ def windows_containment(mode: str = AUTO, allow_network: bool = False) -> Contai
     if requested == WORKSPACE:
         raise WindowsContainmentUnavailable
     warning = AUTO_ON_WINDOWS if requested == AUTO else None
-    return Containment(DISABLED, requested, 0, allow_network, warning)
+    return Uncontained(requested, allow_network, warning)
 
 
 @final
@@ -211,12 +211,10 @@ class WindowsLauncher:
 
     __slots__ = ("_containment",)
 
-    def __init__(self, containment: Containment | None = None) -> None:
+    def __init__(self, containment: Uncontained | None = None) -> None:
         chosen = windows_containment(DISABLED) if containment is None else containment
-        if not isinstance(chosen, Containment):
-            raise TypeError("containment must be a Containment")
-        if chosen.confined:
-            raise ValueError("Windows has no shell sandbox")
+        if not isinstance(chosen, Uncontained):
+            raise TypeError("containment must be an Uncontained (Windows has no shell sandbox)")
         self._containment = chosen
 
     @property
@@ -230,7 +228,7 @@ class WindowsLauncher:
         return None
 
     @property
-    def sandbox(self) -> Containment:
+    def sandbox(self) -> Uncontained:
         """The policy (always ``off``) and the warning ``auto`` gives."""
         return self._containment
 

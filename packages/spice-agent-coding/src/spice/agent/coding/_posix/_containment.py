@@ -1,10 +1,10 @@
-"""The shell's containment policy: from the settings and the kernel to a ``Containment``.
+"""The POSIX shell's containment: from the settings and the kernel to a ``Containment``.
 
-``--sandbox {auto,workspace,off}`` (``SPICE_AGENT_SANDBOX``) and ``--allow-network``
-become one ``Containment`` value here; the launcher applies it (``_posix._landlock`` has
-the Landlock ruleset and the supervisor). The kernel's answer comes from a probe that
-can be replaced (``resolve_containment(..., probe=...)``), which is how the tests
-simulate a kernel without Landlock.
+``--sandbox {auto,workspace,off}`` (``SPICE_AGENT_SANDBOX``, parsed by ``_sandbox``) and
+``--allow-network`` become one ``Containment`` value here; the launcher applies it
+(``_landlock`` has the Landlock ruleset and the supervisor). The kernel's answer comes
+from a probe that can be replaced (``resolve_containment(..., probe=...)``), which is how
+the tests simulate a kernel without Landlock.
 
 - ``workspace``: Landlock must exist (ABI >= 1), else ``ContainmentUnavailable``
   (the CLI refuses to start: one line, exit 2).
@@ -20,52 +20,25 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Final, final
 
-from ._network import DomainPolicy
-from ._posix import _bwrap, _facts
-from ._posix import _landlock as landlock
-from ._posix import _seccomp as seccomp
-from ._posix._bwrap import Namespaces
-
-SANDBOX_ENVIRONMENT_VARIABLE: Final = "SPICE_AGENT_SANDBOX"
-AUTO: Final = "auto"
-WORKSPACE: Final = "workspace"
-DISABLED: Final = "off"
-MODES: Final = (AUTO, WORKSPACE, DISABLED)
-DEFAULT_MODE: Final = AUTO
+from .._network import DomainPolicy
+from .._sandbox import (
+    AUTO_WITHOUT_LANDLOCK,
+    DEFAULT_MODE,
+    DISABLED,
+    MODES,
+    ROOT_IS_SLASH,
+    WORKSPACE,
+    ContainmentUnavailable,
+)
+from . import _bwrap, _facts
+from . import _landlock as landlock
+from . import _seccomp as seccomp
+from ._bwrap import Namespaces
 
 MAXIMUM_SENTENCE_BYTES: Final = 512
 """Bound of the sentence the shell's description gets about what is confined (the
 product's ``MAXIMUM_CONTAINMENT_BYTES``: a longer one would be dropped there)."""
 
-NO_LANDLOCK: Final = "the kernel has no Landlock: --sandbox workspace cannot be enforced"
-AUTO_WITHOUT_LANDLOCK: Final = (
-    "warning: the kernel has no Landlock; shell commands run uncontained (--sandbox off)"
-)
-
-
-ROOT_IS_SLASH: Final = "the worktree root is /: --sandbox workspace would confine nothing"
-SLASH_ROOT_NEEDS_OFF: Final = (
-    "the worktree root is /: every file of this system would be served and no shell command "
-    "could be contained; give --sandbox off to serve it uncontained anyway"
-)
-HELP: Final = (
-    "Sandbox (--sandbox, Linux): auto, the default, contains each shell command where the "
-    "kernel has Landlock and runs it uncontained with a warning where it has not; workspace "
-    "refuses to start without Landlock; off contains nothing. A contained command and its "
-    "descendants may write only beneath the worktree, a private TMPDIR, the worktree's "
-    "private caches and each --allow-write directory, and hold no capability. Where this "
-    "host gives bubblewrap's namespaces they also cannot see your credentials (~/.ssh, "
-    "~/.aws, ~/.netrc and the like; --deny-read, --allow-read), cannot write .git/hooks, "
-    ".git/config, .git/info or .gitmodules, nor the server's own code, have no network "
-    "but a private loopback and the --allow-domain hosts (through the server's proxy) "
-    "unless --allow-network, and cannot reach other processes; "
-    "without namespaces reads and .git stay open. Each call runs in its own cgroup where "
-    "one can be made (--max-processes, --max-memory). In every mode a command and all its "
-    "descendants end with their call. Each shell result's contained field says whether "
-    "its command was contained; 'spice-coding tools' prints what this host enforces. A "
-    "root of / is refused unless --sandbox off is given."
-)
-"""What ``spice-coding --help`` says of the sandbox (contract 11.3): as it is, in one place."""
 INTERPRETER_BENEATH_ROOT: Final = (
     "the server's Python lies beneath the worktree root: a command could change the "
     "sandbox's code, so --sandbox workspace cannot be enforced"
@@ -92,25 +65,6 @@ NOT_CONTAINED_WITHOUT_NAMESPACES: Final = (
     "without namespaces and a seccomp filter, other processes, TCP through MPTCP, "
     "Fast Open and listen(), UDP, SysV IPC and the keyring stay reachable"
 )
-
-
-class ContainmentUnavailable(Exception):
-    """``workspace`` was asked for where the kernel cannot enforce it."""
-
-    def __init__(self, reason: str = NO_LANDLOCK) -> None:
-        super().__init__(reason)
-
-
-def slash_root_problem(root: str, mode: str) -> str | None:
-    """Why ``root`` may not be served in ``mode``: a root of ``/`` needs ``off``, chosen.
-
-    ``/`` is the file system's root as the real path shows it: the one directory that is
-    its own parent (``/`` on POSIX; a drive's or a share's root on Windows).
-    """
-    real = os.path.realpath(root)
-    if mode != DISABLED and os.path.dirname(real) == real:
-        return SLASH_ROOT_NEEDS_OFF
-    return None
 
 
 def unsafe_root(root: str, interpreter: str, prefixes: Sequence[str]) -> str | None:
@@ -410,18 +364,6 @@ class Containment:
 
 OFF: Final = Containment(DISABLED)
 """No Landlock (the original behaviour of the shell, with the lifetime guarantees)."""
-
-
-def parse_mode(value: str) -> str:
-    """A sandbox mode from its text (the settings' case rule: blanks and case ignored).
-
-    ``ValueError`` when it names no mode. ``_settings`` is the one caller that reads
-    text; everything after it handles the mode as a value.
-    """
-    mode = value.strip().lower()
-    if mode not in MODES:
-        raise ValueError("the sandbox mode must be one of auto, workspace, off")
-    return mode
 
 
 def resolve_containment(

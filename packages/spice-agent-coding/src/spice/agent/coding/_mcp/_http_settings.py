@@ -1,0 +1,45 @@
+"""What ``serve --transport http`` is told: where to listen, how to authenticate, bounds.
+
+``_settings`` reads the flags and makes an ``HttpSettings``; the HTTP transport
+(``_http``) obeys it. Beside the transport, so the transport never imports the CLI's
+settings (contract 12.5); the standard library only, so ``_settings`` stays light.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final, final
+
+__all__ = ["HttpSettings"]
+
+DEFAULT_HTTP_HOST: Final = "127.0.0.1"
+DEFAULT_HTTP_PORT: Final = 8765
+DEFAULT_HTTP_PATH: Final = "/mcp"
+DEFAULT_MAX_CONCURRENT_CALLS: Final = 16
+MAXIMUM_CONCURRENT_CALLS: Final = 1024
+DEFAULT_CALLS_PER_MINUTE: Final = 600
+MAXIMUM_CALLS_PER_MINUTE: Final = 1_000_000
+DEFAULT_SHUTDOWN_GRACE: Final = 5.0
+MAXIMUM_SHUTDOWN_GRACE: Final = 300.0
+MAXIMUM_ALLOWED_ORIGINS: Final = 32
+MAXIMUM_URL_LENGTH: Final = 2048
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class HttpSettings:
+    """How ``serve --transport http`` listens, authenticates and bounds (contract 11.2)."""
+
+    host: str = DEFAULT_HTTP_HOST
+    port: int = DEFAULT_HTTP_PORT
+    path: str = DEFAULT_HTTP_PATH
+    token_file: str | None = None
+    insecure_no_auth: bool = False
+    allow_remote: bool = False
+    public_url: str | None = None
+    allowed_origins: tuple[str, ...] = ()
+    allow_uncontained_shell: bool = False
+    max_concurrent_calls: int = DEFAULT_MAX_CONCURRENT_CALLS
+    rate: int = DEFAULT_CALLS_PER_MINUTE
+    audit_log: str | None = None
+    shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE
