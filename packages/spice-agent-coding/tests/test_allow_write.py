@@ -42,8 +42,9 @@ def parsed(argv: list[str], environ: dict[str, str] | None = None) -> Settings:
 def test_each_flag_adds_a_resolved_directory_once(tmp_path: Path) -> None:
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
-    (tmp_path / "link").symlink_to(tmp_path / "a")
-    argv = ["--root", str(tmp_path), "--allow-write", str(tmp_path / "a"), "serve"]
+    (tmp_path / "root").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "a")  # outside every writable place: followed
+    argv = ["--root", str(tmp_path / "root"), "--allow-write", str(tmp_path / "a"), "serve"]
     argv += ["--allow-write", str(tmp_path / "b"), "--allow-write", str(tmp_path / "link")]
     chosen = parsed(argv).allow_write
     assert (str((tmp_path / "a").resolve()), str((tmp_path / "b").resolve())) == chosen
@@ -101,6 +102,60 @@ def test_any_text_is_accepted_only_as_an_existing_absolute_directory(
         assert os.path.isabs(path)
         assert os.path.isdir(path)
         assert path != "/"
+
+
+@pytest.mark.parametrize("where", ["root", "other"])
+def test_a_link_inside_a_writable_place_is_refused_naming_it(tmp_path: Path, where: str) -> None:
+    """R4-5: a link beneath the root, or beneath another --allow-write directory, is not
+    followed; the refusal names the link (what the user named is a path a command made)."""
+    root, other, outside = tmp_path / "root", tmp_path / "other", tmp_path / "outside"
+    for directory in (root, other, outside):
+        directory.mkdir()
+    holder = root if where == "root" else other
+    (holder / "x").mkdir()
+    (holder / "x" / "sub").symlink_to(outside)
+    argv = ["--root", str(root), "--allow-write", str(other)]
+    argv += ["--allow-write", str(holder / "x" / "sub"), "serve"]
+    with pytest.raises(SettingsError) as caught:
+        parsed(argv)
+    message = str(caught.value)
+    assert str(holder.resolve() / "x" / "sub") in message
+    assert "symbolic link inside a writable place" in message
+    assert str(outside) not in message.replace(str(holder.resolve()), "")
+
+
+def test_a_link_above_every_writable_place_is_followed(tmp_path: Path) -> None:
+    """A link that no command could make (its directory is writable by none of them)."""
+    root, real = tmp_path / "root", tmp_path / "real"
+    root.mkdir()
+    (real / "cache").mkdir(parents=True)
+    (tmp_path / "alias").symlink_to(real)
+    argv = ["--root", str(root), "--allow-write", str(tmp_path / "alias" / "cache"), "serve"]
+    assert (str((real / "cache").resolve()),) == parsed(argv).allow_write
+
+
+def test_a_directory_swapped_for_a_link_by_a_command_is_refused_at_the_next_start(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """R4-5 across starts: a contained command replaced the parent of an --allow-write
+    directory with one holding a link of that name; the next start exits 2 naming it."""
+    if landlock_abi() < 1:
+        pytest.skip("the kernel has no Landlock")
+    root, outside = (tmp_path / "root").resolve(), (tmp_path / "outside").resolve()
+    (root / "x" / "sub").mkdir(parents=True)
+    outside.mkdir()
+    allowed = ["--root", str(root), "--allow-write", str(root / "x" / "sub")]
+    swap = f"mv x y && mkdir x && ln -s {outside} x/sub"
+    arguments = json.dumps({"argv": ["/bin/sh", "-c", swap]})
+    assert 0 == _cli.main([*allowed, "--sandbox", "workspace", "call", "shell", arguments])
+    answer = json.loads(capsys.readouterr().out)
+    assert (True, True) == (answer["ok"], answer["contained"])
+    escape = json.dumps({"argv": ["/bin/sh", "-c", f"echo escaped > {outside}/AWR"]})
+    code = _cli.main([*allowed, "--sandbox", "workspace", "call", "shell", escape])
+    err = capsys.readouterr().err
+    assert (2, 1) == (code, len(err.strip().splitlines()))
+    assert str(root / "x" / "sub") in err
+    assert [] == os.listdir(outside)
 
 
 def test_a_bad_directory_is_one_line_and_exit_2(

@@ -19,7 +19,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 import procutil
 import pytest
@@ -276,76 +276,6 @@ async def test_n3_prlimit_of_the_server_is_refused(policy: Containment, root: Pa
 
 
 # -- N4: a worktree holding the server's code ------------------------------------------------
-
-
-def test_n4_a_worktree_holding_the_servers_code_cannot_switch_containment_off(
-    tmp_path: Path,
-) -> None:
-    """Call 1 disables Landlock in the worktree's copy of the supervisor; call 2 still fails.
-
-    The server runs from a copy of the package beneath its root (as an agent working on
-    this repository would), so the file a command edits is the server's own code.
-    """
-    package = Path(__file__).resolve().parents[1] / "src" / "spice" / "agent" / "coding"
-    root = (tmp_path / "self").resolve()
-    copy = root / "src" / "spice" / "agent" / "coding"
-    copy.parent.mkdir(parents=True)
-    subprocess.run(["cp", "-r", str(package), str(copy)], check=True)
-    outside = (tmp_path / "out").resolve()
-    outside.mkdir()
-    target = copy / "_posix" / "_landlock.py"
-    disable = (
-        f"p = {str(target)!r}; s = open(p).read(); "
-        "open(p, 'w').write(s.replace('def restrict_self(ruleset: int) -> None:\\n', "
-        "'def restrict_self(ruleset: int) -> None:\\n    return\\n', 1))"
-    )
-    escape = f"open({str(outside / 'SELF')!r}, 'w').write('escaped')"
-    calls = [
-        {"argv": [PYTHON, "-c", disable]},
-        {"argv": [PYTHON, "-c", escape]},
-    ]
-    frames: list[Any] = [
-        {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-            "protocolVersion": "2025-11-25", "capabilities": {},
-            "clientInfo": {"name": "t", "version": "0"}}},
-        {"jsonrpc": "2.0", "method": "notifications/initialized"},
-    ] + [
-        {"jsonrpc": "2.0", "id": index + 1, "method": "tools/call",
-         "params": {"name": "shell", "arguments": arguments}}
-        for index, arguments in enumerate(calls)
-    ]  # fmt: skip
-    boot = (
-        "import sys; sys.path.insert(0, sys.argv[1]); "
-        "import spice.agent.coding._posix._landlock as m; "
-        "assert m.__file__.startswith(sys.argv[1]); "
-        "from spice.agent.coding._cli import run; sys.exit(run(sys.argv[2:]))"
-    )
-    server = subprocess.Popen(
-        [sys.executable, "-c", boot, str(root / "src"), "--root", str(root),
-         "--sandbox", "workspace", "serve"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )  # fmt: skip
-    answers: list[dict[str, object]] = []
-    assert server.stdin is not None
-    assert server.stdout is not None
-    for frame in frames:
-        server.stdin.write((json.dumps(frame) + "\n").encode())
-        server.stdin.flush()
-        if "id" in frame:
-            answers.append(json.loads(server.stdout.readline()))
-    server.stdin.close()
-    server.wait(timeout=BOUND)
-    server.stdout.close()
-    assert server.stderr is not None
-    server.stderr.close()
-    assert "return\n" in target.read_text()  # call 1 did change the worktree's copy
-    assert not (outside / "SELF").exists()
-    second = answers[-1]["result"]
-    assert isinstance(second, dict)
-    content = json.loads(second["content"][0]["text"])
-    assert content["exit_code"] != 0
 
 
 async def test_n4_the_server_imports_no_module_once_a_command_could_have_written(

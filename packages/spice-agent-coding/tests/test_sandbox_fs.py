@@ -599,6 +599,71 @@ def test_a_second_server_runs_no_code_a_contained_command_planted(
     assert [] == sorted(p.name for p in out.iterdir())
 
 
+SWAP_CODE: Final = (
+    "import os, shutil, sys\n"
+    "out = sys.argv[1]\n"
+    "plant = 'open(' + repr(out + '/SWAPPED') + ', \"w\").close()\\n'\n"
+    "for parent, edited in (\n"
+    "    ('src', 'src/spice-agent-coding/src/spice/agent/coding/_cli.py'),\n"
+    "    ('src/spice-agent-coding', 'src/spice-agent-coding/src/spice/agent/coding/_cli.py'),\n"
+    "):\n"
+    "    try:\n"
+    "        os.rename(parent, parent + '-old')\n"
+    "    except OSError as error:\n"
+    "        print('REFUSED', parent, error.errno)\n"
+    "        continue\n"
+    "    shutil.copytree(parent + '-old', parent, symlinks=True)\n"
+    "    open(edited, 'a').write(plant)\n"
+    "    print('SWAPPED', parent)\n"
+)
+"""Rename a directory above the server's read-only code, copy it back, edit the copy (R5-3)."""
+
+
+def test_a_second_server_runs_no_code_planted_by_renaming_a_parent_of_its_code(
+    root: Path, home: Path, base: Path
+) -> None:
+    """R5-3: every directory between the worktree and the server's code is pinned in place.
+
+    The first call tries to rename each parent of the read-only sources and put an edited
+    copy where it stood; the kernel refuses each rename (a mount point is busy), and a
+    second start of the same server writes no marker.
+    """
+    if not NAMESPACES.made:
+        pytest.skip(f"no namespaces here: {NAMESPACES.reason}")
+    python = _self_hosting(root)
+    out = base / "out"
+    out.mkdir()
+    env = _server_environment(root, home, "/usr/bin:/bin")
+    entry = "import sys; from spice.agent.coding._cli import main; sys.exit(main())"
+    server = [str(python), "-c", entry, "--root", str(root)]
+    arguments = json.dumps({"argv": [PYTHON, "-I", "-c", SWAP_CODE, str(out)]})
+    first = subprocess.run(
+        [*server, "--sandbox", "workspace", "call", "shell", arguments],
+        capture_output=True,
+        env=env,
+        timeout=BOUND,
+        check=False,
+        cwd=root,
+    )
+    answer = json.loads(first.stdout)
+    assert answer["contained"] is True
+    assert ["REFUSED src 16", "REFUSED src/spice-agent-coding 16"] == answer[
+        "stdout"
+    ].splitlines(), answer
+    tools = subprocess.run(
+        [*server, "--sandbox", "workspace", "tools"],
+        capture_output=True,
+        env=env,
+        timeout=BOUND,
+        check=False,
+        cwd=root,
+    )
+    assert 0 == tools.returncode, tools.stderr
+    pinned = json.loads(tools.stdout)["sandbox"]["plan"]["pinned_in_place"]
+    assert {str(root / "src"), str(root / "src" / "spice-agent-coding")} <= set(pinned)
+    assert [] == sorted(p.name for p in out.iterdir())
+
+
 def test_a_hard_linked_module_on_a_writable_device_refuses_workspace_on_both_paths(
     root: Path, home: Path, base: Path
 ) -> None:

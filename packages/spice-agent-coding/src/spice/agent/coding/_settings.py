@@ -409,7 +409,7 @@ def resolve_settings(flags: Flags, environ: Mapping[str, str] | None = None) -> 
         config,
         _sandbox(flags.sandbox, source),
         _allow_network(flags, source),
-        _allow_write(flags.allow_write, source),
+        _allow_write(flags.allow_write, source, base.root),
         _max_processes(
             _chosen(flags.max_processes, "--max-processes", source, MAX_PROCESSES_VARIABLE)
         ),
@@ -525,8 +525,15 @@ def _domains(flags: Flags, source: Mapping[str, str]) -> DomainPolicy:
     return DomainPolicy(patterns, private)
 
 
-def _allow_write(from_flags: tuple[str, ...], source: Mapping[str, str]) -> tuple[str, ...]:
-    """The ``--allow-write`` directories: flags, else the variable; each checked, resolved."""
+def _allow_write(
+    from_flags: tuple[str, ...], source: Mapping[str, str], root: str
+) -> tuple[str, ...]:
+    """The ``--allow-write`` directories: flags, else the variable; each checked, resolved.
+
+    A symbolic link on the way to one that lies beneath a writable place (the root ``root``
+    or another such directory) is refused, never followed: a command could have made it,
+    and the next start would then write where it points (contract 12.1, R4-5).
+    """
     if from_flags:
         raw, origin = list(from_flags), _ALLOW_WRITE_FLAG
     else:
@@ -550,7 +557,32 @@ def _allow_write(from_flags: tuple[str, ...], source: Mapping[str, str]) -> tupl
             raise SettingsError(f"{origin} cannot be /: it would confine nothing")
         if real not in chosen:
             chosen.append(real)
+    places = tuple(p for p in (os.path.realpath(root), *chosen) if p != os.sep)
+    for item in raw:
+        link = _link_in_writable_place(item, places)
+        if link is not None:
+            shown = link[:_SHOWN_CHARACTERS].encode("unicode_escape").decode("ascii")
+            raise SettingsError(
+                f"{origin}: {shown!r} is a symbolic link inside a writable place (a command "
+                "could have made it): name the directory it points to"
+            )
     return tuple(chosen)
+
+
+def _link_in_writable_place(path: str, places: tuple[str, ...]) -> str | None:
+    """The first symbolic link on the way to ``path`` whose own directory lies beneath one
+    of ``places`` (real paths), else ``None``. Reads the links' metadata only."""
+    parts = os.path.normpath(path).split(os.sep)[1:]
+    current = os.sep
+    for part in parts:
+        current = os.path.join(current, part)
+        if not os.path.islink(current):
+            continue
+        parent = os.path.realpath(os.path.dirname(current))
+        if any(parent == place or parent.startswith(place + os.sep) for place in places):
+            return current
+        current = os.path.realpath(current)
+    return None
 
 
 STDIO: Final = "stdio"

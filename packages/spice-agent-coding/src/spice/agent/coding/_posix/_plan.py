@@ -427,6 +427,10 @@ def plan_call(
     for path in facts.trusted:
         if inside(path) and path not in read_only and kind(path) is not Kind.ABSENT:
             read_only.append(path)
+            # Each directory between the writable place and the code is a mount point too,
+            # so no command can rename it and put a changed copy in its place (R5-3): the
+            # next start would import that.
+            pinned += [above for above in _ancestors(path, writable) if above not in pinned]
     kept = tuple(_outermost(read_only))
     # A mount point cannot be made inside a read-only place (nor is one needed there).
     masks = [m for m in masks if not (m.absent and any(_beneath(m.path, p) for p in kept))]
