@@ -12,7 +12,7 @@ PACKAGES := spice-agent-api spice-agent-tools-coding spice-agent-coding
 PACKAGE_SOURCES := packages/spice-agent-api/src:packages/spice-agent-tools-coding/src:packages/spice-agent-coding/src
 PYTEST_WORKERS ?= 2
 
-.PHONY: help bootstrap system-packages inspector gemini-cli conformance wheelhouse dist fast check format lint typecheck test test-unprivileged test-windows stress verify verify-offline verify-release demo soak bench clean
+.PHONY: test-reverse help bootstrap system-packages inspector gemini-cli conformance wheelhouse dist fast check format lint typecheck test test-unprivileged test-windows stress verify verify-offline verify-release demo soak bench clean
 
 help:
 	@echo "make demo     run the tools end to end over MCP on a sample worktree"
@@ -21,6 +21,7 @@ help:
 	@echo "make check    format check, lint and mypy --strict"
 	@echo "make soak     long race and crash sweeps (minutes)"
 	@echo "make stress   the whole suite three times beside four busy processes (long)"
+	@echo "make test-reverse  the whole suite with its tests in reverse order"
 	@echo "make verify-release  verify, offline verify, reproducible builds, index-free install"
 	@echo "make dist     the three wheels and sdists in dist/ (reproducible)"
 	@echo "make bench    benchmarks beside their floors and peers"
@@ -238,6 +239,11 @@ test-unprivileged:
 	fi; \
 	echo "test-unprivileged: as uid $(UNPRIVILEGED_UID) with $$python: $$tests"; \
 	$$as_user $$python -m pytest -q -p no:cacheprovider $$tests
+
+# The whole suite once more with the collected tests in reverse order (contract 12.5: no
+# test depends on what ran before it), on PYTEST_WORKERS processes, without coverage.
+test-reverse:
+	$(UV_RUN) pytest -q -n $(PYTEST_WORKERS) -p no:cacheprovider --no-cov --reverse-order
 
 # The whole suite STRESS_ROUNDS times beside STRESS_LOAD busy processes (yes > /dev/null),
 # each round bounded by STRESS_ROUND_SECONDS; the load is stopped on every exit.

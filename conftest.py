@@ -55,6 +55,24 @@ def _under_wine() -> bool:
         return False
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """``--reverse-order``: run the collected tests last to first (contract 12.5: the suite
+    passes in reverse order too; ``make test-reverse``)."""
+    parser.addoption(
+        "--reverse-order",
+        action="store_true",
+        default=False,
+        help="run the collected tests in reverse order",
+    )
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Reverse the order of the collected tests when ``--reverse-order`` is given."""
+    if config.getoption("--reverse-order"):
+        items.reverse()
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Under Wine, every new event loop is a Proactor whose waits are capped."""
     del config

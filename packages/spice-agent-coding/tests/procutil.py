@@ -73,9 +73,29 @@ def is_alive(pid: int) -> bool:
     return stat is not None and stat.alive
 
 
-def open_descriptors() -> int:
-    """How many file descriptors this process has open."""
-    return len(os.listdir(f"{PROC}/self/fd"))
+LIFETIME_RESOURCES: Final = ("/memfd:spice-supervisor",)
+"""What a process opens once for its whole life (the supervisor's sealed code, made at the
+first contained start): never counted as a test's leak (review-round4 D2)."""
+
+
+def open_descriptors() -> frozenset[tuple[int, str]]:
+    """The descriptors this process has open, as ``(fd, what it names)``.
+
+    Compared before and after a test's subject ran, a difference names the descriptor the
+    subject left open (or closed), not a count of the whole process; what a process opens
+    for its life (``LIFETIME_RESOURCES``) is left out, so the answer does not depend on
+    which test ran first. A descriptor closed while it is read (the listing's own) is left
+    out too.
+    """
+    found: set[tuple[int, str]] = set()
+    for name in os.listdir(f"{PROC}/self/fd"):
+        try:
+            target = os.readlink(f"{PROC}/self/fd/{name}")
+        except OSError:
+            continue
+        if not target.startswith(LIFETIME_RESOURCES):
+            found.add((int(name), target))
+    return frozenset(found)
 
 
 async def until(condition: Callable[[], bool], bound: float = CONDITION_BOUND_SECONDS) -> bool:

@@ -13,6 +13,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Final
 
+import procutil
 import pytest
 from app_fakes import PROGRESS_MESSAGE, EchoTool
 from mcp import Client
@@ -209,14 +210,14 @@ async def test_a_divert_that_fails_at_any_step_leaks_nothing_and_restores_both(
 
     async with pipes() as (in_r, _, _, out_w):
         original = (os.fstat(in_r).st_ino, os.fstat(out_w).st_ino)
-        before = sorted(os.listdir("/proc/self/fd"))
+        before = procutil.open_descriptors()
         for name in ("dup", "dup2", "open"):
             monkeypatch.setattr(os, name, failing_at(getattr(os, name)))
         with pytest.raises(OSError, match="injected"):
             async with open_stdio(in_r, out_w, divert=True):
                 pass  # pragma: no cover - the divert fails first
         monkeypatch.undo()
-        assert before == sorted(os.listdir("/proc/self/fd"))
+        assert before == procutil.open_descriptors()
         assert original == (os.fstat(in_r).st_ino, os.fstat(out_w).st_ino)
     assert steps >= failing  # the fault was reached (a restore may add steps after it)
 

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
+import procutil
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -148,10 +149,10 @@ def test_a_ruleset_is_built_for_real_and_closed_on_exec(tmp_path: Path) -> None:
 @needs_landlock
 def test_a_missing_writable_path_fails_the_ruleset(tmp_path: Path) -> None:
     """A root that does not exist cannot be allowed: FileNotFoundError, no fd left."""
-    before = len(os.listdir("/proc/self/fd"))
+    before = procutil.open_descriptors()
     with pytest.raises(FileNotFoundError):
         landlock.build_ruleset(ABI, [os.fsencode(tmp_path / "gone")], allow_network=True)
-    assert before == len(os.listdir("/proc/self/fd"))
+    assert before == procutil.open_descriptors()
 
 
 @pytest.fixture

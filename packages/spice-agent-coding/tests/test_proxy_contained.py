@@ -21,6 +21,7 @@ import tempfile
 from pathlib import Path
 from typing import Final
 
+import procutil
 import pytest
 from netutil import Loopback, echo, http_host, loopback
 
@@ -264,8 +265,9 @@ HOLD: Final = TUNNEL.replace(
 ).replace("import socket, sys\n", "import socket, sys, time\n")
 
 
-def descriptors() -> int:
-    return len(os.listdir("/proc/self/fd"))
+def descriptors() -> frozenset[tuple[int, str]]:
+    """This process's descriptors but its lifetime ones (``procutil.open_descriptors``)."""
+    return procutil.open_descriptors()
 
 
 async def test_a_calls_end_closes_its_tunnels_and_leaves_no_descriptor(root: Path) -> None:
