@@ -23,8 +23,8 @@ from test_mcp_pipes import INITIALIZE, INITIALIZED, LineReader, exchange, pipes,
 from test_mcp_shutdown import initialized, piped
 
 from spice.agent.coding import mcp_server
+from spice.agent.coding._mcp._framing import MAXIMUM_FRAME_BYTES
 from spice.agent.coding._mcp._stdio import (
-    MAXIMUM_FRAME_BYTES,
     MAXIMUM_REQUESTS_IN_FLIGHT,
     _InFlight,
     open_stdio,

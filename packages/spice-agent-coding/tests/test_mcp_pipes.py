@@ -21,8 +21,8 @@ from mcp_types.version import LATEST_HANDSHAKE_VERSION
 from raw_peer import pump
 
 from spice.agent.coding import mcp_server
+from spice.agent.coding._mcp._framing import MAXIMUM_FRAME_BYTES
 from spice.agent.coding._mcp._stdio import (
-    MAXIMUM_FRAME_BYTES,
     READ_CHUNK_BYTES,
     _error_for,
     open_stdio,

@@ -19,7 +19,7 @@ from mcp import Client, StdioServerParameters
 from mcp.types import TextContent
 from mcp_types.version import LATEST_HANDSHAKE_VERSION
 
-from spice.agent.coding._mcp._stdio import MAXIMUM_FRAME_BYTES
+from spice.agent.coding._mcp._framing import MAXIMUM_FRAME_BYTES
 from spice.agent.tools.coding import SECURITY_WARNING
 
 SCRIPT: Final = Path(sys.executable).parent / "spice-coding"

@@ -29,6 +29,7 @@ __all__ = [
     "MAXIMUM_HEADERS",
     "MAXIMUM_HEAD_BYTES",
     "BadRequest",
+    "HeadReader",
     "Request",
     "origin_head",
     "parse_head",
@@ -92,6 +93,54 @@ class Request:
         """``host:port`` as reported (an IPv6 address in brackets)."""
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"{host}:{self.port}"
+
+
+@final
+class HeadReader:
+    """Gathers a client's head, sans-IO: ``feed`` what arrived until it answers the head.
+
+    The answer is ``(head, rest)``: the bytes through the blank line, and what came after
+    them in the same reads (a tunnel's first bytes, a request's body). Past
+    ``MAXIMUM_HEAD_BYTES`` without a blank line the answer is everything held and no rest,
+    which ``parse_head`` refuses with 431. ``wanted`` is the most the next read should
+    take, so the reader never holds more than the bound and the blank line, plus one byte.
+
+    >>> reader = HeadReader()
+    >>> reader.feed(b"CONNECT a.example:443 HTTP/1.1\r\n") is None
+    True
+    >>> reader.feed(b"\r\n\x16\x03")
+    (b'CONNECT a.example:443 HTTP/1.1\r\n\r\n', b'\x16\x03')
+    """
+
+    __slots__ = ("_data", "_done")
+
+    def __init__(self) -> None:
+        self._data = b""
+        self._done = False
+
+    @property
+    def wanted(self) -> int:
+        """How many bytes the next read may take (0 once the head is answered)."""
+        if self._done:
+            return 0
+        return MAXIMUM_HEAD_BYTES + len(HEAD_END) - len(self._data) + 1
+
+    def feed(self, data: bytes) -> tuple[bytes, bytes] | None:
+        """``(head, rest)`` once the head is whole (or over the bound), else ``None``."""
+        if self._done:
+            raise ValueError("the head was already answered")
+        if len(data) > self.wanted:
+            raise ValueError("more bytes than the reader wanted")
+        self._data += data
+        end = self._data.find(HEAD_END)
+        if end >= 0:
+            cut = end + len(HEAD_END)
+            self._done = True
+            return self._data[:cut], self._data[cut:]
+        if len(self._data) > MAXIMUM_HEAD_BYTES:
+            self._done = True
+            return self._data, b""
+        return None
 
 
 def _authority(text: bytes, default_port: int | None) -> tuple[str, int]:

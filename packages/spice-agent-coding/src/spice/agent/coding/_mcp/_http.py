@@ -63,10 +63,10 @@ from spice.agent.dispatch import Dispatcher
 from spice.agent.tools.coding import Config
 
 from ._audit import AuditLog
+from ._framing import MAXIMUM_FRAME_BYTES
 from ._gate import HttpGate
 from ._http_settings import HttpSettings
 from ._server import serving
-from ._stdio import MAXIMUM_FRAME_BYTES
 from ._tokens import ANONYMOUS, SCOPES, TOOL_SCOPES, TokenStore
 
 MAXIMUM_BODY_BYTES: Final = MAXIMUM_FRAME_BYTES

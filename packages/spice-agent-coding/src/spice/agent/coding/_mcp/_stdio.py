@@ -38,18 +38,12 @@ from mcp.types.jsonrpc import (
 )
 
 from spice.agent.dispatch import Dispatcher
-from spice.agent.tool import MAXIMUM_PAYLOAD_BYTES
 from spice.agent.tools.coding import Config
 
+from ._framing import MAXIMUM_FRAME_BYTES, LineFramer
 from ._json import frame
 from ._server import serving
 from ._threaded_io import BlockingChannel
-
-MAXIMUM_FRAME_BYTES: Final = 8 * MAXIMUM_PAYLOAD_BYTES
-"""Longest JSON-RPC line accepted: a maximal payload, escaped, inside its envelope.
-
-A longer line is discarded as it streams in (memory stays bounded) and never answered.
-"""
 
 MAXIMUM_REQUESTS_IN_FLIGHT: Final = 64
 """Requests handed to the server and not yet answered, per session.
@@ -395,34 +389,20 @@ async def _read_frames(source: _Source, wire: _Wire) -> None:
     ``EOF_GRACE_SECONDS`` to finish (and be answered) before the server's stream
     closes, which stops the rest as on cancellation.
     """
-    buffer = bytearray()
-    discarding = False
+    framer = LineFramer(MAXIMUM_FRAME_BYTES)
     async with wire.send, wire.reply:
         while chunk := await source.read():
-            start = 0
-            while (newline := chunk.find(b"\n", start)) >= 0:
-                if discarding:
-                    discarding = False
-                    await wire.send.send(ValueError(_FRAME_TOO_LARGE))
-                elif len(buffer) + newline - start > MAXIMUM_FRAME_BYTES:
-                    buffer.clear()
-                    await wire.send.send(ValueError(_FRAME_TOO_LARGE))
-                else:
-                    buffer += chunk[start:newline]
-                    line = bytes(buffer)
-                    buffer.clear()
-                    await _deliver(line, wire)
-                    del line
-                start = newline + 1
-            if not discarding:
-                buffer += chunk[start:]
-                if len(buffer) > MAXIMUM_FRAME_BYTES:
-                    buffer.clear()
-                    discarding = True
+            frames = framer.feed(chunk)
             del chunk
-        if buffer and not discarding:
-            await _deliver(bytes(buffer), wire)
-        buffer.clear()
+            for line in frames:
+                if isinstance(line, bytes):
+                    await _deliver(line, wire)
+                else:
+                    await wire.send.send(ValueError(_FRAME_TOO_LARGE))
+            del frames
+        for line in framer.eof():
+            if isinstance(line, bytes):
+                await _deliver(line, wire)
         with anyio.move_on_after(EOF_GRACE_SECONDS):
             await wire.in_flight.drained()
 

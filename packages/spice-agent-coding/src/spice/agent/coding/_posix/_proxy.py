@@ -54,7 +54,7 @@ from typing import Final, final
 from spice.agent.process import LaunchError
 
 from .._network import DomainPolicy, address_of
-from .._proxyhttp import HEAD_END, MAXIMUM_HEAD_BYTES, BadRequest, Request, origin_head, parse_head
+from .._proxyhttp import BadRequest, HeadReader, Request, origin_head, parse_head
 from .._tlshello import MAXIMUM_HELLO_BYTES, NEED_MORE, NOT_TLS, Hello, read_hello
 from . import _bridge as bridge
 from ._relay import CHUNK_BYTES, relay
@@ -545,18 +545,14 @@ class CallProxy:
 async def _read_head(connection: socket.socket) -> tuple[bytes, bytes]:
     """The head (through its blank line) and what came after it; at most the head bound."""
     loop = asyncio.get_running_loop()
-    data = b""
+    reader = HeadReader()
     while True:
-        end = data.find(HEAD_END)
-        if end >= 0:
-            cut = end + len(HEAD_END)
-            return data[:cut], data[cut:]
-        if len(data) > MAXIMUM_HEAD_BYTES:
-            return data, b""  # parse_head says 431
-        chunk = await loop.sock_recv(connection, MAXIMUM_HEAD_BYTES + len(HEAD_END) - len(data) + 1)
+        chunk = await loop.sock_recv(connection, reader.wanted)
         if not chunk:
             raise EOFError
-        data += chunk
+        answered = reader.feed(chunk)
+        if answered is not None:
+            return answered  # over the bound: parse_head says 431
 
 
 async def _opening(
