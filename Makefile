@@ -6,13 +6,19 @@ SHELL := /bin/bash
 
 PYTHON ?= python3
 UV_VERSION := 0.13.9
-UV ?= uv
+# The pinned uv: `uv` on PATH when it is UV_VERSION, else a private copy beneath .tools/
+# that `make bootstrap` and `make dist` install with pip (the `pinned-uv` target), so a
+# machine with only python3, pip, make and git can run both. A UV given by the caller wins.
+UV_PRIVATE := $(CURDIR)/.tools/uv-$(UV_VERSION)
+ifeq ($(origin UV),undefined)
+UV := $(shell [ "$$(uv --version 2>/dev/null | cut -d' ' -f2)" = "$(UV_VERSION)" ] && echo uv || echo $(UV_PRIVATE)/bin/uv)
+endif
 UV_RUN := $(UV) run --locked --no-sync
 PACKAGES := spice-agent-api spice-agent-tools-coding spice-agent-coding
 PACKAGE_SOURCES := packages/spice-agent-api/src:packages/spice-agent-tools-coding/src:packages/spice-agent-coding/src
 PYTEST_WORKERS ?= 2
 
-.PHONY: test-reverse help bootstrap system-packages inspector gemini-cli conformance wheelhouse dist fast check format lint typecheck test test-unprivileged test-windows stress verify verify-offline verify-release demo soak bench clean
+.PHONY: test-reverse help bootstrap pinned-uv system-packages inspector gemini-cli conformance wheelhouse dist fast check format lint typecheck test test-unprivileged test-windows stress verify verify-offline verify-release demo soak bench clean
 
 help:
 	@echo "make demo     run the tools end to end over MCP on a sample worktree"
@@ -27,15 +33,13 @@ help:
 	@echo "make bench    benchmarks beside their floors and peers"
 	@echo "make test-windows  the suites under Wine with Windows CPython 3.13 and 3.11"
 
-# Installs a pinned uv from PyPI when it is missing, the system tools the tests use,
+# Installs the pinned uv when it is missing (pinned-uv), the system tools the tests use,
 # then the locked environment, with bytecode compiled: site-packages by uv, our editable
 # sources by compileall, so the first start of a fresh clone is as fast as the hundredth
 # (even where PYTHONDONTWRITEBYTECODE keeps Python from caching it). Idempotent; fast when
 # already done.
 WORKSPACE_SOURCES := $(foreach p,$(PACKAGES),packages/$(p)/src)
-bootstrap: system-packages inspector gemini-cli conformance
-	@command -v $(UV) >/dev/null 2>&1 && [ "$$($(UV) --version | cut -d' ' -f2)" = "$(UV_VERSION)" ] \
-	  || $(PYTHON) -m pip install --quiet "uv==$(UV_VERSION)"
+bootstrap: pinned-uv system-packages inspector gemini-cli conformance
 	@# Copies, not hard links into uv's cache: a server refuses to be contained while a
 	@# module it runs is a hard link on the device of a writable place (contract 11.1);
 	@# a .venv that holds hard links from an earlier bootstrap is reinstalled once.
@@ -50,7 +54,7 @@ bootstrap: system-packages inspector gemini-cli conformance
 # for PyPI there. Fetched with the environment's own interpreter's pip, once per change of
 # uv.lock; without PyPI (or pip) it is only noted, and those tests skip.
 WHEELHOUSE := .wheelhouse
-wheelhouse: $(WHEELHOUSE)/requirements.txt
+wheelhouse: $(WHEELHOUSE)/requirements.txt $(WHEELHOUSE)/tools/uv-$(UV_VERSION).txt
 
 $(WHEELHOUSE)/requirements.txt: uv.lock
 	@rm -rf $(WHEELHOUSE).tmp && mkdir -p $(WHEELHOUSE).tmp
@@ -66,11 +70,39 @@ $(WHEELHOUSE)/requirements.txt: uv.lock
 	  echo "the locked wheels could not be fetched: the index-free install tests will be skipped" >&2; \
 	fi
 
+# The pinned uv's wheel for this machine, for the test that runs `make dist` where only python3,
+# pip, make and git are on PATH (pip installs uv from here, with no index). Made after the
+# wheels above (which replace the whole wheelhouse); without PyPI only noted, and that test skips.
+$(WHEELHOUSE)/tools/uv-$(UV_VERSION).txt: $(WHEELHOUSE)/requirements.txt
+	@rm -rf $(WHEELHOUSE)/tools && mkdir -p $(WHEELHOUSE)/tools
+	@if $(PYTHON) -m pip download --quiet --disable-pip-version-check --no-deps --only-binary=:all: \
+	     -d $(WHEELHOUSE)/tools "uv==$(UV_VERSION)" >/dev/null 2>&1; then \
+	  echo "uv==$(UV_VERSION)" > $@; \
+	else \
+	  echo "uv $(UV_VERSION)'s wheel could not be fetched: the test of make dist on a bare PATH will be skipped" >&2; \
+	fi
+
+# The pinned uv (see UV above): nothing to do when $(UV) is that version, else pip installs it
+# beneath .tools/ (--target: no environment of the system's is touched, and pip allows it
+# where the system's Python is externally managed). PIP_NO_INDEX and PIP_FIND_LINKS reach pip
+# as usual (the test of `make dist` on a bare PATH installs it from a directory).
+pinned-uv:
+	@[ "$$($(UV) --version 2>/dev/null | cut -d' ' -f2)" = "$(UV_VERSION)" ] || { \
+	  [ "$(UV)" = "$(UV_PRIVATE)/bin/uv" ] \
+	    || { echo "UV=$(UV) is not uv $(UV_VERSION): unset UV or point it to uv $(UV_VERSION)" >&2; exit 1; }; \
+	  rm -rf $(UV_PRIVATE).tmp; \
+	  $(PYTHON) -m pip install --quiet --disable-pip-version-check --no-deps --only-binary=:all: \
+	    --target $(UV_PRIVATE).tmp "uv==$(UV_VERSION)" \
+	    || { rm -rf $(UV_PRIVATE).tmp; echo "uv $(UV_VERSION) could not be installed with $(PYTHON) -m pip (it needs PyPI once)" >&2; exit 1; }; \
+	  rm -rf $(UV_PRIVATE) && mv $(UV_PRIVATE).tmp $(UV_PRIVATE); \
+	}
+
 # The three distributions' wheels and sdists in dist/, built from what git tracks as it stands,
-# the same bytes on every run (scripts/build_dist.py). No network: uv builds with its built-in
-# backend.
-dist:
-	$(UV_RUN) python scripts/build_dist.py --out dist
+# the same bytes on every run (scripts/build_dist.py, standard library only, so the system's
+# python3 runs it: no environment is needed). No network but the pinned uv's one install: uv
+# builds with its built-in backend.
+dist: pinned-uv
+	UV=$(UV) $(PYTHON) scripts/build_dist.py --out dist
 
 # The MCP Inspector CLI and a Node it runs on (it needs Node >= 22.19), pinned by
 # examples/inspector/package-lock.json, for the test of the README's Inspector example.
@@ -304,4 +336,4 @@ bench: bootstrap
 	$(UV_RUN) python benchmarks/run.py $(BENCH_FLAGS)
 
 clean:
-	rm -rf .venv .windows-env $(INSPECTOR)/node_modules $(CONFORMANCE)/node_modules $(GEMINI_CLI)/node_modules .pytest_cache .mypy_cache .ruff_cache .coverage .coverage.* dist $(WHEELHOUSE)
+	rm -rf .venv .windows-env $(INSPECTOR)/node_modules $(CONFORMANCE)/node_modules $(GEMINI_CLI)/node_modules .pytest_cache .mypy_cache .ruff_cache .coverage .coverage.* dist $(WHEELHOUSE) .tools

@@ -8,10 +8,14 @@ resolves everything from local directories with no index at all.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
 import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
@@ -107,6 +111,63 @@ def quiet_environment(**extra: str) -> dict[str, str]:
     env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
     env.update(extra)
     return env
+
+
+@dataclass(frozen=True)
+class Served:
+    """What an installed server answered over MCP: its tools, a read, and a shell call."""
+
+    tools: list[str]
+    read: str
+    contained: object
+    """The shell result's ``contained`` (``True`` only where the command was contained)."""
+
+
+async def served(
+    argv: Sequence[str], worktree: Path, env: Mapping[str, str] | None = None
+) -> Served:
+    """Start ``argv serve`` over stdio (the MCP SDK's client, ``env`` or the SDK's default
+    environment): list the tools, read a file and run ``true`` in the shell."""
+    (worktree / "hello.txt").write_text("hello\n", encoding="utf-8")
+    params = StdioServerParameters(
+        command=argv[0],
+        args=[*argv[1:], "serve", "--root", str(worktree)],
+        cwd=str(worktree),
+        env=None if env is None else dict(env),
+    )
+    with open(os.devnull, "w", encoding="utf-8") as errlog:  # noqa: ASYNC230 - opening /dev/null
+        async with Client(stdio_client(params, errlog=errlog)) as client:
+            listed = sorted(tool.name for tool in (await client.list_tools()).tools)
+            read = await client.call_tool("read", {"path": "hello.txt"})
+            shell = await client.call_tool("shell", {"argv": ["true"]})
+    content = read.structured_content["content"] if read.structured_content else ""
+    contained = shell.structured_content.get("contained") if shell.structured_content else None
+    return Served(listed, str(content), contained)
+
+
+@functools.cache
+def host_contains() -> bool:
+    """Whether this host contains a shell call at all: asked once of this environment's own
+    server (installed with copies, outside any worktree) in a scratch worktree."""
+    with tempfile.TemporaryDirectory() as tree:
+        done = run(
+            [
+                str(Path(sys.executable).parent / "spice-coding"),
+                "--root",
+                tree,
+                "call",
+                "shell",
+                '{"argv": ["true"]}',
+            ]
+        )
+    return done.returncode == 0 and '"contained":true' in done.stdout
+
+
+def contained_or_skip() -> bool:
+    """``True``, or skip where this host cannot contain a call (no Landlock, say)."""
+    if not host_contains():
+        pytest.skip("this host cannot contain a shell call (see `spice-coding tools`)")
+    return True
 
 
 async def served_tools(command: Path, worktree: Path) -> tuple[list[str], str]:

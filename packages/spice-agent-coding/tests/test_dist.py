@@ -11,6 +11,7 @@ bootstrap` fetched (standing in for PyPI, which a user would have). `--no-index`
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
 import tarfile
@@ -23,13 +24,15 @@ from dist_support import (
     BUILD_SCRIPT,
     REPOSITORY,
     TOOLS,
+    Served,
     base_python,
     build_dist,
+    contained_or_skip,
     quiet_environment,
     release_names,
     release_version,
     run,
-    served_tools,
+    served,
     wheelhouse_or_skip,
 )
 
@@ -155,12 +158,96 @@ def test_dist_and_the_wheelhouse_are_ignored_by_git() -> None:
 
 
 def test_make_dist_runs_this_build() -> None:
-    """`make dist` is the script these tests run, writing to dist/."""
+    """`make dist` is the script these tests run, writing to dist/, after the pinned uv."""
     if shutil.which("make") is None:
         pytest.skip("make is not installed")
     done = run(["make", "-n", "dist"], cwd=REPOSITORY)
     assert 0 == done.returncode
-    assert f"python {BUILD_SCRIPT.relative_to(REPOSITORY)} --out dist" in done.stdout
+    assert f"python3 {BUILD_SCRIPT.relative_to(REPOSITORY)} --out dist" in done.stdout
+    assert done.stdout.index("uv==") < done.stdout.index("build_dist.py")
+
+
+def pinned_uv() -> str:
+    """The uv version the Makefile pins (UV_VERSION)."""
+    text = (REPOSITORY / "Makefile").read_text(encoding="utf-8")
+    found = re.search(r"^UV_VERSION := (\S+)$", text, re.MULTILINE)
+    assert found is not None
+    return found.group(1)
+
+
+BARE_PATH: Final = "/usr/bin:/bin"
+"""Where a machine with only python3, pip, make and git keeps them (no uv)."""
+
+
+def bare_clone(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """A clone with this checkout's Makefile and .gitignore; an environment with no uv on PATH."""
+    if shutil.which("uv", path=BARE_PATH) is not None:
+        pytest.skip(f"uv is installed in {BARE_PATH}: the bare machine cannot be shown here")
+    for tool in ("python3", "make", "git"):
+        if shutil.which(tool, path=BARE_PATH) is None:
+            pytest.skip(f"{tool} is not in {BARE_PATH}")
+    if 0 != run(["python3", "-m", "pip", "--version"], env={"PATH": BARE_PATH}).returncode:
+        pytest.skip(f"the python3 in {BARE_PATH} has no pip")
+    source = clone(tmp_path)
+    for name in ("Makefile", ".gitignore"):
+        shutil.copy2(REPOSITORY / name, source / name)
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {"PATH": BARE_PATH, "HOME": str(home), "PIP_CONFIG_FILE": os.devnull, "PIP_NO_INDEX": "1"}
+    return source, env
+
+
+@pytest.mark.slow
+def test_make_dist_works_with_only_python3_pip_make_and_git(tmp_path: Path) -> None:
+    """With no uv on PATH, `make dist` installs the pinned uv beneath .tools/ with pip (from
+    the wheelhouse's copy of PyPI's wheel: no index) and builds the release files; a second
+    run installs nothing and makes the same bytes."""
+    tools = REPOSITORY / ".wheelhouse" / "tools"
+    if not list(tools.glob("uv-*.whl")):
+        pytest.skip("no uv wheel in .wheelhouse/tools: run `make bootstrap` once with PyPI")
+    source, env = bare_clone(tmp_path)
+    env["PIP_FIND_LINKS"] = str(tools)
+    first = run(["make", "--no-print-directory", "dist"], env=env, cwd=source)
+    assert 0 == first.returncode, first.stderr
+    names = sorted(p.name for p in (source / "dist").iterdir() if p.name != ".gitignore")
+    assert release_names() == names
+    [uv] = (source / ".tools").glob("uv-*/bin/uv")
+    built = {name: (source / "dist" / name).read_bytes() for name in names}
+    env["PIP_FIND_LINKS"] = str(tmp_path / "nothing")  # a second install would fail
+    second = run(["make", "--no-print-directory", "dist"], env=env, cwd=source)
+    assert 0 == second.returncode, second.stderr
+    assert "pip" not in second.stdout
+    assert built == {name: (source / "dist" / name).read_bytes() for name in names}
+    assert uv.is_file()
+    assert 0 == run(["git", "status", "--porcelain"], cwd=source).stdout.count(".tools")
+
+
+@pytest.mark.slow
+def test_make_dist_without_uv_or_an_index_fails_in_one_line(tmp_path: Path) -> None:
+    """Where pip cannot get uv either, `make dist` fails naming what it needs, builds nothing
+    and leaves no half-installed uv."""
+    source, env = bare_clone(tmp_path)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    env["PIP_FIND_LINKS"] = str(empty)
+    done = run(["make", "--no-print-directory", "dist"], env=env, cwd=source)
+    assert 0 != done.returncode
+    wanted = f"uv {pinned_uv()} could not be installed with python3 -m pip (it needs PyPI once)"
+    assert wanted in done.stderr
+    assert not (source / "dist").exists()
+    assert [] == list(source.glob(".tools/*"))
+
+
+def test_make_dist_refuses_a_given_uv_of_another_version(tmp_path: Path) -> None:
+    """A UV the caller names that is not the pinned version is refused by name, not replaced."""
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    fake = tmp_path / "uv"
+    fake.write_text("#!/bin/sh\necho uv 0.0.1\n", encoding="utf-8")
+    fake.chmod(0o755)
+    done = run(["make", "--no-print-directory", "dist", f"UV={fake}"], cwd=REPOSITORY)
+    assert 0 != done.returncode
+    assert f"UV={fake} is not uv {pinned_uv()}" in done.stderr
 
 
 # --- installs with no index --------------------------------------------------------------
@@ -224,7 +311,8 @@ async def test_pip_installs_the_app_from_dist_with_no_index_and_it_serves(
     }
     tree = tmp_path / "tree"
     tree.mkdir()
-    assert (TOOLS, "hello\n") == await served_tools(venv / "bin" / "spice-coding", tree)
+    answered = await served([str(venv / "bin" / "spice-coding")], tree)
+    assert Served(TOOLS, "hello\n", contained_or_skip()) == answered
 
 
 @pytest.mark.slow
@@ -241,55 +329,115 @@ def test_the_app_wheel_alone_does_not_install_with_no_index(dist: Path, tmp_path
     assert APP not in distributions_in(venv)
 
 
-@pytest.mark.slow
-async def test_uv_tool_install_from_dist_with_no_index(dist: Path, tmp_path: Path) -> None:
-    """`uv tool install --find-links dist spice-agent-coding`, offline, into scratch tool dirs."""
-    wheelhouse = wheelhouse_or_skip()
-    env = quiet_environment(
+def uv_tool_environment(tmp_path: Path, cache: Path) -> dict[str, str]:
+    """Offline, scratch tool directories, uv's cache at ``cache``, uv's default link mode."""
+    return quiet_environment(
         UV_OFFLINE="1",
         UV_TOOL_DIR=str(tmp_path / "tools"),
         UV_TOOL_BIN_DIR=str(tmp_path / "bin"),
-        UV_CACHE_DIR=str(tmp_path / "cache"),
+        UV_CACHE_DIR=str(cache),
         UV_PYTHON_DOWNLOADS="never",
     )
+
+
+def linked_server_files(prefix: Path) -> list[Path]:
+    """The application's installed modules under ``prefix`` that are hard links (uv's cache)."""
+    modules = prefix.glob("**/site-packages/spice/agent/coding/**/*.py")
+    return [path for path in modules if path.stat().st_nlink > 1]
+
+
+def uv_tool_install(tmp_path: Path, dist: Path, wheelhouse: Path, cache: Path) -> Path:
+    """The README's `uv tool install --find-links dist spice-agent-coding`, uv's link mode as
+    it comes (hard links from its cache); the installed `spice-coding`."""
     done = run(
         ["uv", "tool", "install", "--python", base_python(), *find_links(dist, wheelhouse), APP],
-        env=env,
+        env=uv_tool_environment(tmp_path, cache),
     )
     assert 0 == done.returncode, done.stderr
-    script = tmp_path / "bin" / "spice-coding"
+    return tmp_path / "bin" / "spice-coding"
+
+
+@pytest.mark.slow
+async def test_uv_tool_install_from_dist_with_no_index(dist: Path, tmp_path: Path) -> None:
+    """`uv tool install --find-links dist spice-agent-coding`, offline, into scratch tool dirs:
+    its modules are hard links into uv's cache, which no call can write, so the server
+    contains its commands (contract 12.2)."""
+    wheelhouse = wheelhouse_or_skip()
+    script = uv_tool_install(tmp_path, dist, wheelhouse, tmp_path / "cache")
     version = run([str(script), "--version"])
     assert f"spice-coding {release_version()}\n" == version.stdout
+    assert linked_server_files(tmp_path / "tools")
     tree = tmp_path / "tree"
     tree.mkdir()
-    assert (TOOLS, "hello\n") == await served_tools(script, tree)
+    assert Served(TOOLS, "hello\n", contained_or_skip()) == await served([str(script)], tree)
+
+
+@pytest.mark.slow
+async def test_uv_tool_install_linked_from_a_cache_in_the_worktree_is_not_contained(
+    dist: Path, tmp_path: Path
+) -> None:
+    """The same install with uv's cache beneath the worktree root: a call could write the
+    server's own modules through the cache's links, so `auto` answers `contained: false`
+    and `workspace` refuses to start, naming the file and UV_LINK_MODE=copy."""
+    wheelhouse = wheelhouse_or_skip()
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    script = uv_tool_install(tmp_path, dist, wheelhouse, tree / ".uv-cache")
+    assert linked_server_files(tmp_path / "tools")
+    contained_or_skip()
+    assert Served(TOOLS, "hello\n", contained=False) == await served([str(script)], tree)
+    refused = run([str(script), "--root", str(tree), "--sandbox", "workspace", "tools"])
+    assert 2 == refused.returncode
+    assert "is a hard link" in refused.stderr
+    assert "UV_LINK_MODE=copy" in refused.stderr
 
 
 @pytest.mark.slow
 async def test_pipx_install_from_dist_with_no_index(dist: Path, tmp_path: Path) -> None:
-    """`pipx install` with pip told `--no-index --find-links dist`, into scratch pipx dirs."""
+    """`pipx install` with pip's arguments `--no-index --find-links dist`, into scratch pipx
+    dirs, with the backend pipx picks wherever uv is on PATH (uv): its modules are hard links
+    into uv's cache, which no call can write, so the server contains its commands. (pipx's
+    pip backend needs a newer pip from an index for its shared libraries: not tried here.)"""
     wheelhouse = wheelhouse_or_skip()
     pip_args = " ".join(find_links(dist, wheelhouse))
     pipx = Path(sys.executable).parent / "pipx"
     if not pipx.is_file():
         pytest.skip("pipx is not installed in this environment (the dev group pins it)")
+    uv = shutil.which(os.environ.get("UV", "uv"))
+    if uv is None:
+        pytest.skip("uv is not on PATH (make bootstrap installs it)")
     env = quiet_environment(
         PIPX_HOME=str(tmp_path / "pipx"),
         PIPX_BIN_DIR=str(tmp_path / "bin"),
         PIPX_MAN_DIR=str(tmp_path / "man"),
+        UV_CACHE_DIR=str(tmp_path / "uv-cache"),
+        UV_OFFLINE="1",
+        PATH=os.pathsep.join([str(Path(uv).parent), os.environ.get("PATH", "")]),
     )
     done = run(
-        [str(pipx), "install", "--python", base_python(), "--pip-args", pip_args, APP], env=env
+        [
+            str(pipx),
+            "install",
+            "--backend",
+            "uv",
+            "--python",
+            base_python(),
+            "--pip-args",
+            pip_args,
+            APP,
+        ],
+        env=env,
     )
     assert 0 == done.returncode, done.stderr
+    assert linked_server_files(tmp_path / "pipx")
     script = tmp_path / "bin" / "spice-coding"
     tree = tmp_path / "tree"
     tree.mkdir()
-    assert (TOOLS, "hello\n") == await served_tools(script, tree)
+    assert Served(TOOLS, "hello\n", contained_or_skip()) == await served([str(script)], tree)
 
 
 @pytest.mark.slow
-def test_uvx_from_a_git_clone_resolves_the_siblings_from_the_checkout(tmp_path: Path) -> None:
+async def test_uvx_from_a_git_clone_resolves_the_siblings_from_the_checkout(tmp_path: Path) -> None:
     """`uvx --from git+file://CLONE#subdirectory=packages/spice-agent-coding spice-coding`:
     uv builds the app and both siblings from the same commit of the clone (workspace sources)."""
     wheelhouse = wheelhouse_or_skip()
@@ -320,6 +468,11 @@ def test_uvx_from_a_git_clone_resolves_the_siblings_from_the_checkout(tmp_path: 
     tools = run([*uvx, "--root", str(source), "tools"], env=env, cwd=tmp_path)
     assert 0 == tools.returncode, tools.stderr
     assert all(f'"name": "{name}"' in tools.stdout for name in TOOLS)
+    # uv's ephemeral environment is hard-linked from its cache, which no call can write.
+    assert linked_server_files(tmp_path / "cache")
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    assert Served(TOOLS, "hello\n", contained_or_skip()) == await served(uvx, tree, env)
 
 
 @pytest.mark.slow
