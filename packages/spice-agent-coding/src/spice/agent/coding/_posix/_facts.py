@@ -6,8 +6,8 @@
   cache directory (``<user cache>/spice-coding/<hash of the root>/``), made here, with
   the empty read-only templates that masks are bound from;
 - the code the server runs (``server_code``) and the loaded module files that are hard
-  links (``linked_modules``), which ``_containment.code_at_risk`` weighs against the
-  writable places.
+  links (``linked_modules``), and which of them has a link a call could write
+  (``writable_link``), which ``_containment.code_at_risk`` weighs against the writable places.
 """
 
 from __future__ import annotations
@@ -16,26 +16,36 @@ import hashlib
 import os
 import stat
 import sys
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Final
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Final, final
 
 from .._sandbox import CREDENTIALS, home_directory
 from ._plan import CACHE_DIRECTORIES, Place, StartFacts
 
 __all__ = [
     "CACHE_APPLICATION",
+    "MAX_LINK_SCAN_ENTRIES",
     "CacheUnavailable",
+    "WritableLink",
     "cache_directory",
     "changed_place",
     "kept_visible",
+    "linked_module_files",
     "linked_modules",
     "place_of",
     "server_code",
     "start_facts",
+    "writable_link",
 ]
 
 CACHE_APPLICATION: Final = "spice-coding"
 """The application's directory under the user's cache directory."""
+
+MAX_LINK_SCAN_ENTRIES: Final = 250_000
+"""Bound of the directory entries walked beneath the writable places in search of a hard
+link to a loaded module file (about 0.3 s on a slow host); past it every linked module
+counts as writable (``writable_link``)."""
 
 ROOT_HASH_CHARACTERS: Final = 16
 """Hex characters of the root's SHA-256 that name its cache (64 bits: no collision)."""
@@ -216,6 +226,105 @@ def linked_modules() -> tuple[tuple[str, int], ...]:
         if info.st_nlink > 1 and stat.S_ISREG(info.st_mode):
             linked.append((name, info.st_dev))
     return tuple(linked)
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class WritableLink:
+    """A loaded module file a call could write through a hard link in a writable place.
+
+    ``link`` is that link's path; ``None`` when the places could not be searched whole
+    (more than ``MAX_LINK_SCAN_ENTRIES`` entries, or a directory the server's user owns
+    but cannot read): then every linked module counts as writable, the cautious answer.
+    """
+
+    module: str
+    link: str | None
+
+
+def linked_module_files() -> tuple[tuple[str, int, int], ...]:
+    """``(path, device, inode)`` of each loaded module file with more than one link."""
+    linked: list[tuple[str, int, int]] = []
+    for name in _module_files():
+        try:
+            info = os.stat(name)
+        except OSError:
+            continue
+        if info.st_nlink > 1 and stat.S_ISREG(info.st_mode):
+            linked.append((name, info.st_dev, info.st_ino))
+    return tuple(linked)
+
+
+def writable_link(
+    places: Sequence[str],
+    linked: Callable[[], tuple[tuple[str, int, int], ...]] = linked_module_files,
+    bound: int = MAX_LINK_SCAN_ENTRIES,
+) -> WritableLink | None:
+    """The first loaded module file with a hard link beneath one of ``places``, else ``None``.
+
+    Contract 12.2: only a link a call could write counts (one in uv's cache under the
+    home, which no call can write, does not). A call can make no new link to the server's
+    files (Landlock's ``refer`` right and ``bwrap``'s read-only binds refuse it), so the
+    links that exist at start are the ones that matter. The places are walked without
+    following a symlink (a write through one is judged at its target), comparing each
+    entry's inode number from the directory itself and confirming a match with ``lstat``
+    (device and inode); nothing is walked when no module file is linked. Past ``bound``
+    entries, or at a directory the server's user owns but cannot read (a call could
+    ``chmod`` it and reach what it holds), the answer is cautious: ``link`` is ``None``.
+    """
+    files = linked()
+    if not files:
+        return None
+    wanted = {(device, inode): os.path.realpath(path) for path, device, inode in files}
+    inodes = {inode for _, _, inode in files}
+    first = files[0][0]
+    walked = 0
+    stack = list(_outermost_places(places))
+    while stack:
+        directory = stack.pop()
+        try:
+            entries = list(os.scandir(directory))
+        except FileNotFoundError:
+            continue
+        except OSError:
+            if _owned(directory):
+                return WritableLink(first, None)
+            continue
+        walked += len(entries)
+        if walked > bound:
+            return WritableLink(first, None)
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                stack.append(entry.path)
+            elif entry.inode() in inodes:
+                try:
+                    info = os.lstat(entry.path)
+                except OSError:
+                    continue
+                module = wanted.get((info.st_dev, info.st_ino))
+                # The module's own name beneath a place is the server's code there, which
+                # the plan binds read-only (or the start refuses): only another name counts.
+                if module is not None and os.path.realpath(entry.path) != module:
+                    return WritableLink(module, entry.path)
+    return None
+
+
+def _outermost_places(places: Sequence[str]) -> list[str]:
+    """The real paths of ``places`` that lie beneath no other one, without repeats."""
+    real = sorted({os.path.realpath(place) for place in places}, key=len)
+    kept: list[str] = []
+    for path in real:
+        if not any(path == top or path.startswith(top.rstrip(os.sep) + os.sep) for top in kept):
+            kept.append(path)
+    return kept
+
+
+def _owned(directory: str) -> bool:
+    """Whether the server's user owns ``directory`` (so a call could ``chmod`` it open)."""
+    try:
+        return os.lstat(directory).st_uid == os.geteuid()
+    except OSError:
+        return False
 
 
 def kept_visible() -> tuple[str, ...]:
