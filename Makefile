@@ -236,7 +236,8 @@ UNPRIVILEGED_SPAWNING_TESTS := \
   packages/spice-agent-coding/tests/test_allow_write.py \
   packages/spice-agent-coding/tests/test_sandbox_fs.py \
   packages/spice-agent-coding/tests/test_sandbox_tools.py \
-  packages/spice-agent-coding/tests/test_seccomp.py
+  packages/spice-agent-coding/tests/test_seccomp.py \
+  packages/spice-agent-coding/tests/test_caches.py
 test-unprivileged:
 	@if [ "$$(id -u)" != 0 ]; then \
 	  echo "test-unprivileged: skipped: the runner is not root, so the suite already ran unprivileged"; exit 0; \

@@ -110,10 +110,18 @@ def _make_templates(environ: Mapping[str, str]) -> tuple[str, str]:
 
 
 def _make_cache(root: str, environ: Mapping[str, str]) -> str:
-    """Make the worktree's cache directory; ``CacheUnavailable`` when it cannot be made."""
+    """Hold and make the worktree's cache directory (``_caches.claim``: held for the
+    process's life, so no clean removes it meanwhile); ``CacheUnavailable`` when it cannot
+    be made."""
+    from . import _caches  # noqa: PLC0415 - it imports this module
+
     cache = cache_directory(root, environ)
     if cache is None:
         raise CacheUnavailable("no home or cache directory is known for the server's user")
+    try:
+        _caches.claim(cache, root)  # before it is made: a clean meanwhile cannot remove it
+    except _caches.ClaimFailed as error:
+        raise CacheUnavailable(str(error)) from None
     try:
         for sub in CACHE_DIRECTORIES:
             os.makedirs(os.path.join(cache, sub) if sub else cache, mode=0o700, exist_ok=True)
