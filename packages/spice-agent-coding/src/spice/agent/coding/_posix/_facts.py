@@ -120,8 +120,11 @@ def _make_cache(root: str, environ: Mapping[str, str]) -> str:
         raise CacheUnavailable("no home or cache directory is known for the server's user")
     try:
         _caches.claim(cache, root)  # before it is made: a clean meanwhile cannot remove it
-    except _caches.ClaimFailed as error:
-        raise CacheUnavailable(str(error)) from None
+    except _caches.ClaimFailed:
+        raise CacheUnavailable(
+            f"the cache directory {cache} cannot be made or held (set XDG_CACHE_HOME to a "
+            "writable directory)"
+        ) from None
     try:
         for sub in CACHE_DIRECTORIES:
             os.makedirs(os.path.join(cache, sub) if sub else cache, mode=0o700, exist_ok=True)
