@@ -20,7 +20,8 @@ import pytest
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="the POSIX sandbox's caches")
 
-from spice.agent.coding._posix import _caches, _facts  # noqa: E402 - after the platform mark
+from spice.agent.coding import _sandbox  # noqa: E402 - after the platform mark
+from spice.agent.coding._posix import _caches, _facts  # noqa: E402
 
 HOLDER_SECONDS: Final = 60
 """Bound on a holder process's life and on each wait for it."""
@@ -268,6 +269,6 @@ def test_without_a_home_there_is_nothing_to_list_or_expire(
 ) -> None:
     """A user with no home anywhere (faked: this one has a password entry)."""
     environ = {"HOME": "relative"}
-    monkeypatch.setattr(_facts, "home_directory", lambda _environ: None)
+    monkeypatch.setattr(_sandbox, "home_directory", lambda _environ: None)
     assert ([], False) == _caches.list_caches(environ)
     assert [] == _caches.expire(environ, 30)

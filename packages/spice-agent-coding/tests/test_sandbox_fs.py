@@ -664,10 +664,9 @@ def test_a_second_server_runs_no_code_planted_by_renaming_a_parent_of_its_code(
     assert [] == sorted(p.name for p in out.iterdir())
 
 
-def test_a_hard_linked_module_on_a_writable_device_refuses_workspace_on_both_paths(
-    root: Path, home: Path, base: Path
-) -> None:
-    """A module the server runs, hard-linked into the worktree, is the same file there."""
+def _server_copy(base: Path) -> tuple[Path, list[Path]]:
+    """The three packages' sources copied outside the worktree (a server installed there):
+    the module ``_compose.py`` and the source directories."""
     outside = base / "server"
     for name in ("spice-agent-api", "spice-agent-tools-coding", "spice-agent-coding"):
         shutil.copytree(
@@ -676,36 +675,85 @@ def test_a_hard_linked_module_on_a_writable_device_refuses_workspace_on_both_pat
             ignore=shutil.ignore_patterns("__pycache__"),
         )
     module = outside / "spice-agent-coding/src/spice/agent/coding/_compose.py"
-    os.link(module, root / "linked.py")
+    return module, [outside / name / "src" for name in sorted(os.listdir(outside))]
+
+
+def _start_workspace(
+    root: Path, home: Path, sources: list[Path], search: str, *extra: str
+) -> subprocess.CompletedProcess[bytes]:
+    """``tools`` with ``--sandbox workspace`` of the copied server, on PATH ``search``."""
     site = Path(sys.prefix) / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}"
-    sources = [outside / name / "src" for name in sorted(os.listdir(outside))]
-    for search in ("/usr/bin:/bin", _without_bwrap(base)):
-        env = {
-            "PATH": search,
-            "HOME": str(home),
-            "PYTHONPATH": os.pathsep.join([*map(str, sources), str(site / "site-packages")]),
-        }
-        entry = "import sys; from spice.agent.coding._cli import main; sys.exit(main())"
-        completed = subprocess.run(
-            [PYTHON, "-c", entry, "--root", str(root), "--sandbox", "workspace", "tools"],
-            capture_output=True,
-            env=env,
-            timeout=BOUND,
-            check=False,
-        )
-        assert 2 == completed.returncode
-        message = completed.stderr.decode()
-        assert "UV_LINK_MODE=copy" in message
-        assert str(module) in message
-    os.unlink(root / "linked.py")  # one link again: the same server starts contained
-    completed = subprocess.run(
-        [PYTHON, "-c", entry, "--root", str(root), "--sandbox", "workspace", "tools"],
+    env = {
+        "PATH": search,
+        "HOME": str(home),
+        "PYTHONPATH": os.pathsep.join([*map(str, sources), str(site / "site-packages")]),
+    }
+    entry = "import sys; from spice.agent.coding._cli import main; sys.exit(main())"
+    return subprocess.run(
+        [PYTHON, "-c", entry, "--root", str(root), "--sandbox", "workspace", *extra, "tools"],
         capture_output=True,
         env=env,
         timeout=BOUND,
         check=False,
     )
+
+
+def test_a_hard_linked_module_on_a_writable_device_refuses_workspace_on_both_paths(
+    root: Path, home: Path, base: Path
+) -> None:
+    """A module the server runs, hard-linked into the worktree, is the same file there."""
+    module, sources = _server_copy(base)
+    (root / "deep").mkdir()
+    os.link(module, root / "deep" / "linked.py")
+    for search in ("/usr/bin:/bin", _without_bwrap(base)):
+        completed = _start_workspace(root, home, sources, search)
+        assert 2 == completed.returncode
+        message = completed.stderr.decode()
+        assert "UV_LINK_MODE=copy" in message
+        assert str(module) in message
+        assert str(root / "deep" / "linked.py") in message
+    os.unlink(root / "deep" / "linked.py")  # one link again: the same server starts contained
+    completed = _start_workspace(root, home, sources, "/usr/bin:/bin")
     assert 0 == completed.returncode, completed.stderr
+
+
+@pytest.mark.parametrize("where", ["allow-write", "cache"])
+def test_a_module_linked_into_another_writable_place_refuses_workspace(
+    root: Path, home: Path, base: Path, where: str
+) -> None:
+    """An ``--allow-write`` directory and the worktree's private cache are writable too."""
+    module, sources = _server_copy(base)
+    if where == "cache":
+        extra: tuple[str, ...] = ()
+        first = _start_workspace(root, home, sources, "/usr/bin:/bin")  # makes the cache
+        assert 0 == first.returncode, first.stderr
+        caches = home / ".cache" / "spice-coding"
+        [place] = [p for p in caches.iterdir() if p.is_dir() and len(p.name) == 16]
+    else:
+        place = base / "extra"
+        place.mkdir()
+        extra = ("--allow-write", str(place))
+    os.link(module, place / "linked.py")
+    completed = _start_workspace(root, home, sources, "/usr/bin:/bin", *extra)
+    assert 2 == completed.returncode
+    assert str(place / "linked.py") in completed.stderr.decode()
+
+
+def test_a_module_linked_only_outside_every_writable_place_starts_contained(
+    root: Path, home: Path, base: Path
+) -> None:
+    """uv's cache under the home (no call writes it), on the device of the worktree: the
+    link cannot be written, so both paths start contained (contract 12.2)."""
+    module, sources = _server_copy(base)
+    uv_cache = home / ".cache" / "uv" / "archive-v0"
+    uv_cache.mkdir(parents=True)
+    os.link(module, uv_cache / "_compose.py")
+    assert module.stat().st_dev == root.stat().st_dev
+    assert module.stat().st_nlink == 2
+    for search in ("/usr/bin:/bin", _without_bwrap(base)):
+        completed = _start_workspace(root, home, sources, search)
+        assert 0 == completed.returncode, completed.stderr
+        assert '"contained": true' in completed.stdout.decode()
 
 
 # -- caches that work, private to the worktree ---------------------------------------------

@@ -1,6 +1,7 @@
 """The worktrees' private caches: held while used, listed, cleaned, expired (contract 12.2).
 
-Each worktree's cache is ``<user cache>/spice-coding/<hash of the root>/`` (``_facts``);
+Each worktree's cache is ``<user cache>/spice-coding/<hash of the root>/`` (made by
+``_facts`` at start);
 beside it, outside what any call may write, ``<hash>.lock`` is both its record and its
 lock:
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import hashlib
 import json
 import os
 import re
@@ -31,24 +33,29 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final, final
 
-from . import _facts, _tmpdir
+from .. import _sandbox
+from . import _tmpdir
 
 __all__ = [
+    "CACHE_APPLICATION",
     "DEFAULT_CACHE_MAX_AGE_DAYS",
     "MAX_CACHES_LISTED",
     "MAX_CACHE_MAX_AGE_DAYS",
     "MAX_EXPIRED_PER_START",
     "MAX_RECORD_BYTES",
     "MAX_SIZE_ENTRIES",
+    "ROOT_HASH_CHARACTERS",
     "CacheEntry",
     "ClaimFailed",
     "Removal",
     "cache_base",
+    "cache_directory",
     "claim",
     "expire",
     "list_caches",
     "lock_path",
     "remove_cache",
+    "user_cache_directory",
 ]
 
 DEFAULT_CACHE_MAX_AGE_DAYS: Final = 30
@@ -68,8 +75,13 @@ MAX_RECORD_BYTES: Final = 8_192
 CLAIM_ATTEMPTS: Final = 8
 """Opens of the lock file before a claim gives up (each loses only to a clean's unlink)."""
 
+CACHE_APPLICATION: Final = "spice-coding"
+"""The application's directory under the user's cache directory."""
+ROOT_HASH_CHARACTERS: Final = 16
+"""Hex characters of the root's SHA-256 that name its cache (64 bits: no collision)."""
+
 LOCK_SUFFIX: Final = ".lock"
-_NAME: Final = re.compile(f"[0-9a-f]{{{_facts.ROOT_HASH_CHARACTERS}}}")
+_NAME: Final = re.compile(f"[0-9a-f]{{{ROOT_HASH_CHARACTERS}}}")
 _OPEN_FLAGS: Final = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 _HELD: dict[str, int] = {}
 """The lock descriptors this process holds, by cache path (kept for the process's life)."""
@@ -112,10 +124,27 @@ class CacheEntry:
         }
 
 
+def user_cache_directory(environ: Mapping[str, str], home: str | None) -> str | None:
+    """``$XDG_CACHE_HOME`` when absolute, else ``~/.cache``."""
+    chosen = environ.get("XDG_CACHE_HOME", "")
+    if os.path.isabs(chosen):
+        return os.path.realpath(chosen)
+    return None if home is None else os.path.join(home, ".cache")
+
+
+def cache_directory(root: str, environ: Mapping[str, str]) -> str | None:
+    """The worktree's private cache directory (not made), ``None`` without a home."""
+    base = cache_base(environ)
+    if base is None:
+        return None
+    digest = hashlib.sha256(os.fsencode(os.path.realpath(root))).hexdigest()
+    return os.path.join(base, digest[:ROOT_HASH_CHARACTERS])
+
+
 def cache_base(environ: Mapping[str, str]) -> str | None:
     """``<user cache>/spice-coding``, where every worktree's cache lies (``None``: no home)."""
-    base = _facts.user_cache_directory(environ, _facts.home_directory(environ))
-    return None if base is None else os.path.join(base, _facts.CACHE_APPLICATION)
+    base = user_cache_directory(environ, _sandbox.home_directory(environ))
+    return None if base is None else os.path.join(base, CACHE_APPLICATION)
 
 
 def lock_path(cache: str) -> str:

@@ -50,9 +50,15 @@ CODE_IN_WRITABLE_PLACE: Final = (
     "install the server outside the worktree, for example with `uv tool install`"
 )
 LINKED_CODE: Final = (
-    "a module the server runs ({path}) is a hard link on the device of a writable place "
-    "(the same file may be writable there): install the server with UV_LINK_MODE=copy, "
+    "a module the server runs ({path}) has a hard link in a writable place ({link}): a "
+    "command could change it through that link; install the server with UV_LINK_MODE=copy, "
     "for example `UV_LINK_MODE=copy uv tool install`"
+)
+UNSEARCHED_LINKED_CODE: Final = (
+    "a module the server runs ({path}) is a hard link, and the writable places could not "
+    "be searched for its other names (more than {bound} entries, or a directory of yours "
+    "that cannot be read): install the server with UV_LINK_MODE=copy, for example "
+    "`UV_LINK_MODE=copy uv tool install`"
 )
 
 NO_SECCOMP: Final = "system calls (no seccomp)"
@@ -76,32 +82,21 @@ def unsafe_root(root: str, interpreter: str, prefixes: Sequence[str]) -> str | N
     return None
 
 
-def _device(path: str) -> int | None:
-    """The device of ``path``, or of its nearest existing parent (``None`` if none)."""
-    while True:
-        try:
-            return os.stat(path).st_dev
-        except OSError:
-            parent = os.path.dirname(path)
-            if parent == path:
-                return None
-            path = parent
-
-
 def code_at_risk(
     root: str,
     allow_write: Sequence[str],
     made: Namespaces,
     trusted: Callable[[str | None], tuple[str, ...]] = _facts.server_code,
-    linked: Callable[[], tuple[tuple[str, int], ...]] = _facts.linked_modules,
+    linked: Callable[[], tuple[tuple[str, int, int], ...]] = _facts.linked_module_files,
 ) -> str | None:
     """Why a command could change the code of the next server start, else ``None``.
 
-    Contract 11.1 (C1). Without namespaces, any of the server's code (``trusted``) that
-    lies beneath the root or an ``--allow-write`` directory; on both paths, a loaded
-    module file with more than one link on the device of a writable place (the root,
-    an ``--allow-write`` directory, the worktree's cache). ``trusted`` and ``linked``
-    are the tests' seams.
+    Contract 11.1 (C1) and 12.2. Without namespaces, any of the server's code
+    (``trusted``) that lies beneath the root or an ``--allow-write`` directory; on both
+    paths, a loaded module file with a hard link a call could write: one beneath the
+    root, an ``--allow-write`` directory or the worktree's cache (``_facts.writable_link``;
+    a link in uv's own cache, which no call writes, does not count). ``trusted`` and
+    ``linked`` are the tests' seams.
     """
     places = [os.path.realpath(path) for path in (root, *allow_write)]
     if not made.made:
@@ -109,11 +104,14 @@ def code_at_risk(
             if any(_bwrap.beneath(path, place) for place in places):
                 return CODE_IN_WRITABLE_PLACE.format(path=path)
     cache = _facts.cache_directory(root, os.environ)
-    devices = {_device(path) for path in (*places, *([cache] if cache else []))}
-    for path, device in linked():
-        if device in devices:
-            return LINKED_CODE.format(path=path)
-    return None
+    found = _facts.writable_link([*places, *([cache] if cache else [])], linked)
+    if found is None:
+        return None
+    if found.link is None:
+        return UNSEARCHED_LINKED_CODE.format(
+            path=found.module, bound=f"{_facts.MAX_LINK_SCAN_ENTRIES:,}"
+        )
+    return LINKED_CODE.format(path=found.module, link=found.link)
 
 
 @final

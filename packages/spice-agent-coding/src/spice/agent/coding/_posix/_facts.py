@@ -6,13 +6,12 @@
   cache directory (``<user cache>/spice-coding/<hash of the root>/``), made here, with
   the empty read-only templates that masks are bound from;
 - the code the server runs (``server_code``) and the loaded module files that are hard
-  links (``linked_modules``), and which of them has a link a call could write
-  (``writable_link``), which ``_containment.code_at_risk`` weighs against the writable places.
+  links (``linked_module_files``), and which of them has a link a call could write
+  (``writable_link``), which ``_containment.code_at_risk`` weighs.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 import stat
 import sys
@@ -21,34 +20,37 @@ from dataclasses import dataclass
 from typing import Final, final
 
 from .._sandbox import CREDENTIALS, home_directory
+from ._caches import (
+    CACHE_APPLICATION,
+    ROOT_HASH_CHARACTERS,
+    ClaimFailed,
+    cache_directory,
+    claim,
+    user_cache_directory,
+)
 from ._plan import CACHE_DIRECTORIES, Place, StartFacts
 
 __all__ = [
     "CACHE_APPLICATION",
     "MAX_LINK_SCAN_ENTRIES",
+    "ROOT_HASH_CHARACTERS",
     "CacheUnavailable",
     "WritableLink",
     "cache_directory",
     "changed_place",
     "kept_visible",
     "linked_module_files",
-    "linked_modules",
     "place_of",
     "server_code",
     "start_facts",
+    "user_cache_directory",
     "writable_link",
 ]
-
-CACHE_APPLICATION: Final = "spice-coding"
-"""The application's directory under the user's cache directory."""
 
 MAX_LINK_SCAN_ENTRIES: Final = 250_000
 """Bound of the directory entries walked beneath the writable places in search of a hard
 link to a loaded module file (about 0.3 s on a slow host); past it every linked module
 counts as writable (``writable_link``)."""
-
-ROOT_HASH_CHARACTERS: Final = 16
-"""Hex characters of the root's SHA-256 that name its cache (64 bits: no collision)."""
 
 _EMPTY: Final = ".empty"
 # POSIX-only flags with a default: the module imports on Windows, which never runs it.
@@ -63,23 +65,6 @@ _STEP_FLAGS: Final = (
 
 class CacheUnavailable(Exception):
     """The worktree's cache directory could not be made (a start error, exit 2)."""
-
-
-def user_cache_directory(environ: Mapping[str, str], home: str | None) -> str | None:
-    """``$XDG_CACHE_HOME`` when absolute, else ``~/.cache``."""
-    chosen = environ.get("XDG_CACHE_HOME", "")
-    if os.path.isabs(chosen):
-        return os.path.realpath(chosen)
-    return None if home is None else os.path.join(home, ".cache")
-
-
-def cache_directory(root: str, environ: Mapping[str, str]) -> str | None:
-    """The worktree's private cache directory (not made), ``None`` without a home."""
-    base = user_cache_directory(environ, home_directory(environ))
-    if base is None:
-        return None
-    digest = hashlib.sha256(os.fsencode(os.path.realpath(root))).hexdigest()
-    return os.path.join(base, CACHE_APPLICATION, digest[:ROOT_HASH_CHARACTERS])
 
 
 def _make_templates(environ: Mapping[str, str]) -> tuple[str, str]:
@@ -113,14 +98,12 @@ def _make_cache(root: str, environ: Mapping[str, str]) -> str:
     """Hold and make the worktree's cache directory (``_caches.claim``: held for the
     process's life, so no clean removes it meanwhile); ``CacheUnavailable`` when it cannot
     be made."""
-    from . import _caches  # noqa: PLC0415 - it imports this module
-
     cache = cache_directory(root, environ)
     if cache is None:
         raise CacheUnavailable("no home or cache directory is known for the server's user")
     try:
-        _caches.claim(cache, root)  # before it is made: a clean meanwhile cannot remove it
-    except _caches.ClaimFailed:
+        claim(cache, root)  # before it is made: a clean meanwhile cannot remove it
+    except ClaimFailed:
         raise CacheUnavailable(
             f"the cache directory {cache} cannot be made or held (set XDG_CACHE_HOME to a "
             "writable directory)"
@@ -223,20 +206,6 @@ def server_code(bwrap: str | None = None) -> tuple[str, ...]:
     if bwrap is not None:
         add(bwrap)
     return tuple(found)
-
-
-def linked_modules() -> tuple[tuple[str, int], ...]:
-    """``(path, device)`` of each loaded module file with more than one link (a hard link
-    is the same file everywhere, also inside a writable place)."""
-    linked: list[tuple[str, int]] = []
-    for name in _module_files():
-        try:
-            info = os.stat(name)
-        except OSError:
-            continue
-        if info.st_nlink > 1 and stat.S_ISREG(info.st_mode):
-            linked.append((name, info.st_dev))
-    return tuple(linked)
 
 
 @final
