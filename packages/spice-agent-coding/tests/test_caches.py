@@ -272,3 +272,31 @@ def test_without_a_home_there_is_nothing_to_list_or_expire(
     monkeypatch.setattr(_sandbox, "home_directory", lambda _environ: None)
     assert ([], False) == _caches.list_caches(environ)
     assert [] == _caches.expire(environ, 30)
+
+
+def test_a_start_waits_for_a_clean_of_its_cache_at_most_its_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While a clean holds the exclusive lock the claim waits, and past the bound it fails
+    (a start error) rather than make the cache under the removal."""
+    import fcntl  # noqa: PLC0415 - POSIX only, like this file
+
+    cache = str(tmp_path / "spice-coding" / ("a" * 16))
+    os.makedirs(os.path.dirname(cache))
+    cleaner = os.open(_caches.lock_path(cache), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(cleaner, fcntl.LOCK_EX)
+        monkeypatch.setattr(_caches, "CLAIM_WAIT_SECONDS", 0.2)
+        with pytest.raises(_caches.ClaimFailed):
+            _caches.claim(cache, str(tmp_path))
+        fcntl.flock(cleaner, fcntl.LOCK_UN)
+        _caches.claim(cache, str(tmp_path))
+        os.makedirs(cache)
+        assert _caches.Removal.IN_USE == _caches.remove_cache(cache)
+        assert _caches._in_use(_caches.lock_path(cache))
+    finally:
+        os.close(cleaner)
+        held = _caches._HELD.pop(cache, None)
+        if held is not None:
+            os.close(held)
+    assert not _caches._in_use(_caches.lock_path(cache))

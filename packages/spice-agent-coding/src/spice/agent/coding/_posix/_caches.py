@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import hashlib
 import json
 import os
 import re
 import stat
+import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -80,9 +80,19 @@ CACHE_APPLICATION: Final = "spice-coding"
 ROOT_HASH_CHARACTERS: Final = 16
 """Hex characters of the root's SHA-256 that name its cache (64 bits: no collision)."""
 
+CLAIM_WAIT_SECONDS: Final = 60.0
+"""Bound of a start's wait for a clean that is removing its worktree's cache."""
+CLAIM_POLL_SECONDS: Final = 0.05
+
 LOCK_SUFFIX: Final = ".lock"
 _NAME: Final = re.compile(f"[0-9a-f]{{{ROOT_HASH_CHARACTERS}}}")
-_OPEN_FLAGS: Final = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+# POSIX-only flags with a default: the module imports on Windows (through ``_facts``),
+# which never runs it.
+_NO_FOLLOW: Final = (
+    getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
+)
+_OPEN_FLAGS: Final = os.O_RDWR | _NO_FOLLOW
+_READ_FLAGS: Final = os.O_RDONLY | _NO_FOLLOW
 _HELD: dict[str, int] = {}
 """The lock descriptors this process holds, by cache path (kept for the process's life)."""
 
@@ -166,7 +176,7 @@ def claim(cache: str, root: str) -> None:
         for _ in range(CLAIM_ATTEMPTS):
             fd = os.open(path, _OPEN_FLAGS | os.O_CREAT, 0o600)
             try:
-                fcntl.flock(fd, fcntl.LOCK_SH)
+                _share(fd)
                 if _still_at(fd, path):
                     _write_record(fd, record)
                     _HELD[cache] = fd
@@ -178,6 +188,30 @@ def claim(cache: str, root: str) -> None:
     except OSError:
         pass
     raise ClaimFailed(f"the cache's lock file {path} cannot be held")
+
+
+def _flock(fd: int, *, exclusive: bool) -> None:
+    """A shared or an exclusive lock, never waiting (``BlockingIOError`` when held)."""
+    if sys.platform == "win32":
+        raise OSError(errno.ENOSYS, "no flock")
+    import fcntl  # noqa: PLC0415 - POSIX only
+
+    fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
+
+
+def _share(fd: int) -> None:
+    """The shared lock, waiting at most ``CLAIM_WAIT_SECONDS`` for a clean that removes
+    this very cache (``BlockingIOError`` past it)."""
+    deadline = time.monotonic() + CLAIM_WAIT_SECONDS
+    while True:
+        try:
+            _flock(fd, exclusive=False)
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(CLAIM_POLL_SECONDS)
+        else:
+            return
 
 
 def _still_at(fd: int, path: str) -> bool:
@@ -202,7 +236,7 @@ def _write_record(fd: int, record: bytes) -> None:
 def _read_root(path: str) -> tuple[str | None, float | None]:
     """The root a record names and its time; ``(None, None)`` without a readable record."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        fd = os.open(path, _READ_FLAGS)
     except OSError:
         return None, None
     try:
@@ -222,11 +256,11 @@ def _read_root(path: str) -> tuple[str | None, float | None]:
 def _in_use(path: str) -> bool:
     """Whether a server holds the lock ``path`` (an exclusive try that does not wait)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        fd = os.open(path, _READ_FLAGS)
     except OSError:
         return False
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        _flock(fd, exclusive=True)
     except BlockingIOError:
         return True
     except OSError:
@@ -341,7 +375,7 @@ def remove_cache(cache: str) -> str:
         return Removal.FAILED
     try:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            _flock(fd, exclusive=True)
         except BlockingIOError:
             return Removal.IN_USE
         try:
