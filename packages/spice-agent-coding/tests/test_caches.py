@@ -12,7 +12,6 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Final
 
@@ -20,11 +19,11 @@ import pytest
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="the POSIX sandbox's caches")
 
-from spice.agent.coding import _sandbox  # noqa: E402 - after the platform mark
+from cache_support import HOLDER_SECONDS, holding  # noqa: E402 - after the platform mark
+
+from spice.agent.coding import _sandbox  # noqa: E402
 from spice.agent.coding._posix import _caches, _facts  # noqa: E402
 
-HOLDER_SECONDS: Final = 60
-"""Bound on a holder process's life and on each wait for it."""
 DAY: Final = _caches.SECONDS_PER_DAY
 
 
@@ -48,39 +47,6 @@ def age(cache: Path, days: float) -> None:
     """Make ``cache`` last used ``days`` ago (its record's time)."""
     when = time.time() - days * DAY
     os.utime(_caches.lock_path(str(cache)), (when, when))
-
-
-@pytest.fixture
-def holder() -> Iterator[Callable[[Path, str], subprocess.Popen[str]]]:
-    """A second process that claims a cache as a server's start does, until stdin closes."""
-    script = (
-        "import sys\n"
-        "from spice.agent.coding._posix import _caches\n"
-        "_caches.claim(sys.argv[1], sys.argv[2])\n"
-        "print('held', flush=True)\n"
-        "sys.stdin.read()\n"
-    )
-    processes: list[subprocess.Popen[str]] = []
-
-    def start(cache: Path, root: str) -> subprocess.Popen[str]:
-        process = subprocess.Popen(
-            [sys.executable, "-c", script, str(cache), root],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        processes.append(process)
-        assert process.stdout is not None
-        assert "held\n" == process.stdout.readline()
-        return process
-
-    yield start
-    for process in processes:
-        process.kill()
-        process.wait(HOLDER_SECONDS)
-        for stream in (process.stdin, process.stdout):
-            if stream is not None:
-                stream.close()
 
 
 def test_list_names_each_root_its_size_and_last_use(
@@ -111,9 +77,7 @@ def test_a_cache_older_than_records_is_listed_with_no_root(
 
 
 def test_a_claim_by_a_running_server_shows_in_use_and_is_never_removed(
-    tmp_path: Path,
-    environ: dict[str, str],
-    holder: Callable[[Path, str], subprocess.Popen[str]],
+    tmp_path: Path, environ: dict[str, str]
 ) -> None:
     """A second process holds one cache (as a running server does): list says in_use, clean
     and expiry leave it whole; once that process is killed its cache is removable."""
@@ -121,14 +85,14 @@ def test_a_claim_by_a_running_server_shows_in_use_and_is_never_removed(
     free = make_cache(tmp_path, environ, "free")
     age(held, 400)
     age(free, 400)
-    process = holder(held, str(tmp_path / "worktrees" / "held"))
-    in_use = {entry.cache: entry.in_use for entry in _caches.list_caches(environ)[0]}
-    assert {str(held): True, str(free): False} == in_use
-    assert [str(free)] == _caches.expire(environ, 30)
-    assert _caches.Removal.IN_USE == _caches.remove_cache(str(held))
-    assert (held / "uv" / "wheel").is_file()
-    process.kill()
-    process.wait(HOLDER_SECONDS)
+    with holding(held, tmp_path / "worktrees" / "held") as process:
+        in_use = {entry.cache: entry.in_use for entry in _caches.list_caches(environ)[0]}
+        assert {str(held): True, str(free): False} == in_use
+        assert [str(free)] == _caches.expire(environ, 30)
+        assert _caches.Removal.IN_USE == _caches.remove_cache(str(held))
+        assert (held / "uv" / "wheel").is_file()
+        process.kill()
+        process.wait(HOLDER_SECONDS)
     assert _caches.Removal.REMOVED == _caches.remove_cache(str(held))
     assert not held.exists()
     assert not os.path.lexists(_caches.lock_path(str(held)))
@@ -250,7 +214,7 @@ def test_expiry_removes_only_what_is_older_than_the_age(
     assert [] == _caches.expire(environ, 0, now)
     assert [str(older)] == _caches.expire(environ, 30, now)
     assert at.is_dir()
-    assert 30 == _caches.DEFAULT_CACHE_MAX_AGE_DAYS
+    assert 30 == _sandbox.DEFAULT_CACHE_MAX_AGE_DAYS
 
 
 def test_expiry_removes_at_most_its_bound_per_start(

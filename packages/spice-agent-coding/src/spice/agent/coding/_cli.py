@@ -1,4 +1,4 @@
-"""The ``spice-coding`` command line: ``tools``, ``call``, ``serve`` and ``cache clean``.
+"""The ``spice-coding`` command line: ``tools``, ``call``, ``serve`` and ``cache``.
 
 Exit codes: 0 success; 1 a model-visible failure (the tool's result says
 why); 2 an execution error or unusable input (bad JSON, a bad root, a bad
@@ -23,9 +23,19 @@ from spice.agent.dispatch import Dispatcher
 from spice.agent.tool import MAXIMUM_PAYLOAD_BYTES, Call, Definition, ExecutionError
 from spice.agent.tools.coding import SECURITY_WARNING
 
+from ._cache_age import CacheAgeError, add_cache_max_age, resolve_cache_max_age
 from ._compose import compose
 from ._mcp._http_settings import HttpSettings
-from ._platform import WINDOWS, PlatformLauncher, clean_cache, harden, platform_launcher
+from ._platform import (
+    WINDOWS,
+    PlatformLauncher,
+    clean_all_caches,
+    clean_cache,
+    expire_caches,
+    harden,
+    list_caches,
+    platform_launcher,
+)
 from ._sandbox import HELP as SANDBOX_HELP
 from ._sandbox import ContainmentUnavailable, slash_root_problem
 from ._settings import (
@@ -101,6 +111,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action=_VersionAction)
     parser.add_argument("--root", metavar="DIR", help=root_help)
+    # ``cache clean --all``: named here too, hidden, or this parser would read the ``--all``
+    # after the command word as an ambiguous prefix of the ``--allow-*`` options.
+    parser.add_argument(
+        "--all", dest="all_before_command", action="store_true", help=argparse.SUPPRESS
+    )
     add_arguments(parser, after_command=False)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     commands.required = True
@@ -109,13 +124,20 @@ def _parser() -> argparse.ArgumentParser:
         ("call", "run one call through the dispatcher and print its result as JSON"),
         ("serve", "serve the tools over MCP on stdin/stdout, or streamable HTTP"),
         ("token", "add a bearer token for serve --transport http to a token file"),
-        ("cache", "cache clean: remove the worktree's private caches of contained commands"),
+        (
+            "cache",
+            (
+                "cache list: every worktree's private cache of contained commands (root, "
+                "size, last use); cache clean: remove this worktree's, --all: every one not in use"
+            ),
+        ),
     ):
         sub = commands.add_parser(name, help=summary, description=summary, epilog=EPILOG)
         sub.add_argument("--root", metavar="DIR", default=argparse.SUPPRESS, help=root_help)
         add_arguments(sub, after_command=True)
         if name == "serve":
             add_serve_arguments(sub)
+            add_cache_max_age(sub)
         if name == "token":
             sub.add_argument("action", choices=("add",), help="add: append a new token")
             sub.add_argument("name", metavar="NAME", help="the token's name (in audit lines)")
@@ -123,7 +145,12 @@ def _parser() -> argparse.ArgumentParser:
             sub.add_argument("--token-file", required=True, metavar="PATH", help="the file")
             sub.add_argument("--not-after", metavar="DATE", help="last day (UTC) it is accepted")
         if name == "cache":
-            sub.add_argument("action", metavar="clean", choices=("clean",), help="clean")
+            sub.add_argument("action", metavar="list|clean", choices=("list", "clean"))
+            sub.add_argument(
+                "--all",
+                action="store_true",
+                help="clean: every worktree's cache that no running server holds",
+            )
         if name == "call":
             sub.add_argument("tool", metavar="TOOL", help="the tool's name")
             sub.add_argument(
@@ -378,9 +405,15 @@ def run(argv: Sequence[str] | None = None) -> int:
         return EXIT_ERROR
     if options.command == "token":
         return _token(settings, options)
+    if options.all_before_command:
+        _err("--all goes after cache clean")
+        return EXIT_ERROR
+    if options.command == "cache" and (options.action == "list" or options.all):
+        return _every_cache(options)
     try:
         http = resolve_http(options) if options.command == "serve" else None
-    except SettingsError as error:
+        max_age = resolve_cache_max_age(options, os.environ)
+    except (SettingsError, CacheAgeError) as error:
         _err(str(error))
         return EXIT_ERROR
     root = settings.config.root
@@ -397,6 +430,8 @@ def run(argv: Sequence[str] | None = None) -> int:
         return EXIT_ERROR
     if launcher.sandbox.warning is not None:
         _err(launcher.sandbox.warning)
+    if options.command == "serve":
+        _expire_caches(max_age)
     if options.command == "tools":
         return asyncio.run(_tools(settings, launcher))
     harden()
@@ -417,16 +452,48 @@ def run(argv: Sequence[str] | None = None) -> int:
 
 
 def _clean_cache(root: str) -> int:
-    """``cache clean``: remove the worktree's private cache directory (contract 11.1)."""
-    cache, removed = clean_cache(root)
+    """``cache clean``: remove the worktree's private cache directory (contract 11.1),
+    never while a running server holds it (12.2)."""
+    cache, outcome = clean_cache(root)
     if cache is None:
         _err("no home or cache directory is known for the server's user")
         return EXIT_ERROR
-    if removed is False:
+    if outcome == "in_use":
+        _err(f"the cache directory {cache} is in use by a running server: stop it first")
+        return EXIT_ERROR
+    if outcome == "failed":
         _err(f"the cache directory {cache} could not be removed whole")
         return EXIT_ERROR
-    _out(json.dumps({"removed": cache if removed else None, "cache": cache}) + "\n")
+    removed = cache if outcome == "removed" else None
+    _out(json.dumps({"removed": removed, "cache": cache}) + "\n")
     return EXIT_OK
+
+
+def _every_cache(options: argparse.Namespace) -> int:
+    """``cache list`` and ``cache clean --all`` (contract 12.2): JSON on stdout."""
+    if options.action == "list":
+        if options.all:
+            _err("--all goes with cache clean (cache list lists every cache)")
+            return EXIT_ERROR
+        listed, truncated = list_caches()
+        _out(json.dumps({"caches": listed, "truncated": truncated}, indent=2) + "\n")
+        return EXIT_OK
+    outcome = clean_all_caches()
+    _out(json.dumps(outcome, indent=2) + "\n")
+    if outcome["failed"]:
+        _err(f"{len(outcome['failed'])} cache directories could not be removed whole")
+        return EXIT_ERROR
+    return EXIT_OK
+
+
+def _expire_caches(max_age_days: int) -> None:
+    """At ``serve``'s start: the caches unused too long go (one line on stderr if any)."""
+    removed = expire_caches(max_age_days)
+    if removed:
+        _err(
+            f"removed {len(removed)} private caches unused for more than {max_age_days} days "
+            "(spice-coding cache list shows the rest)"
+        )
 
 
 def _bad_name(name: str) -> bool:

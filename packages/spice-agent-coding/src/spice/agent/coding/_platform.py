@@ -169,20 +169,56 @@ def harden() -> None:
     _launcher.adopt_orphans()
 
 
-def clean_cache(root: str) -> tuple[str | None, bool | None]:
+def clean_cache(root: str) -> tuple[str | None, str]:
     """Remove the private cache directory of the worktree ``root`` (``cache clean``).
 
     Answers the cache's path (``None`` when no home or cache directory is known for the
-    server's user) and whether it was removed whole (``None``: there was none).
+    server's user) and what became of it: ``removed``, ``absent``, ``in_use`` (a running
+    server holds it: left whole) or ``failed`` (not removed whole).
     """
-    from ._posix import _facts, _tmpdir  # noqa: PLC0415 - only for this command
+    from ._posix import _caches  # noqa: PLC0415 - only for this command
 
-    cache = _facts.cache_directory(root, os.environ)
+    cache = _caches.cache_directory(root, os.environ)
     if cache is None:
-        return None, None
-    if not os.path.lexists(cache):
-        return cache, None
-    return cache, _tmpdir.remove_tree(cache)
+        return None, _caches.Removal.ABSENT
+    return cache, _caches.remove_cache(cache)
+
+
+def list_caches() -> tuple[list[dict[str, object]], bool]:
+    """Every worktree's private cache (``cache list``): root, size, last use, in use; and
+    whether more were there than one listing shows. None on Windows (no sandbox, no
+    private caches)."""
+    if WINDOWS:
+        return [], False
+    from ._posix import _caches  # noqa: PLC0415 - only for this command
+
+    listed, truncated = _caches.list_caches(os.environ)
+    return [entry.to_json() for entry in listed], truncated
+
+
+def clean_all_caches() -> dict[str, list[str]]:
+    """Remove every worktree's private cache that no running server holds (``cache clean
+    --all``): the caches ``removed``, left ``in_use``, and ``failed``."""
+    outcome: dict[str, list[str]] = {"removed": [], "in_use": [], "failed": []}
+    if WINDOWS:
+        return outcome
+    from ._posix import _caches  # noqa: PLC0415 - only for this command
+
+    for entry in _caches.list_caches(os.environ)[0]:
+        result = _caches.remove_cache(entry.cache)
+        if result != _caches.Removal.ABSENT:
+            outcome[result].append(entry.cache)
+    return outcome
+
+
+def expire_caches(max_age_days: int) -> list[str]:
+    """At a server's start: remove the private caches unused for more than
+    ``max_age_days`` days (0: none), a bounded number per start; the caches removed."""
+    if WINDOWS:
+        return []
+    from ._posix import _caches  # noqa: PLC0415 - only at serve's start
+
+    return _caches.expire(os.environ, max_age_days)
 
 
 def judge_private(fd: int) -> tuple[bool, bool]:

@@ -28,6 +28,12 @@ DEFAULT_MODE: Final = AUTO
 DEFAULT_MAX_PROCESSES: Final = 2048
 """The process bound of one call (``--max-processes``)."""
 
+DEFAULT_CACHE_MAX_AGE_DAYS: Final = 30
+"""A worktree's private cache unused this many days is removed at a server's start
+(``--cache-max-age``; contract 12.2)."""
+MAX_CACHE_MAX_AGE_DAYS: Final = 36_500
+"""The largest ``--cache-max-age`` (a hundred years); 0 turns the expiry off."""
+
 MIN_MEMORY_BYTES: Final = 16 * 1024**2
 """The least memory bound accepted (below it even a shell cannot start)."""
 

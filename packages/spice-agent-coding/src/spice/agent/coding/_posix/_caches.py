@@ -38,9 +38,7 @@ from . import _tmpdir
 
 __all__ = [
     "CACHE_APPLICATION",
-    "DEFAULT_CACHE_MAX_AGE_DAYS",
     "MAX_CACHES_LISTED",
-    "MAX_CACHE_MAX_AGE_DAYS",
     "MAX_EXPIRED_PER_START",
     "MAX_RECORD_BYTES",
     "MAX_SIZE_ENTRIES",
@@ -58,10 +56,6 @@ __all__ = [
     "user_cache_directory",
 ]
 
-DEFAULT_CACHE_MAX_AGE_DAYS: Final = 30
-"""A cache unused this many days is removed at a server's start (``--cache-max-age``)."""
-MAX_CACHE_MAX_AGE_DAYS: Final = 36_500
-"""The largest ``--cache-max-age`` (a hundred years); 0 turns the expiry off."""
 SECONDS_PER_DAY: Final = 86_400
 MAX_CACHES_LISTED: Final = 4_096
 """Bound of the caches one listing, clean or expiry looks at (the host of clients-round4
