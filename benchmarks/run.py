@@ -53,6 +53,7 @@ MODULES: Final = (
     "bench_orphans",
     "bench_seccomp",
     "bench_proxy",
+    "bench_installs",
     "bench_windows",
 )
 """The bench modules, in run order. Each has ``SECTION: str`` and ``run(Settings) ->
