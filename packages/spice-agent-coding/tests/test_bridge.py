@@ -1,9 +1,11 @@
-"""The in-namespace bridge's relay, run here in a thread between real sockets.
+"""The in-namespace bridge, run here in a thread between real sockets (contract 12.2).
 
 Inside a call the supervisor runs it (``test_proxy_contained.py`` covers that path end
-to end); here the same ``_Relay`` relays a loopback listener to a UNIX echo server, so
-its every branch is measured: both directions, half-close, its connection bound, an
-upstream that is missing, and its stop.
+to end); here the same ``_Relay`` hands each loopback connection to a UNIX server that
+takes it as the proxy does (``SCM_RIGHTS``) and echoes on it, so its every branch is
+measured: the handed connection itself carries the bytes (half-close included), the
+bridge keeps no copy, many connections at once, an upstream that is missing or that
+takes nothing, and its stop.
 """
 
 from __future__ import annotations
@@ -25,68 +27,94 @@ pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="UNIX sockets, P
 BOUND = 30.0
 
 
-@pytest.fixture
-def echo_path() -> Iterator[str]:
-    """A UNIX echo server (a thread per connection) at the returned path."""
-    directory = tempfile.mkdtemp(prefix="spice-bridge-test-")
-    path = os.path.join(directory, "echo.sock")
-    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    server.bind(path)
-    server.listen(128)
-    stop = threading.Event()
+class Taker:
+    """A UNIX server that takes each handed connection and echoes on it (a thread each)."""
 
-    def serve_one(peer: socket.socket) -> None:
-        with peer:
-            while data := peer.recv(65536):
-                peer.sendall(data)
+    def __init__(self, path: str, *, take: bool = True) -> None:
+        self.path = path
+        self.take = take
+        self.messages: list[bytes] = []
+        self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.server.bind(path)
+        self.server.listen(128)
+        threading.Thread(target=self.accept, daemon=True).start()
 
-    def accept() -> None:
-        while not stop.is_set():
+    def accept(self) -> None:
+        while True:
             try:
-                peer, _ = server.accept()
+                peer, _ = self.server.accept()
             except OSError:
                 return
-            threading.Thread(target=serve_one, args=(peer,), daemon=True).start()
+            threading.Thread(target=self.serve_one, args=(peer,), daemon=True).start()
 
-    threading.Thread(target=accept, daemon=True).start()
-    yield path
-    stop.set()
-    server.shutdown(socket.SHUT_RDWR)
-    server.close()
-    os.unlink(path)
+    def serve_one(self, peer: socket.socket) -> None:
+        with peer:
+            if not self.take:
+                return  # closes without reading: the handed connection is dropped
+            data, fds, _, _ = socket.recv_fds(peer, 16, 4)
+        self.messages.append(data)
+        if len(fds) != 1:
+            for fd in fds:
+                os.close(fd)
+            return
+        with socket.socket(fileno=fds[0]) as handed:
+            handed.settimeout(BOUND)
+            while chunk := handed.recv(65536):
+                handed.sendall(chunk)
+            handed.shutdown(socket.SHUT_WR)
+
+    def close(self) -> None:
+        self.server.shutdown(socket.SHUT_RDWR)
+        self.server.close()
+        os.unlink(self.path)
+
+
+@pytest.fixture
+def taker_path() -> Iterator[str]:
+    directory = tempfile.mkdtemp(prefix="spice-bridge-test-")
+    taker = Taker(os.path.join(directory, "proxy.sock"))
+    yield taker.path
+    taker.close()
     os.rmdir(directory)
 
 
-@pytest.fixture
-def relayed(echo_path: str) -> Iterator[tuple[bridge._Relay, int]]:
-    """A relay from 127.0.0.1:PORT to ``echo_path`` in its thread; stopped afterwards."""
+def running(path: str) -> tuple[bridge._Relay, threading.Thread, socket.socket]:
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.bind(("127.0.0.1", 0))
     listener.listen(bridge.BACKLOG)
     listener.setblocking(False)  # noqa: FBT003 - socket's positional flag
-    relay = bridge._Relay(listener, echo_path)
+    relay = bridge._Relay(listener, path)
     thread = threading.Thread(target=relay.run, daemon=True)
     thread.start()
-    port = listener.getsockname()[1]
-    yield relay, port
+    return relay, thread, listener
+
+
+def stop(relay: bridge._Relay, thread: threading.Thread, listener: socket.socket) -> None:
     relay.stopped = True
-    with socket.create_connection(("127.0.0.1", port), timeout=BOUND):
+    with connect(listener.getsockname()[1]):
         pass  # wakes its select
     thread.join(BOUND)
     assert not thread.is_alive()
     listener.close()
 
 
+@pytest.fixture
+def handed(taker_path: str) -> Iterator[int]:
+    """A bridge from 127.0.0.1:PORT to the taker, in its thread; stopped afterwards."""
+    relay, thread, listener = running(taker_path)
+    yield listener.getsockname()[1]
+    stop(relay, thread, listener)
+
+
 def connect(port: int) -> socket.socket:
     return socket.create_connection(("127.0.0.1", port), timeout=BOUND)
 
 
-def test_bytes_go_both_ways_intact_and_a_half_close_passes(
-    relayed: tuple[bridge._Relay, int],
+def test_the_handed_connection_carries_the_bytes_both_ways_and_a_half_close(
+    handed: int,
 ) -> None:
-    _, port = relayed
-    data = os.urandom(4 * 1024 * 1024)
-    with connect(port) as client:
+    data = os.urandom(2 * 1024 * 1024 + 3)
+    with connect(handed) as client:
 
         def send() -> None:
             client.sendall(data)
@@ -101,86 +129,59 @@ def test_bytes_go_both_ways_intact_and_a_half_close_passes(
     assert bytes(back) == data
 
 
-def test_the_connection_bound_holds_on_both_sides(relayed: tuple[bridge._Relay, int]) -> None:
-    relay, port = relayed
-    held = [connect(port) for _ in range(bridge.MAXIMUM_CONNECTIONS)]
+def test_the_bridge_sends_its_one_byte_and_keeps_no_copy(tmp_path: Path) -> None:
+    """Once handed over, the connection lives only where the taker holds it: when the
+    taker ends it, the client sees the end (the bridge's copy would keep it open)."""
+    taker = Taker(str(tmp_path / "proxy.sock"))
+    relay, thread, listener = running(taker.path)
     try:
-        for client in held:  # every one of the bound is relayed
-            client.sendall(b"?")
-            assert client.recv(1) == b"?"
-        with connect(port) as one_more:
-            assert one_more.recv(1) == b""  # closed at once
-        assert len(relay.pairs) == 2 * bridge.MAXIMUM_CONNECTIONS
+        with connect(listener.getsockname()[1]) as client:
+            client.sendall(b"ping")
+            assert client.recv(4) == b"ping"
+            client.shutdown(socket.SHUT_WR)
+            assert client.recv(1) == b""
     finally:
-        for client in held:
+        stop(relay, thread, listener)
+        taker.close()
+    assert [bridge.HANDOFF] == taker.messages
+
+
+def test_many_connections_at_once_are_each_handed(handed: int) -> None:
+    """No bound of the bridge's own (the proxy bounds them and answers 503)."""
+    clients = [connect(handed) for _ in range(100)]
+    try:
+        for index, client in enumerate(clients):
+            client.sendall(str(index).encode())
+        for index, client in enumerate(clients):
+            assert client.recv(8) == str(index).encode()
+    finally:
+        for client in clients:
             client.close()
 
 
 def test_a_missing_upstream_closes_the_client(tmp_path: Path) -> None:
-    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    listener.bind(("127.0.0.1", 0))
-    listener.listen()
-    listener.setblocking(False)  # noqa: FBT003 - socket's positional flag
-    relay = bridge._Relay(listener, str(tmp_path / "nobody.sock"))
-    thread = threading.Thread(target=relay.run, daemon=True)
-    thread.start()
-    port = listener.getsockname()[1]
+    relay, thread, listener = running(str(tmp_path / "nobody.sock"))
     try:
-        with connect(port) as client:
+        with connect(listener.getsockname()[1]) as client:
             assert client.recv(1) == b""
-        assert relay.pairs == {}
     finally:
-        relay.stopped = True
-        with connect(port):
-            pass
-        thread.join(BOUND)
-        listener.close()
-    assert not thread.is_alive()
+        stop(relay, thread, listener)
 
 
-def test_stopping_closes_every_relayed_connection(relayed: tuple[bridge._Relay, int]) -> None:
-    relay, port = relayed
-    client = connect(port)
-    client.sendall(b"x")
-    assert client.recv(1) == b"x"
-    relay.stopped = True
-    with connect(port):
-        pass
-    assert client.recv(1) == b""  # the relay ended it
-    client.close()
-    relay.stopped = False  # the fixture stops it for good
-
-
-def test_without_splice_the_bridge_copies_the_same_bytes(
-    echo_path: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(bridge, "_SPLICE", False)
-    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    listener.bind(("127.0.0.1", 0))
-    listener.listen()
-    listener.setblocking(False)  # noqa: FBT003 - socket's positional flag
-    relay = bridge._Relay(listener, echo_path)
-    thread = threading.Thread(target=relay.run, daemon=True)
-    thread.start()
-    port = listener.getsockname()[1]
-    data = os.urandom(2 * 1024 * 1024 + 3)
+def test_an_upstream_that_takes_nothing_leaves_the_client_closed(tmp_path: Path) -> None:
+    taker = Taker(str(tmp_path / "proxy.sock"), take=False)
+    relay, thread, listener = running(taker.path)
     try:
-        with connect(port) as client:
-
-            def send() -> None:
-                client.sendall(data)
-                client.shutdown(socket.SHUT_WR)
-
-            sender = threading.Thread(target=send)
-            sender.start()
-            back = bytearray()
-            while chunk := client.recv(1 << 16):
-                back += chunk
-            sender.join(BOUND)
-        assert bytes(back) == data
+        with connect(listener.getsockname()[1]) as client:
+            assert client.recv(1) == b""
     finally:
-        relay.stopped = True
-        with connect(port):
-            pass
-        thread.join(BOUND)
-        listener.close()
+        stop(relay, thread, listener)
+        taker.close()
+
+
+def test_stopping_ends_the_thread_and_drops_what_comes_after(taker_path: str) -> None:
+    relay, thread, listener = running(taker_path)
+    port = listener.getsockname()[1]
+    stop(relay, thread, listener)
+    with pytest.raises(ConnectionRefusedError):
+        connect(port).close()

@@ -54,7 +54,14 @@ from typing import Final, final
 from spice.agent.process import LaunchError
 
 from .._network import DomainPolicy, address_of
-from .._proxyhttp import BadRequest, HeadReader, Request, origin_head, parse_head
+from .._proxyhttp import (
+    MAXIMUM_HEAD_BYTES,
+    BadRequest,
+    HeadReader,
+    Request,
+    origin_head,
+    parse_head,
+)
 from .._tlshello import MAXIMUM_HELLO_BYTES, NEED_MORE, NOT_TLS, Hello, read_hello
 from . import _bridge as bridge
 from ._relay import CHUNK_BYTES, relay
@@ -424,9 +431,7 @@ class CallProxy:
             len(self._tasks) >= MAXIMUM_CALL_CONNECTIONS
             or proxy.active >= MAXIMUM_SERVER_CONNECTIONS
         ):
-            busy = asyncio.ensure_future(
-                _reply(connection, 503, "too many connections at once (a bound of the sandbox)")
-            )
+            busy = asyncio.ensure_future(_busy(connection))
             self._busy.add(busy)
             busy.add_done_callback(self._busy.discard)
             # Closed however the task ends: one cancelled before its first step never
@@ -454,11 +459,25 @@ class CallProxy:
         finally:
             connection.close()
 
-    async def _handle(self, connection: socket.socket) -> None:
+    async def _handle(self, accepted: socket.socket) -> None:
+        try:
+            async with asyncio.timeout(HEAD_BOUND_SECONDS):
+                connection, first = await _client_of(accepted)
+        except TimeoutError:
+            return
+        if connection is None:
+            return
+        try:
+            await self._request(connection, first)
+        finally:
+            if connection is not accepted:
+                connection.close()
+
+    async def _request(self, connection: socket.socket, first: bytes) -> None:
         loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(HEAD_BOUND_SECONDS):
-                head, rest = await _read_head(connection)
+                head, rest = await _read_head(connection, first)
             request = parse_head(head)
         except TimeoutError:
             return
@@ -542,10 +561,96 @@ class CallProxy:
         _log.warning("proxy refused %s: %s", authority, refused)
 
 
-async def _read_head(connection: socket.socket) -> tuple[bytes, bytes]:
+async def _busy(accepted: socket.socket) -> None:
+    """Past a connection bound: a 503 to the client (the one the bridge handed over, or
+    the accepted one itself), bounded; a client that never says anything gets nothing."""
+    with contextlib.suppress(OSError, EOFError, TimeoutError):
+        async with asyncio.timeout(HEAD_BOUND_SECONDS):
+            client, _ = await _client_of(accepted)
+        if client is None:
+            return
+        try:
+            await _reply(client, 503, "too many connections at once (a bound of the sandbox)")
+        finally:
+            if client is not accepted:
+                client.close()
+
+
+async def _readable(sock: socket.socket) -> None:
+    """Until ``sock`` is readable (the caller bounds the wait)."""
+    loop = asyncio.get_running_loop()
+    ready: asyncio.Future[None] = loop.create_future()
+
+    def wake() -> None:
+        if not ready.done():
+            ready.set_result(None)
+
+    loop.add_reader(sock.fileno(), wake)
+    try:
+        await ready
+    finally:
+        loop.remove_reader(sock.fileno())
+
+
+async def _client_of(accepted: socket.socket) -> tuple[socket.socket | None, bytes]:
+    """The client to serve and the first bytes it sent.
+
+    The bridge sends ``bridge.HANDOFF`` with the command's own connection (one
+    descriptor): that socket is served, and the accepted one is done with. Any other
+    first message is the start of a request on ``accepted`` itself; descriptors sent with
+    it are closed, and more than one sent ends the connection (at most one is ever taken
+    in: the kernel closes the rest and says so, ``MSG_CTRUNC``). A handed
+    descriptor that is not a connected stream socket ends the connection (``None``).
+    """
+    while True:
+        try:
+            data, fds, flags, _ = socket.recv_fds(accepted, MAXIMUM_HEAD_BYTES, 1)
+        except (BlockingIOError, InterruptedError):
+            await _readable(accepted)
+            continue
+        break
+    truncated = bool(flags & getattr(socket, "MSG_CTRUNC", 0))  # more than one was sent
+    if data != bridge.HANDOFF or len(fds) != 1 or truncated:
+        for fd in fds:
+            os.close(fd)
+        if data[:1] == bridge.HANDOFF or truncated or (fds and not data):
+            return None, b""
+        if not data:
+            raise EOFError
+        return accepted, data
+    return _handed(fds[0]), b""
+
+
+def _handed(fd: int) -> socket.socket | None:
+    """The socket ``fd`` when it is a connected stream socket (else closed: ``None``)."""
+    try:
+        client = socket.socket(fileno=fd) if stat.S_ISSOCK(os.fstat(fd).st_mode) else None
+    except OSError:
+        client = None
+    if client is None:
+        os.close(fd)
+        return None
+    try:
+        listening = client.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN)
+        client.getpeername()
+    except OSError:
+        client.close()
+        return None
+    if client.type != socket.SOCK_STREAM or listening:
+        client.close()
+        return None
+    client.setblocking(False)  # noqa: FBT003 - socket's positional flag
+    return client
+
+
+async def _read_head(connection: socket.socket, first: bytes = b"") -> tuple[bytes, bytes]:
     """The head (through its blank line) and what came after it; at most the head bound."""
     loop = asyncio.get_running_loop()
     reader = HeadReader()
+    if first:  # what came with the first message (at most the bound: the reader takes it)
+        answered = reader.feed(first)
+        if answered is not None:
+            return answered
     while True:
         chunk = await loop.sock_recv(connection, reader.wanted)
         if not chunk:
