@@ -451,27 +451,19 @@ class CallProxy:
         if not task.cancelled():
             task.exception()  # retrieved; _serve raises nothing but its cancellation
 
-    async def _serve(self, connection: socket.socket) -> None:
-        try:
-            await self._handle(connection)
-        except (OSError, EOFError):
-            pass  # a side went away: nothing to say to anyone
-        finally:
-            connection.close()
-
-    async def _handle(self, accepted: socket.socket) -> None:
+    async def _serve(self, accepted: socket.socket) -> None:
+        client = None
         try:
             async with asyncio.timeout(HEAD_BOUND_SECONDS):
-                connection, first = await _client_of(accepted)
-        except TimeoutError:
-            return
-        if connection is None:
-            return
-        try:
-            await self._request(connection, first)
+                client, first = await _client_of(accepted)
+            if client is not None:
+                await self._request(client, first)
+        except (OSError, EOFError, TimeoutError):
+            pass  # a side went away, or said nothing in time: nothing to say to anyone
         finally:
-            if connection is not accepted:
-                connection.close()
+            accepted.close()
+            if client is not None:
+                client.close()
 
     async def _request(self, connection: socket.socket, first: bytes) -> None:
         loop = asyncio.get_running_loop()
