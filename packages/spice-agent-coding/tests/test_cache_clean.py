@@ -263,3 +263,18 @@ def test_all_before_the_command_word_is_refused(
     code, out, err = run_cli(["--all", "cache", "clean"], capsys)
     assert (2, "", "spice-coding: --all goes after cache clean\n") == (code, out, err)
     assert Path(str(_facts.cache_directory(str(root), os.environ))).is_dir()
+
+
+def test_a_command_run_in_process_lets_go_of_its_cache_when_it_ends(
+    root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``tools`` holds the worktree's cache while it runs; once ``main`` returns (as in the
+    tests, in process) the cache is free, so a clean in the same process removes it."""
+    code, _, _ = run_cli(["--root", str(root), "--sandbox", "auto", "tools"], capsys)
+    assert 0 == code
+    cache = Path(str(_facts.cache_directory(str(root), os.environ)))
+    if not cache.is_dir():
+        pytest.skip("no contained commands here: no cache was made")
+    assert not _caches._HELD
+    code, out, _ = run_cli(["--root", str(root), "cache", "clean"], capsys)
+    assert (0, str(cache)) == (code, json.loads(out)["removed"])

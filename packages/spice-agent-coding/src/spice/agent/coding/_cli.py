@@ -35,6 +35,7 @@ from ._platform import (
     harden,
     list_caches,
     platform_launcher,
+    release_caches,
 )
 from ._sandbox import HELP as SANDBOX_HELP
 from ._sandbox import ContainmentUnavailable, slash_root_problem
@@ -516,3 +517,5 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as error:  # noqa: BLE001 - no traceback reaches the user; the type is safe
         _err(f"{_INTERNAL} ({type(error).__name__})")
         return EXIT_ERROR
+    finally:
+        release_caches()

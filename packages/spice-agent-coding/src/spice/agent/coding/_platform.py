@@ -38,6 +38,7 @@ __all__ = [
     "harden",
     "judge_private",
     "platform_launcher",
+    "release_caches",
 ]
 
 PLACE_UNAVAILABLE: Final = (
@@ -209,6 +210,14 @@ def clean_all_caches() -> dict[str, list[str]]:
         if result != _caches.Removal.ABSENT:
             outcome[result].append(entry.cache)
     return outcome
+
+
+def release_caches() -> None:
+    """Let go of the worktree caches this process holds (``main`` ends: in process, as the
+    tests run it, the next command must find them free). Nothing when none was held."""
+    held = sys.modules.get(f"{__package__}._posix._caches")
+    if held is not None:
+        held.release_all()
 
 
 def expire_caches(max_age_days: int) -> list[str]:

@@ -52,6 +52,7 @@ __all__ = [
     "expire",
     "list_caches",
     "lock_path",
+    "release_all",
     "remove_cache",
     "user_cache_directory",
 ]
@@ -182,6 +183,13 @@ def claim(cache: str, root: str) -> None:
     except OSError:
         pass
     raise ClaimFailed(f"the cache's lock file {path} cannot be held")
+
+
+def release_all() -> None:
+    """Let go of every cache this process holds (a command run in process has ended)."""
+    while _HELD:
+        _, fd = _HELD.popitem()
+        os.close(fd)
 
 
 def _flock(fd: int, *, exclusive: bool) -> None:
