@@ -28,7 +28,7 @@ from spice.agent.coding._posix import _bwrap, _facts
 from spice.agent.coding._posix._bwrap import Namespaces
 from spice.agent.coding._posix._containment import Containment, resolve_containment
 from spice.agent.coding._posix._landlock import landlock_abi
-from spice.agent.coding._posix._launcher import PLACE_CHANGED
+from spice.agent.coding._posix._launcher import LINK_GAINED, PLACE_CHANGED
 from spice.agent.coding._posix._plan import GIT_PROTECTED
 from spice.agent.coding._sandbox import CREDENTIALS
 from spice.agent.process import LaunchError, Outcome, Spec
@@ -754,6 +754,37 @@ def test_a_module_linked_only_outside_every_writable_place_starts_contained(
         completed = _start_workspace(root, home, sources, search)
         assert 0 == completed.returncode, completed.stderr
         assert '"contained": true' in completed.stdout.decode()
+
+
+async def test_a_link_to_the_servers_code_made_after_start_refuses_the_next_call(
+    policy: Containment, root: Path, home: Path, base: Path
+) -> None:
+    """Contract 12.2: the user links the server's cached module into the worktree while it
+    runs (a ``uv sync`` sharing uv's cache); the next call starts nothing, naming the link,
+    and once the link is gone the calls run again. The loaded modules are the seam: a real
+    file the test linked into a uv cache outside every writable place."""
+    module, _ = _server_copy(base)
+    uv_cache = home / ".cache" / "uv"
+    uv_cache.mkdir(parents=True)
+    os.link(module, uv_cache / "_compose.py")
+    chosen = launcher(policy, root, home)
+    info = module.stat()
+    chosen._links = _facts.LinkWatch(
+        [str(root)], lambda: ((str(module), info.st_dev, info.st_ino),)
+    )
+    outcome, text, _ = await run(chosen, root, home, ("/bin/true",))
+    assert outcome.successful, text
+    planted = root / ".venv" / "_compose.py"
+    planted.parent.mkdir()
+    os.link(module, planted)
+    with pytest.raises(LaunchError) as refused:
+        await run(chosen, root, home, ("/bin/sh", "-c", f"echo planted >> {planted}"))
+    assert LINK_GAINED.format(path=module, link=planted) == refused.value.reason
+    assert refused.value.process is None
+    assert "planted" not in module.read_text(encoding="utf-8")
+    planted.unlink()
+    outcome, text, _ = await run(chosen, root, home, ("/bin/true",))
+    assert outcome.successful, text
 
 
 # -- caches that work, private to the worktree ---------------------------------------------

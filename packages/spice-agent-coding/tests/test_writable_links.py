@@ -154,3 +154,53 @@ def test_outermost_places_cover_every_place_and_nest_none(paths: list[list[str]]
     assert len(set(kept)) == len(kept)
     assert all(any(beneath(os.path.realpath(p), top) for top in kept) for p in given_places)
     assert not [a for a in kept for b in kept if a != b and beneath(a, b)]
+
+
+# -- a link gained after start (LinkWatch, checked before each call) ------------------------
+
+
+def test_a_link_made_in_a_writable_place_after_start_is_found(tmp_path: Path) -> None:
+    """The user links the server's cached file into the worktree after start (a ``uv sync``
+    sharing uv's cache): the next call's check finds it; once removed, the calls go on."""
+    root, _, cache = places(tmp_path)
+    linked = module_with_links(tmp_path, tmp_path / "uv-cache" / "module.py")
+    watch = _facts.LinkWatch([str(root), str(cache)], lambda: linked)
+    assert watch.gained() is None
+    planted = root / ".venv" / "lib" / "module.py"
+    planted.parent.mkdir(parents=True)
+    os.link(linked[0][0], planted)
+    assert _facts.WritableLink(linked[0][0], str(planted)) == watch.gained()
+    assert _facts.WritableLink(linked[0][0], str(planted)) == watch.gained()  # until removed
+    planted.unlink()
+    assert watch.gained() is None
+
+
+def test_a_link_made_outside_every_place_is_taken_as_the_new_count(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No writable link: the grown count is kept, so the next call walks nothing."""
+    root, _, _ = places(tmp_path)
+    linked = module_with_links(tmp_path, tmp_path / "uv-cache" / "module.py")
+    watch = _facts.LinkWatch([str(root)], lambda: linked)
+    os.link(linked[0][0], tmp_path / "uv-cache" / "another.py")
+    assert watch.gained() is None
+
+    def walk(*_: object, **__: object) -> None:
+        raise AssertionError("walked again")
+
+    monkeypatch.setattr(_facts, "writable_link", walk)
+    assert watch.gained() is None
+
+
+def test_a_copy_install_watches_nothing_and_a_replaced_module_is_not_the_loaded_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root, _, _ = places(tmp_path)
+    assert _facts.LinkWatch([str(root)], lambda: ()).gained() is None
+    linked = module_with_links(tmp_path, tmp_path / "uv-cache" / "module.py")
+    watch = _facts.LinkWatch([str(root)], lambda: linked)
+    module = Path(linked[0][0])
+    module.unlink()
+    module.write_text("NEW = 1\n", encoding="utf-8")  # another inode at the path
+    os.link(module, root / "new.py")
+    assert watch.gained() is None

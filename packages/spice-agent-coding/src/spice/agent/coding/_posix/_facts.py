@@ -35,6 +35,7 @@ __all__ = [
     "MAX_LINK_SCAN_ENTRIES",
     "ROOT_HASH_CHARACTERS",
     "CacheUnavailable",
+    "LinkWatch",
     "WritableLink",
     "cache_directory",
     "changed_place",
@@ -287,6 +288,49 @@ def writable_link(
                 if module is not None and os.path.realpath(entry.path) != module:
                     return WritableLink(module, entry.path)
     return None
+
+
+@final
+class LinkWatch:
+    """Before each call: has a module that was linked at start gained a link since?
+
+    A call cannot make a link to the server's files, but the user can, outside (a ``uv
+    sync`` in the worktree that shares uv's cache with the server's install links the same
+    files into its ``.venv``). The modules with more than one link at start are watched
+    (a copy install has none: nothing to do per call); a count that grew makes the
+    places be walked again (``writable_link``, bounded), and a count that grew with no
+    link in a writable place is taken as the new count (no walk at the next call).
+    """
+
+    def __init__(
+        self,
+        places: Sequence[str],
+        linked: Callable[[], tuple[tuple[str, int, int], ...]] = linked_module_files,
+    ) -> None:
+        self._places = tuple(places)
+        self._counts: dict[tuple[str, int, int], int] = {}
+        for key in linked():
+            try:
+                self._counts[key] = os.stat(key[0]).st_nlink
+            except OSError:
+                continue
+
+    def gained(self) -> WritableLink | None:
+        """A watched module with a new link a call could write, else ``None``."""
+        grown: dict[tuple[str, int, int], int] = {}
+        for key, count in self._counts.items():
+            try:
+                info = os.stat(key[0])
+            except OSError:
+                continue
+            if (info.st_dev, info.st_ino) == key[1:] and info.st_nlink > count:
+                grown[key] = info.st_nlink
+        if not grown:
+            return None
+        found = writable_link(self._places, lambda: tuple(grown))
+        if found is None:
+            self._counts.update(grown)
+        return found
 
 
 def _outermost_places(places: Sequence[str]) -> list[str]:

@@ -349,6 +349,16 @@ def _pid_of(popen: subprocess.Popen[bytes]) -> int:
     return popen.pid
 
 
+LINK_GAINED: Final = (
+    "a module the server runs ({path}) has gained a hard link in a writable place ({link}) "
+    "since the server started: nothing was started; remove that link (or restart the "
+    "server, which then refuses to contain)"
+)
+LINKS_UNSEARCHED: Final = (
+    "a module the server runs ({path}) has gained a hard link since the server started, "
+    "and the writable places could not be searched whole: nothing was started; restart "
+    "the server"
+)
 PLACE_CHANGED: Final = (
     "a writable place (the worktree or an --allow-write directory) is no longer the "
     "directory the server started with (replaced, or a symbolic link now): nothing was "
@@ -454,6 +464,40 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
+def _link_watch(facts: _plan.StartFacts) -> _facts.LinkWatch:
+    """The start's linked modules, watched over the writable places and the cache."""
+    places = [place.path for place in facts.places]
+    return _facts.LinkWatch([*places, *([facts.cache] if facts.cache else [])])
+
+
+def _refuse_changed_start(facts: _plan.StartFacts | None, links: _facts.LinkWatch | None) -> None:
+    """Before each call, ``LaunchError`` when what the start settled no longer holds: a
+    writable place is not the directory it was, or a module of the server gained a link a
+    call could write."""
+    if facts is not None and _facts.changed_place(facts.places) is not None:
+        raise LaunchError(reason=PLACE_CHANGED)
+    gained = None if links is None else links.gained()
+    if gained is not None:
+        raise LaunchError(
+            reason=LINKS_UNSEARCHED.format(path=gained.module)
+            if gained.link is None
+            else LINK_GAINED.format(path=gained.module, link=gained.link)
+        )
+
+
+_SLOTS: Final = (
+    "_bounds",
+    "_cgroups",
+    "_containment",
+    "_facts",
+    "_links",
+    "_proxy",
+    "_root",
+    "_supervised",
+)
+"""``PosixLauncher``'s fields."""
+
+
 @final
 class PosixLauncher:
     """Starts each child in its own session and process group.
@@ -478,7 +522,7 @@ class PosixLauncher:
     True
     """
 
-    __slots__ = ("_bounds", "_cgroups", "_containment", "_facts", "_proxy", "_root", "_supervised")
+    __slots__ = _SLOTS
 
     def __init__(
         self,
@@ -504,6 +548,7 @@ class PosixLauncher:
                 root, containment.allow_write, bwrap=containment.namespaces.bwrap
             )
         self._facts = facts if containment.confined else None
+        self._links = None if self._facts is None else _link_watch(self._facts)
         proxied = self._facts is not None and containment.proxied  # the call's own network
         self._proxy = Proxy(containment.domains) if proxied else None
 
@@ -594,8 +639,7 @@ class PosixLauncher:
     def _spawn_supervisor(self, spec: Spec, proxy: CallProxy | None = None) -> PosixProcess:
         """Spawn the supervisor (in ``bwrap`` with namespaces) for the call's plan;
         ``proxy``: the call's own proxy (its socket bound in, its variables set)."""
-        if self._facts is not None and _facts.changed_place(self._facts.places) is not None:
-            raise LaunchError(reason=PLACE_CHANGED)
+        _refuse_changed_start(self._facts, self._links)
         scanner = None if self._facts is None else _hints.RefusalScanner()
         if scanner is not None:
             spec = _scanned(spec, scanner)
