@@ -698,32 +698,39 @@ def _outcome(process: Process) -> Outcome:
 def _output_fields(
     capture: Capture, problem: tuple[str, str] | None, content: Mapping[str, object]
 ) -> dict[str, object]:
-    """Text when both streams are UTF-8, else base64; shortened to fit the answer bound.
+    """Text when both streams are UTF-8 and their JSON-escaped text keeps the answer within
+    the bound; else base64 of the whole capture (the seed's rule, contract 12.4).
 
-    An answer past the bound (``answer_bytes``, measured on the encoded answer) keeps less
-    of each stream's middle: the largest capture budget whose answer fits, found by
-    bisection (at most ``log2(max_output_bytes) + 1`` encodings, only for such answers).
+    Output of NUL or control bytes escapes to six times its size: base64 (4 characters for
+    3 bytes) carries it whole instead, so a capture is never shortened where base64 fits;
+    with ``max_output_bytes`` at most 512 KiB it always does. Only a base64 answer still
+    past the bound keeps less of each stream's middle: the largest capture budget whose
+    answer fits, found by bisection (at most ``log2(max_output_bytes) + 1`` encodings).
     """
     captured = capture.finish()
 
-    def fields_of(captured: Captured) -> tuple[dict[str, object], bool]:
-        fields = captured.fields(text=True)
+    def fields_of(captured: Captured, *, text: bool) -> tuple[dict[str, object], bool]:
+        fields = captured.fields(text=text)
         whole: dict[str, object] = {"ok": problem is None, **content, **fields}
         if problem is not None:
             whole.update(code=problem[0], message=problem[1])
         return fields, answer_fits(encode(whole))
 
-    fields, fits = fields_of(captured)
+    fields, fits = fields_of(captured, text=True)
     if fits:
         return fields
+    if fields["encoding"] == "utf-8":
+        fields, fits = fields_of(captured, text=False)
+        if fits:
+            return fields
     low, high = 0, captured.stdout.captured + captured.stderr.captured - 1
     while low < high:
         middle = (low + high + 1) // 2
-        if fields_of(capture.finish(middle))[1]:
+        if fields_of(capture.finish(middle), text=False)[1]:
             low = middle
         else:
             high = middle - 1
-    return fields_of(capture.finish(low))[0]
+    return fields_of(capture.finish(low), text=False)[0]
 
 
 def _workdir_problem(error: PathError) -> tuple[str, str]:
