@@ -31,7 +31,14 @@ from typing import Final
 
 from spice.agent.tools.coding import MAXIMUM_ANSWER_BYTES
 
-__all__ = ["ENVELOPE_BYTES", "TEXT_NOTE", "shaped_text", "string_bytes", "text_chars"]
+__all__ = [
+    "ENVELOPE_BYTES",
+    "MINIMAL_TEXT_BYTES",
+    "TEXT_NOTE",
+    "shaped_text",
+    "string_bytes",
+    "text_chars",
+]
 
 ENVELOPE_BYTES: Final = 2048
 """Room kept for the JSON-RPC envelope, the request's id and the result's own keys (the
@@ -42,6 +49,10 @@ TEXT_NOTE: Final = (
 )
 """What a shortened text block says (``text_note``)."""
 NOTE_KEY: Final = "text_note"
+MINIMAL_TEXT_BYTES: Final = 256
+"""Most bytes of the smallest text block (``ok`` and the note), sent even where no room is
+left: the product's answers leave ``ENVELOPE_BYTES`` for it and the JSON-RPC envelope
+(about 100 bytes and the request's id)."""
 LARGE_FIELDS: Final = ("content", "diff", "stdout", "stderr")
 """The fields that can be long; they close every content object (the product's order)."""
 
@@ -89,7 +100,7 @@ def shaped_text(
     small = _encode(_noted({k: v for k, v in content.items() if k not in LARGE_FIELDS}))
     if fits(small):
         return small
-    return _encode(_noted({"ok": content.get("ok") is True}))
+    return _encode(_noted({"ok": content.get("ok") is True}))  # within MINIMAL_TEXT_BYTES
 
 
 class _Shaper:
