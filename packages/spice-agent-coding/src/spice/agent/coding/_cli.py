@@ -24,6 +24,7 @@ from spice.agent.tool import MAXIMUM_PAYLOAD_BYTES, Call, Definition, ExecutionE
 from spice.agent.tools.coding import SECURITY_WARNING
 
 from ._compose import compose
+from ._exit import exit_promptly
 from ._mcp._http_settings import HttpSettings
 from ._platform import WINDOWS, PlatformLauncher, clean_cache, harden, platform_launcher
 from ._sandbox import HELP as SANDBOX_HELP
@@ -437,8 +438,13 @@ def _bad_name(name: str) -> bool:
     return False
 
 
+def console() -> NoReturn:
+    """The ``spice-coding`` console script: ``main``, then a prompt exit (``_exit``)."""
+    exit_promptly(main())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``spice-coding`` console script."""
+    """What the ``spice-coding`` console script runs; returns the exit code."""
     try:
         return run(argv)
     except SystemExit as done:
