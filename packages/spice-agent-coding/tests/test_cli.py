@@ -137,7 +137,11 @@ def test_call_with_bad_json_exits_2_without_output(
     """Arguments that are not JSON are unusable input: exit 2, a short message, no stdout."""
     code, out, err = run_main(capsys, "--root", str(worktree), "call", "read", text)
     assert (2, "") == (code, out)
-    assert err.startswith(f"{auto_warning()}spice-coding: the arguments are not a JSON text")
+    assert err.startswith(
+        f"{auto_warning()}spice-coding: the arguments (the argument after the tool's name) "
+        "are not JSON: "
+    )
+    assert " at line 1, column " in err
     assert "Traceback" not in err
 
 

@@ -244,9 +244,9 @@ async def _serve_http(settings: Settings, launcher: PlatformLauncher, http: Http
         return EXIT_ERROR
     try:
         sock = _http.bind(http.host, http.port)
-    except OSError:
+    except OSError as error:
         audit.close()
-        _err(f"cannot listen on {http.host} port {http.port}")
+        _err(_http.listen_problem(http.host, http.port, error.errno))
         return EXIT_ERROR
     _start_logging()
     for warning in _http_warnings(http, launcher.contained, not _http.is_loopback(http.host)):
@@ -337,18 +337,35 @@ def _stop_on_signals(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> Ca
     return restore
 
 
-def _read_arguments(text: str) -> str | None:
+def _read_arguments(text: str) -> tuple[str | None, str]:
+    """The call's arguments (``-`` reads stdin), or ``None`` and the problem naming where
+    the text stops being JSON (its line, column and character)."""
+    where = "on stdin" if text == STDIN_ARGUMENT else "(the argument after the tool's name)"
     if text == STDIN_ARGUMENT:
         data = sys.stdin.buffer.read(MAXIMUM_PAYLOAD_BYTES + 1)
         try:
             text = data.decode("utf-8")
-        except UnicodeDecodeError:
-            return None
+        except UnicodeDecodeError as error:
+            return None, f"the arguments {where} are not UTF-8: byte {error.start + 1} is not"
+    return json_problem(text, where)
+
+
+def json_problem(text: str, where: str) -> tuple[str | None, str]:
+    """``text`` when it is one JSON text, else ``None`` and where it stops being one."""
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > MAXIMUM_PAYLOAD_BYTES:
+        return None, f"the arguments {where} are {size} bytes: at most {MAXIMUM_PAYLOAD_BYTES}"
     try:
         json.loads(text)
-    except ValueError:
-        return None
-    return text
+    except json.JSONDecodeError as error:
+        return None, (
+            f"the arguments {where} are not JSON: {error.msg} at line {error.lineno}, column "
+            f"{error.colno} (character {error.pos + 1}); give one JSON object, e.g. "
+            """'{"path": "README.md"}'"""
+        )
+    except (ValueError, RecursionError):
+        return None, f"the arguments {where} are not JSON: {_BAD_JSON}"
+    return text, ""
 
 
 def _root_problem(root: str) -> str | None:
@@ -402,9 +419,9 @@ def run(argv: Sequence[str] | None = None) -> int:
         return asyncio.run(_tools(settings, launcher))
     harden()
     if options.command == "call":
-        arguments = _read_arguments(options.arguments)
+        arguments, problem = _read_arguments(options.arguments)
         if arguments is None:
-            _err(_BAD_JSON)
+            _err(problem)
             return EXIT_ERROR
         try:
             call = Call(CALL_ID, options.tool, arguments)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import math
 import os
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, final
 
@@ -131,6 +131,16 @@ _PROBLEMS: Final = {
     "unknown": "the command ended without a portable exit status",
     "timed_out": "the command did not finish within its timeout and was stopped",
 }
+
+GLOB_CHARACTERS: Final = frozenset("*?[")
+"""Characters a command shell would expand as a file pattern; argv is never expanded."""
+GLOB_HINT: Final = (
+    "; argv holds *, ? or [, which nothing expands here (no shell runs the command): if it "
+    'is a file pattern, list the files with ["find", ".", "-name", "*.py"], or run a shell '
+    'yourself: ["sh", "-c", "ls *.py"]'
+)
+"""Added to the problem of a failing command whose argv holds a glob character (fixed
+words: nothing of the argv is echoed)."""
 
 _WORKDIR_CODES: Final = frozenset(
     {"invalid_arguments", "root_unavailable", "path_escape", "workdir_unavailable"}
@@ -563,6 +573,8 @@ class _Shell:
             raise ExecutionError(call.id, _UNCERTAIN, _RETRY, _JOIN_FAILED) from None
         outcome = _outcome(process)
         code, problem = _verdict(timed_out, outcome)
+        if code == "command_failed" and problem is not None and _globbed(arguments.argv[1:]):
+            problem += GLOB_HINT
         content = frame.content(
             capture,
             exit_code=-1 if outcome.exit_code is None else outcome.exit_code,
@@ -617,6 +629,8 @@ async def _resolve(
         # One element holding a whole command line is the usual mistake: teach the split.
         spaced = any(char.isspace() for char in lookup.requested_executable)
         problem = _PROBLEMS["split_argv" if spaced else "command_not_found"]
+        if _globbed((lookup.requested_executable,)):
+            problem += GLOB_HINT
         return _refuse(call, "command_not_found", problem, frame)
     except asyncio.CancelledError:
         if _being_cancelled():
@@ -627,6 +641,11 @@ async def _resolve(
     if not _is_absolute_canonical(executable):
         raise ExecutionError(call.id, _DEFINITIVE, _RETRY, _RESOLVER_FAILED) from None
     return executable
+
+
+def _globbed(items: Sequence[str]) -> bool:
+    """Whether any of ``items`` holds a character a shell would expand as a file pattern."""
+    return any(not GLOB_CHARACTERS.isdisjoint(item) for item in items)
 
 
 def _verdict(timed_out: bool, outcome: Outcome) -> tuple[str | None, str | None]:
