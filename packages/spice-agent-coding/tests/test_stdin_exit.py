@@ -42,10 +42,14 @@ class Sentinel:
 
 sentinel = Sentinel()  # finalized only by the interpreter's teardown
 atexit.register(lambda: os.write(2, b"{at_exit}\\n"))
+def busy():
+    # Alive as long as the main thread is: until the interpreter's exit begins.
+    while threading.main_thread().is_alive():
+        time.sleep(0.01)
+
 if "--busy" in sys.argv:
     sys.argv.remove("--busy")
-    done = threading.Event()
-    threading.Thread(target=done.wait, args=(0.5,), daemon=False).start()
+    threading.Thread(target=busy, daemon=False).start()
 console()
 """
 
