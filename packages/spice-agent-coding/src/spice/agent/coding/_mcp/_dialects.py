@@ -40,6 +40,7 @@ from collections.abc import Mapping
 from typing import Final
 
 __all__ = [
+    "GEMINI_CUT_CHARS",
     "GEMINI_TEXT_CHARS",
     "Dialect",
     "dialect_of",
@@ -51,11 +52,16 @@ __all__ = [
 
 MAXIMUM_SCHEMA_DEPTH: Final = 64
 """Deepest nesting of schemas (through properties, items, anyOf ...) a conversion follows."""
-GEMINI_TEXT_CHARS: Final = 40_000
-"""Most characters of an answer's text block for a Gemini client: Gemini CLI replaces a tool
-answer longer than its ``truncateToolOutputThreshold`` (40,000 by default) with its first
-8,000 and last 32,000 characters and a pointer to a file the model cannot read; within this
-the answer is a shorter page or capture that says so (``_text_block``)."""
+GEMINI_CUT_CHARS: Final = 40_000
+"""Gemini CLI replaces a tool answer longer than its ``truncateToolOutputThreshold`` (40,000
+characters by default) with its first 8,000 and last 32,000 characters and a pointer to a
+file (measured with 0.61.0: the model then reads broken JSON)."""
+GEMINI_WRAPPER_CHARS: Final = 256
+"""Room for what Gemini CLI wraps around the text before it counts (0.61.0: the 41
+characters of ``<untrusted_context>`` and its closing tag, measured)."""
+GEMINI_TEXT_CHARS: Final = GEMINI_CUT_CHARS - GEMINI_WRAPPER_CHARS
+"""Most characters of an answer's text block for a Gemini client: within it the answer is a
+shorter page or capture that says so (``_text_block``), which Gemini CLI passes whole."""
 GEMINI_MARK: Final = "gemini"
 """A client whose ``initialize`` name holds this (in any case) gets the Gemini dialect."""
 
