@@ -21,14 +21,13 @@ from typing import Final, NoReturn
 
 from spice.agent.dispatch import Dispatcher
 from spice.agent.tool import MAXIMUM_PAYLOAD_BYTES, Call, Definition, ExecutionError
-from spice.agent.tools.coding import SECURITY_WARNING
 
 from ._compose import compose
 from ._exit import exit_promptly
 from ._mcp._http_settings import HttpSettings
 from ._platform import WINDOWS, PlatformLauncher, clean_cache, harden, platform_launcher
 from ._sandbox import HELP as SANDBOX_HELP
-from ._sandbox import ContainmentUnavailable, slash_root_problem
+from ._sandbox import SERVER_WARNING, ContainmentUnavailable, slash_root_problem
 from ._settings import (
     Settings,
     SettingsError,
@@ -45,7 +44,7 @@ EXIT_OK: Final = 0
 EXIT_FAILURE: Final = 1
 EXIT_ERROR: Final = 2
 EXIT_INTERRUPTED: Final = 130
-EPILOG: Final = f"{SANDBOX_HELP} {SECURITY_WARNING}"
+EPILOG: Final = f"{SANDBOX_HELP} {SERVER_WARNING}"
 """What every ``--help`` ends with: the sandbox as it is, then the product's warning."""
 STDIN_ARGUMENT: Final = "-"
 """``call TOOL -`` reads the JSON arguments from stdin (at most the payload bound)."""
@@ -225,7 +224,7 @@ async def _serve(settings: Settings, launcher: PlatformLauncher) -> int:
 
 def _start_logging() -> None:
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format=f"{PROGRAM}: %(message)s")
-    _err(SECURITY_WARNING)
+    _err(SERVER_WARNING)
 
 
 async def _serve_http(settings: Settings, launcher: PlatformLauncher, http: HttpSettings) -> int:
