@@ -4,7 +4,7 @@ import asyncio
 
 from claude_agent_sdk import ClaudeAgentOptions, query
 
-SPICE_CODING = "/path/to/spice/.venv/bin/spice-coding"
+SPICE_CODING = "spice-coding"
 WORKTREE = "/path/to/worktree"
 LINE_BYTES = 8 * 1024 * 1024
 """Claude Code's line to the SDK holds a tool's answer three times (its structured content,

@@ -7,7 +7,7 @@ from pydantic_ai import Agent
 from pydantic_ai.mcp import MCPToolset
 from pydantic_ai.models import Model
 
-SPICE_CODING = "/path/to/spice/.venv/bin/spice-coding"
+SPICE_CODING = "spice-coding"
 WORKTREE = "/path/to/worktree"
 
 
