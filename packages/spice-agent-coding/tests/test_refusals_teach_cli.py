@@ -28,7 +28,7 @@ from spice.agent.coding import compose
 from spice.agent.coding._cli import main
 from spice.agent.tool import Call
 from spice.agent.tools.coding import Config
-from spice.agent.tools.coding._shell import GLOB_HINT
+from spice.agent.tools.coding._shell_problems import GLOB_HINT
 
 SCRIPT: Final = Path(sys.executable).parent / "spice-coding"
 EXITED: Final = "the command exited with a non-zero status"

@@ -2,7 +2,8 @@
 
 Built on the low-level ``mcp.server.Server`` (``mcp>=2.3,<3``). Every call goes
 through the dispatcher. A ``Result`` becomes a ``CallToolResult`` with the
-content object as ``structuredContent``, the same JSON as text, and ``isError``;
+content object as ``structuredContent``, the same JSON as text (shortened where both would
+pass the wire's bound or the client's, ``_text_block``), and ``isError``;
 an ``ExecutionError`` becomes a JSON-RPC error carrying its bounded message
 (``MCPError``), never a raw exception. Each call runs in its own task; cancellation
 of the request (MCP ``notifications/cancelled``, or the server stopping) cancels that

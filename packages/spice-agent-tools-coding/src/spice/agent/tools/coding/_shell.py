@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import math
 import os
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
 from typing import Final, final
 
@@ -75,6 +75,8 @@ from ._shell_launcher import (
     process_cleaned_up,
     process_hint,
 )
+from ._shell_problems import GLOB_HINT, globbed
+from ._shell_problems import PROBLEMS as _PROBLEMS
 from .settling import deliver_cancellation, settle
 
 NAME: Final = "shell"
@@ -104,43 +106,6 @@ _LAUNCHER_FAILED: Final = "the process launcher failed; a process may have been 
 _JOIN_FAILED: Final = "the command's process could not be proven released"
 _PARTIAL_START: Final = "the command may have started; it was stopped"
 """A start that failed after its process existed (``LaunchError(process)``)."""
-
-_PROBLEMS: Final = {
-    "wrong_tool": "the call is not for the shell tool",
-    "batch_file": (
-        "argv[0] names a batch file (.bat, .cmd): Windows runs it through cmd.exe, whose "
-        "parsing of its arguments cannot be made safe; run a program (.exe) instead"
-    ),
-    "unsupported_platform": "the shell tool is not supported on this platform yet",
-    "shell_closing": "the shell tool is shutting down and accepts no new commands",
-    "process_limit": "too many commands are running; wait for one to finish",
-    "command_not_found": (
-        "no executable matches argv[0]: a name without '/' is looked up in PATH only; "
-        "use ./name for a program in the workdir"
-    ),
-    "split_argv": (
-        "no executable matches argv[0], which holds spaces: argv is not split by a shell, "
-        'so give the program and each argument as its own element, e.g. ["python3", "-m", '
-        '"unittest"], not ["python3 -m unittest"]'
-    ),
-    "launch_failed": "the command could not be started",
-    "workdir_unavailable": "the workdir is not an existing directory",
-    "workdir_changed": "the workdir changed before the command could start",
-    "exited": "the command exited with a non-zero status",
-    "signaled": "the command was ended by a signal",
-    "unknown": "the command ended without a portable exit status",
-    "timed_out": "the command did not finish within its timeout and was stopped",
-}
-
-GLOB_CHARACTERS: Final = frozenset("*?[")
-"""Characters a command shell would expand as a file pattern; argv is never expanded."""
-GLOB_HINT: Final = (
-    "; argv holds *, ? or [, which nothing expands here (no shell runs the command): if it "
-    'is a file pattern, list the files with ["find", ".", "-name", "*.py"], or run a shell '
-    'yourself: ["sh", "-c", "ls *.py"]'
-)
-"""Added to the problem of a failing command whose argv holds a glob character (fixed
-words: nothing of the argv is echoed)."""
 
 _WORKDIR_CODES: Final = frozenset(
     {"invalid_arguments", "root_unavailable", "path_escape", "workdir_unavailable"}
@@ -573,7 +538,7 @@ class _Shell:
             raise ExecutionError(call.id, _UNCERTAIN, _RETRY, _JOIN_FAILED) from None
         outcome = _outcome(process)
         code, problem = _verdict(timed_out, outcome)
-        if code == "command_failed" and problem is not None and _globbed(arguments.argv[1:]):
+        if code == "command_failed" and problem is not None and globbed(arguments.argv[1:]):
             problem += GLOB_HINT
         content = frame.content(
             capture,
@@ -629,7 +594,7 @@ async def _resolve(
         # One element holding a whole command line is the usual mistake: teach the split.
         spaced = any(char.isspace() for char in lookup.requested_executable)
         problem = _PROBLEMS["split_argv" if spaced else "command_not_found"]
-        if _globbed((lookup.requested_executable,)):
+        if globbed((lookup.requested_executable,)):
             problem += GLOB_HINT
         return _refuse(call, "command_not_found", problem, frame)
     except asyncio.CancelledError:
@@ -641,11 +606,6 @@ async def _resolve(
     if not _is_absolute_canonical(executable):
         raise ExecutionError(call.id, _DEFINITIVE, _RETRY, _RESOLVER_FAILED) from None
     return executable
-
-
-def _globbed(items: Sequence[str]) -> bool:
-    """Whether any of ``items`` holds a character a shell would expand as a file pattern."""
-    return any(not GLOB_CHARACTERS.isdisjoint(item) for item in items)
 
 
 def _verdict(timed_out: bool, outcome: Outcome) -> tuple[str | None, str | None]:
