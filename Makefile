@@ -139,6 +139,17 @@ $(CONFORMANCE)/node_modules/.package-lock.json: $(CONFORMANCE)/package.json $(CO
 # >= 20: the test runs it on the Inspector's pinned Node, else on the system's; without
 # npm, or without such a Node, that test is skipped.
 GEMINI_CLI := examples/gemini-cli
+LANGCHAIN := examples/langchain
+
+langchain: $(LANGCHAIN)/.venv/installed
+
+# LangChain's MCP adapters need the mcp 1.x SDK: their own environment, pinned (not in
+# bootstrap: the LangChain example test skips, naming this target, until it is made).
+$(LANGCHAIN)/.venv/installed: $(LANGCHAIN)/requirements.txt
+	$(UV) venv --quiet --allow-existing --python 3.11 $(LANGCHAIN)/.venv
+	$(UV) pip install --quiet --python $(LANGCHAIN)/.venv/bin/python -r $(LANGCHAIN)/requirements.txt
+	@touch $@
+
 gemini-cli: $(GEMINI_CLI)/node_modules/.package-lock.json
 
 $(GEMINI_CLI)/node_modules/.package-lock.json: $(GEMINI_CLI)/package.json $(GEMINI_CLI)/package-lock.json

@@ -12,9 +12,10 @@ bytes the answer carried in the notes.
 Before contract 11.3 (``7fd97ae``), ours answered 1,573,575 bytes for the page of quotes,
 1,573,585 for backslashes (past a 1 MiB line: the Claude Agent SDK failed with
 ``CLIJSONDecodeError``), 699,783 for control bytes (then base64) and 525,025 for ``é``.
-The Claude Agent SDK's line holds the text once more (``tool_use_result``), so ours now
-shortens a page until that line fits too (``answer_bytes``): the MCP line is smaller
-than 1 MiB by about a third for the worst pages.
+Round 4 shortened a page until Claude Code's line to the SDK (three copies) fit. Round 5
+(contract 12.4) follows the seed: a page whose escaped text would pass the payload bound is
+base64, whole, and the MCP layer shortens only the text block beside the structured content
+(which holds the whole page), so the worst pages' lines are just under 1 MiB.
 
 Run alone: ``uv run --locked --no-sync python benchmarks/bench_answers.py``.
 """

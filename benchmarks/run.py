@@ -44,6 +44,7 @@ MODULES: Final = (
     "bench_mcp",
     "bench_http",
     "bench_startup",
+    "bench_exit",
     "bench_memory",
     "bench_scaling",
     "bench_edits",

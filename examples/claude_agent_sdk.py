@@ -4,8 +4,12 @@ import asyncio
 
 from claude_agent_sdk import ClaudeAgentOptions, query
 
-SPICE_CODING = "/path/to/spice/.venv/bin/spice-coding"
+SPICE_CODING = "spice-coding"
 WORKTREE = "/path/to/worktree"
+LINE_BYTES = 8 * 1024 * 1024
+"""Claude Code's line to the SDK holds a tool's answer three times (its structured content,
+and twice its JSON as a string): up to about 5 MiB for a 1 MiB answer, past the SDK's
+default 1 MiB buffer."""
 
 
 def spice_options(command: str = SPICE_CODING, worktree: str = WORKTREE) -> ClaudeAgentOptions:
@@ -22,6 +26,7 @@ def spice_options(command: str = SPICE_CODING, worktree: str = WORKTREE) -> Clau
             "mcp__spice-coding__replace",
             "mcp__spice-coding__shell",
         ],
+        max_buffer_size=LINE_BYTES,
     )
 
 

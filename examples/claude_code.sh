@@ -1,1 +1,1 @@
-claude mcp add spice-coding -- /path/to/spice/.venv/bin/spice-coding serve --root /path/to/worktree
+claude mcp add spice-coding -- spice-coding serve --root /path/to/worktree

@@ -1,4 +1,9 @@
-"""The composition root: all three tools, the POSIX platform, and the shell's cleanup."""
+"""The composition root: all three tools, the POSIX platform, and the shell's cleanup.
+
+Not contained: compose() wires the plain platform launcher, so a shell command runs with
+your user's full authority (every answer says "contained": false). For contained commands,
+run the server (`spice-coding serve`) or `spice-coding call shell ...` instead.
+"""
 
 import asyncio
 

@@ -5,7 +5,7 @@ import asyncio
 from agents import Agent, Model, Runner
 from agents.mcp import MCPServerStdio
 
-SPICE_CODING = "/path/to/spice/.venv/bin/spice-coding"
+SPICE_CODING = "spice-coding"
 WORKTREE = "/path/to/worktree"
 
 

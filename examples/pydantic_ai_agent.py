@@ -7,7 +7,7 @@ from pydantic_ai import Agent
 from pydantic_ai.mcp import MCPToolset
 from pydantic_ai.models import Model
 
-SPICE_CODING = "/path/to/spice/.venv/bin/spice-coding"
+SPICE_CODING = "spice-coding"
 WORKTREE = "/path/to/worktree"
 
 
@@ -17,6 +17,11 @@ def spice_toolset(command: str = SPICE_CODING, worktree: str = WORKTREE) -> MCPT
         StdioTransport(command, ["serve", "--root", worktree]),
         init_timeout=30,  # the server starts in about a second; leave room on a busy machine
         read_timeout=1900,  # per request; the default 300 s would cut a long test run short
+        # A refused call (a mistyped path, a stale digest) is an answer for the model to
+        # read, not a retry: the default ends the run after two failures of one tool.
+        tool_error_behavior="failed",
+        max_retries=5,  # for arguments the model gets wrong
+        include_instructions=True,  # the server's edit workflow, for the model
     )
 
 

@@ -8,18 +8,23 @@ because each tool declares ``anthropic/maxResultSizeChars``. The same server wit
 renamed shows the other side: Claude Code saves the answer to a file and shows a 2 KB
 preview, which still holds the digest, because big fields come last.
 
-Contract 11.3: pages of quotes, backslashes and control bytes (1.5 MB on the MCP wire
-whole, about 1.75 MB in Claude Code's line to the SDK, which failed with
-``CLIJSONDecodeError``) arrive shortened to fit; a PNG arrives as an image.
+Contract 12.4: Claude Code shows the model the structured content, never the text block
+(measured: a server whose text block said something else was shown the structured
+content). Pages of quotes, backslashes and control bytes arrive whole (control bytes as
+base64); Claude Code's line to the SDK holds the answer three times, so the example sets
+``max_buffer_size``. A PNG arrives as an image.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import dataclasses
+import gc
 import hashlib
 import json
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any, Final
@@ -69,16 +74,18 @@ def _without_declaration(tmp_path: Path) -> str:
     return str(wrapper)
 
 
-async def _shown(tmp_path: Path, command: str, page: bytes = PAGE) -> str:
+async def _shown(
+    tmp_path: Path, command: str, page: bytes = PAGE, *, default_buffer: bool = False
+) -> str:
     """Run Claude Code on a worktree holding big.py (``page``); the text of the one tool
-    result."""
-    results = (await _blocks(tmp_path, command, page))[0]
+    result (``default_buffer``: the SDK's own line buffer, not the example's)."""
+    results = (await _blocks(tmp_path, command, page, default_buffer=default_buffer))[0]
     assert 1 == len(results)
     return results[0]
 
 
 async def _blocks(
-    tmp_path: Path, command: str, page: bytes
+    tmp_path: Path, command: str, page: bytes, *, default_buffer: bool = False
 ) -> tuple[list[str], list[dict[str, Any]]]:
     """Run Claude Code on a worktree holding big.py (``page``); the texts and the blocks of
     the tool results the model was shown."""
@@ -91,6 +98,7 @@ async def _blocks(
     with StandIn("mcp__spice-coding__read", {"path": "big.py"}) as standin:
         options = dataclasses.replace(
             options,
+            max_buffer_size=None if default_buffer else options.max_buffer_size,
             cwd=str(root),
             max_turns=3,
             env={
@@ -132,25 +140,47 @@ async def test_without_the_declaration_only_a_preview_arrives_and_it_holds_the_d
 
 
 @pytest.mark.parametrize(
-    "unit", [b'"', b"\\", b"\x01"], ids=["quotes", "backslashes", "control-bytes"]
+    ("unit", "encoding"),
+    [(b'"', "utf-8"), (b"\\", "utf-8"), (b"\x01", "base64")],
+    ids=["quotes", "backslashes", "control-bytes"],
 )
-async def test_a_256_kib_page_at_the_worst_escaping_reaches_the_model_shortened(
-    tmp_path: Path, unit: bytes
+async def test_a_256_kib_page_at_the_worst_escaping_reaches_the_model_whole(
+    tmp_path: Path, unit: bytes, encoding: str
 ) -> None:
-    """Contract 11.3: a page of quotes (or backslashes) is 1.5 MB on the wire whole, past the
-    SDK's 1 MiB line (it raised ``CLIJSONDecodeError`` and the call never ended well). The
-    page is shortened to fit: the model reads the longest prefix that fits, told where the
-    next page starts."""
+    """Contract 12.4: Claude Code shows the model the structured content, which holds the
+    whole page (quotes and backslashes as text, control bytes as base64: six characters a
+    byte escaped would pass the payload bound); the text block beside it is the part the
+    wire's bound shortens, and Claude Code never shows it. The example's
+    ``max_buffer_size`` reads Claude Code's line, which holds the answer three times."""
     shown = await _shown(tmp_path, SPICE_CODING, unit * 262_144)
+    if encoding == "utf-8":
+        # 524,000 characters, past Claude Code's own cap of 500,000 whatever the server
+        # declares: Claude Code saves the whole answer to a file the model can read, and
+        # shows where (with a preview that holds the digests).
+        saved = re.search(r"Full output saved to: (\S+)", shown)
+        assert saved is not None
+        assert '"file_sha256"' in shown
+        shown = await asyncio.to_thread(Path(saved.group(1)).read_text)
     answer = json.loads(shown)
-    kept = answer["bytes"]
-    assert (True, kept, unit.decode() * kept) == (
-        answer["truncated"],
-        answer["next_offset"],
-        answer["content"],
-    )
-    assert 50_000 < kept < 262_144  # control bytes take 20 bytes each, quotes 10
+    assert (False, 262_144, encoding) == (answer["truncated"], answer["bytes"], answer["encoding"])
+    page = answer["content"]
+    assert unit * 262_144 == (page.encode() if encoding == "utf-8" else base64.b64decode(page))
+    assert "text_note" not in answer
     assert hashlib.sha256(unit * 262_144).hexdigest() == answer["file_sha256"]
+
+
+@pytest.mark.filterwarnings("ignore::ResourceWarning")
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+async def test_without_the_examples_buffer_the_sdk_cannot_read_the_line(tmp_path: Path) -> None:
+    """The other side: with the SDK's default 1 MiB buffer, the line holding a page of
+    quotes three times does not fit (``CLIJSONDecodeError``). The SDK then leaves its
+    subprocess transport unclosed; it is collected here, so its warning stays this test's
+    (the SDK's own, not ours) instead of failing whichever test runs the next collection."""
+    with pytest.raises(claude_agent_sdk.CLIJSONDecodeError):
+        await _shown(tmp_path, SPICE_CODING, b'"' * 262_144, default_buffer=True)
+    assert 1 << 20 < load("claude_agent_sdk").LINE_BYTES
+    await asyncio.sleep(0)
+    gc.collect()
 
 
 async def test_a_png_reaches_the_model_as_an_image(tmp_path: Path) -> None:

@@ -20,7 +20,7 @@ from spice.agent.coding import _cli
 from spice.agent.coding._cli import main, tools_json
 from spice.agent.coding._posix import _orphans as orphans
 from spice.agent.coding._posix._plan import GIT_PROTECTED
-from spice.agent.coding._sandbox import CREDENTIALS, DEFAULT_MODE, NO_LANDLOCK
+from spice.agent.coding._sandbox import CREDENTIALS, DEFAULT_MODE, NO_LANDLOCK, SERVER_WARNING
 from spice.agent.coding._sandbox import HELP as SANDBOX_HELP
 from spice.agent.dispatch import Dispatcher
 from spice.agent.tool import MAXIMUM_PAYLOAD_BYTES
@@ -137,7 +137,11 @@ def test_call_with_bad_json_exits_2_without_output(
     """Arguments that are not JSON are unusable input: exit 2, a short message, no stdout."""
     code, out, err = run_main(capsys, "--root", str(worktree), "call", "read", text)
     assert (2, "") == (code, out)
-    assert err.startswith(f"{auto_warning()}spice-coding: the arguments are not a JSON text")
+    assert err.startswith(
+        f"{auto_warning()}spice-coding: the arguments (the argument after the tool's name) "
+        "are not JSON: "
+    )
+    assert " at line 1, column " in err
     assert "Traceback" not in err
 
 
@@ -215,11 +219,14 @@ def test_a_root_with_nul_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
     "argv", [["--help"], ["tools", "--help"], ["call", "--help"], ["serve", "--help"]]
 )
 def test_help_shows_the_security_warning(argv: list[str]) -> None:
-    """Every help text carries the security warning and exits 0."""
+    """Every help text carries the server's security warning and exits 0: the sandbox as it
+    is, not the library's "provide no sandbox" (contract 12.4)."""
     done = script(*argv)
     flat = " ".join(done.stdout.decode().split())
     assert 0 == done.returncode
-    assert " ".join(SECURITY_WARNING.split()) in flat
+    assert " ".join(SERVER_WARNING.split()) in flat
+    assert "provide no sandbox" not in flat
+    assert "provide no sandbox" in SECURITY_WARNING  # the library's own words stay its own
     # The sandbox as it is (contract 11.3); argparse may wrap it at a hyphen.
     assert "".join(SANDBOX_HELP.split()) in "".join(flat.split())
 

@@ -54,8 +54,19 @@ from pydantic_ai.models.test import TestModel
 REPOSITORY: Final = Path(__file__).resolve().parents[3]
 EXAMPLES: Final = REPOSITORY / "examples"
 README: Final = REPOSITORY / "README.md"
+SHOWN_IN: Final = (README, REPOSITORY / "docs" / "agents.md", REPOSITORY / "docs" / "library.md")
+"""Where the examples are shown verbatim: the client snippets moved from the README to
+``docs/agents.md`` and the library's to ``docs/library.md`` (round 5: a README for users)."""
+
+
+def shown_text() -> str:
+    """The README and the pages that show the examples, one after the other."""
+    return "\n".join(path.read_text(encoding="utf-8") for path in SHOWN_IN)
+
+
 SPICE_CODING: Final = str(Path(sys.executable).parent / "spice-coding")
-PLACEHOLDER_COMMAND: Final = "/path/to/spice/.venv/bin/spice-coding"
+PLACEHOLDER_COMMAND: Final = "spice-coding"
+"""The examples name the installed ``spice-coding`` (``uv tool install`` puts it on PATH)."""
 PLACEHOLDER_WORKTREE: Final = "/path/to/worktree"
 TOOL_NAMES: Final = ["read", "replace", "shell"]
 FIXED_GREETING: Final = '    return "Hello, " + name + "!"\n'
@@ -89,9 +100,14 @@ def sample(tmp_path: Path) -> Path:
 
 
 def substituted(text: str, worktree: Path) -> str:
-    return text.replace(PLACEHOLDER_COMMAND, SPICE_CODING).replace(
-        PLACEHOLDER_WORKTREE, str(worktree)
+    """An example's text with the installed ``spice-coding`` it names (as a JSON
+    ``command``, or a command line's ``spice-coding serve``) replaced by this environment's,
+    and the placeholder worktree by ``worktree``; the server's name stays."""
+    text = text.replace(
+        f'"command": "{PLACEHOLDER_COMMAND}"', f'"command": {json.dumps(SPICE_CODING)}'
     )
+    text = re.sub(rf"(?<![\w/.-]){PLACEHOLDER_COMMAND}(?= serve)", SPICE_CODING, text)
+    return text.replace(PLACEHOLDER_WORKTREE, str(worktree))
 
 
 async def listed_tools(command: str, args: Sequence[str]) -> list[str]:
@@ -107,8 +123,9 @@ async def listed_tools(command: str, args: Sequence[str]) -> list[str]:
 
 
 def test_every_marked_readme_block_is_its_example_file_verbatim() -> None:
-    """Each README block marked ``<!-- example: PATH -->`` equals that file, byte for byte."""
-    text = README.read_text(encoding="utf-8")
+    """Each block marked ``<!-- example: PATH -->`` (README, docs) equals that file, byte
+    for byte."""
+    text = shown_text()
     blocks = list(_MARKER.finditer(text))
     assert blocks
     for block in blocks:
@@ -119,7 +136,7 @@ def test_every_marked_readme_block_is_its_example_file_verbatim() -> None:
 
 def test_a_readme_block_that_drifts_from_its_file_is_caught() -> None:
     """The comparison is exact: one changed character in a shown block no longer matches."""
-    text = README.read_text(encoding="utf-8")
+    text = shown_text()
     drifted = text.replace("read_timeout=1900", "read_timeout=1800", 1)
     assert drifted != text
     blocks = {m["path"]: m["code"] for m in _MARKER.finditer(drifted)}
@@ -127,16 +144,18 @@ def test_a_readme_block_that_drifts_from_its_file_is_caught() -> None:
     assert (EXAMPLES / "pydantic_ai_agent.py").read_text(encoding="utf-8") != shown
 
 
-_NOT_SHOWN: Final = frozenset({"sample-worktree", "node_modules", "inspector", "kubernetes"})
+_NOT_SHOWN: Final = frozenset(
+    {"sample-worktree", "node_modules", "inspector", "kubernetes", ".venv"}
+)
 """Folders of ``examples/`` that hold no client snippet: the sample project, the pinned
 tools, the deployment manifest (``docs/deploy.md`` shows it)."""
 
-_PINS: Final = frozenset({"package.json", "package-lock.json"})
+_PINS: Final = frozenset({"package.json", "package-lock.json", "requirements.txt"})
 
 
 def test_every_example_file_is_shown_in_the_readme_once() -> None:
     """Every example file (not the sample worktree) appears once in the README; none is stale."""
-    shown = sorted(m["path"] for m in _MARKER.finditer(README.read_text(encoding="utf-8")))
+    shown = sorted(m["path"] for m in _MARKER.finditer(shown_text()))
     files = sorted(
         str(path.relative_to(REPOSITORY))
         for path in EXAMPLES.rglob("*")
@@ -150,8 +169,9 @@ def test_every_example_file_is_shown_in_the_readme_once() -> None:
 
 
 def test_every_python_block_in_the_readme_is_an_example_file() -> None:
-    """No Python snippet in the README escapes the test: each one is a marked example."""
-    text = README.read_text(encoding="utf-8")
+    """No Python snippet in the README or the pages that show examples escapes the test:
+    each one is a marked example."""
+    text = shown_text()
     python_blocks = [m for m in _FENCE.finditer(text) if m.group(1) == "python"]
     marked = [m for m in _MARKER.finditer(text) if m["lang"] == "python"]
     assert len(python_blocks) == len(marked)
@@ -189,6 +209,11 @@ async def test_the_library_compose_example_runs_the_tests(
     result = json.loads(content)
     assert ("True", "command_failed", 1) == (is_error, result["code"], result["exit_code"])
     assert "FAILED" in result["stderr"]
+    # Contract 12.4: it runs commands uncontained, and says so where a reader looks first.
+    assert result["contained"] is False
+    said = load("library_compose").__doc__ or ""
+    assert "Not contained" in said
+    assert "spice-coding serve" in said
 
 
 # --- pydantic-ai 2 ------------------------------------------------------------------------------
@@ -205,10 +230,11 @@ async def test_pydantic_ai_test_model_reads_through_the_toolset(sample: Path) ->
     assert "generated by the test" in output
 
 
-def _pydantic_fixer(failing_runs: int = 0) -> FunctionModel:
+def _pydantic_fixer(failing_runs: int = 0, missing_reads: int = 0) -> FunctionModel:
     """A FunctionModel script: read, replace with the digest, run the tests; report what it saw.
 
-    With ``failing_runs``, it first runs the (failing) tests that many times before fixing.
+    With ``failing_runs``, it first runs the (failing) tests that many times before fixing;
+    with ``missing_reads``, it first reads a mistyped path that many times (``not_found``).
     """
 
     def returns(messages: list[pai.ModelMessage]) -> list[pai.ToolReturnPart]:
@@ -226,6 +252,9 @@ def _pydantic_fixer(failing_runs: int = 0) -> FunctionModel:
     def script(messages: list[pai.ModelMessage], info: AgentInfo) -> pai.ModelResponse:
         seen = returns(messages)
         step = len(seen)
+        if step < missing_reads:
+            return call("read", {"path": "greting.py"}, f"missing-{step}")
+        step -= missing_reads
         if step < failing_runs:
             return call("shell", {"argv": TESTS}, f"fail-{step}")
         step -= failing_runs
@@ -267,6 +296,24 @@ async def test_pydantic_ai_survives_two_failing_test_runs(sample: Path) -> None:
     assert [1, 1, 0] == [run["exit_code"] for run in runs]
     assert ["command_failed", "command_failed"] == [run["code"] for run in runs[:2]]
     assert FIXED_GREETING in (sample / "greeting.py").read_text()
+
+
+async def test_pydantic_ai_survives_repeated_model_visible_failures(sample: Path) -> None:
+    """Contract 12.4: three reads of a mistyped path in a row (``not_found``, ``isError``
+    true) are answers the model reads, not retries: the run goes on and fixes the file
+    (pydantic-ai's default ended it: ``Tool 'read' exceeded max retries count of 1``)."""
+    async with asyncio.timeout(RUN_BOUND_SECONDS):
+        output = await load("pydantic_ai_agent").main(
+            _pydantic_fixer(missing_reads=3), SPICE_CODING, str(sample)
+        )
+    run = json.loads(output)
+    assert (True, 0) == (run["ok"], run["exit_code"])
+    assert FIXED_GREETING in (sample / "greeting.py").read_text()
+
+
+def test_the_pydantic_ai_example_sends_the_instructions_and_keeps_failures_as_answers() -> None:
+    toolset = load("pydantic_ai_agent").spice_toolset(SPICE_CODING, "/tmp")
+    assert ("failed", True) == (toolset.tool_error_behavior, toolset.include_instructions)
 
 
 # --- OpenAI Agents SDK --------------------------------------------------------------------------

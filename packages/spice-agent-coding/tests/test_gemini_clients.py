@@ -42,6 +42,7 @@ from test_examples import (
 )
 
 from spice.agent.coding._mcp._dialects import Dialect, schema_in
+from spice.agent.coding._mcp._text_block import TEXT_NOTE
 
 pytestmark = pytest.mark.filterwarnings(
     # Once fastmcp is imported (pydantic-ai's tests do, earlier in the same process) it makes
@@ -347,3 +348,62 @@ async def test_without_its_dialect_gemini_cli_declares_what_the_gemini_api_refus
     assert "parameters.properties[encoding].anyOf[1].type: unknown type 'null'" in (
         gemini_problems(parameters["replace"])
     )
+
+
+BIG_PAGE: Final = b"".join(b"value_%06d = compute(%d)\n" % (n, n) for n in range(12_000))[:262_144]
+GEMINI_CUT: Final = "Output too large"
+"""What Gemini CLI writes in place of an answer past its 40,000 characters."""
+
+
+async def _gemini_reads_big(worktree: Path, tmp_path: Path, command: str) -> str:
+    """Gemini CLI reads a 256 KiB file once; the text of the function response the model
+    was shown (every string in it, joined)."""
+    _gemini_cli()
+    (worktree / "big.py").write_bytes(BIG_PAGE)
+    home = tmp_path / "home"
+    _gemini_home(home, worktree, command)
+    with StandIn([("read", {"path": "big.py"})], GEMINI_CLI_PREFIX) as standin:
+        await _run_gemini_cli(standin, worktree, home)
+        [response] = function_responses(standin.offering()[-1])
+    return "".join(_strings(response.get("response")))
+
+
+async def test_gemini_cli_shows_its_model_a_shorter_page_that_says_so(
+    worktree: Path, tmp_path: Path
+) -> None:
+    """Contract 12.4: Gemini CLI cuts an answer past 40,000 characters to its first 8,000
+    and last 32,000 (the JSON broken, the end of the page without its start). Its dialect
+    keeps the text block within that: the model reads a whole, shorter page with
+    ``next_offset`` and the note, and Gemini CLI does not cut it."""
+    shown = await _gemini_reads_big(worktree, tmp_path, SPICE_CODING)
+    assert GEMINI_CUT not in shown
+    answer = _answer_in(shown)
+    kept = answer["bytes"]
+    assert (True, kept, BIG_PAGE[:kept].decode()) == (
+        answer["truncated"],
+        answer["next_offset"],
+        answer["content"],
+    )
+    assert 30_000 < kept < 40_000
+    assert TEXT_NOTE == answer["text_note"]
+    assert hashlib.sha256(BIG_PAGE).hexdigest() == answer["file_sha256"]
+
+
+async def test_without_its_answer_bound_gemini_cli_cuts_the_page(
+    worktree: Path, tmp_path: Path
+) -> None:
+    """The other side: a server that sends Gemini CLI the whole text (no character bound):
+    Gemini CLI replaces it with its cut, which the model cannot parse as the answer."""
+    program = tmp_path / "unbounded.py"
+    program.write_text(
+        "import sys\n"
+        "from spice.agent.coding._mcp import _server\n"
+        "_server.text_chars_of = lambda dialect: None\n"
+        "from spice.agent.coding._cli import main\n"
+        "sys.exit(main())\n"
+    )
+    wrapper = tmp_path / "unbounded"
+    wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{program}" "$@"\n')
+    wrapper.chmod(0o755)
+    shown = await _gemini_reads_big(worktree, tmp_path, str(wrapper))
+    assert GEMINI_CUT in shown

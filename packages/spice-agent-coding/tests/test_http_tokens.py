@@ -212,6 +212,9 @@ def test_an_unusable_file_is_refused_at_start(
         TokenStore(str(path), str(root))
     if WINDOWS and setup == "directory":
         reason = tokens.UNREADABLE  # Windows opens no directory as a file
+    if setup == "missing":  # the path, and how to make it (contract 12.4)
+        reason = tokens.missing_problem(str(path))
+        assert f"token add NAME --scopes read,write,shell --token-file {path}" in reason
     assert reason == str(caught.value)
 
 

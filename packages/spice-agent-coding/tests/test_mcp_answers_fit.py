@@ -337,3 +337,30 @@ async def test_over_stdio_the_issue_s_edit_workflow_works_end_to_end(tmp_path: P
         hint["similar_difference"],
     )
     assert "value_000200 = compute(200)\r\n    value_000201" in hint["similar_text"]
+
+
+async def test_the_replace_description_carries_the_instructions_workflow(tmp_path: Path) -> None:
+    """Contract 12.4: the server's instructions reach only Claude Code, so the ``replace``
+    description holds the same workflow (read with limit 1, expected_sha256 and edits,
+    old_text exactly once, the sha256 chain, 'stale' means read again), within the 2 KB
+    Claude Code keeps, at the largest bounds too."""
+    from spice.agent.tools.coding._config import MAXIMUM_BYTES, MAXIMUM_EDIT_BYTES  # noqa: PLC0415
+    from spice.agent.tools.coding._replace_arguments import WORKFLOW  # noqa: PLC0415
+
+    root = lay_out(tmp_path / "root")
+    largest = Config(root, max_write_bytes=MAXIMUM_BYTES, max_edit_bytes=MAXIMUM_EDIT_BYTES)
+    for config in (Config(root), largest):
+        async with (
+            compose(config) as dispatcher,
+            Client(mcp_server(dispatcher, config=config)) as client,
+        ):
+            tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+            instructions = client.instructions or ""
+        described = tools["replace"].description or ""
+        assert WORKFLOW in described
+        phrases = ("limit 1", "file_sha256", "expected_sha256", "[{old_text, new_text}]")
+        for phrase in (*phrases, "exactly", "once", "next expected_sha256", "read it again"):
+            assert phrase in described, phrase
+        for phrase in ("limit 1", "expected_sha256", "old_text", "'stale'"):
+            assert phrase in instructions, phrase
+        assert utf16_length(described) <= DESCRIPTION_CHARS

@@ -3,14 +3,15 @@
 Over stdio, measured on the wire: a ``read`` of a 256 KiB page of the worst bytes (quotes,
 backslashes, control bytes, characters of 2 and 4 bytes), also under the largest page
 bound, and a command whose output is quotes, each answer in one line of at most
-``MAXIMUM_ANSWER_BYTES``, carrying as much as fits. ``frame`` itself turns any answer
+``MAXIMUM_ANSWER_BYTES``, whole in its structured content (text, or base64 where the
+escaped text would pass the payload bound: contract 12.4). ``frame`` itself turns any answer
 past the bound into a JSON-RPC error (both sides of the bound).
 
 Images: real small images written here byte for byte (a PNG made with ``zlib`` and
 ``struct``, a GIF), and the signatures of a JPEG and a WebP file, read through the real
 MCP client: an image block with the MIME type of the bytes (a PNG named ``.txt`` is an
 image, a text named ``.png`` is text), the structured result without the base64 and with a
-note; an image too large for one answer gets the note and no image block (both sides of
+note; an image larger than one page gets the note and no image block (both sides of
 that bound); a page from another offset is no image.
 """
 
@@ -39,7 +40,6 @@ from raw_peer import RawPeer, tool_call
 from spice.agent.coding import compose, mcp_server
 from spice.agent.coding._mcp._answers import IMAGE_NOT_WHOLE, IMAGE_SENT, NOTE_BYTES
 from spice.agent.coding._mcp._json import ANSWER_TOO_LARGE, frame
-from spice.agent.tool import Call
 from spice.agent.tools.coding import MAXIMUM_ANSWER_BYTES, Config
 
 PAGE: Final = 262_144
@@ -105,13 +105,28 @@ def test_over_stdio_every_worst_page_and_output_fits_one_mebibyte_line(tmp_path:
     for name, (size, content) in lines.items():
         assert size <= MAXIMUM_ANSWER_BYTES, name
         assert content["ok"] is True, name
-    for name in ("quotes", "backslashes", "controls"):  # shortened: as much as fits
+    for name in ("quotes", "backslashes"):  # text, whole: escaped, within the payload bound
         size, content = lines[name]
-        assert (True, content["bytes"]) == (content["truncated"], content["next_offset"]), name
-        assert size > 600_000, name
-    shell_size, shell = lines["shell"]
-    assert (True, 524_288) == (shell["output_truncated"], shell["stdout_bytes"])
-    assert shell_size > 600_000
+        assert ("utf-8", False, PAGE) == (
+            content["encoding"],
+            content["truncated"],
+            content["bytes"],
+        )
+        assert size > 900_000, name  # the text block beside it is as long as fits
+    size, controls = lines["controls"]  # six characters a byte escaped: base64, whole
+    assert ("base64", False, PAGE) == (
+        controls["encoding"],
+        controls["truncated"],
+        controls["bytes"],
+    )
+    shell_size, shell = lines["shell"]  # 512 KiB of quotes: base64, whole (the seed's rule)
+    assert ("base64", False, 524_288) == (
+        shell["encoding"],
+        shell["output_truncated"],
+        shell["stdout_bytes"],
+    )
+    assert base64.b64decode(shell["stdout"]) == b'"' * 524_288
+    assert shell_size > 900_000
 
 
 def response_of(text: str) -> JSONRPCResponse:
@@ -212,30 +227,17 @@ async def test_a_page_of_an_image_is_no_image_and_says_why(tmp_path: Path) -> No
     assert "mime_type" not in later.structured_content
 
 
-async def test_the_largest_image_one_answer_holds_is_shown_and_a_larger_one_is_not(
+async def test_an_image_as_large_as_the_largest_page_is_shown_and_a_page_of_it_is_not(
     tmp_path: Path,
 ) -> None:
-    """Both sides of the answer bound for an image: the largest PNG whose base64 page fits
-    (found with the tool itself) is an image block; three bytes more (one base64 quantum)
-    is a shortened page with the note."""
-    config = Config(tmp_path, max_read_bytes=524_288)
-    pixels = os.urandom(3 * 290 * 290)
-    base = png(290, 290, pixels=pixels)
-
-    async def whole(size: int) -> bool:
-        (tmp_path / "big.png").write_bytes(png(290, 290, pixels=pixels, padding=size - len(base)))
-        async with compose(config) as dispatcher:
-            result = await dispatcher.dispatch(Call("c", "read", '{"path": "big.png"}'))
-        return json.loads(result.content)["truncated"] is False
-
-    low, high = len(base) + 20, 300_000
-    assert await whole(low)
-    assert not await whole(high)
-    while high - low > 1:
-        middle = (low + high) // 2
-        low, high = (middle, high) if await whole(middle) else (low, middle)
-    for size, shown in ((low, True), (low + 3, False)):
-        data = png(290, 290, pixels=pixels, padding=size - len(base))
+    """Both sides of the page bound for an image: a 512 KiB PNG (its base64 is 699,052
+    characters, once in the image block) is an image block at ``max_read_bytes`` 524,288;
+    one byte more is a page of it, with the note and no image block."""
+    pixels = os.urandom(3 * 400 * 400)
+    base = png(400, 400, pixels=pixels)
+    for size, shown in ((524_288, True), (524_289, False)):
+        data = png(400, 400, pixels=pixels, padding=size - len(base) - 20)  # tEXt: 20 more
+        assert size == len(data)
         (tmp_path / "big.png").write_bytes(data)
         result = await read_over_mcp(tmp_path, {"path": "big.png"}, max_read_bytes=524_288)
         images = [block for block in result.content if isinstance(block, ImageContent)]
@@ -244,7 +246,6 @@ async def test_the_largest_image_one_answer_holds_is_shown_and_a_larger_one_is_n
         assert (IMAGE_SENT if shown else IMAGE_NOT_WHOLE) == note
         if shown:
             assert data == base64.b64decode(images[0].data)
-    assert 250_000 < low < 262_144  # about 255 KiB: base64 three times in 1 MiB
 
 
 def test_the_notes_fit_their_room() -> None:

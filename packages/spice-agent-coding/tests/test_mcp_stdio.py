@@ -20,7 +20,7 @@ from mcp.types import TextContent
 from mcp_types.version import LATEST_HANDSHAKE_VERSION
 
 from spice.agent.coding._mcp._framing import MAXIMUM_FRAME_BYTES
-from spice.agent.tools.coding import SECURITY_WARNING
+from spice.agent.coding._sandbox import SERVER_WARNING
 
 SCRIPT: Final = Path(sys.executable).parent / "spice-coding"
 WAIT: Final = 15.0
@@ -275,7 +275,7 @@ async def test_closing_stdin_mid_call_shuts_down_cleanly(worktree: Path) -> None
     assert 0 == code
     assert [] == processes_inside(worktree)
     assert only_protocol(lines)
-    assert SECURITY_WARNING.encode() in err
+    assert SERVER_WARNING.encode() in err
     assert b"stopped: the client closed stdin" in err
 
 

@@ -278,35 +278,47 @@ async def test_invalid_utf8_is_base64(root: Path) -> None:
         assert data[: len(page)] == page
 
 
-async def test_nul_bytes_too_many_to_escape_are_a_shorter_text_page(root: Path) -> None:
-    """300 KiB of NUL would be 6 MB in the answer's three copies: the page is shortened to
-    what fits (each NUL takes 20 bytes) and says where the next page starts."""
+async def test_rd_nul_bytes_too_many_to_escape_come_whole_as_base64(root: Path) -> None:
+    """The seed's RD case (json-escape overflow, contract 12.4): 300 KiB of NUL would be
+    1.8 MB escaped as JSON (``\\u0000`` each), past the payload bound: the page comes whole
+    as base64, with its digest, not shortened."""
     data = b"\0" * (300 * 1024)
     (root / "zeros").write_bytes(data)
     tool = new_read(Config(root, max_read_bytes=MAXIMUM_BYTES))
     result = await tool.execute(Call("c", "read", '{"path": "zeros"}'))
     content = content_of(result)
-    kept = int(str(content["bytes"]))
-    assert ("utf-8", True, kept, "\0" * kept) == (
+    assert ("base64", False, len(data), data) == (
         content["encoding"],
         content["truncated"],
-        content["next_offset"],
+        content["bytes"],
+        base64.b64decode(str(content["content"])),
+    )
+    assert "next_offset" not in content
+    digest = hashlib.sha256(data).hexdigest()
+    assert (digest, digest) == (content["sha256"], content["file_sha256"])
+    assert answer_bytes(result.content) <= ANSWER_ROOM
+
+
+async def test_nul_bytes_that_fit_escaped_stay_text(root: Path) -> None:
+    """The other side of RD: 100 KiB of NUL escape to 600 KiB, within the bound: text."""
+    data = b"\0" * (100 * 1024)
+    (root / "zeros").write_bytes(data)
+    content = await read(root, {"path": "zeros"})
+    assert ("utf-8", False, "\0" * len(data)) == (
+        content["encoding"],
+        content["truncated"],
         content["content"],
     )
-    assert "sha256" not in content  # not the whole file
-    assert hashlib.sha256(data).hexdigest() == content["file_sha256"]
-    # Within one NUL (20) and the digits its shorter numbers saved of the bound.
-    assert ANSWER_ROOM - 40 < answer_bytes(result.content) <= ANSWER_ROOM
 
 
-async def test_a_text_page_whose_answer_is_exactly_the_answer_bound_stays_whole(
+async def test_a_text_page_whose_answer_is_exactly_the_answer_bound_stays_text(
     root: Path,
 ) -> None:
-    """An answer of exactly ``ANSWER_ROOM`` bytes (``answer_bytes``) is the whole page; one
-    escaped byte more shortens the page by at least one byte.
+    """An answer of exactly ``ANSWER_ROOM`` bytes is the whole page as text; one escaped
+    byte more makes it the whole page as base64 (never a shorter page).
 
-    Every NUL takes 17 bytes more than a letter, every quote 7; the file's length stays the
-    same, so only the escaping moves the answer's size.
+    Every NUL takes 5 bytes more than a letter (``\\u0000``), every quote 1 (``\\"``); the
+    file's length stays the same, so only the escaping moves the answer's size.
     """
     length = 300 * 1024
     tool = new_read(Config(root, max_read_bytes=MAXIMUM_BYTES))
@@ -317,18 +329,21 @@ async def test_a_text_page_whose_answer_is_exactly_the_answer_bound_stays_whole(
         return await tool.execute(Call("c", "read", '{"path": "page.txt"}'))
 
     more = ANSWER_ROOM - answer_bytes((await answer(0, 0)).content)
-    nuls = next(n for n in range(7) if (more - 17 * n) % 7 == 0)
-    quotes = (more - 17 * nuls) // 7
+    nuls, quotes = divmod(more, 5)
     at_bound = await answer(nuls, quotes)
-    assert (False, length, ANSWER_ROOM) == (
+    assert (False, length, "utf-8", ANSWER_ROOM) == (
         content_of(at_bound)["truncated"],
         content_of(at_bound)["bytes"],
+        content_of(at_bound)["encoding"],
         answer_bytes(at_bound.content),
     )
     assert content_of(at_bound) == dict(at_bound.content_object)
     past = await answer(nuls, quotes + 1)
-    assert (True, "utf-8") == (content_of(past)["truncated"], content_of(past)["encoding"])
-    assert length > int(str(content_of(past)["bytes"])) == content_of(past)["next_offset"]
+    assert (False, length, "base64") == (
+        content_of(past)["truncated"],
+        content_of(past)["bytes"],
+        content_of(past)["encoding"],
+    )
     assert answer_bytes(past.content) <= ANSWER_ROOM
 
 

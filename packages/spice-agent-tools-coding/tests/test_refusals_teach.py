@@ -18,7 +18,8 @@ from spice.agent.process import ExecutableNotFound
 from spice.agent.tool import MAXIMUM_MESSAGE_BYTES, Call
 from spice.agent.tools.coding import Config, new_read, new_replace
 from spice.agent.tools.coding._arguments import SHOWN_NAME_CHARS, ArgumentError, decode_object
-from spice.agent.tools.coding._shell import _PROBLEMS, build_shell
+from spice.agent.tools.coding._shell import build_shell
+from spice.agent.tools.coding._shell_problems import PROBLEMS
 
 READ = frozenset({"path", "offset", "limit"})
 
@@ -106,7 +107,7 @@ def test_a_command_line_in_argv0_gets_the_hint_to_split_it(tmp_path: Path, argv:
     message = str(content["message"])
     assert "holds spaces" in message
     assert '["python3", "-m", "unittest"]' in message
-    assert _PROBLEMS["split_argv"] == message  # fixed words: nothing of the argv is echoed
+    assert PROBLEMS["split_argv"] == message  # fixed words: nothing of the argv is echoed
 
 
 def test_a_name_without_spaces_gets_the_plain_answer(tmp_path: Path) -> None:

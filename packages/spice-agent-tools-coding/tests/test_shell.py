@@ -763,28 +763,57 @@ async def test_output_that_is_not_utf8_is_base64(tmp_path: Path) -> None:
     assert b"text" == base64.b64decode(content["stderr"])
 
 
-async def test_text_whose_escaping_breaks_the_answer_bound_omits_more_of_its_middle(
-    tmp_path: Path,
+@pytest.mark.parametrize(
+    ("case", "observed", "budget", "unit"),
+    [
+        ("SH-25", 180 * 1024, 262_144, b"\0"),
+        ("SH-26", 524_288, 524_288, b"\0"),
+        ("SH-26-control", 524_288, 524_288, b"\x01"),
+    ],
+)
+async def test_output_too_many_to_escape_comes_whole_as_base64(
+    tmp_path: Path, case: str, observed: int, budget: int, unit: bytes
 ) -> None:
-    """Control characters take 20 bytes each in the answer's three copies: such output stays
-    text, with more of its middle left out, the most that fits."""
-    budget = 524_288
-    process = FakeProcess(stdout=[b"\x01" * budget], outcome=Outcome.exited(3))
+    """The seed's SH-25 and SH-26 (contract 12.4): NUL or control bytes take six characters
+    each escaped as JSON, past the payload bound; base64 carries the whole capture (a
+    180 KiB capture is 245,760 characters, a 512 KiB one 699,052), never shortened."""
+    data = unit * (observed - 5)  # with stderr's 5 bytes, the capture is ``observed``
+    process = FakeProcess(stdout=[data], stderr=[b"warn\n"], outcome=Outcome.exited(3))
     tool, _ = make(tmp_path, launcher=FakeLauncher(lambda: process), max_output_bytes=budget)
     result = await tool.execute(shell_call({"argv": ["true"]}))
     content = content_of(result)
-    kept = len(str(content["stdout"]))
-    assert ("utf-8", "command_failed", True) == (
+    assert ("base64", "command_failed", False, 0, 0) == (
         content["encoding"],
         content["code"],
         content["output_truncated"],
+        content["stdout_omitted_bytes"],
+        content["stderr_omitted_bytes"],
+    ), case
+    assert (data, b"warn\n") == (
+        base64.b64decode(str(content["stdout"])),
+        base64.b64decode(str(content["stderr"])),
     )
-    assert (budget, budget - kept, kept - kept // 2) == (
-        content["stdout_bytes"],
+    assert (observed - 5, 5) == (content["stdout_bytes"], content["stderr_bytes"])
+    base64_chars = len(str(content["stdout"])) + len(str(content["stderr"]))
+    assert 4 * (observed // 3) <= base64_chars <= 4 * (observed // 3) + 8
+    assert answer_bytes(result.content) <= ANSWER_ROOM
+
+
+async def test_output_beyond_the_budget_keeps_its_omission_and_is_base64(tmp_path: Path) -> None:
+    """A capture the budget already shortened (the head and the tail of 1 MiB of NUL) still
+    comes base64 with every captured byte: only the budget left bytes out."""
+    budget = 262_144
+    data = b"\0" * (1 << 20)
+    process = FakeProcess(stdout=[data], outcome=Outcome.exited(0))
+    tool, _ = make(tmp_path, launcher=FakeLauncher(lambda: process), max_output_bytes=budget)
+    content = content_of(await tool.execute(shell_call({"argv": ["true"]})))
+    assert ("base64", True, len(data) - budget, budget // 2, budget) == (
+        content["encoding"],
+        content["output_truncated"],
         content["stdout_omitted_bytes"],
         content["stdout_omitted_at"],
+        len(base64.b64decode(str(content["stdout"]))),
     )
-    assert ANSWER_ROOM - 2 * 20 < answer_bytes(result.content) <= ANSWER_ROOM
 
 
 async def test_output_that_fits_the_answer_bound_is_whole(tmp_path: Path) -> None:

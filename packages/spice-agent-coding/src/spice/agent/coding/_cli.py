@@ -21,10 +21,10 @@ from typing import Final, NoReturn
 
 from spice.agent.dispatch import Dispatcher
 from spice.agent.tool import MAXIMUM_PAYLOAD_BYTES, Call, Definition, ExecutionError
-from spice.agent.tools.coding import SECURITY_WARNING
 
 from ._cache_age import CacheAgeError, add_cache_max_age, resolve_cache_max_age
 from ._compose import compose
+from ._exit import exit_promptly
 from ._mcp._http_settings import HttpSettings
 from ._platform import (
     WINDOWS,
@@ -38,7 +38,7 @@ from ._platform import (
     release_caches,
 )
 from ._sandbox import HELP as SANDBOX_HELP
-from ._sandbox import ContainmentUnavailable, slash_root_problem
+from ._sandbox import SERVER_WARNING, ContainmentUnavailable, slash_root_problem
 from ._settings import (
     Settings,
     SettingsError,
@@ -55,7 +55,7 @@ EXIT_OK: Final = 0
 EXIT_FAILURE: Final = 1
 EXIT_ERROR: Final = 2
 EXIT_INTERRUPTED: Final = 130
-EPILOG: Final = f"{SANDBOX_HELP} {SECURITY_WARNING}"
+EPILOG: Final = f"{SANDBOX_HELP} {SERVER_WARNING}"
 """What every ``--help`` ends with: the sandbox as it is, then the product's warning."""
 STDIN_ARGUMENT: Final = "-"
 """``call TOOL -`` reads the JSON arguments from stdin (at most the payload bound)."""
@@ -252,7 +252,7 @@ async def _serve(settings: Settings, launcher: PlatformLauncher) -> int:
 
 def _start_logging() -> None:
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format=f"{PROGRAM}: %(message)s")
-    _err(SECURITY_WARNING)
+    _err(SERVER_WARNING)
 
 
 async def _serve_http(settings: Settings, launcher: PlatformLauncher, http: HttpSettings) -> int:
@@ -271,9 +271,9 @@ async def _serve_http(settings: Settings, launcher: PlatformLauncher, http: Http
         return EXIT_ERROR
     try:
         sock = _http.bind(http.host, http.port)
-    except OSError:
+    except OSError as error:
         audit.close()
-        _err(f"cannot listen on {http.host} port {http.port}")
+        _err(_http.listen_problem(http.host, http.port, error.errno))
         return EXIT_ERROR
     _start_logging()
     for warning in _http_warnings(http, launcher.contained, not _http.is_loopback(http.host)):
@@ -364,18 +364,35 @@ def _stop_on_signals(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> Ca
     return restore
 
 
-def _read_arguments(text: str) -> str | None:
+def _read_arguments(text: str) -> tuple[str | None, str]:
+    """The call's arguments (``-`` reads stdin), or ``None`` and the problem naming where
+    the text stops being JSON (its line, column and character)."""
+    where = "on stdin" if text == STDIN_ARGUMENT else "(the argument after the tool's name)"
     if text == STDIN_ARGUMENT:
         data = sys.stdin.buffer.read(MAXIMUM_PAYLOAD_BYTES + 1)
         try:
             text = data.decode("utf-8")
-        except UnicodeDecodeError:
-            return None
+        except UnicodeDecodeError as error:
+            return None, f"the arguments {where} are not UTF-8: byte {error.start + 1} is not"
+    return json_problem(text, where)
+
+
+def json_problem(text: str, where: str) -> tuple[str | None, str]:
+    """``text`` when it is one JSON text, else ``None`` and where it stops being one."""
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > MAXIMUM_PAYLOAD_BYTES:
+        return None, f"the arguments {where} are {size} bytes: at most {MAXIMUM_PAYLOAD_BYTES}"
     try:
         json.loads(text)
-    except ValueError:
-        return None
-    return text
+    except json.JSONDecodeError as error:
+        return None, (
+            f"the arguments {where} are not JSON: {error.msg} at line {error.lineno}, column "
+            f"{error.colno} (character {error.pos + 1}); give one JSON object, e.g. "
+            """'{"path": "README.md"}'"""
+        )
+    except (ValueError, RecursionError):
+        return None, f"the arguments {where} are not JSON: {_BAD_JSON}"
+    return text, ""
 
 
 def _root_problem(root: str) -> str | None:
@@ -437,9 +454,9 @@ def run(argv: Sequence[str] | None = None) -> int:
         return asyncio.run(_tools(settings, launcher))
     harden()
     if options.command == "call":
-        arguments = _read_arguments(options.arguments)
+        arguments, problem = _read_arguments(options.arguments)
         if arguments is None:
-            _err(_BAD_JSON)
+            _err(problem)
             return EXIT_ERROR
         try:
             call = Call(CALL_ID, options.tool, arguments)
@@ -505,8 +522,13 @@ def _bad_name(name: str) -> bool:
     return False
 
 
+def console() -> NoReturn:
+    """The ``spice-coding`` console script: ``main``, then a prompt exit (``_exit``)."""
+    exit_promptly(main())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``spice-coding`` console script."""
+    """What the ``spice-coding`` console script runs; returns the exit code."""
     try:
         return run(argv)
     except SystemExit as done:

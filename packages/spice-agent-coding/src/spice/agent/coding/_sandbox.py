@@ -66,6 +66,18 @@ HELP: Final = (
     "root of / is refused unless --sandbox off is given."
 )
 """What ``spice-coding --help`` says of the sandbox (contract 11.3): as it is, in one place."""
+SERVER_WARNING: Final = (
+    "Security warning: the server reads and writes the worktree's files and runs commands "
+    "with your operating-system user's privileges, without an approval prompt. The "
+    "sandbox above confines a command only where its shell result says contained: true "
+    "(with --sandbox off, or where this host gives no Landlock, nothing is contained); "
+    "even contained, a command reads what the sandbox leaves visible, which without "
+    "namespaces is everything your user can read. Run it only on worktrees and with "
+    "agents you trust."
+)
+"""The application's security warning (``--help``, and ``serve`` at start): the product's
+``SECURITY_WARNING`` says its tools "provide no sandbox", true of the library, not of this
+server (contract 12.4)."""
 CREDENTIALS: Final = (
     ".ssh",
     ".gnupg",

@@ -545,13 +545,12 @@ def _allow_write(
         raise SettingsError(f"{origin} names at most {MAXIMUM_ALLOW_WRITE} directories")
     chosen: list[str] = []
     for item in raw:
-        if (
-            len(item) > MAXIMUM_PATH_LENGTH
-            or "\0" in item
-            or not os.path.isabs(item)
-            or not os.path.isdir(item)
-        ):
-            raise SettingsError(f"{origin} takes existing absolute directories")
+        problem = _writable_problem(item)
+        if problem is not None:
+            shown = item[:_SHOWN_CHARACTERS].encode("unicode_escape").decode("ascii")
+            raise SettingsError(
+                f"{origin} {shown!r} {problem}: it takes existing absolute directories"
+            )
         real = os.path.realpath(item)
         if real == os.sep:
             raise SettingsError(f"{origin} cannot be /: it would confine nothing")
@@ -567,6 +566,21 @@ def _allow_write(
                 "could have made it): name the directory it points to"
             )
     return tuple(chosen)
+
+
+def _writable_problem(item: str) -> str | None:
+    """Why ``item`` cannot be an ``--allow-write`` directory (fixed words), or ``None``."""
+    if len(item) > MAXIMUM_PATH_LENGTH:
+        return f"is longer than {MAXIMUM_PATH_LENGTH} characters"
+    if "\0" in item:
+        return "holds a NUL character"
+    if not os.path.isabs(item):
+        return "is relative: name it from /"
+    if not os.path.lexists(item):
+        return "does not exist (create it first)"
+    if not os.path.isdir(item):
+        return "is not a directory" if os.path.exists(item) else "is a dangling symbolic link"
+    return None
 
 
 def _link_in_writable_place(path: str, places: tuple[str, ...]) -> str | None:

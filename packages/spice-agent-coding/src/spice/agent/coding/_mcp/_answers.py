@@ -23,6 +23,8 @@ from typing import Final
 
 from mcp.types import ImageContent, TextContent
 
+from ._text_block import shaped_text
+
 IMAGE_SENT: Final = "the file is the image block of this answer; its base64 is not repeated here"
 IMAGE_NOT_WHOLE: Final = (
     "a page of an image, not all of it, so no image block: an image is shown only when one "
@@ -35,13 +37,19 @@ NOTE_BYTES: Final = 160
 
 
 def blocks_of(
-    content: Mapping[str, object], text: str
+    content: Mapping[str, object], text: str, chars: int | None = None
 ) -> tuple[list[TextContent | ImageContent], dict[str, object]]:
     """The content blocks and the structured content of the answer whose object is
-    ``content`` and whose JSON text is ``text`` (used as is where nothing changes)."""
+    ``content`` and whose JSON text is ``text`` (used as is where nothing changes).
+
+    The structured content is the whole answer; the text block is ``text`` where both fit
+    the wire's bound together (and ``chars``, a client's bound on the text's characters),
+    else shortened to fit (``_text_block``)."""
     mime_type = content.get("mime_type")
     if not (isinstance(mime_type, str) and mime_type.startswith("image/")):
-        return [TextContent(type="text", text=text)], dict(content)
+        size = len(text) if text.isascii() else len(text.encode("utf-8"))
+        block = shaped_text(content, text, size, chars)
+        return [TextContent(type="text", text=block)], dict(content)
     data = content.get("content")
     whole = content.get("offset") == 0 and content.get("truncated") is False
     if whole and content.get("encoding") == "base64" and isinstance(data, str):
@@ -53,7 +61,9 @@ def blocks_of(
     shown["note"] = IMAGE_NOT_WHOLE
     if "content" in content:
         shown["content"] = content["content"]  # the large field stays last
-    return [TextContent(type="text", text=_json(shown))], shown
+    encoded = _json(shown)
+    text_shown = shaped_text(shown, encoded, len(encoded.encode("utf-8")), chars)
+    return [TextContent(type="text", text=text_shown)], shown
 
 
 def _json(content: Mapping[str, object]) -> str:

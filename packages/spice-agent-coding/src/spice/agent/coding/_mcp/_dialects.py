@@ -39,10 +39,29 @@ import enum
 from collections.abc import Mapping
 from typing import Final
 
-__all__ = ["Dialect", "dialect_of", "gemini_schema", "portable_schema", "schema_in"]
+__all__ = [
+    "GEMINI_CUT_CHARS",
+    "GEMINI_TEXT_CHARS",
+    "Dialect",
+    "dialect_of",
+    "gemini_schema",
+    "portable_schema",
+    "schema_in",
+    "text_chars_of",
+]
 
 MAXIMUM_SCHEMA_DEPTH: Final = 64
 """Deepest nesting of schemas (through properties, items, anyOf ...) a conversion follows."""
+GEMINI_CUT_CHARS: Final = 40_000
+"""Gemini CLI replaces a tool answer longer than its ``truncateToolOutputThreshold`` (40,000
+characters by default) with its first 8,000 and last 32,000 characters and a pointer to a
+file (measured with 0.61.0: the model then reads broken JSON)."""
+GEMINI_WRAPPER_CHARS: Final = 256
+"""Room for what Gemini CLI wraps around the text before it counts (0.61.0: the 41
+characters of ``<untrusted_context>`` and its closing tag, measured)."""
+GEMINI_TEXT_CHARS: Final = GEMINI_CUT_CHARS - GEMINI_WRAPPER_CHARS
+"""Most characters of an answer's text block for a Gemini client: within it the answer is a
+shorter page or capture that says so (``_text_block``), which Gemini CLI passes whole."""
 GEMINI_MARK: Final = "gemini"
 """A client whose ``initialize`` name holds this (in any case) gets the Gemini dialect."""
 
@@ -104,6 +123,11 @@ def dialect_of(client_name: str | None) -> Dialect:
     if client_name is not None and GEMINI_MARK in client_name.casefold():
         return Dialect.GEMINI
     return Dialect.PORTABLE
+
+
+def text_chars_of(dialect: Dialect) -> int | None:
+    """The most characters of a text block in ``dialect`` (``None``: only the wire's bound)."""
+    return GEMINI_TEXT_CHARS if dialect is Dialect.GEMINI else None
 
 
 def schema_in(dialect: Dialect, schema: Mapping[str, object]) -> dict[str, object]:

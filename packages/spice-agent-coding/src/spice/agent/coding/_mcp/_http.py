@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import errno
 import ipaddress
 import logging
 import math
@@ -367,6 +368,25 @@ def allowed_sets(settings: HttpSettings, port: int) -> tuple[frozenset[str], fro
         origins.add(f"{public.scheme}://{public.netloc}".lower())
     origins |= {origin.lower() for origin in settings.allowed_origins}
     return frozenset(h.lower() for h in hosts), frozenset(origins)
+
+
+LISTEN_REASONS: Final = {
+    errno.EADDRINUSE: "the port is in use (another server, or this one already running?)",
+    errno.EACCES: "this user may not listen there (a port below 1024 needs privileges)",
+    errno.EPERM: "this user may not listen there (a port below 1024 needs privileges)",
+    errno.EADDRNOTAVAIL: "the address is not one of this machine's",
+}
+"""Why a port could not be listened on, by ``errno`` (fixed words; the OS text is not shown)."""
+
+
+def listen_problem(host: str, port: int, number: int | None) -> str:
+    """The refusal of a ``bind`` that failed with ``number``: the address and port, why,
+    and what to do (``--port 0`` lets the system pick, and the server prints it)."""
+    reason = LISTEN_REASONS.get(number or 0, "the system refused it")
+    return (
+        f"cannot listen on {host} port {port}: {reason}; choose another --port, or give "
+        "--port 0 to let the system pick a free one (the 'listening on' line names it)"
+    )
 
 
 def bind(host: str, port: int) -> socket.socket:

@@ -50,8 +50,9 @@ def frame(message: JSONRPCMessage) -> bytes:
     """One outgoing JSON-RPC message as one line of UTF-8 (the newline included).
 
     An answer longer than ``MAXIMUM_ANSWER_BYTES`` (the line a client buffers) becomes a
-    JSON-RPC error saying so: the tools shorten their own answers to fit, so only an answer
-    of another tool, or one carrying an id of hundreds of bytes, can get here.
+    JSON-RPC error saying so: the tools keep their answers within the payload bound and the
+    text block is shaped to the room left (``_text_block``), so only an answer of another
+    tool, or one carrying an id of hundreds of bytes, can get here.
     """
     data = _line(message)
     if len(data) > MAXIMUM_ANSWER_BYTES and isinstance(message, JSONRPCResponse):

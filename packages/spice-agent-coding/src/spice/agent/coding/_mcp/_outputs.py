@@ -35,8 +35,10 @@ QUOTE_BYTES: Final = 1024
 """Longest ``similar_text`` of an ``edit_not_found`` answer (contract 10.2)."""
 
 ANSWER_CHARS: Final = MAXIMUM_ANSWER_BYTES // 2
-"""Most characters of an answer's text: the answer is written twice (as the text and as the
-structured content), each at least as long in bytes as the text in characters."""
+"""The most ``anthropic/maxResultSizeChars`` declares: half the wire's bound (Claude Code
+caps the declaration at 500,000 anyway, and saves a longer answer to a file the model can
+read; since round 5 an answer's structured content may be longer, its text block is
+shaped beside it)."""
 
 _STRING: Final = {"type": "string"}
 _INTEGER: Final = {"type": "integer"}

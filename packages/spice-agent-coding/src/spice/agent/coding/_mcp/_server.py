@@ -2,7 +2,8 @@
 
 Built on the low-level ``mcp.server.Server`` (``mcp>=2.3,<3``). Every call goes
 through the dispatcher. A ``Result`` becomes a ``CallToolResult`` with the
-content object as ``structuredContent``, the same JSON as text, and ``isError``;
+content object as ``structuredContent``, the same JSON as text (shortened where both would
+pass the wire's bound or the client's, ``_text_block``), and ``isError``;
 an ``ExecutionError`` becomes a JSON-RPC error carrying its bounded message
 (``MCPError``), never a raw exception. Each call runs in its own task; cancellation
 of the request (MCP ``notifications/cancelled``, or the server stopping) cancels that
@@ -49,7 +50,7 @@ from spice.agent.tools.coding import Config
 from spice.agent.tools.coding.settling import outlast, settle
 
 from ._answers import blocks_of, unknown_tool_problem
-from ._dialects import Dialect, dialect_of, schema_in
+from ._dialects import Dialect, dialect_of, schema_in, text_chars_of
 from ._json import arguments_text
 from ._outputs import largest_answer_chars, output_schema, title_of
 
@@ -149,7 +150,7 @@ def tool_of(
     )
 
 
-def result_of(result: Result) -> CallToolResult:
+def result_of(result: Result, chars: int | None = None) -> CallToolResult:
     """A dispatched ``Result`` as an MCP result: structured, as text, and ``isError``.
 
     The text is the result's own encoding and the structured content its decoded object
@@ -157,8 +158,10 @@ def result_of(result: Result) -> CallToolResult:
     whose code is in ``DATA_FAILURE_CODES`` (a command that ran and failed) is data for
     the model, not a failed tool call: ``isError`` is false, the content keeps ``ok``,
     ``code`` and ``exit_code``. A whole image also comes as an image block (``_answers``).
+    The text block fits beside the structured content within the wire's bound, and within
+    ``chars`` characters where the client bounds them (``_text_block``).
     """
-    blocks, content = blocks_of(result.content_object, result.content)
+    blocks, content = blocks_of(result.content_object, result.content, chars)
     return CallToolResult(
         content=list(blocks),
         structured_content=content,
@@ -323,8 +326,7 @@ def serving(
     async def list_tools(
         ctx: ServerRequestContext[Any], params: PaginatedRequestParams | None
     ) -> ListToolsResult:
-        client = ctx.session.client_params  # the listing's dialect follows the client's name
-        listing = listings[dialect_of(None if client is None else client.client_info.name)]
+        listing = listings[_dialect(ctx)]
         return listing if gate is None else gate.listing(ctx, listing)
 
     async def call_tool(
@@ -355,7 +357,7 @@ def serving(
         finally:
             # A traceback that keeps this frame would otherwise keep the task and its call.
             del task
-        return result_of(result)
+        return result_of(result, text_chars_of(_dialect(ctx)))
 
     server: Server[Any] = Server(
         name,
@@ -366,6 +368,12 @@ def serving(
         get_tool_input_schema=schemas.get,
     )
     return server, calls
+
+
+def _dialect(ctx: ServerRequestContext[Any]) -> Dialect:
+    """The dialect of ``ctx``'s client: its listing and its answers follow its name."""
+    client = ctx.session.client_params
+    return dialect_of(None if client is None else client.client_info.name)
 
 
 def mcp_server(

@@ -71,6 +71,19 @@ NOT_A_FILE: Final = "the token file is not a regular file"
 NOT_OWNED: Final = "the token file belongs to another user"
 UNREADABLE: Final = "the token file cannot be read"
 MISSING: Final = "the token file does not exist"
+SHOWN_PATH_CHARS: Final = 200
+"""Most characters of a configured path a refusal shows (escaped, one line)."""
+
+
+def missing_problem(path: str) -> str:
+    """The refusal of a token file that does not exist: its path, and how to make it."""
+    shown = path[:SHOWN_PATH_CHARS].encode("unicode_escape").decode("ascii")
+    return (
+        f"the token file {shown} does not exist: make it with spice-coding token add NAME "
+        f"--scopes read,write,shell --token-file {shown} (it prints the token once)"
+    )
+
+
 MALFORMED: Final = "the token file has a line that is not NAME SCOPES SHA256HEX [NOT-AFTER]"
 TOO_LARGE: Final = "the token file is too large"
 NAME_TAKEN: Final = "the token file already has a token of that name"
@@ -204,7 +217,7 @@ def _read(path: str) -> tuple[os.stat_result, str]:
     try:
         fd = os.open(path, flags)
     except FileNotFoundError:
-        raise TokenFileError(MISSING) from None
+        raise TokenFileError(missing_problem(path)) from None
     except OSError:
         raise TokenFileError(UNREADABLE) from None
     try:

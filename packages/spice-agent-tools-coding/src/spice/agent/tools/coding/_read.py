@@ -3,9 +3,9 @@
 Confinement is ``_root``'s job (see its module docstring); this module decodes the
 arguments, does the file work, and shapes the page:
 UTF-8 text when the bytes are valid UTF-8 (a page the limit would cut inside a
-character ends at the previous character boundary), base64 otherwise or when the page
-from offset 0 starts with an image's signature (``mime_type``); a page whose answer would
-break the answer bound (``_results.answer_bytes``) is shortened to fit. ``os.pread``
+character ends at the previous character boundary), base64 otherwise, when the page
+from offset 0 starts with an image's signature (``mime_type``), or when its JSON-escaped
+text would break the answer bound (``_results.answer_bytes``; the seed's rule). ``os.pread``
 reads only the page, so the cost never depends on the file's size.
 
 Where the file work runs: a read that can be answered from the kernel's caches on a
@@ -79,8 +79,8 @@ def read_description(config: Config) -> str:
         "root or absolute beneath it; symbolic links are followed only while they stay "
         f"inside it. Returns up to `limit` bytes (default and maximum {page}) starting at "
         "byte `offset` (default 0): UTF-8 text, or base64 when the bytes are not valid "
-        "UTF-8 or are an image (`mime_type` names a PNG, JPEG, GIF or WebP file read from "
-        "offset 0). A page whose answer would pass 1 MiB is shortened to fit. When "
+        "UTF-8, are an image (`mime_type` names a PNG, JPEG, GIF or WebP file read from "
+        "offset 0), or would pass 1 MiB once escaped as JSON (e.g. NUL bytes). When "
         "`truncated` is true, call again with `offset` = `next_offset`. A complete page "
         "(the whole file from offset 0) includes "
         f"its `sha256`. Every page of a file of at most {config.max_edit_bytes} bytes "
@@ -459,73 +459,44 @@ def _shape(
     lookahead: bytes,
     file_sha256: str | None,
 ) -> Result:
-    """The page's answer: UTF-8 text when the page is text and no image, else base64.
+    """The page's answer: UTF-8 text when the page is text, no image, and its JSON-escaped
+    text keeps the answer within the bound; else base64 (the seed's rule, contract 12.4).
 
-    An answer larger than the answer bound (``ANSWER_ROOM``, measured by ``answer_bytes``)
-    keeps the longest prefix of the page that fits, cut on a character boundary (text) or
-    a three-byte boundary (base64), and says so with ``truncated`` and ``next_offset``.
-    The answer's one encoding is both the check and the answer (``from_content`` neither
-    encodes again nor parses it back).
+    A page of NUL bytes, quotes or control bytes can escape to six times its size: such a
+    page comes whole as base64 (4 characters for 3 bytes, nothing to escape) rather than
+    shortened. Only a base64 answer still past the bound (a page larger than the product
+    allows) keeps its longest prefix that fits, on a three-byte boundary, and says so
+    with ``truncated`` and ``next_offset``. The answer's one encoding is both the check
+    and the answer (``from_content`` neither encodes again nor parses it back).
     """
     mime_type = image_type(page) if offset == 0 else None
     text = None if mime_type is not None else _text_prefix(page, lookahead)
-    data, encoding = (page, "base64") if text is None else (text, "utf-8")
-    whole = _content(path, offset, size, data, encoding, file_sha256, mime_type)
-    try:
-        result = Result.from_content(call_id, whole)
-    except ValueError:  # past the payload bound (escaping), so past the answer bound too
-        pass
-    else:
-        if answer_fits(result.content, len(data)):
-            return result
+    if text is not None:
+        fitting = _fitting(call_id, _content(path, offset, size, text, "utf-8", file_sha256, None))
+        if fitting is not None:
+            return fitting
+    whole = _content(path, offset, size, page, "base64", file_sha256, mime_type)
+    fitting = _fitting(call_id, whole)
+    if fitting is not None:
+        return fitting
     # The other fields of a shortened page take at most what they take here: its numbers
     # are no longer than the whole page's, and it has no ``sha256``. It is shorter than the
     # page by at least one byte (the whole page, with its ``sha256``, did not fit).
-    marked = _content(path, offset, size + 1, data, encoding, file_sha256, mime_type, body="")
+    marked = _content(path, offset, size + 1, page, "base64", file_sha256, mime_type, body="")
     room = ANSWER_ROOM - answer_bytes(encode(marked))
-    # In base64, 3 bytes are 4 characters, written thrice (no escaping).
+    # In base64, 3 bytes are 4 characters, nothing to escape.
     triples = page[: min(3 * (room // (4 * ANSWER_COPIES)), len(page) - 1)]
-    kept = triples if text is None else _text_fit(text, room)
-    shortened = _content(path, offset, size, kept, encoding, file_sha256, mime_type)
+    shortened = _content(path, offset, size, triples, "base64", file_sha256, mime_type)
     return Result.from_content(call_id, shortened)
 
 
-_COST_CLASSES: Final = bytes(
-    ord("q")
-    if byte in b'"\\'
-    else ord("s")
-    if byte in b"\b\t\n\f\r"
-    else ord("u")
-    if byte < 0x20
-    else ord(".")
-    for byte in range(256)
-)
-"""Each byte's class in a page of text, by what it takes in the answer's three copies
-(``answer_bytes``: once as JSON, twice as a string of that JSON): ``q`` a quote or a
-backslash (``\\"``, then ``\\\\\\"`` twice: 10 bytes), ``s`` a control byte with a short
-escape (``\\n``, then ``\\\\n`` twice: 8), ``u`` any other control byte (``\\u0001``, then
-``\\\\u0001`` twice: 20), ``.`` any other byte (itself, thrice: 3)."""
-_COSTS: Final = ((b".", 3), (b"q", 10), (b"s", 8), (b"u", 20))
-
-
-def _text_fit(text: bytes, room: int) -> bytes:
-    """The longest proper prefix of UTF-8 ``text`` ending on a character boundary whose
-    bytes take at most ``room`` in both forms of an answer (``_COST_CLASSES``)."""
-    classes = text.translate(_COST_CLASSES)
-
-    def cost(end: int) -> int:
-        return sum(each * classes.count(kind, 0, end) for kind, each in _COSTS)
-
-    low, high = 0, len(text) - 1
-    while low < high:
-        middle = (low + high + 1) // 2
-        if cost(middle) <= room:
-            low = middle
-        else:
-            high = middle - 1
-    while low > 0 and text[low] & 0xC0 == 0x80:
-        low -= 1  # never inside a character
-    return text[:low]
+def _fitting(call_id: str, content: dict[str, object]) -> Result | None:
+    """The answer ``content`` when it is within the answer bound, else ``None``."""
+    try:
+        result = Result.from_content(call_id, content)
+    except ValueError:  # past the payload bound (escaping), so past the answer bound too
+        return None
+    return result if answer_fits(result.content) else None
 
 
 def _content(

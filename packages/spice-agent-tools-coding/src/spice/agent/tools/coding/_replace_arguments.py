@@ -53,37 +53,42 @@ EDIT_SHAPE: Final = "must be an object with old_text, new_text and optional repl
 EMPTY_OLD: Final = "old_text must not be empty"
 
 
+WORKFLOW: Final = (
+    "To change part of a file, send only the change: read it (read with limit 1 returns "
+    "file_sha256 cheaply, without the file), then call replace with expected_sha256 and "
+    "edits: [{old_text, new_text}], old_text copied exactly from the file and found there "
+    "once. The answer's sha256 is the next expected_sha256 of that file (no need to read "
+    "it again). 'stale' means the file changed and nothing was written: read it again. "
+)
+"""The edit workflow (contract 12.4): in the description, because the server's instructions
+reach only Claude Code; the same steps as the instructions."""
+
+
 def description(config: Config) -> str:
-    """The model-facing description: both forms, when to use which, every bound."""
+    """The model-facing description: the edit workflow, both forms, every bound."""
     limit, edit_limit = config.max_write_bytes, config.max_edit_bytes
     return (
-        "Change one file under the worktree root, atomically (a crash leaves the old or "
-        "the new file, never a mix) and durably. Two forms. "
-        "EDITS, for changes inside an existing file (send only what changes): pass "
-        "expected_sha256 and edits, a list of 1 to "
+        "Change one file under the worktree root, atomically and durably (a crash leaves "
+        "the old or the new file, never a mix). " + WORKFLOW + "EDITS: 1 to "
         f"{MAXIMUM_EDITS} objects {{old_text, new_text, replace_all}} applied in order, "
-        "each to the result of the previous ones. old_text must match the file exactly "
-        "(whitespace included) and occur exactly once, or give replace_all: true to "
-        "replace every non-overlapping occurrence. In a file whose line endings are all "
-        "CRLF, LF in old_text matches CRLF and new_text is written with CRLF. "
-        "'edit_not_found' names the edit (edit_index) and, when the file has a similar "
-        "passage, its similar_line, similar_difference (whitespace, line_endings or text) "
-        "and similar_text (the file's text there). The answer has edits_applied and a "
-        f"unified diff (at most {MAXIMUM_DIFF_BYTES} bytes; diff_truncated says if cut), "
-        "so there is no need to read the file again. The file and the result may each "
-        f"be at most {edit_limit} bytes (max_edit_bytes); a file that is not UTF-8 text is "
-        "'not_text'. "
+        "each to the result of the previous ones; old_text must match exactly (whitespace "
+        "included) and occur once, or give replace_all: true for every non-overlapping "
+        "occurrence. In a file whose line endings are all CRLF, LF in old_text matches "
+        "CRLF and new_text is written with CRLF. 'edit_not_found' names the edit "
+        "(edit_index) and, when the file has a similar passage, its similar_line, "
+        "similar_difference (whitespace, line_endings or text) and similar_text. The "
+        "answer has edits_applied and a unified diff (at most "
+        f"{MAXIMUM_DIFF_BYTES} bytes; diff_truncated says if cut). The file and the result "
+        f"may each be at most {edit_limit} bytes (max_edit_bytes); a file that is not UTF-8 "
+        "text is 'not_text'. "
         "CONTENT, for new files and whole rewrites: content is the complete new file, at "
         f"most {limit} bytes as sent (max_write_bytes; binary data base64-encoded with "
-        "encoding: base64), replacing a file of at most that size. Pass create: true to "
+        "encoding: base64), replacing a file of at most that size; pass create: true to "
         "make a new file (it never overwrites anything and creates missing parent "
-        "directories), or expected_sha256 to rewrite an existing one. "
-        "expected_sha256 is the sha256 (or, for a file read in several pages, the "
-        "file_sha256) read returned; read with limit 1 returns file_sha256 cheaply. A "
-        "successful replace's sha256 is the next expected_sha256 of that file (no need to "
-        "read again). If the file changed, nothing is written: 'stale', with "
-        "current_sha256. Unused properties may be null. A repeated call never writes "
-        "twice: it answers 'stale' or 'already_exists'."
+        "directories), or expected_sha256 to rewrite an existing one. expected_sha256 is "
+        "the sha256 (or, for a file read in several pages, the file_sha256) read returned. "
+        "'stale' answers current_sha256. Unused properties may be null. A repeated call "
+        "never writes twice: it answers 'stale' or 'already_exists'."
     )
 
 

@@ -27,19 +27,20 @@ LARGE_FIELDS: Final = ("content", "diff", "stdout", "stderr")
 still shows them."""
 
 MAXIMUM_ANSWER_BYTES: Final = 1 << 20
-"""The most bytes one answer takes in any line a client reads (contract 11.3): the Claude
-Agent SDK reads at most 1 MiB a line by default."""
+"""The seed's payload bound (Spice Agent's 1 MiB), and the most bytes one answer takes on
+the MCP wire (contract 12.4): the MCP layer shapes its text block to keep the whole line
+within it."""
 ENVELOPE_BYTES: Final = 2048
-"""Room kept within ``MAXIMUM_ANSWER_BYTES`` for what a transport or a client wraps around
-an answer (over MCP the JSON-RPC envelope with the request's id; in Claude Code's lines to
-the Agent SDK its message's ids and ``_meta``, measured at 500 to 800 bytes; a note the MCP
-layer adds to an image)."""
+"""Room kept within ``MAXIMUM_ANSWER_BYTES`` for what a transport wraps around an answer
+(over MCP the JSON-RPC envelope with the request's id, the keys of the result, a note the
+MCP layer adds to an image or a shortened text block)."""
 ANSWER_ROOM: Final = MAXIMUM_ANSWER_BYTES - ENVELOPE_BYTES
-"""The most ``answer_bytes`` of any answer of these tools."""
-ANSWER_COPIES: Final = 3
-"""How often the longest known line holds an answer: Claude Code's message to the Agent SDK
-holds its text twice as a JSON string (the tool result, and ``tool_use_result``) and its
-structured content once. An MCP answer holds it twice (text block, structured content)."""
+"""The most ``answer_bytes`` of any answer of these tools: its JSON text, once."""
+ANSWER_COPIES: Final = 1
+"""How often the bound counts an answer's JSON text (the seed's rule, contract 12.4: once,
+as the structured content a client reads). Round 4 counted three (Claude Code's line to
+the Agent SDK) and shortened pages and captures that base64 carries whole; the MCP layer
+now keeps the wire's bound by shaping the text block beside the structured content."""
 
 REPORTER_FAILED: Final = "the progress reporter failed; the call did nothing"
 RESULT_UNENCODABLE: Final = "the tool's result could not be encoded within the answer bound"
@@ -56,13 +57,14 @@ def encoded_size(content: Mapping[str, object]) -> int:
 
 
 def answer_bytes(text: str) -> int:
-    """The bytes of an answer whose JSON text is ``text`` in the longest known line.
+    """The bytes an answer whose JSON text is ``text`` counts against ``ANSWER_ROOM``.
 
-    Once as itself (the structured content) and twice as a JSON string holding it: the
-    string form adds its two quotes and a backslash before each quote and backslash of
-    ``text``, and nothing else, since a JSON text holds no raw control byte. Exact for the
-    JSON this package writes (compact, real Unicode), which ``orjson``, the MCP SDK and
-    JavaScript's ``JSON.stringify`` write byte for byte alike.
+    ``ANSWER_COPIES`` times: once as itself (the structured content) and, for each further
+    copy, as a JSON string holding it (the string form adds its two quotes and a backslash
+    before each quote and backslash of ``text``, and nothing else, since a JSON text holds
+    no raw control byte). Exact for the JSON this package writes (compact, real Unicode),
+    which ``orjson``, the MCP SDK and JavaScript's ``JSON.stringify`` write byte for byte
+    alike.
     """
     size = len(text) if text.isascii() else len(text.encode("utf-8"))
     escapes = text.count('"') + text.count("\\")

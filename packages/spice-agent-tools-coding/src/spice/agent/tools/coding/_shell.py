@@ -75,6 +75,8 @@ from ._shell_launcher import (
     process_cleaned_up,
     process_hint,
 )
+from ._shell_problems import GLOB_HINT, globbed
+from ._shell_problems import PROBLEMS as _PROBLEMS
 from .settling import deliver_cancellation, settle
 
 NAME: Final = "shell"
@@ -104,33 +106,6 @@ _LAUNCHER_FAILED: Final = "the process launcher failed; a process may have been 
 _JOIN_FAILED: Final = "the command's process could not be proven released"
 _PARTIAL_START: Final = "the command may have started; it was stopped"
 """A start that failed after its process existed (``LaunchError(process)``)."""
-
-_PROBLEMS: Final = {
-    "wrong_tool": "the call is not for the shell tool",
-    "batch_file": (
-        "argv[0] names a batch file (.bat, .cmd): Windows runs it through cmd.exe, whose "
-        "parsing of its arguments cannot be made safe; run a program (.exe) instead"
-    ),
-    "unsupported_platform": "the shell tool is not supported on this platform yet",
-    "shell_closing": "the shell tool is shutting down and accepts no new commands",
-    "process_limit": "too many commands are running; wait for one to finish",
-    "command_not_found": (
-        "no executable matches argv[0]: a name without '/' is looked up in PATH only; "
-        "use ./name for a program in the workdir"
-    ),
-    "split_argv": (
-        "no executable matches argv[0], which holds spaces: argv is not split by a shell, "
-        'so give the program and each argument as its own element, e.g. ["python3", "-m", '
-        '"unittest"], not ["python3 -m unittest"]'
-    ),
-    "launch_failed": "the command could not be started",
-    "workdir_unavailable": "the workdir is not an existing directory",
-    "workdir_changed": "the workdir changed before the command could start",
-    "exited": "the command exited with a non-zero status",
-    "signaled": "the command was ended by a signal",
-    "unknown": "the command ended without a portable exit status",
-    "timed_out": "the command did not finish within its timeout and was stopped",
-}
 
 _WORKDIR_CODES: Final = frozenset(
     {"invalid_arguments", "root_unavailable", "path_escape", "workdir_unavailable"}
@@ -563,6 +538,8 @@ class _Shell:
             raise ExecutionError(call.id, _UNCERTAIN, _RETRY, _JOIN_FAILED) from None
         outcome = _outcome(process)
         code, problem = _verdict(timed_out, outcome)
+        if code == "command_failed" and problem is not None and globbed(arguments.argv[1:]):
+            problem += GLOB_HINT
         content = frame.content(
             capture,
             exit_code=-1 if outcome.exit_code is None else outcome.exit_code,
@@ -617,6 +594,8 @@ async def _resolve(
         # One element holding a whole command line is the usual mistake: teach the split.
         spaced = any(char.isspace() for char in lookup.requested_executable)
         problem = _PROBLEMS["split_argv" if spaced else "command_not_found"]
+        if globbed((lookup.requested_executable,)):
+            problem += GLOB_HINT
         return _refuse(call, "command_not_found", problem, frame)
     except asyncio.CancelledError:
         if _being_cancelled():
@@ -698,32 +677,39 @@ def _outcome(process: Process) -> Outcome:
 def _output_fields(
     capture: Capture, problem: tuple[str, str] | None, content: Mapping[str, object]
 ) -> dict[str, object]:
-    """Text when both streams are UTF-8, else base64; shortened to fit the answer bound.
+    """Text when both streams are UTF-8 and their JSON-escaped text keeps the answer within
+    the bound; else base64 of the whole capture (the seed's rule, contract 12.4).
 
-    An answer past the bound (``answer_bytes``, measured on the encoded answer) keeps less
-    of each stream's middle: the largest capture budget whose answer fits, found by
-    bisection (at most ``log2(max_output_bytes) + 1`` encodings, only for such answers).
+    Output of NUL or control bytes escapes to six times its size: base64 (4 characters for
+    3 bytes) carries it whole instead, so a capture is never shortened where base64 fits;
+    with ``max_output_bytes`` at most 512 KiB it always does. Only a base64 answer still
+    past the bound keeps less of each stream's middle: the largest capture budget whose
+    answer fits, found by bisection (at most ``log2(max_output_bytes) + 1`` encodings).
     """
     captured = capture.finish()
 
-    def fields_of(captured: Captured) -> tuple[dict[str, object], bool]:
-        fields = captured.fields(text=True)
+    def fields_of(captured: Captured, *, text: bool) -> tuple[dict[str, object], bool]:
+        fields = captured.fields(text=text)
         whole: dict[str, object] = {"ok": problem is None, **content, **fields}
         if problem is not None:
             whole.update(code=problem[0], message=problem[1])
         return fields, answer_fits(encode(whole))
 
-    fields, fits = fields_of(captured)
+    fields, fits = fields_of(captured, text=True)
     if fits:
         return fields
+    if fields["encoding"] == "utf-8":
+        fields, fits = fields_of(captured, text=False)
+        if fits:
+            return fields
     low, high = 0, captured.stdout.captured + captured.stderr.captured - 1
     while low < high:
         middle = (low + high + 1) // 2
-        if fields_of(capture.finish(middle))[1]:
+        if fields_of(capture.finish(middle), text=False)[1]:
             low = middle
         else:
             high = middle - 1
-    return fields_of(capture.finish(low))[0]
+    return fields_of(capture.finish(low), text=False)[0]
 
 
 def _workdir_problem(error: PathError) -> tuple[str, str]:

@@ -77,9 +77,10 @@ def shell_description(config: Config, containment: str | None = None) -> str:
         "the worktree root, or absolute beneath it; default the root. timeout_seconds: "
         f"default {timeout}, at most {timeout}; a program still running then is stopped "
         "and the answer is timed_out. stdin is empty. Output: at most "
-        f"{config.max_output_bytes} bytes of stdout and stderr together are returned (fewer "
-        "when the answer would pass 1 MiB); beyond that the start and the end of each "
-        "stream are kept and the result says how many bytes were left out and where. "
+        f"{config.max_output_bytes} bytes of stdout and stderr together are returned, as "
+        "UTF-8 text, or as base64 (encoding) when they are not text or would pass 1 MiB "
+        "once escaped as JSON; beyond that the start and the end of each stream are kept "
+        "and the result says how many bytes were left out and where. "
     )
     confinement = (
         f"{containment} The result's contained field says whether the command ran confined."
