@@ -12,7 +12,7 @@ PACKAGES := spice-agent-api spice-agent-tools-coding spice-agent-coding
 PACKAGE_SOURCES := packages/spice-agent-api/src:packages/spice-agent-tools-coding/src:packages/spice-agent-coding/src
 PYTEST_WORKERS ?= 2
 
-.PHONY: test-reverse help bootstrap system-packages inspector gemini-cli conformance wheelhouse dist fast check format lint typecheck test test-unprivileged test-windows stress verify verify-offline verify-release demo soak bench clean
+.PHONY: test-reverse help bootstrap system-packages inspector gemini-cli conformance oauth-server wheelhouse dist fast check format lint typecheck test test-unprivileged test-windows stress verify verify-offline verify-release demo soak bench clean
 
 help:
 	@echo "make demo     run the tools end to end over MCP on a sample worktree"
@@ -33,7 +33,7 @@ help:
 # (even where PYTHONDONTWRITEBYTECODE keeps Python from caching it). Idempotent; fast when
 # already done.
 WORKSPACE_SOURCES := $(foreach p,$(PACKAGES),packages/$(p)/src)
-bootstrap: system-packages inspector gemini-cli conformance
+bootstrap: system-packages inspector gemini-cli conformance oauth-server
 	@command -v $(UV) >/dev/null 2>&1 && [ "$$($(UV) --version | cut -d' ' -f2)" = "$(UV_VERSION)" ] \
 	  || $(PYTHON) -m pip install --quiet "uv==$(UV_VERSION)"
 	@# Copies, not hard links into uv's cache: a server refuses to be contained while a
@@ -100,6 +100,22 @@ $(CONFORMANCE)/node_modules/.package-lock.json: $(CONFORMANCE)/package.json $(CO
 	  npm ci --prefix $(CONFORMANCE) --ignore-scripts --no-audit --no-fund --loglevel=error; \
 	else \
 	  echo "npm is missing: the MCP conformance tests will be skipped" >&2; \
+	fi
+
+# A real OAuth 2.1 authorization server (oidc-provider), pinned by
+# scripts/oauth-server/package-lock.json, that the HTTP transport's OAuth tests
+# (packages/spice-agent-coding/tests/test_http_oauth.py) start on loopback: the mcp SDK
+# client's own flow (discovery, dynamic registration, PKCE) against it. It runs on the
+# system's Node (>= 20). Installed again only when the lock changes; without npm those
+# tests are skipped with that reason.
+OAUTH_SERVER := scripts/oauth-server
+oauth-server: $(OAUTH_SERVER)/node_modules/.package-lock.json
+
+$(OAUTH_SERVER)/node_modules/.package-lock.json: $(OAUTH_SERVER)/package.json $(OAUTH_SERVER)/package-lock.json
+	@if command -v npm >/dev/null 2>&1; then \
+	  npm ci --prefix $(OAUTH_SERVER) --ignore-scripts --no-audit --no-fund --loglevel=error; \
+	else \
+	  echo "npm is missing: the OAuth end-to-end tests will be skipped" >&2; \
 	fi
 
 # Gemini CLI, pinned by examples/gemini-cli/package-lock.json, for the test that it lists
