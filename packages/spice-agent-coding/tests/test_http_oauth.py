@@ -28,7 +28,7 @@ from typing import Any
 import httpx2
 import jwt
 import pytest
-from http_support import ACCEPT, LIST_BODY, answer_of, call_body, names_of
+from http_support import ACCEPT, LIST_BODY, answer_of, call_body, http_server, names_of
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult
@@ -43,6 +43,7 @@ from oauth_support import (
     node_missing,
     oauth_provider,
 )
+from test_http_serve import run_serve
 
 from spice.agent.coding._mcp import _http, _oauth
 from spice.agent.coding._mcp._audit import AuditLog
@@ -391,3 +392,78 @@ async def test_memory_stays_bounded_under_a_thousand_distinct_valid_tokens(
             tracemalloc.stop()
         assert grown < 64 * 1024
         assert 1 == len(verifier._keys)
+
+
+# --- the command line ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("with_token_file", [True, False])
+async def test_serve_with_oauth_issuer_serves_the_sdk_flow_beside_the_token_file(
+    tmp_path: Path, root: Path, with_token_file: bool
+) -> None:
+    """``serve --transport http --oauth-issuer URL``, with and without ``--token-file``: the
+    SDK's OAuth flow reads; the token file's tokens still work beside it."""
+    port = _port()
+    url = f"http://127.0.0.1:{port}/mcp"
+    async with (
+        authorization_server(tmp_path, [url], [new_key("k1")]) as issuer,
+        http_server(
+            tmp_path,
+            root,
+            "--port",
+            str(port),
+            auth=with_token_file,
+            oauth=("--oauth-issuer", issuer.issuer),
+        ) as server,
+    ):
+        assert url == server.url
+        result = await _read(url, oauth_provider(url, Browser(), MemoryStorage()))
+        assert not result.is_error
+        if with_token_file:
+            assert not (await _read(url, token=server.tokens["reader"])).is_error
+        refused = await _post(url, None, LIST_BODY)
+        assert 401 == refused.status_code
+        assert "resource_metadata=" in refused.headers["www-authenticate"]
+
+
+async def test_serve_with_an_oauth_audience_checks_it_and_publishes_it(
+    tmp_path: Path, root: Path
+) -> None:
+    """``--oauth-audience urn:...``: the metadata's resource, and what ``aud`` must hold."""
+    key = new_key("k1")
+    audience = "urn:spice:coding:test"
+    async with (
+        authorization_server(tmp_path, [audience], [key]) as issuer,
+        http_server(
+            tmp_path,
+            root,
+            auth=False,
+            oauth=("--oauth-issuer", issuer.issuer, "--oauth-audience", audience),
+        ) as server,
+    ):
+        origin = server.url.removesuffix("/mcp")
+        async with httpx2.AsyncClient(timeout=WAIT) as http:
+            found = await http.get(origin + "/.well-known/oauth-protected-resource/mcp")
+        assert audience == found.json()["resource"]
+        good = key.sign(claims_for(issuer.issuer, audience))
+        assert 200 == (await _post(server.url, good, LIST_BODY)).status_code
+        other = key.sign(claims_for(issuer.issuer, server.url))
+        assert 401 == (await _post(server.url, other, LIST_BODY)).status_code
+
+
+async def test_serve_refuses_an_issuer_it_cannot_use_at_start(tmp_path: Path, root: Path) -> None:
+    """Exit 2 with one line, never a listening server: plain http off loopback, an issuer
+    that does not answer, an audience without an issuer, insecure-no-auth beside it."""
+    closed = f"http://127.0.0.1:{_port()}"
+    cases = [
+        (("--oauth-issuer", "http://auth.example"), _oauth.NOT_SECURE),
+        (("--oauth-issuer", closed), _oauth.NO_METADATA),
+        (("--oauth-audience", "urn:x", "--insecure-no-auth"), "--oauth-audience needs"),
+        (("--oauth-issuer", closed, "--insecure-no-auth"), "--insecure-no-auth alone"),
+    ]
+    for flags, reason in cases:
+        code, err = await run_serve(tmp_path, "--root", str(root), *flags)
+        assert 2 == code, flags
+        lines = err.decode().strip().splitlines()
+        assert 1 == len(lines), lines
+        assert reason in lines[0]

@@ -193,3 +193,13 @@ async def test_a_bad_audience_is_a_start_error(audience: str) -> None:
     with pytest.raises(_oauth.OAuthStartError):
         _oauth.check_audience(audience)
     _oauth.check_audience("urn:spice:coding")
+
+
+async def test_an_issuer_or_audience_over_the_bound_is_refused() -> None:
+    at_bound = "https://a.example/" + "x" * (_oauth.MAXIMUM_URL_CHARS - len("https://a.example/"))
+    _oauth.check_audience(at_bound)
+    with pytest.raises(_oauth.OAuthStartError):
+        _oauth.check_audience(at_bound + "x")
+    with pytest.raises(_oauth.OAuthStartError) as raised:
+        await _discover("http://127.0.0.1/" + "x" * _oauth.MAXIMUM_URL_CHARS)
+    assert _oauth.NOT_SECURE == str(raised.value)

@@ -606,7 +606,12 @@ async def run_serve(tmp_path: Path, *flags: str) -> tuple[int, bytes]:
         ("tokens", 0o644, (), b"read or written by group or others"),
         ("tokens", 0o620, (), b"read or written by group or others"),
         ("tokens", 0o600, ("--host", "10.1.2.3"), b"needs --allow-remote"),
-        ("tokens", 0o600, ("--insecure-no-auth",), b"--token-file PATH (or --insecure-no-auth)"),
+        (
+            "tokens",
+            0o600,
+            ("--insecure-no-auth",),
+            b"--oauth-issuer URL (or --insecure-no-auth alone)",
+        ),
         ("tokens", 0o600, ("--port", "65536"), b"--port must be between 0 and 65535"),
         ("tokens", 0o600, ("--path", "mcp"), b"--path must be"),
         ("tokens", 0o600, ("--public-url", "ftp://x"), b"--public-url must be"),

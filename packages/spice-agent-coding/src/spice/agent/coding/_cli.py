@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -17,13 +18,20 @@ import stat
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import Final, NoReturn
+from typing import TYPE_CHECKING, Final, NoReturn
 
 from spice.agent.dispatch import Dispatcher
 from spice.agent.tool import MAXIMUM_PAYLOAD_BYTES, Call, Definition, ExecutionError
 from spice.agent.tools.coding import SECURITY_WARNING
 
 from ._compose import compose
+
+if TYPE_CHECKING:
+    import socket
+
+    from ._mcp._audit import AuditLog
+    from ._mcp._oauth import JwtVerifier
+    from ._mcp._tokens import TokenStore
 from ._mcp._http_settings import HttpSettings
 from ._platform import WINDOWS, PlatformLauncher, clean_cache, harden, platform_launcher
 from ._sandbox import HELP as SANDBOX_HELP
@@ -231,6 +239,7 @@ async def _serve_http(settings: Settings, launcher: PlatformLauncher, http: Http
     """``serve --transport http``: refusals first (exit 2, one line), then serve until a signal."""
     from ._mcp import _http  # noqa: PLC0415 - keeps the SDK and uvicorn off the fast paths
     from ._mcp._audit import AuditLog, AuditLogError  # noqa: PLC0415
+    from ._mcp._oauth import OAuthStartError  # noqa: PLC0415
     from ._mcp._tokens import TokenFileError, TokenStore  # noqa: PLC0415
 
     try:
@@ -247,10 +256,47 @@ async def _serve_http(settings: Settings, launcher: PlatformLauncher, http: Http
         audit.close()
         _err(f"cannot listen on {http.host} port {http.port}")
         return EXIT_ERROR
+    async with contextlib.AsyncExitStack() as stack:
+        try:
+            oauth = await _oauth_verifier(http, sock.getsockname()[1], stack)
+        except OAuthStartError as error:
+            sock.close()
+            audit.close()
+            _err(str(error))
+            return EXIT_ERROR
+        return await _serve_http_on(settings, launcher, http, (store, audit, oauth), sock)
+
+
+async def _oauth_verifier(
+    http: HttpSettings, port: int, stack: contextlib.AsyncExitStack
+) -> JwtVerifier | None:
+    """``--oauth-issuer``: its metadata and keys fetched now (``OAuthStartError``)."""
+    if http.oauth_issuer is None:
+        return None
+    from ._mcp import _http, _oauth  # noqa: PLC0415
+
+    client = await stack.enter_async_context(_oauth.new_client())
+    resource = _http.resource_of(http, port, http.oauth_audience)
+    return await _oauth.discover(_oauth.OAuthSettings(http.oauth_issuer), resource, client)
+
+
+async def _serve_http_on(
+    settings: Settings,
+    launcher: PlatformLauncher,
+    http: HttpSettings,
+    auth: tuple[TokenStore | None, AuditLog, JwtVerifier | None],
+    sock: socket.socket,
+) -> int:
+    """Serve on the bound ``sock`` until a signal."""
+    from ._mcp import _http  # noqa: PLC0415
+
+    store, audit, oauth = auth
     _start_logging()
     for warning in _http_warnings(http, launcher.contained, not _http.is_loopback(http.host)):
         _err(warning)
-    served = _http.Served(http, store, audit, launcher.contained or http.allow_uncontained_shell)
+    served = _http.Served(
+        http, store, audit, launcher.contained or http.allow_uncontained_shell, oauth
+    )
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     signals = _stop_on_signals(loop, stop)

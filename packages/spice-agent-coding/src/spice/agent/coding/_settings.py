@@ -40,6 +40,7 @@ from ._mcp._http_settings import (
     MAXIMUM_CONCURRENT_CALLS,
     MAXIMUM_SHUTDOWN_GRACE,
     MAXIMUM_URL_LENGTH,
+    NEEDS_ACCESS,
     HttpSettings,
 )
 from ._network import DomainPolicy, PatternError, parse_patterns
@@ -599,6 +600,8 @@ _SERVE_FLAGS: Final = (
     ("--port", "N", f"HTTP: the port, 0 picks one (default {DEFAULT_HTTP_PORT})"),
     ("--path", "PATH", f"HTTP: the endpoint's path (default {DEFAULT_HTTP_PATH})"),
     ("--token-file", "PATH", "HTTP: the token file (NAME SCOPES SHA256 [NOT-AFTER] lines)"),
+    ("--oauth-issuer", "URL", "HTTP: accept JWT access tokens of this OAuth issuer (https)"),
+    ("--oauth-audience", "URI", "HTTP: the aud those tokens must hold (default: the URL)"),
     ("--public-url", "URL", "HTTP: the URL clients use (a TLS proxy's https:// URL)"),
     ("--allowed-origin", "ORIGIN", "HTTP: a browser Origin to accept too (repeatable)"),
     (
@@ -683,8 +686,11 @@ def resolve_http(options: argparse.Namespace) -> HttpSettings | None:
     if len(path) > 256 or _HTTP_PATH.fullmatch(path) is None:
         raise SettingsError("--path must be /NAME[/NAME...] of letters, digits, . _ ~ -")
     token_file, no_auth = values.get("token_file"), bool(values.get("insecure_no_auth"))
-    if (token_file is None) == (not no_auth):
-        raise SettingsError("--transport http needs --token-file PATH (or --insecure-no-auth)")
+    issuer, audience = values.get("oauth_issuer"), values.get("oauth_audience")
+    if (token_file is None and issuer is None) == (not no_auth):
+        raise SettingsError(NEEDS_ACCESS)
+    if audience is not None and issuer is None:
+        raise SettingsError("--oauth-audience needs --oauth-issuer")
     if no_auth and not _loopback(host):
         raise SettingsError("--insecure-no-auth is allowed only with a loopback --host")
     if not _loopback(host) and not values.get("allow_remote"):
@@ -711,6 +717,8 @@ def resolve_http(options: argparse.Namespace) -> HttpSettings | None:
         path=path,
         token_file=token_file,
         insecure_no_auth=no_auth,
+        oauth_issuer=issuer,
+        oauth_audience=audience,
         allow_remote=bool(values.get("allow_remote")),
         public_url=public,
         allowed_origins=origins,

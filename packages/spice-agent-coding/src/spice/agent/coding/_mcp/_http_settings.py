@@ -23,6 +23,9 @@ DEFAULT_SHUTDOWN_GRACE: Final = 5.0
 MAXIMUM_SHUTDOWN_GRACE: Final = 300.0
 MAXIMUM_ALLOWED_ORIGINS: Final = 32
 MAXIMUM_URL_LENGTH: Final = 2048
+NEEDS_ACCESS: Final = (
+    "--transport http needs --token-file PATH or --oauth-issuer URL (or --insecure-no-auth alone)"
+)
 
 
 @final
@@ -43,3 +46,7 @@ class HttpSettings:
     rate: int = DEFAULT_CALLS_PER_MINUTE
     audit_log: str | None = None
     shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE
+    oauth_issuer: str | None = None
+    """``--oauth-issuer``: access tokens of this authorization server are accepted too."""
+    oauth_audience: str | None = None
+    """``--oauth-audience``: what their ``aud`` must hold (default: the resource URL)."""

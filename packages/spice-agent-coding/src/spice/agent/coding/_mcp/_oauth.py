@@ -60,6 +60,8 @@ REFETCH_SECONDS: Final = 60.0
 """An unknown ``kid`` (or a failed fetch) is retried at most once in this many seconds."""
 KEYS_TTL_SECONDS: Final = 3600.0
 """The last good keys are used this long after they were fetched, then never again."""
+MAXIMUM_URL_CHARS: Final = 2048
+"""An issuer or audience longer than this is refused at start."""
 MAXIMUM_PRINCIPAL_CHARS: Final = 64
 """The principal's name (``client_id``, else ``sub``) is cut to this many characters."""
 
@@ -115,6 +117,8 @@ def secure_url(url: str) -> bool:
 
 def check_audience(uri: str) -> None:
     """``OAuthStartError`` unless ``uri`` is an absolute URI without a fragment."""
+    if len(uri) > MAXIMUM_URL_CHARS:
+        raise OAuthStartError(BAD_AUDIENCE)
     try:
         parts = urlsplit(uri)
     except ValueError:
@@ -333,7 +337,7 @@ async def discover(
     """The verifier for ``settings``, its metadata and keys fetched now (``OAuthStartError``
     with one fixed line when any of it cannot be used)."""
     issuer = settings.issuer
-    if not secure_url(issuer):
+    if len(issuer) > MAXIMUM_URL_CHARS or not secure_url(issuer):
         raise OAuthStartError(NOT_SECURE)
     check_audience(audience)
     metadata: object = None
