@@ -30,8 +30,10 @@ from http_support import (
     sdk_client,
     write_tokens,
 )
+from mcp import MCPError
 from test_mcp_stdio import processes_inside, until
 
+from spice.agent.coding._mcp._gate import STOPPED_MESSAGE
 from spice.agent.coding._mcp._http import MAXIMUM_BODY_BYTES
 
 pytestmark = pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads /proc")
@@ -671,3 +673,27 @@ async def test_http_flags_with_stdio_are_refused(tmp_path: Path, worktree: Path)
     async with asyncio.timeout(WAIT):
         _, err = await process.communicate()
     assert (2, True) == (process.returncode, b"--token-file needs --transport http" in err)
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_call_still_running_after_the_grace_is_answered_that_the_server_stopped(
+    tmp_path: Path, worktree: Path, mode: str
+) -> None:
+    """SIGTERM during ``sleep 60`` with a 1 s grace: the SDK client's call ends in a JSON-RPC
+    error saying the server stopped (not a cut stream); exit 0, no process left, and the
+    audit line says ``stopped``."""
+    async with (
+        http_server(tmp_path, worktree, "--shutdown-grace", "1") as server,
+        sdk_client(server.url, server.tokens["full"], mode) as client,
+    ):
+        call = asyncio.ensure_future(client.call_tool("shell", {"argv": ["sleep", "60"]}))
+        await until(lambda: processes_inside(worktree))
+        server.process.send_signal(signal.SIGTERM)
+        with pytest.raises(MCPError) as raised:
+            async with asyncio.timeout(WAIT):
+                await call
+        code = await server.finish()
+    assert STOPPED_MESSAGE == raised.value.error.message
+    assert 0 == code
+    assert [] == processes_inside(worktree)
+    assert b'"outcome":"stopped"' in server.stderr

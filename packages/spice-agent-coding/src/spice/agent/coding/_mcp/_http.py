@@ -72,6 +72,7 @@ from spice.agent.tools.coding import Config
 from ._audit import AuditLog
 from ._framing import MAXIMUM_FRAME_BYTES
 from ._gate import HttpGate
+from ._guard import Peers, guarded_h11
 from ._http_settings import HttpSettings
 from ._oauth import JwtVerifier, KeysUnavailable, metadata_document, metadata_url
 from ._server import serving
@@ -83,8 +84,13 @@ MAXIMUM_BODY_BYTES_IN_FLIGHT: Final = 128 * MAXIMUM_BODY_BYTES // 8
 """Bytes of request bodies held at once (128 MiB); past it a request is answered 503 with
 ``Retry-After``, so many large requests at once cannot grow memory past a bound."""
 MAXIMUM_CONNECTIONS: Final = 256
-"""Open connections uvicorn serves at once; past it a new request is answered 503."""
+"""Open connections uvicorn serves at once; past it a new request is answered 503. One
+address holds at most ``_guard.MAXIMUM_CONNECTIONS_PER_PEER`` of them, and a request's head
+and body must arrive within ``HttpSettings.request_seconds`` (``_guard``)."""
 KEEP_ALIVE_SECONDS: Final = 5
+STOP_ANSWER_SECONDS: Final = 10
+"""After the shutdown grace, the calls still running are cancelled and answered "the server
+stopped" (``HttpGate.stop``); uvicorn gives them this long more to settle and send it."""
 RATE_WINDOW_SECONDS: Final = 60.0
 """``--max-calls-per-minute`` counts the ``tools/call`` requests of this last window."""
 MAXIMUM_RATE_KEYS: Final = 4096
@@ -273,6 +279,8 @@ class _Body:
         self.in_flight += reserved
         try:
             body = await _read_body(receive)
+            if body is _GONE:
+                return  # the client left (or its deadline closed it) before its body was in
             if body is None:
                 await _answer(send, 413, _TOO_LARGE)
                 return
@@ -329,13 +337,18 @@ class _Body:
         return needed
 
 
+_GONE: Final = b"\x00gone"
+"""What ``_read_body`` returns when the connection ended before the body did."""
+
+
 async def _read_body(receive: Receive) -> bytes | None:
-    """The whole body, or ``None`` once it passes ``MAXIMUM_BODY_BYTES`` (read no further)."""
+    """The whole body, or ``None`` once it passes ``MAXIMUM_BODY_BYTES`` (read no further),
+    or ``_GONE`` when the connection ended first (a part of a body is never served)."""
     chunks = bytearray()
     while True:
         message = await receive()
         if message["type"] != "http.request":
-            return bytes(chunks)
+            return _GONE
         chunks += message.get("body", b"")
         if len(chunks) > MAXIMUM_BODY_BYTES:
             return None
@@ -613,12 +626,14 @@ async def serve_http(
 
     ``announce`` gets the ``listening on URL`` line once the application has started.
     On ``stop``: new requests are refused (503) and the listener closes; requests in
-    flight get ``--shutdown-grace`` seconds, then uvicorn cancels them (each call is
-    cancelled, its processes ended); returns once every call has ended.
+    flight get ``--shutdown-grace`` seconds; then each call still running is cancelled (its
+    processes ended) and its client answered with an error saying the server stopped
+    (``HttpGate.stop``); uvicorn cancels what is left ``STOP_ANSWER_SECONDS`` later;
+    returns once every call has ended.
     """
     settings = served.settings
     _quiet_logs()
-    app, state, _, settle = build_app(dispatcher, served, config, sock.getsockname()[1])
+    app, state, gate, settle = build_app(dispatcher, served, config, sock.getsockname()[1])
     uv_config = uvicorn.Config(
         app,
         lifespan="on",
@@ -626,9 +641,9 @@ async def serve_http(
         proxy_headers=False,
         server_header=False,
         log_config=None,
-        http="h11",
+        http=guarded_h11(Peers(), settings.request_seconds),
         ws="none",
-        timeout_graceful_shutdown=max(1, math.ceil(settings.shutdown_grace)),
+        timeout_graceful_shutdown=math.ceil(settings.shutdown_grace) + STOP_ANSWER_SECONDS,
         limit_concurrency=MAXIMUM_CONNECTIONS,
         timeout_keep_alive=KEEP_ALIVE_SECONDS,
     )
@@ -636,13 +651,17 @@ async def serve_http(
     server = _Uvicorn(uv_config, lambda: announce(LISTENING.format(url=url)))
     running = asyncio.ensure_future(server.serve(sockets=[sock]))
     stopping = asyncio.ensure_future(stop.wait())
+    ending: asyncio.TimerHandle | None = None
     try:
         await asyncio.wait({running, stopping}, return_when=asyncio.FIRST_COMPLETED)
         state.draining = True
         server.should_exit = True
+        ending = asyncio.get_running_loop().call_later(settings.shutdown_grace, gate.stop)
         await running
     finally:
         stopping.cancel()
+        if ending is not None:
+            ending.cancel()
         if not running.done():
             server.should_exit = server.force_exit = True
             running.cancel()

@@ -23,6 +23,8 @@ DEFAULT_SHUTDOWN_GRACE: Final = 5.0
 MAXIMUM_SHUTDOWN_GRACE: Final = 300.0
 MAXIMUM_ALLOWED_ORIGINS: Final = 32
 MAXIMUM_URL_LENGTH: Final = 2048
+DEFAULT_REQUEST_SECONDS: Final = 10.0
+"""A request's head and body must arrive within this many seconds (``_guard``)."""
 NEEDS_ACCESS: Final = (
     "--transport http needs --token-file PATH or --oauth-issuer URL (or --insecure-no-auth alone)"
 )
@@ -49,4 +51,6 @@ class HttpSettings:
     oauth_issuer: str | None = None
     """``--oauth-issuer``: access tokens of this authorization server are accepted too."""
     oauth_audience: str | None = None
+    request_seconds: float = DEFAULT_REQUEST_SECONDS
+    """How long a request's head and body may take to arrive (no flag: tests lower it)."""
     """``--oauth-audience``: what their ``aud`` must hold (default: the resource URL)."""
