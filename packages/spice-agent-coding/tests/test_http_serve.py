@@ -697,3 +697,41 @@ async def test_a_call_still_running_after_the_grace_is_answered_that_the_server_
     assert 0 == code
     assert [] == processes_inside(worktree)
     assert b'"outcome":"stopped"' in server.stderr
+
+
+@pytest.mark.parametrize(
+    ("token_file", "audit_log", "reason"),
+    [
+        ("writable/tokens", None, b"token file lies inside an --allow-write directory"),
+        ("writable/deeper/tokens", None, b"token file lies inside an --allow-write directory"),
+        ("tokens", "tree/logs/audit.log", b"audit log lies beneath the worktree root"),
+        ("tokens", "writable/audit.log", b"audit log lies inside an --allow-write directory"),
+        ("tokens", "link/audit.log", b"audit log lies inside an --allow-write directory"),
+    ],
+)
+async def test_a_token_file_or_audit_log_a_command_could_change_is_refused_at_start(
+    tmp_path: Path, worktree: Path, token_file: str, audit_log: str | None, reason: bytes
+) -> None:
+    """R5-7: a token file inside an ``--allow-write`` directory (a command could append a
+    token), an audit log beneath the root or inside one (a command could truncate it), also
+    through a symbolic link: exit 2, one line, nothing listening; nothing created."""
+    writable = tmp_path / "writable"
+    (writable / "deeper").mkdir(parents=True)
+    (tmp_path / "link").symlink_to(writable)
+    (worktree / "logs").mkdir(exist_ok=True)
+    write_tokens(tmp_path / token_file, {"full": "shell"})
+    extra = () if audit_log is None else ("--audit-log", str(tmp_path / audit_log))
+    code, err = await run_serve(
+        tmp_path,
+        "--root",
+        str(worktree),
+        "--allow-write",
+        str(writable),
+        "--token-file",
+        str(tmp_path / token_file),
+        *extra,
+    )
+    assert (2, 1) == (code, len(err.strip().splitlines())), err
+    assert reason in err
+    if audit_log is not None:
+        assert not (tmp_path / audit_log).exists()

@@ -244,9 +244,11 @@ async def _serve_http(settings: Settings, launcher: PlatformLauncher, http: Http
 
     try:
         store = (
-            None if http.token_file is None else TokenStore(http.token_file, settings.config.root)
+            None
+            if http.token_file is None
+            else TokenStore(http.token_file, settings.config.root, settings.allow_write)
         )
-        audit = AuditLog(http.audit_log)
+        audit = AuditLog(http.audit_log, root=settings.config.root, writable=settings.allow_write)
     except (TokenFileError, AuditLogError) as error:
         _err(str(error))
         return EXIT_ERROR
@@ -344,6 +346,7 @@ def _token(settings: Settings, options: argparse.Namespace) -> int:
             options.scopes,
             settings.config.root,
             options.not_after,
+            settings.allow_write,
         )
     except TokenFileError as error:
         _err(str(error))
