@@ -133,16 +133,19 @@ $(GEMINI_CLI)/node_modules/.package-lock.json: $(GEMINI_CLI)/package.json $(GEMI
 	fi
 
 # strace drives the crash-consistency tests of replace, GNU patch checks that cut diffs
-# apply, bubblewrap makes the sandbox's namespaces; each is installed from Debian when
-# missing (without root a missing bwrap is only noted: the namespace tests then skip).
+# apply, bubblewrap makes the sandbox's namespaces, caddy parses the TLS proxy example
+# (examples/caddy/Caddyfile); each is installed from Debian when missing (without root a
+# missing bwrap or caddy is only noted: the namespace tests, the example's test then skip).
 system-packages:
-	@for pair in strace:strace patch:patch bwrap:bubblewrap; do \
+	@for pair in strace:strace patch:patch bwrap:bubblewrap caddy:caddy; do \
 	  tool=$${pair%%:*}; package=$${pair##*:}; \
 	  if ! command -v $$tool >/dev/null 2>&1; then \
 	    if command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
 	      apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$package >/dev/null; \
 	    elif [ "$$tool" = bwrap ]; then \
 	      echo "bwrap is missing: the sandbox's namespace tests will be skipped" >&2; \
+	    elif [ "$$tool" = caddy ]; then \
+	      echo "caddy is missing: the TLS proxy example's test will be skipped" >&2; \
 	    else \
 	      echo "$$tool is missing: install it with your package manager" >&2; exit 1; \
 	    fi; \
