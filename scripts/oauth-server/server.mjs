@@ -3,10 +3,13 @@
 // required, RFC 8707 resource indicators and JWT access tokens for the named resources.
 //
 //   node server.mjs --keys FILE --resource URI [--resource URI ...] [--port N] [--ttl S]
+//                   [--alg ALG] [--opaque --introspector ID:SECRET]
 //
 // FILE holds the private signing keys as a JWKS ({"keys": [...]}, each with a kid and an
 // alg); the first key of the alg a resource asks for signs. The access tokens are JWTs
-// (RS256 unless --alg says otherwise) whose aud is the resource. The interaction (login
+// (RS256 unless --alg says otherwise) whose aud is the resource; with --opaque they are
+// opaque, and the client ID:SECRET of --introspector may introspect them (RFC 7662,
+// client_secret_basic). The interaction (login
 // and consent) is answered at once for the account "tester" with every scope asked for:
 // no form, so the tests can follow the redirects from the authorize URL to the code.
 // Prints "listening on http://127.0.0.1:PORT" once it serves.
@@ -24,6 +27,8 @@ const { values } = parseArgs({
     resource: { type: 'string', multiple: true, default: [] },
     ttl: { type: 'string', default: '300' },
     alg: { type: 'string', default: 'RS256' },
+    opaque: { type: 'boolean', default: false },
+    introspector: { type: 'string' },
   },
 });
 
@@ -38,7 +43,17 @@ const issuer = `http://127.0.0.1:${server.address().port}`;
 
 const provider = new Provider(issuer, {
   jwks,
-  clients: [],
+  // The resource server's own client, for RFC 7662 introspection of opaque tokens.
+  clients: values.introspector
+    ? [{
+        client_id: values.introspector.split(':')[0],
+        client_secret: values.introspector.split(':').slice(1).join(':'),
+        grant_types: [],
+        response_types: [],
+        redirect_uris: [],
+        token_endpoint_auth_method: 'client_secret_basic',
+      }]
+    : [],
   cookies: { keys: ['only-for-the-tests-on-loopback'] },
   scopes: ['openid', 'offline_access', ...RESOURCE_SCOPES.split(' ')],
   clientDefaults: {
@@ -51,6 +66,7 @@ const provider = new Provider(issuer, {
   features: {
     devInteractions: { enabled: false },
     registration: { enabled: true },
+    introspection: { enabled: Boolean(values.introspector) },
     resourceIndicators: {
       enabled: true,
       defaultResource: () => undefined,
@@ -63,7 +79,7 @@ const provider = new Provider(issuer, {
           scope: RESOURCE_SCOPES,
           audience: indicator,
           accessTokenTTL: ttl,
-          accessTokenFormat: 'jwt',
+          accessTokenFormat: values.opaque ? 'opaque' : 'jwt',
           jwt: { sign: { alg: values.alg } },
         };
       },

@@ -92,6 +92,7 @@ class AuthorizationServer:
     keys_file: Path
     resources: tuple[str, ...]
     process: asyncio.subprocess.Process
+    options: tuple[str, ...]
     output: bytearray = field(default_factory=bytearray)
     drain: asyncio.Future[None] | None = None
 
@@ -117,7 +118,7 @@ class AuthorizationServer:
         await self.stop()
         _write_keys(self.keys_file, keys)
         self.process, self.issuer, self.drain = await _start(
-            self.keys_file, self.resources, self.port, alg, self.output
+            self.keys_file, self.resources, self.port, alg, self.output, self.options
         )
 
 
@@ -137,9 +138,14 @@ def _write_keys(path: Path, keys: Sequence[SigningKey]) -> None:
 
 
 async def _start(
-    keys_file: Path, resources: Sequence[str], port: int, alg: str, output: bytearray
+    keys_file: Path,
+    resources: Sequence[str],
+    port: int,
+    alg: str,
+    output: bytearray,
+    options: Sequence[str] = (),
 ) -> tuple[asyncio.subprocess.Process, str, asyncio.Future[None]]:
-    arguments = ["--keys", str(keys_file), "--port", str(port), "--alg", alg]
+    arguments = ["--keys", str(keys_file), "--port", str(port), "--alg", alg, *options]
     for resource in resources:
         arguments += ["--resource", resource]
     process = await asyncio.create_subprocess_exec(
@@ -171,14 +177,27 @@ async def _drain(stream: asyncio.StreamReader, into: bytearray) -> None:
 
 @asynccontextmanager
 async def authorization_server(
-    tmp_path: Path, resources: Sequence[str], keys: Sequence[SigningKey], alg: str = "RS256"
+    tmp_path: Path,
+    resources: Sequence[str],
+    keys: Sequence[SigningKey],
+    alg: str = "RS256",
+    *,
+    opaque: bool = False,
+    introspector: str | None = None,
 ) -> AsyncIterator[AuthorizationServer]:
-    """oidc-provider on a free loopback port, issuing JWTs for ``resources``."""
+    """oidc-provider on a free loopback port, issuing JWTs for ``resources`` (``opaque``:
+    opaque tokens; ``introspector``: ``ID:SECRET`` of a client that may introspect them)."""
     keys_file = tmp_path / "issuer-keys.json"
     _write_keys(keys_file, keys)
     output = bytearray()
-    process, issuer, drain = await _start(keys_file, resources, 0, alg, output)
-    server = AuthorizationServer(issuer, keys_file, tuple(resources), process, output, drain)
+    options = (
+        *(["--opaque"] if opaque else []),
+        *(["--introspector", introspector] if introspector else []),
+    )
+    process, issuer, drain = await _start(keys_file, resources, 0, alg, output, options)
+    server = AuthorizationServer(
+        issuer, keys_file, tuple(resources), process, options, output, drain
+    )
     try:
         yield server
     finally:

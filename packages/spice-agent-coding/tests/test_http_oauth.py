@@ -43,6 +43,7 @@ from oauth_support import (
     node_missing,
     oauth_provider,
 )
+from private_support import private
 from test_http_serve import run_serve
 
 from spice.agent.coding._mcp import _http, _oauth
@@ -458,12 +459,102 @@ async def test_serve_refuses_an_issuer_it_cannot_use_at_start(tmp_path: Path, ro
     cases = [
         (("--oauth-issuer", "http://auth.example"), _oauth.NOT_SECURE),
         (("--oauth-issuer", closed), _oauth.NO_METADATA),
-        (("--oauth-audience", "urn:x", "--insecure-no-auth"), "--oauth-audience needs"),
+        (("--oauth-audience", "urn:x", "--insecure-no-auth"), "need --oauth-issuer"),
+        (
+            ("--oauth-issuer", closed, "--oauth-introspection-url", closed),
+            "go together",
+        ),
         (("--oauth-issuer", closed, "--insecure-no-auth"), "--insecure-no-auth alone"),
     ]
+    open_file = private(tmp_path / "client-open", "id secret\n")
+    open_file.chmod(0o644)
+    inside_root = private(root / "client", "id secret\n")
+    malformed = private(tmp_path / "client-bad", "id secret extra\n")
+    for path, reason in (
+        (open_file, _oauth.CLIENT_FILE_UNUSABLE),
+        (inside_root, _oauth.CLIENT_FILE_PLACE),
+        (malformed, _oauth.CLIENT_FILE_UNUSABLE),
+        (tmp_path / "missing", _oauth.CLIENT_FILE_UNUSABLE),
+    ):
+        introspection = ("--oauth-introspection-url", closed + "/introspect")
+        cases.append(
+            (("--oauth-issuer", closed, *introspection, "--oauth-client-file", str(path)), reason)
+        )
     for flags, reason in cases:
         code, err = await run_serve(tmp_path, "--root", str(root), *flags)
         assert 2 == code, flags
         lines = err.decode().strip().splitlines()
         assert 1 == len(lines), lines
         assert reason in lines[0]
+
+
+async def test_opaque_tokens_are_introspected_with_the_servers_own_credentials(
+    tmp_path: Path, root: Path
+) -> None:
+    """``--oauth-introspection-url`` with ``--oauth-client-file``: the SDK flow gets an opaque
+    token from the provider, the server introspects it (its own client, basic auth) and
+    serves; an unknown opaque token is 401; the issuer gone, a token not seen yet is 503."""
+    port = _port()
+    url = f"http://127.0.0.1:{port}/mcp"
+    secret = "s3cret-" + "x" * 32
+    client_file = tmp_path / "client"
+    private(client_file, f"spice-rs {secret}\n")
+    async with authorization_server(
+        tmp_path, [url], [new_key("k1")], opaque=True, introspector=f"spice-rs:{secret}"
+    ) as issuer, http_server(
+        tmp_path,
+        root,
+        "--port",
+        str(port),
+        auth=False,
+        oauth=(
+            "--oauth-issuer",
+            issuer.issuer,
+            "--oauth-introspection-url",
+            issuer.issuer + "/token/introspection",
+            "--oauth-client-file",
+            str(client_file),
+        ),
+    ) as server:
+        storage = MemoryStorage()
+        result = await _read(url, oauth_provider(url, Browser(), storage))
+        assert not result.is_error
+        assert storage.tokens is not None
+        assert 2 != storage.tokens.access_token.count(".")  # opaque, not a JWT
+        assert 401 == (await _post(url, "opaque-" + "y" * 40, LIST_BODY)).status_code
+        await issuer.stop()
+        gone = await _post(url, "opaque-" + "z" * 40, LIST_BODY)
+        assert 503 == gone.status_code
+        assert _oauth.NO_INTROSPECTION == gone.json()["error"]["message"]
+        assert secret.encode() not in server.stderr
+
+
+async def test_the_introspection_answer_is_judged_and_its_memory_bounded(
+    tmp_path: Path, root: Path
+) -> None:
+    """The answer must be active, of the issuer, for this audience, not expired; answers are
+    remembered (by digest) at most ``MAXIMUM_INTROSPECTED`` at once."""
+    introspector = _oauth.Introspector(
+        "http://127.0.0.1:1/i", ("a", "b"), "http://issuer", "urn:me", httpx2.AsyncClient()
+    )
+    now = int(time.time())
+    good = {"active": True, "iss": "http://issuer", "aud": "urn:me", "exp": now + 60}
+    assert introspector._judge(good) is not None
+    assert introspector._judge({**good, "scope": "write"}).scopes == ["read", "write"]  # type: ignore[union-attr]
+    for wrong in (
+        {**good, "active": False},
+        {**good, "active": "true"},
+        {**good, "iss": "http://other"},
+        {**good, "aud": "urn:other"},
+        {k: v for k, v in good.items() if k != "aud"},
+        {**good, "exp": now - _oauth.LEEWAY_SECONDS - 5},
+        {k: v for k, v in good.items() if k != "exp"},
+        {**good, "nbf": now + _oauth.LEEWAY_SECONDS + 30},
+    ):
+        assert introspector._judge(wrong) is None, wrong
+    for n in range(_oauth.MAXIMUM_INTROSPECTED + 5):
+        introspector._seen[str(n).encode()] = (0.0, None)
+        while len(introspector._seen) > _oauth.MAXIMUM_INTROSPECTED:
+            introspector._seen.popitem(last=False)
+    assert _oauth.MAXIMUM_INTROSPECTED == len(introspector)
+    await introspector._client.aclose()

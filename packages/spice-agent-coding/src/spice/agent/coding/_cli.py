@@ -260,7 +260,8 @@ async def _serve_http(settings: Settings, launcher: PlatformLauncher, http: Http
         return EXIT_ERROR
     async with contextlib.AsyncExitStack() as stack:
         try:
-            oauth = await _oauth_verifier(http, sock.getsockname()[1], stack)
+            places = (settings.config.root, settings.allow_write)
+            oauth = await _oauth_verifier(http, sock.getsockname()[1], places, stack)
         except OAuthStartError as error:
             sock.close()
             audit.close()
@@ -270,16 +271,25 @@ async def _serve_http(settings: Settings, launcher: PlatformLauncher, http: Http
 
 
 async def _oauth_verifier(
-    http: HttpSettings, port: int, stack: contextlib.AsyncExitStack
+    http: HttpSettings,
+    port: int,
+    places: tuple[str, tuple[str, ...]],
+    stack: contextlib.AsyncExitStack,
 ) -> JwtVerifier | None:
     """``--oauth-issuer``: its metadata and keys fetched now (``OAuthStartError``)."""
     if http.oauth_issuer is None:
         return None
     from ._mcp import _http, _oauth  # noqa: PLC0415
 
+    root, writable = places
+
+    credentials = None
+    if http.oauth_client_file is not None:
+        credentials = _oauth.read_client_file(http.oauth_client_file, root, writable)
     client = await stack.enter_async_context(_oauth.new_client())
     resource = _http.resource_of(http, port, http.oauth_audience)
-    return await _oauth.discover(_oauth.OAuthSettings(http.oauth_issuer), resource, client)
+    asked = _oauth.OAuthSettings(http.oauth_issuer, http.oauth_introspection_url, credentials)
+    return await _oauth.discover(asked, resource, client)
 
 
 async def _serve_http_on(

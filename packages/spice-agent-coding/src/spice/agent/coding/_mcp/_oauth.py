@@ -18,7 +18,14 @@ that the issuer signed for this server, beside (or instead of) a ``--token-file`
   ``kid`` makes a refetch at most once per ``REFETCH_SECONDS``. A failing refresh keeps
   the last good keys for ``KEYS_TTL_SECONDS`` after they were fetched; past that every
   token is answered 503 with the reason (``KeysUnavailable``), never accepted unverified.
-- Nothing is kept per token: memory does not grow with the number of distinct tokens.
+- Nothing is kept per JWT: memory does not grow with the number of distinct tokens.
+- Opaque tokens (not JWTs), with ``--oauth-introspection-url`` and the server's own client
+  credentials (``--oauth-client-file``: ``CLIENT_ID CLIENT_SECRET``, a private file outside
+  every writable place), are introspected (RFC 7662, ``client_secret_basic``): ``active``,
+  the same ``iss`` when named, ``aud`` holding this resource, ``exp`` within the leeway.
+  An answer is remembered for at most ``INTROSPECTION_CACHE_SECONDS`` (by the token's
+  digest, at most ``MAXIMUM_INTROSPECTED`` of them); an endpoint that does not answer is
+  503 with the reason.
 
 The transport publishes RFC 9728 metadata (``metadata_document``) and answers 401 with
 ``resource_metadata`` and 403 ``insufficient_scope`` with the scope a call needs.
@@ -27,8 +34,12 @@ The transport publishes RFC 9728 metadata (``metadata_document``) and answers 40
 from __future__ import annotations
 
 import asyncio
+import collections
+import hashlib
 import ipaddress
 import logging
+import os
+import stat
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -40,6 +51,7 @@ import jwt
 import orjson
 from mcp.server.auth.provider import AccessToken
 
+from ._private import access_problem, inside
 from ._tokens import SCOPES, scopes_of
 
 ALGORITHMS: Final = ("RS256", "ES256", "EdDSA")
@@ -60,6 +72,11 @@ REFETCH_SECONDS: Final = 60.0
 """An unknown ``kid`` (or a failed fetch) is retried at most once in this many seconds."""
 KEYS_TTL_SECONDS: Final = 3600.0
 """The last good keys are used this long after they were fetched, then never again."""
+MAXIMUM_INTROSPECTED: Final = 1024
+"""Introspection answers remembered at once (by the token's SHA-256); the oldest go first."""
+INTROSPECTION_CACHE_SECONDS: Final = 30.0
+"""An introspection answer is used again for at most this long (a revocation shows then)."""
+MAXIMUM_CLIENT_FILE_BYTES: Final = 4096
 MAXIMUM_URL_CHARS: Final = 2048
 """An issuer or audience longer than this is refused at start."""
 MAXIMUM_PRINCIPAL_CHARS: Final = 64
@@ -78,6 +95,17 @@ NO_JWKS_URI: Final = "the OAuth issuer's metadata has no jwks_uri"
 JWKS_NOT_SECURE: Final = "the OAuth issuer's jwks_uri is not https:// (or loopback)"
 NO_KEYS: Final = "the OAuth issuer's keys cannot be fetched"
 NO_USABLE_KEYS: Final = "the OAuth issuer publishes no RS256, ES256 or EdDSA signing key"
+INTROSPECTION_NOT_SECURE: Final = (
+    "the OAuth introspection URL must be https:// (or http:// on a loopback address)"
+)
+NO_INTROSPECTION: Final = "the authorization server's introspection endpoint did not answer"
+CLIENT_FILE_UNUSABLE: Final = (
+    "the OAuth client file must be the user's own regular file, private (chmod 600), "
+    "holding one line CLIENT_ID CLIENT_SECRET"
+)
+CLIENT_FILE_PLACE: Final = (
+    "the OAuth client file lies beneath the worktree root or inside an --allow-write directory"
+)
 KEYS_EXPIRED: Final = (
     "the authorization server's keys could not be fetched again and the last ones expired"
 )
@@ -185,10 +213,14 @@ def parse_keys(document: object) -> dict[str, jwt.PyJWK]:
 @final
 @dataclass(frozen=True, slots=True)
 class OAuthSettings:
-    """``--oauth-issuer``, ``--oauth-audience`` (``None``: the resource URL)."""
+    """``--oauth-issuer``; ``--oauth-introspection-url`` and the credentials it is asked with."""
 
     issuer: str
-    audience: str | None = None
+    introspection_url: str | None = None
+    credentials: tuple[str, str] | None = None
+
+    def __repr__(self) -> str:
+        return f"OAuthSettings(issuer={self.issuer!r})"
 
 
 @final
@@ -275,10 +307,13 @@ def _principal(claims: Mapping[str, Any]) -> str:
 class JwtVerifier:
     """The SDK's ``TokenVerifier`` for the issuer's JWT access tokens (nothing kept per token)."""
 
-    __slots__ = ("_audience", "_issuer", "_keys")
+    __slots__ = ("_audience", "_introspector", "_issuer", "_keys")
 
-    def __init__(self, issuer: str, audience: str, keys: Keys) -> None:
+    def __init__(
+        self, issuer: str, audience: str, keys: Keys, introspector: Introspector | None = None
+    ) -> None:
         self._issuer, self._audience, self._keys = issuer, audience, keys
+        self._introspector = introspector
 
     @property
     def audience(self) -> str:
@@ -298,7 +333,10 @@ class JwtVerifier:
         try:
             header = jwt.get_unverified_header(token)
         except jwt.PyJWTError:
-            return None
+            # Not a JWT: an opaque token, which only the issuer can judge.
+            if self._introspector is None or token.count(".") == 2:
+                return None
+            return await self._introspector.verify_token(token)
         algorithm = header.get("alg")
         kid = header.get("kid")
         if algorithm not in ALGORITHMS or not (kid is None or isinstance(kid, str)):
@@ -318,14 +356,123 @@ class JwtVerifier:
                 continue
             except jwt.PyJWTError:
                 return None
-            return AccessToken(
-                token="",
-                client_id="oauth:" + _principal(claims),
-                scopes=list(_scopes_of(claims.get("scope", claims.get("scp")))),
-                expires_at=int(claims["exp"]) + LEEWAY_SECONDS,
-                resource=self._audience,
-            )
+            return _access(claims, self._audience)
         return None
+
+
+def _access(claims: Mapping[str, Any], audience: str) -> AccessToken:
+    """What a verified token's claims (or introspection answer) allow, never the token."""
+    exp = claims.get("exp")
+    return AccessToken(
+        token="",
+        client_id="oauth:" + _principal(claims),
+        scopes=list(_scopes_of(claims.get("scope", claims.get("scp")))),
+        expires_at=int(exp) + LEEWAY_SECONDS if isinstance(exp, int) else None,
+        resource=audience,
+    )
+
+
+@final
+class Introspector:
+    """RFC 7662 introspection of opaque tokens at the issuer, remembered briefly (bounded)."""
+
+    __slots__ = ("_audience", "_client", "_clock", "_credentials", "_issuer", "_seen", "_url")
+
+    def __init__(
+        self,
+        url: str,
+        credentials: tuple[str, str],
+        issuer: str,
+        audience: str,
+        client: httpx2.AsyncClient,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._url, self._credentials, self._client, self._clock = url, credentials, client, clock
+        self._issuer, self._audience = issuer, audience
+        self._seen: collections.OrderedDict[bytes, tuple[float, AccessToken | None]] = (
+            collections.OrderedDict()
+        )
+
+    def __len__(self) -> int:
+        return len(self._seen)
+
+    async def verify_token(self, token: str) -> AccessToken | None:
+        """The token's principal and scopes, or ``None``; ``KeysUnavailable`` when the
+        endpoint does not answer."""
+        digest = hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
+        now = self._clock()
+        known = self._seen.get(digest)
+        if known is not None and known[0] > now:
+            return known[1]
+        answer = await self._ask(token)
+        found = self._judge(answer)
+        self._seen[digest] = (now + INTROSPECTION_CACHE_SECONDS, found)
+        self._seen.move_to_end(digest)
+        while len(self._seen) > MAXIMUM_INTROSPECTED:
+            self._seen.popitem(last=False)
+        return found
+
+    async def _ask(self, token: str) -> Mapping[str, Any]:
+        try:
+            async with asyncio.timeout(FETCH_TIMEOUT_SECONDS):
+                response = await self._client.post(
+                    self._url,
+                    data={"token": token, "token_type_hint": "access_token"},
+                    auth=self._credentials,
+                    headers={"accept": "application/json"},
+                )
+            if response.status_code != 200 or len(response.content) > MAXIMUM_DOCUMENT_BYTES:
+                raise KeysUnavailable(NO_INTROSPECTION)
+            answer = orjson.loads(response.content)
+        except (httpx2.HTTPError, TimeoutError, OSError, orjson.JSONDecodeError):
+            raise KeysUnavailable(NO_INTROSPECTION) from None
+        if not isinstance(answer, dict):
+            raise KeysUnavailable(NO_INTROSPECTION)
+        return answer
+
+    def _judge(self, answer: Mapping[str, Any]) -> AccessToken | None:
+        if answer.get("active") is not True:
+            return None
+        if "iss" in answer and answer["iss"] != self._issuer:
+            return None
+        audience = answer.get("aud")
+        held = audience if isinstance(audience, list) else [audience]
+        if self._audience not in held:
+            return None
+        now = time.time()
+        exp, nbf = answer.get("exp"), answer.get("nbf")
+        if not isinstance(exp, int) or exp < now - LEEWAY_SECONDS:
+            return None
+        if isinstance(nbf, int) and nbf > now + LEEWAY_SECONDS:
+            return None
+        return _access(answer, self._audience)
+
+
+def read_client_file(path: str, root: str, writable: tuple[str, ...]) -> tuple[str, str]:
+    """``CLIENT_ID CLIENT_SECRET`` from a private file outside every writable place."""
+    if inside(path, (root, *writable)):
+        raise OAuthStartError(CLIENT_FILE_PLACE)
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(path, flags | getattr(os, "O_BINARY", 0))
+    except OSError:
+        raise OAuthStartError(CLIENT_FILE_UNUSABLE) from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or access_problem(fd, info) is not None:
+            raise OAuthStartError(CLIENT_FILE_UNUSABLE)
+        data = os.read(fd, MAXIMUM_CLIENT_FILE_BYTES + 1)
+    except OSError:
+        raise OAuthStartError(CLIENT_FILE_UNUSABLE) from None
+    finally:
+        os.close(fd)
+    try:
+        fields = data.decode("utf-8").split()
+    except UnicodeDecodeError:
+        raise OAuthStartError(CLIENT_FILE_UNUSABLE) from None
+    if len(data) > MAXIMUM_CLIENT_FILE_BYTES or len(fields) != 2:
+        raise OAuthStartError(CLIENT_FILE_UNUSABLE)
+    return fields[0], fields[1]
 
 
 async def discover(
@@ -354,9 +501,16 @@ async def discover(
         raise OAuthStartError(NO_JWKS_URI)
     if not secure_url(jwks_uri):
         raise OAuthStartError(JWKS_NOT_SECURE)
+    introspector = None
+    if settings.introspection_url is not None and settings.credentials is not None:
+        if not secure_url(settings.introspection_url):
+            raise OAuthStartError(INTROSPECTION_NOT_SECURE)
+        introspector = Introspector(
+            settings.introspection_url, settings.credentials, issuer, audience, client, clock
+        )
     keys = Keys(jwks_uri, client, clock)
     await keys.load()
-    return JwtVerifier(issuer, audience, keys)
+    return JwtVerifier(issuer, audience, keys, introspector)
 
 
 def new_client() -> httpx2.AsyncClient:
