@@ -371,28 +371,47 @@ async def test_keys_that_cannot_be_fetched_again_serve_until_they_expire_then_50
 async def test_memory_stays_bounded_under_a_thousand_distinct_valid_tokens(
     tmp_path: Path, root: Path
 ) -> None:
-    """Nothing is kept per token: 1,000 distinct valid tokens leave the key cache as it was
-    and allocate no more than a bound that does not grow with their number."""
+    """Verified tokens are remembered at most ``MAXIMUM_VERIFIED`` at once: 1,000 distinct
+    valid tokens, then 1,100 more, leave the cache at its bound and memory where the first
+    thousand left it (the oldest go out as new ones come in); a remembered token is served
+    without its signature checked again, and refused again once its key is withdrawn."""
     key = new_key("k1")
-    async with both(tmp_path, root, [key]) as (issuer, resource, _):
-        tokens = [
-            key.sign(claims_for(issuer.issuer, resource.resource, jti=str(n))) for n in range(1000)
-        ]
+    async with both(tmp_path, root, [key]) as (issuer, resource, clock):
+
+        def minted(first: int, count: int) -> list[str]:
+            return [
+                key.sign(claims_for(issuer.issuer, resource.resource, jti=str(n)))
+                for n in range(first, first + count)
+            ]
+
         verifier = resource.verifier
-        for token in tokens[:10]:
-            assert await verifier.verify_token(token) is not None
+        first, second = minted(0, 1100), minted(1100, 1100)
         gc.collect()
         tracemalloc.start()
         try:
-            before = tracemalloc.get_traced_memory()[0]
-            for token in tokens:
+            empty = tracemalloc.get_traced_memory()[0]
+            for token in first[:1000]:
+                assert await verifier.verify_token(token) is not None
+            assert 1000 == len(verifier)
+            for token in first[1000:]:
                 assert await verifier.verify_token(token) is not None
             gc.collect()
-            grown = tracemalloc.get_traced_memory()[0] - before
+            full = tracemalloc.get_traced_memory()[0]
+            for token in second:
+                assert await verifier.verify_token(token) is not None
+            gc.collect()
+            after = tracemalloc.get_traced_memory()[0]
         finally:
             tracemalloc.stop()
-        assert grown < 64 * 1024
-        assert 1 == len(verifier._keys)
+        assert _oauth.MAXIMUM_VERIFIED == len(verifier)
+        assert full - empty < _oauth.MAXIMUM_VERIFIED * 4096  # a few KiB an entry at most
+        assert after - full < 64 * 1024  # 1,100 more distinct tokens: no growth
+        more = second
+        last = more[-1]
+        assert await verifier.verify_token(last) is not None
+        await issuer.restart([new_key("k2")])
+        clock.offset += _oauth.REFRESH_SECONDS
+        assert await verifier.verify_token(last) is None
 
 
 # --- the command line ---------------------------------------------------------------------
@@ -499,23 +518,26 @@ async def test_opaque_tokens_are_introspected_with_the_servers_own_credentials(
     secret = "s3cret-" + "x" * 32
     client_file = tmp_path / "client"
     private(client_file, f"spice-rs {secret}\n")
-    async with authorization_server(
-        tmp_path, [url], [new_key("k1")], opaque=True, introspector=f"spice-rs:{secret}"
-    ) as issuer, http_server(
-        tmp_path,
-        root,
-        "--port",
-        str(port),
-        auth=False,
-        oauth=(
-            "--oauth-issuer",
-            issuer.issuer,
-            "--oauth-introspection-url",
-            issuer.issuer + "/token/introspection",
-            "--oauth-client-file",
-            str(client_file),
-        ),
-    ) as server:
+    async with (
+        authorization_server(
+            tmp_path, [url], [new_key("k1")], opaque=True, introspector=f"spice-rs:{secret}"
+        ) as issuer,
+        http_server(
+            tmp_path,
+            root,
+            "--port",
+            str(port),
+            auth=False,
+            oauth=(
+                "--oauth-issuer",
+                issuer.issuer,
+                "--oauth-introspection-url",
+                issuer.issuer + "/token/introspection",
+                "--oauth-client-file",
+                str(client_file),
+            ),
+        ) as server,
+    ):
         storage = MemoryStorage()
         result = await _read(url, oauth_provider(url, Browser(), storage))
         assert not result.is_error

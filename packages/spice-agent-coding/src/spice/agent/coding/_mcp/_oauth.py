@@ -18,7 +18,12 @@ that the issuer signed for this server, beside (or instead of) a ``--token-file`
   ``kid`` makes a refetch at most once per ``REFETCH_SECONDS``. A failing refresh keeps
   the last good keys for ``KEYS_TTL_SECONDS`` after they were fetched; past that every
   token is answered 503 with the reason (``KeysUnavailable``), never accepted unverified.
-- Nothing is kept per JWT: memory does not grow with the number of distinct tokens.
+- A verified JWT is remembered (by its SHA-256, never the token) for at most
+  ``VERIFIED_SECONDS`` and its ``exp``, at most ``MAXIMUM_VERIFIED`` at once (the oldest
+  out first), with the key that verified it: a hit is served only while that same key is
+  still one the issuer publishes and the keys have not expired, so a rotation or an
+  outage judges a remembered token as it would a new one. Memory is bounded whatever the
+  number of distinct tokens.
 - Opaque tokens (not JWTs), with ``--oauth-introspection-url`` and the server's own client
   credentials (``--oauth-client-file``: ``CLIENT_ID CLIENT_SECRET``, a private file outside
   every writable place), are introspected (RFC 7662, ``client_secret_basic``): ``active``,
@@ -72,6 +77,10 @@ REFETCH_SECONDS: Final = 60.0
 """An unknown ``kid`` (or a failed fetch) is retried at most once in this many seconds."""
 KEYS_TTL_SECONDS: Final = 3600.0
 """The last good keys are used this long after they were fetched, then never again."""
+MAXIMUM_VERIFIED: Final = 1024
+"""Verified JWTs remembered at once (by SHA-256); the oldest go first."""
+VERIFIED_SECONDS: Final = 60.0
+"""A verified JWT is served from memory for at most this long (then verified again)."""
 MAXIMUM_INTROSPECTED: Final = 1024
 """Introspection answers remembered at once (by the token's SHA-256); the oldest go first."""
 INTROSPECTION_CACHE_SECONDS: Final = 30.0
@@ -241,6 +250,10 @@ class Keys:
     def __len__(self) -> int:
         return len(self._keys)
 
+    def now(self) -> float:
+        """The cache's clock."""
+        return self._clock()
+
     async def load(self) -> None:
         """The first fetch (at start): ``OAuthStartError`` when it fails."""
         document = await _fetch_json(self._client, self._uri)
@@ -307,13 +320,18 @@ def _principal(claims: Mapping[str, Any]) -> str:
 class JwtVerifier:
     """The SDK's ``TokenVerifier`` for the issuer's JWT access tokens (nothing kept per token)."""
 
-    __slots__ = ("_audience", "_introspector", "_issuer", "_keys")
+    __slots__ = ("_audience", "_introspector", "_issuer", "_keys", "_verified")
 
     def __init__(
         self, issuer: str, audience: str, keys: Keys, introspector: Introspector | None = None
     ) -> None:
         self._issuer, self._audience, self._keys = issuer, audience, keys
         self._introspector = introspector
+        self._verified: collections.OrderedDict[bytes, _Verified] = collections.OrderedDict()
+
+    def __len__(self) -> int:
+        """How many verified tokens are remembered."""
+        return len(self._verified)
 
     @property
     def audience(self) -> str:
@@ -330,6 +348,12 @@ class JwtVerifier:
         life."""
         if not isinstance(token, str) or not 0 < len(token) <= MAXIMUM_TOKEN_CHARS:
             return None
+        digest = hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
+        remembered = self._verified.get(digest)
+        if remembered is not None:
+            if await self._still(remembered):
+                return remembered.access
+            del self._verified[digest]
         try:
             header = jwt.get_unverified_header(token)
         except jwt.PyJWTError:
@@ -356,8 +380,39 @@ class JwtVerifier:
                 continue
             except jwt.PyJWTError:
                 return None
-            return _access(claims, self._audience)
+            access = _access(claims, self._audience)
+            self._remember(digest, _Verified(self._keys.now(), kid, algorithm, key, access))
+            return access
         return None
+
+    async def _still(self, remembered: _Verified) -> bool:
+        """Whether a remembered token may be served: young enough, not expired, and the key
+        that verified it still published (``KeysUnavailable`` as for a new token)."""
+        if self._keys.now() - remembered.at >= VERIFIED_SECONDS:
+            return False
+        expires = remembered.access.expires_at
+        if expires is not None and time.time() > expires:
+            return False
+        keys = await self._keys.candidates(remembered.kid, remembered.algorithm)
+        return any(key is remembered.key for key in keys)
+
+    def _remember(self, digest: bytes, verified: _Verified) -> None:
+        self._verified[digest] = verified
+        self._verified.move_to_end(digest)
+        while len(self._verified) > MAXIMUM_VERIFIED:
+            self._verified.popitem(last=False)
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class _Verified:
+    """A verified JWT, remembered: when, by which key, what it allows."""
+
+    at: float
+    kid: str | None
+    algorithm: str
+    key: jwt.PyJWK
+    access: AccessToken
 
 
 def _access(claims: Mapping[str, Any], audience: str) -> AccessToken:
