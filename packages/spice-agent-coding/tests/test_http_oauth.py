@@ -241,6 +241,8 @@ async def test_the_metadata_and_the_401_name_the_issuer_and_the_resource(
                 404
                 == (await http.get(origin + "/.well-known/oauth-protected-resourcex")).status_code
             )
+            head = await http.head(origin + "/.well-known/oauth-protected-resource")
+            assert (200, b"") == (head.status_code, head.content)
         refused = await _post(resource.url, None, LIST_BODY)
         assert 401 == refused.status_code
         challenge = refused.headers["www-authenticate"]
