@@ -18,7 +18,7 @@ PACKAGES := spice-agent-api spice-agent-tools-coding spice-agent-coding
 PACKAGE_SOURCES := packages/spice-agent-api/src:packages/spice-agent-tools-coding/src:packages/spice-agent-coding/src
 PYTEST_WORKERS ?= 2
 
-.PHONY: test-reverse help bootstrap pinned-uv system-packages inspector gemini-cli conformance wheelhouse dist fast check format lint typecheck test test-unprivileged test-windows stress verify verify-offline verify-release demo soak bench clean
+.PHONY: test-reverse help bootstrap pinned-uv system-packages inspector gemini-cli conformance oauth-server wheelhouse dist fast check format lint typecheck test test-unprivileged test-windows stress verify verify-offline verify-release demo soak bench clean
 
 help:
 	@echo "make demo     run the tools end to end over MCP on a sample worktree"
@@ -39,7 +39,7 @@ help:
 # (even where PYTHONDONTWRITEBYTECODE keeps Python from caching it). Idempotent; fast when
 # already done.
 WORKSPACE_SOURCES := $(foreach p,$(PACKAGES),packages/$(p)/src)
-bootstrap: pinned-uv system-packages inspector gemini-cli conformance
+bootstrap: pinned-uv system-packages inspector gemini-cli conformance oauth-server
 	@# Copies, not hard links into uv's cache: a server refuses to be contained while a
 	@# module it runs is a hard link on the device of a writable place (contract 11.1);
 	@# a .venv that holds hard links from an earlier bootstrap is reinstalled once.
@@ -134,6 +134,22 @@ $(CONFORMANCE)/node_modules/.package-lock.json: $(CONFORMANCE)/package.json $(CO
 	  echo "npm is missing: the MCP conformance tests will be skipped" >&2; \
 	fi
 
+# A real OAuth 2.1 authorization server (oidc-provider), pinned by
+# scripts/oauth-server/package-lock.json, that the HTTP transport's OAuth tests
+# (packages/spice-agent-coding/tests/test_http_oauth.py) start on loopback: the mcp SDK
+# client's own flow (discovery, dynamic registration, PKCE) against it. It runs on the
+# system's Node (>= 20). Installed again only when the lock changes; without npm those
+# tests are skipped with that reason.
+OAUTH_SERVER := scripts/oauth-server
+oauth-server: $(OAUTH_SERVER)/node_modules/.package-lock.json
+
+$(OAUTH_SERVER)/node_modules/.package-lock.json: $(OAUTH_SERVER)/package.json $(OAUTH_SERVER)/package-lock.json
+	@if command -v npm >/dev/null 2>&1; then \
+	  npm ci --prefix $(OAUTH_SERVER) --ignore-scripts --no-audit --no-fund --loglevel=error; \
+	else \
+	  echo "npm is missing: the OAuth end-to-end tests will be skipped" >&2; \
+	fi
+
 # Gemini CLI, pinned by examples/gemini-cli/package-lock.json, for the test that it lists
 # and calls the three tools against a loopback stand-in for the Gemini API. It needs Node
 # >= 20: the test runs it on the Inspector's pinned Node, else on the system's; without
@@ -160,16 +176,19 @@ $(GEMINI_CLI)/node_modules/.package-lock.json: $(GEMINI_CLI)/package.json $(GEMI
 	fi
 
 # strace drives the crash-consistency tests of replace, GNU patch checks that cut diffs
-# apply, bubblewrap makes the sandbox's namespaces; each is installed from Debian when
-# missing (without root a missing bwrap is only noted: the namespace tests then skip).
+# apply, bubblewrap makes the sandbox's namespaces, caddy parses the TLS proxy example
+# (examples/caddy/Caddyfile); each is installed from Debian when missing (without root a
+# missing bwrap or caddy is only noted: the namespace tests, the example's test then skip).
 system-packages:
-	@for pair in strace:strace patch:patch bwrap:bubblewrap; do \
+	@for pair in strace:strace patch:patch bwrap:bubblewrap caddy:caddy; do \
 	  tool=$${pair%%:*}; package=$${pair##*:}; \
 	  if ! command -v $$tool >/dev/null 2>&1; then \
 	    if command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
 	      apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$package >/dev/null; \
 	    elif [ "$$tool" = bwrap ]; then \
 	      echo "bwrap is missing: the sandbox's namespace tests will be skipped" >&2; \
+	    elif [ "$$tool" = caddy ]; then \
+	      echo "caddy is missing: the TLS proxy example's test will be skipped" >&2; \
 	    else \
 	      echo "$$tool is missing: install it with your package manager" >&2; exit 1; \
 	    fi; \

@@ -14,7 +14,7 @@ import re
 import secrets
 import signal
 import sys
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -104,15 +104,20 @@ async def http_server(
     auth: bool = True,
     env: Mapping[str, str] | None = None,
     token_file: Path | None = None,
+    oauth: Sequence[str] = (),
 ) -> AsyncIterator[HttpServer]:
     """Start ``serve --transport http --port 0`` on ``root``; stop it (SIGTERM, then kill).
 
-    ``token_file``: one made already (``token add``), used as it is (no tokens are known)."""
+    ``token_file``: one made already (``token add``), used as it is (no tokens are known).
+    ``oauth``: the ``--oauth-*`` flags, beside the token file (or alone when ``auth`` is
+    false: no ``--insecure-no-auth`` then)."""
     tokens: dict[str, str] = {}
     if token_file is None:
         token_file = tmp_path / "tokens"
         tokens = write_tokens(token_file, scopes) if auth else {}
     access = ["--token-file", str(token_file)] if auth else ["--insecure-no-auth"]
+    if oauth:
+        access = [*(access if auth else []), *oauth]
     process = await asyncio.create_subprocess_exec(
         *SERVE,
         "serve",

@@ -30,8 +30,10 @@ from http_support import (
     sdk_client,
     write_tokens,
 )
+from mcp import MCPError
 from test_mcp_stdio import processes_inside, until
 
+from spice.agent.coding._mcp._gate import STOPPED_MESSAGE
 from spice.agent.coding._mcp._http import MAXIMUM_BODY_BYTES
 
 pytestmark = pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads /proc")
@@ -606,7 +608,12 @@ async def run_serve(tmp_path: Path, *flags: str) -> tuple[int, bytes]:
         ("tokens", 0o644, (), b"read or written by group or others"),
         ("tokens", 0o620, (), b"read or written by group or others"),
         ("tokens", 0o600, ("--host", "10.1.2.3"), b"needs --allow-remote"),
-        ("tokens", 0o600, ("--insecure-no-auth",), b"--token-file PATH (or --insecure-no-auth)"),
+        (
+            "tokens",
+            0o600,
+            ("--insecure-no-auth",),
+            b"--oauth-issuer URL (or --insecure-no-auth alone)",
+        ),
         ("tokens", 0o600, ("--port", "65536"), b"--port must be between 0 and 65535"),
         ("tokens", 0o600, ("--path", "mcp"), b"--path must be"),
         ("tokens", 0o600, ("--public-url", "ftp://x"), b"--public-url must be"),
@@ -666,3 +673,65 @@ async def test_http_flags_with_stdio_are_refused(tmp_path: Path, worktree: Path)
     async with asyncio.timeout(WAIT):
         _, err = await process.communicate()
     assert (2, True) == (process.returncode, b"--token-file needs --transport http" in err)
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_call_still_running_after_the_grace_is_answered_that_the_server_stopped(
+    tmp_path: Path, worktree: Path, mode: str
+) -> None:
+    """SIGTERM during ``sleep 60`` with a 1 s grace: the SDK client's call ends in a JSON-RPC
+    error saying the server stopped (not a cut stream); exit 0, no process left, and the
+    audit line says ``stopped``."""
+    async with (
+        http_server(tmp_path, worktree, "--shutdown-grace", "1") as server,
+        sdk_client(server.url, server.tokens["full"], mode) as client,
+    ):
+        call = asyncio.ensure_future(client.call_tool("shell", {"argv": ["sleep", "60"]}))
+        await until(lambda: processes_inside(worktree))
+        server.process.send_signal(signal.SIGTERM)
+        with pytest.raises(MCPError) as raised:
+            async with asyncio.timeout(WAIT):
+                await call
+        code = await server.finish()
+    assert STOPPED_MESSAGE == raised.value.error.message
+    assert 0 == code
+    assert [] == processes_inside(worktree)
+    assert b'"outcome":"stopped"' in server.stderr
+
+
+@pytest.mark.parametrize(
+    ("token_file", "audit_log", "reason"),
+    [
+        ("writable/tokens", None, b"token file lies inside an --allow-write directory"),
+        ("writable/deeper/tokens", None, b"token file lies inside an --allow-write directory"),
+        ("tokens", "tree/logs/audit.log", b"audit log lies beneath the worktree root"),
+        ("tokens", "writable/audit.log", b"audit log lies inside an --allow-write directory"),
+        ("tokens", "link/audit.log", b"audit log lies inside an --allow-write directory"),
+    ],
+)
+async def test_a_token_file_or_audit_log_a_command_could_change_is_refused_at_start(
+    tmp_path: Path, worktree: Path, token_file: str, audit_log: str | None, reason: bytes
+) -> None:
+    """R5-7: a token file inside an ``--allow-write`` directory (a command could append a
+    token), an audit log beneath the root or inside one (a command could truncate it), also
+    through a symbolic link: exit 2, one line, nothing listening; nothing created."""
+    writable = tmp_path / "writable"
+    (writable / "deeper").mkdir(parents=True)
+    (tmp_path / "link").symlink_to(writable)
+    (worktree / "logs").mkdir(exist_ok=True)
+    write_tokens(tmp_path / token_file, {"full": "shell"})
+    extra = () if audit_log is None else ("--audit-log", str(tmp_path / audit_log))
+    code, err = await run_serve(
+        tmp_path,
+        "--root",
+        str(worktree),
+        "--allow-write",
+        str(writable),
+        "--token-file",
+        str(tmp_path / token_file),
+        *extra,
+    )
+    assert (2, 1) == (code, len(err.strip().splitlines())), err
+    assert reason in err
+    if audit_log is not None:
+        assert not (tmp_path / audit_log).exists()

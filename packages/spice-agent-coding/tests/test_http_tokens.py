@@ -482,3 +482,33 @@ def test_a_file_whose_access_cannot_be_read_is_unreadable(
         str(adding.value),
         str(logging.value),
     )
+
+
+def test_a_token_file_in_a_writable_place_is_refused_at_start_and_when_moved_there(
+    tmp_path: Path, root: Path
+) -> None:
+    """R5-7: a token file inside an ``--allow-write`` directory is refused at start, by
+    ``token add`` too; one whose path comes to resolve into such a place (a directory on its
+    way swapped for a link) accepts no token from then on; beside it, it is served."""
+    writable = tmp_path / "writable"
+    writable.mkdir()
+    inside = private(writable / "tokens", f"a read {digest_of('one')}\n")
+    with pytest.raises(TokenFileError) as caught:
+        TokenStore(str(inside), str(root), (str(writable),))
+    assert tokens.IN_WRITABLE_PLACE == str(caught.value)
+    with pytest.raises(TokenFileError) as added:
+        tokens.add_token(str(writable / "new"), "b", "read", str(root), writable=(str(writable),))
+    assert tokens.IN_WRITABLE_PLACE == str(added.value)
+    assert not (writable / "new").exists()
+    if WINDOWS:
+        return
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    file = private(outside / "tokens", f"a read {digest_of('one')}\n")
+    store = TokenStore(str(file), str(root), (str(writable),))
+    assert "a" == store.verify("one").name  # type: ignore[union-attr]
+    (outside / "tokens").rename(writable / "tokens2")
+    outside.rmdir()
+    outside.symlink_to(writable)
+    (writable / "tokens2").rename(writable / "tokens")
+    assert None is store.verify("one")

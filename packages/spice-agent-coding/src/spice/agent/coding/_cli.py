@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -17,7 +18,7 @@ import stat
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import Final, NoReturn
+from typing import TYPE_CHECKING, Final, NoReturn
 
 from spice.agent.dispatch import Dispatcher
 from spice.agent.tool import MAXIMUM_PAYLOAD_BYTES, Call, Definition, ExecutionError
@@ -48,6 +49,13 @@ from ._settings import (
     resolve_http,
     resolve_settings,
 )
+
+if TYPE_CHECKING:
+    import socket
+
+    from ._mcp._audit import AuditLog
+    from ._mcp._oauth import JwtVerifier
+    from ._mcp._tokens import TokenStore
 
 PROGRAM: Final = "spice-coding"
 CALL_ID: Final = "cli-1"
@@ -259,13 +267,16 @@ async def _serve_http(settings: Settings, launcher: PlatformLauncher, http: Http
     """``serve --transport http``: refusals first (exit 2, one line), then serve until a signal."""
     from ._mcp import _http  # noqa: PLC0415 - keeps the SDK and uvicorn off the fast paths
     from ._mcp._audit import AuditLog, AuditLogError  # noqa: PLC0415
+    from ._mcp._oauth import OAuthStartError  # noqa: PLC0415
     from ._mcp._tokens import TokenFileError, TokenStore  # noqa: PLC0415
 
     try:
         store = (
-            None if http.token_file is None else TokenStore(http.token_file, settings.config.root)
+            None
+            if http.token_file is None
+            else TokenStore(http.token_file, settings.config.root, settings.allow_write)
         )
-        audit = AuditLog(http.audit_log)
+        audit = AuditLog(http.audit_log, root=settings.config.root, writable=settings.allow_write)
     except (TokenFileError, AuditLogError) as error:
         _err(str(error))
         return EXIT_ERROR
@@ -275,10 +286,57 @@ async def _serve_http(settings: Settings, launcher: PlatformLauncher, http: Http
         audit.close()
         _err(_http.listen_problem(http.host, http.port, error.errno))
         return EXIT_ERROR
+    async with contextlib.AsyncExitStack() as stack:
+        try:
+            places = (settings.config.root, settings.allow_write)
+            oauth = await _oauth_verifier(http, sock.getsockname()[1], places, stack)
+        except OAuthStartError as error:
+            sock.close()
+            audit.close()
+            _err(str(error))
+            return EXIT_ERROR
+        return await _serve_http_on(settings, launcher, http, (store, audit, oauth), sock)
+
+
+async def _oauth_verifier(
+    http: HttpSettings,
+    port: int,
+    places: tuple[str, tuple[str, ...]],
+    stack: contextlib.AsyncExitStack,
+) -> JwtVerifier | None:
+    """``--oauth-issuer``: its metadata and keys fetched now (``OAuthStartError``)."""
+    if http.oauth_issuer is None:
+        return None
+    from ._mcp import _http, _oauth  # noqa: PLC0415
+
+    root, writable = places
+
+    credentials = None
+    if http.oauth_client_file is not None:
+        credentials = _oauth.read_client_file(http.oauth_client_file, root, writable)
+    client = await stack.enter_async_context(_oauth.new_client())
+    resource = _http.resource_of(http, port, http.oauth_audience)
+    asked = _oauth.OAuthSettings(http.oauth_issuer, http.oauth_introspection_url, credentials)
+    return await _oauth.discover(asked, resource, client)
+
+
+async def _serve_http_on(
+    settings: Settings,
+    launcher: PlatformLauncher,
+    http: HttpSettings,
+    auth: tuple[TokenStore | None, AuditLog, JwtVerifier | None],
+    sock: socket.socket,
+) -> int:
+    """Serve on the bound ``sock`` until a signal."""
+    from ._mcp import _http  # noqa: PLC0415
+
+    store, audit, oauth = auth
     _start_logging()
     for warning in _http_warnings(http, launcher.contained, not _http.is_loopback(http.host)):
         _err(warning)
-    served = _http.Served(http, store, audit, launcher.contained or http.allow_uncontained_shell)
+    served = _http.Served(
+        http, store, audit, launcher.contained or http.allow_uncontained_shell, oauth
+    )
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     signals = _stop_on_signals(loop, stop)
@@ -326,6 +384,7 @@ def _token(settings: Settings, options: argparse.Namespace) -> int:
             options.scopes,
             settings.config.root,
             options.not_after,
+            settings.allow_write,
         )
     except TokenFileError as error:
         _err(str(error))

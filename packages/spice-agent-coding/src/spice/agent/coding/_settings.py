@@ -40,7 +40,10 @@ from ._mcp._http_settings import (
     MAXIMUM_CONCURRENT_CALLS,
     MAXIMUM_SHUTDOWN_GRACE,
     MAXIMUM_URL_LENGTH,
+    OAUTH_FIELDS,
+    OAUTH_FLAGS,
     HttpSettings,
+    access_problem,
 )
 from ._network import DomainPolicy, PatternError, parse_patterns
 from ._platform import SandboxRequest
@@ -613,6 +616,7 @@ _SERVE_FLAGS: Final = (
     ("--port", "N", f"HTTP: the port, 0 picks one (default {DEFAULT_HTTP_PORT})"),
     ("--path", "PATH", f"HTTP: the endpoint's path (default {DEFAULT_HTTP_PATH})"),
     ("--token-file", "PATH", "HTTP: the token file (NAME SCOPES SHA256 [NOT-AFTER] lines)"),
+    *OAUTH_FLAGS,
     ("--public-url", "URL", "HTTP: the URL clients use (a TLS proxy's https:// URL)"),
     ("--allowed-origin", "ORIGIN", "HTTP: a browser Origin to accept too (repeatable)"),
     (
@@ -697,8 +701,9 @@ def resolve_http(options: argparse.Namespace) -> HttpSettings | None:
     if len(path) > 256 or _HTTP_PATH.fullmatch(path) is None:
         raise SettingsError("--path must be /NAME[/NAME...] of letters, digits, . _ ~ -")
     token_file, no_auth = values.get("token_file"), bool(values.get("insecure_no_auth"))
-    if (token_file is None) == (not no_auth):
-        raise SettingsError("--transport http needs --token-file PATH (or --insecure-no-auth)")
+    oauth = {f: values.get(f) for f in OAUTH_FIELDS}
+    if (problem := access_problem(token_file is not None, no_auth, oauth)) is not None:
+        raise SettingsError(problem)
     if no_auth and not _loopback(host):
         raise SettingsError("--insecure-no-auth is allowed only with a loopback --host")
     if not _loopback(host) and not values.get("allow_remote"):
@@ -725,6 +730,7 @@ def resolve_http(options: argparse.Namespace) -> HttpSettings | None:
         path=path,
         token_file=token_file,
         insecure_no_auth=no_auth,
+        **oauth,  # type: ignore[arg-type]
         allow_remote=bool(values.get("allow_remote")),
         public_url=public,
         allowed_origins=origins,

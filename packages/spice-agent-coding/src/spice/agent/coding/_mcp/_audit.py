@@ -8,7 +8,9 @@ A line is one JSON object: ``time`` (UTC, ISO 8601), ``token`` (the token's *nam
 bytes of the answer's text block). Never a token, an argument, file content or output.
 Lines go to stderr (prefixed ``spice-coding: audit``), or to ``--audit-log PATH``, a file
 created private (mode 0600, or the user's own access list on Windows: ``_private``),
-refused when another user owns it or others may open it, and only appended to.
+refused when another user owns it or others may open it, or when it lies beneath the
+worktree or inside an ``--allow-write`` directory (a command could truncate it: R5-7), and
+only appended to.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import sys
 from dataclasses import asdict, dataclass
 from typing import Final, TextIO, final
 
-from ._private import NOT_OWNED, OPEN_TO_OTHERS, access_problem, create_private
+from ._private import NOT_OWNED, OPEN_TO_OTHERS, access_problem, create_private, inside
 
 AUDIT_PREFIX: Final = "spice-coding: audit "
 UNKNOWN_TOOL: Final = "(unknown)"
@@ -35,6 +37,10 @@ LOG_OPEN_TO_OTHERS: Final = (
 )
 LOG_NOT_OWNED: Final = "the audit log belongs to another user"
 LOG_UNUSABLE: Final = "the audit log cannot be opened for appending"
+LOG_BENEATH_ROOT: Final = "the audit log lies beneath the worktree root: a command could change it"
+LOG_IN_WRITABLE_PLACE: Final = (
+    "the audit log lies inside an --allow-write directory: a command could change it"
+)
 _LOG_PROBLEMS: Final = {OPEN_TO_OTHERS: LOG_OPEN_TO_OTHERS, NOT_OWNED: LOG_NOT_OWNED}
 
 
@@ -69,10 +75,22 @@ class AuditLog:
 
     __slots__ = ("_fd", "_stream")
 
-    def __init__(self, path: str | None = None, stream: TextIO | None = None) -> None:
+    def __init__(
+        self,
+        path: str | None = None,
+        stream: TextIO | None = None,
+        *,
+        root: str | None = None,
+        writable: tuple[str, ...] = (),
+    ) -> None:
+        """``root`` and ``writable``: where a command could change the file (refused)."""
         self._stream = sys.stderr if stream is None else stream
         self._fd: int | None = None
         if path is not None:
+            if root is not None and inside(path, (root,)):
+                raise AuditLogError(LOG_BENEATH_ROOT)
+            if inside(path, writable):
+                raise AuditLogError(LOG_IN_WRITABLE_PLACE)
             flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
             flags |= getattr(os, "O_BINARY", 0)
             try:

@@ -5,7 +5,10 @@ The caller is the authenticated user the transport attached to the request
 scopes allow, and every call is judged again when it arrives, whatever the listing said: a
 served tool outside the scopes answers ``forbidden``. Past ``--max-concurrent-calls`` calls
 in flight (``shell``: at most ``SHELL_CALLS_CAP``) a call answers ``busy`` at once. Each
-call, refused or run, writes one audit line (``_audit``).
+call, refused or run, writes one audit line (``_audit``). When the server stops and its
+grace has passed, ``stop`` ends every running call: each is cancelled (its processes
+ended, as for a client that left) and its client answered with a JSON-RPC error saying
+the server stopped, instead of a cut stream.
 """
 
 from __future__ import annotations
@@ -29,7 +32,14 @@ from ._tokens import tools_for
 SHELL_CALLS_CAP: Final = 4
 """At most this many ``shell`` calls in flight at once over HTTP (fewer if the cap is lower)."""
 
+STOPPED_CODE: Final = -32000
+"""The JSON-RPC error code of a call ended by the server stopping."""
+STOPPED_MESSAGE: Final = (
+    "the server stopped before the call finished: the call was cancelled "
+    "(a replace may or may not have been committed: read the file again)"
+)
 FORBIDDEN: Final = "forbidden"
+STOPPED: Final = "stopped"
 BUSY: Final = "busy"
 CANCELLED: Final = "cancelled"
 EXECUTION_ERROR: Final = "execution_error"
@@ -75,10 +85,25 @@ def _bytes_of(result: CallToolResult) -> int:
 
 
 @final
+class _Stopped(MCPError):
+    """A call ended by ``HttpGate.stop``."""
+
+
+@final
 class HttpGate:
     """Scopes, caps and the audit around the MCP handlers (``_server.Gate``)."""
 
-    __slots__ = ("_audit", "_known", "_max_calls", "_max_shell", "_running", "_served", "_shell")
+    __slots__ = (
+        "_audit",
+        "_deadlines",
+        "_known",
+        "_max_calls",
+        "_max_shell",
+        "_running",
+        "_served",
+        "_shell",
+        "_stopped",
+    )
 
     def __init__(
         self, served: frozenset[str], known: frozenset[str], audit: AuditLog, max_calls: int
@@ -90,6 +115,15 @@ class HttpGate:
         self._max_shell = min(SHELL_CALLS_CAP, max_calls)
         self._running = 0
         self._shell = 0
+        self._deadlines: set[asyncio.Timeout] = set()
+        self._stopped = False
+
+    def stop(self) -> None:
+        """End every running call now (and any that starts later) with the stopped error."""
+        self._stopped = True
+        now = asyncio.get_running_loop().time()
+        for deadline in self._deadlines:
+            deadline.reschedule(now)
 
     @property
     def running(self) -> int:
@@ -119,9 +153,12 @@ class HttpGate:
             ):
                 result = refusal(BUSY, _BUSY_PROBLEM)
             else:
-                result = await self._counted(params.name == "shell", run)
+                result = await self._stoppable(params.name == "shell", run)
             outcome, size = _outcome_of(result), _bytes_of(result)
             return result
+        except _Stopped:
+            outcome = STOPPED
+            raise
         except MCPError:
             outcome = EXECUTION_ERROR
             raise
@@ -142,6 +179,24 @@ class HttpGate:
                     bytes_out=size,
                 )
             )
+
+    async def _stoppable(
+        self, shell: bool, run: Callable[[], Awaitable[CallToolResult]]
+    ) -> CallToolResult:
+        """The call, unless ``stop`` ends it first: then the ``_Stopped`` error (the call's
+        own cancellation settled first, by ``_server``)."""
+        deadline = asyncio.timeout(0 if self._stopped else None)
+        try:
+            async with deadline:
+                self._deadlines.add(deadline)
+                try:
+                    return await self._counted(shell, run)
+                finally:
+                    self._deadlines.discard(deadline)
+        except TimeoutError:
+            if not deadline.expired():
+                raise
+            raise _Stopped(STOPPED_CODE, STOPPED_MESSAGE) from None
 
     async def _counted(
         self, shell: bool, run: Callable[[], Awaitable[CallToolResult]]

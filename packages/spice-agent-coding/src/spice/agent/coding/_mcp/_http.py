@@ -51,12 +51,19 @@ from mcp.server.auth.middleware.bearer_auth import (
 from mcp.server.auth.provider import AccessToken
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
+from pydantic import AnyHttpUrl
 from starlette.applications import Starlette
-from starlette.authentication import AuthCredentials, AuthenticationBackend, BaseUser
+from starlette.authentication import (
+    AuthCredentials,
+    AuthenticationBackend,
+    AuthenticationError,
+    BaseUser,
+)
 from starlette.datastructures import Headers
 from starlette.middleware import Middleware
 from starlette.middleware.authentication import AuthenticationMiddleware
 from starlette.requests import HTTPConnection
+from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -66,7 +73,9 @@ from spice.agent.tools.coding import Config
 from ._audit import AuditLog
 from ._framing import MAXIMUM_FRAME_BYTES
 from ._gate import HttpGate
+from ._guard import Peers, guarded_h11
 from ._http_settings import HttpSettings
+from ._oauth import JwtVerifier, KeysUnavailable, metadata_document, metadata_url
 from ._server import serving
 from ._tokens import ANONYMOUS, SCOPES, TOOL_SCOPES, TokenStore
 
@@ -76,8 +85,13 @@ MAXIMUM_BODY_BYTES_IN_FLIGHT: Final = 128 * MAXIMUM_BODY_BYTES // 8
 """Bytes of request bodies held at once (128 MiB); past it a request is answered 503 with
 ``Retry-After``, so many large requests at once cannot grow memory past a bound."""
 MAXIMUM_CONNECTIONS: Final = 256
-"""Open connections uvicorn serves at once; past it a new request is answered 503."""
+"""Open connections uvicorn serves at once; past it a new request is answered 503. One
+address holds at most ``_guard.MAXIMUM_CONNECTIONS_PER_PEER`` of them, and a request's head
+and body must arrive within ``HttpSettings.request_seconds`` (``_guard``)."""
 KEEP_ALIVE_SECONDS: Final = 5
+STOP_ANSWER_SECONDS: Final = 10
+"""After the shutdown grace, the calls still running are cancelled and answered "the server
+stopped" (``HttpGate.stop``); uvicorn gives them this long more to settle and send it."""
 RATE_WINDOW_SECONDS: Final = 60.0
 """``--max-calls-per-minute`` counts the ``tools/call`` requests of this last window."""
 MAXIMUM_RATE_KEYS: Final = 4096
@@ -128,6 +142,10 @@ _BATCH: Final = _error_body(
 )
 _BODIES: Final = _error_body(_JSON_RPC_SERVER_ERROR, "too many large requests at once; retry")
 _RATE: Final = _error_body(_JSON_RPC_SERVER_ERROR, "too many calls for this token; retry later")
+_SCOPE: Final = _error_body(
+    _JSON_RPC_INVALID_REQUEST, "this token's scopes do not allow that tool (insufficient_scope)"
+)
+_METADATA_METHOD: Final = _error_body(_JSON_RPC_INVALID_REQUEST, "the metadata takes GET only")
 
 
 @final
@@ -151,6 +169,7 @@ class _Front:
         hosts: frozenset[str],
         origins: frozenset[str],
         state: _State,
+        metadata: tuple[frozenset[str], bytes] | None = None,
     ) -> None:
         self.app, self.path, self.hosts, self.origins, self.state = (
             app,
@@ -159,6 +178,8 @@ class _Front:
             origins,
             state,
         )
+        self.metadata = metadata
+        """OAuth: the paths of the RFC 9728 metadata and its JSON."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -170,7 +191,9 @@ class _Front:
         headers = Headers(scope=scope)
         host = headers.get("host")
         origin = headers.get("origin")
-        if scope["path"] != self.path:
+        if self.metadata is not None and scope["path"] in self.metadata[0]:
+            await self._metadata(scope, send, host, self.metadata[1])
+        elif scope["path"] != self.path:
             await _answer(send, 404, _NOT_FOUND)
         elif scope.get("query_string"):
             await _answer(send, 400, _QUERY)
@@ -182,6 +205,15 @@ class _Front:
             await _answer(send, 503, _DRAINING, ((b"retry-after", b"5"),))
         else:
             await self.app(scope, receive, send)
+
+    async def _metadata(self, scope: Scope, send: Send, host: str | None, body: bytes) -> None:
+        """The protected resource metadata: public, GET only, any Origin, the Host checked."""
+        if host is None or host.lower() not in self.hosts:
+            await _answer(send, 403, _BAD_HOST)
+        elif scope["method"] not in ("GET", "HEAD"):
+            await _answer(send, 405, _METADATA_METHOD, ((b"allow", b"GET"),))
+        else:
+            await _answer(send, 200, body, ((b"cache-control", b"max-age=300"),))
 
 
 @final
@@ -219,8 +251,9 @@ class _Rates:
 class _Body:
     """POST only; its body JSON, bounded, one message; ``tools/call`` counted against the rate."""
 
-    def __init__(self, app: ASGIApp, rates: _Rates) -> None:
-        self.app, self.rates = app, rates
+    def __init__(self, app: ASGIApp, rates: _Rates, challenge: bytes | None = None) -> None:
+        self.app, self.rates, self.challenge = app, rates, challenge
+        """OAuth: the ``resource_metadata="..."`` a step-up challenge carries."""
         self.in_flight = 0
         """Bytes reserved by the bodies being read or served now."""
 
@@ -247,6 +280,8 @@ class _Body:
         self.in_flight += reserved
         try:
             body = await _read_body(receive)
+            if body is _GONE:
+                return  # the client left (or its deadline closed it) before its body was in
             if body is None:
                 await _answer(send, 413, _TOO_LARGE)
                 return
@@ -273,6 +308,12 @@ class _Body:
         if message.get("method") != "tools/call":
             return None
         user = scope.get("user")
+        needed = self._needed(user, message.get("params"))
+        if needed is not None:
+            challenge = f'Bearer error="insufficient_scope", scope="{needed}"'.encode()
+            if self.challenge is not None:
+                challenge += b", " + self.challenge
+            return 403, _SCOPE, ((b"www-authenticate", challenge),)
         name = user.access_token.client_id if isinstance(user, AuthenticatedUser) else ""
         wait = self.rates.admit(name, time.monotonic())
         if wait is None:
@@ -280,14 +321,35 @@ class _Body:
         retry = str(max(1, math.ceil(wait))).encode()
         return 429, _RATE, ((b"retry-after", retry),)
 
+    @staticmethod
+    def _needed(user: object, params: object) -> str | None:
+        """The scope an OAuth token lacks for this ``tools/call``, or ``None``.
+
+        Only for tokens of the issuer (their ``resource`` is set): its client can come back
+        with a wider grant (step-up). A token file's token is judged by the gate, which
+        answers ``forbidden`` in the call's result, as before.
+        """
+        if not isinstance(user, AuthenticatedUser) or user.access_token.resource is None:
+            return None
+        name = params.get("name") if isinstance(params, dict) else None
+        needed = TOOL_SCOPES.get(name) if isinstance(name, str) else None
+        if needed is None or needed in user.scopes:
+            return None
+        return needed
+
+
+_GONE: Final = b"\x00gone"
+"""What ``_read_body`` returns when the connection ended before the body did."""
+
 
 async def _read_body(receive: Receive) -> bytes | None:
-    """The whole body, or ``None`` once it passes ``MAXIMUM_BODY_BYTES`` (read no further)."""
+    """The whole body, or ``None`` once it passes ``MAXIMUM_BODY_BYTES`` (read no further),
+    or ``_GONE`` when the connection ended first (a part of a body is never served)."""
     chunks = bytearray()
     while True:
         message = await receive()
         if message["type"] != "http.request":
-            return bytes(chunks)
+            return _GONE
         chunks += message.get("body", b"")
         if len(chunks) > MAXIMUM_BODY_BYTES:
             return None
@@ -322,6 +384,44 @@ class _FileVerifier:
         if principal is None:
             return None
         return AccessToken(token="", client_id=principal.name, scopes=list(principal.scopes))
+
+
+@final
+class _KeysGone(AuthenticationError):
+    """The issuer's keys expired from the cache and cannot be fetched: answered 503."""
+
+
+@final
+class _Bearer(AuthenticationBackend):
+    """A bearer token: the token file's first (when there is one), then the issuer's JWTs."""
+
+    def __init__(self, store: TokenStore | None, oauth: JwtVerifier | None) -> None:
+        self._file = None if store is None else BearerAuthBackend(_FileVerifier(store))
+        self._oauth = None if oauth is None else BearerAuthBackend(oauth)
+
+    async def authenticate(self, conn: HTTPConnection) -> tuple[AuthCredentials, BaseUser] | None:
+        found: tuple[AuthCredentials, BaseUser] | None = None
+        if self._file is not None:
+            found = await self._file.authenticate(conn)
+        if found is None and self._oauth is not None:
+            try:
+                found = await self._oauth.authenticate(conn)
+            except KeysUnavailable as error:
+                raise _KeysGone(str(error)) from None
+        return found
+
+
+def _keys_gone(_: HTTPConnection, error: AuthenticationError) -> Response:
+    """503 with the reason when the issuer's keys are gone; any other error is a 401."""
+    status = 503 if isinstance(error, _KeysGone) else 401
+    message = str(error) if isinstance(error, _KeysGone) else "invalid token"
+    headers = {"retry-after": "60"} if status == 503 else {"www-authenticate": "Bearer"}
+    return Response(
+        _error_body(_JSON_RPC_SERVER_ERROR, message),
+        status_code=status,
+        headers=headers,
+        media_type="application/json",
+    )
 
 
 @final
@@ -424,6 +524,18 @@ class Served:
     store: TokenStore | None
     audit: AuditLog
     shell_served: bool
+    oauth: JwtVerifier | None = None
+    """``--oauth-issuer``: the issuer's JWTs are accepted too (``_oauth.discover``)."""
+
+
+def resource_of(settings: HttpSettings, port: int, audience: str | None = None) -> str:
+    """This server's resource identifier (RFC 8707): ``--oauth-audience``, else the
+    ``--public-url``, else ``http://HOST:PORT/PATH``."""
+    if audience is not None:
+        return audience
+    if settings.public_url is not None:
+        return settings.public_url
+    return f"http://{_authority(settings.host, port)}{settings.path}"
 
 
 def build_app(
@@ -448,12 +560,27 @@ def build_app(
         security_settings=security,
         max_request_body_size=MAXIMUM_BODY_BYTES,
     )
+    oauth = served.oauth
+    metadata: tuple[frozenset[str], bytes] | None = None
+    challenge: bytes | None = None
+    where: str | None = None
+    if oauth is not None:
+        base = settings.public_url or f"http://{_authority(settings.host, port)}{settings.path}"
+        where = metadata_url(base)
+        paths = frozenset({"/.well-known/oauth-protected-resource", urlsplit(where).path})
+        metadata = (paths, orjson.dumps(metadata_document(oauth.audience, oauth.issuer)))
+        challenge = f'resource_metadata="{where}"'.encode()
     endpoint = RequireAuthMiddleware(
-        _Body(AuthContextMiddleware(StreamableHTTPASGIApp(manager)), _Rates(settings.rate)),
+        _Body(
+            AuthContextMiddleware(StreamableHTTPASGIApp(manager)),
+            _Rates(settings.rate),
+            challenge,
+        ),
         [],
+        None if where is None else AnyHttpUrl(where),
     )
     backend: AuthenticationBackend = (
-        _Anonymous() if served.store is None else BearerAuthBackend(_FileVerifier(served.store))
+        _Anonymous() if served.store is None and oauth is None else _Bearer(served.store, oauth)
     )
     state = _State()
 
@@ -465,8 +592,8 @@ def build_app(
     app = Starlette(
         routes=[Route(settings.path, endpoint=endpoint)],
         middleware=[
-            Middleware(_Front, settings.path, hosts, origins, state),
-            Middleware(AuthenticationMiddleware, backend=backend),
+            Middleware(_Front, settings.path, hosts, origins, state, metadata),
+            Middleware(AuthenticationMiddleware, backend=backend, on_error=_keys_gone),
         ],
         lifespan=lifespan,
     )
@@ -519,12 +646,14 @@ async def serve_http(
 
     ``announce`` gets the ``listening on URL`` line once the application has started.
     On ``stop``: new requests are refused (503) and the listener closes; requests in
-    flight get ``--shutdown-grace`` seconds, then uvicorn cancels them (each call is
-    cancelled, its processes ended); returns once every call has ended.
+    flight get ``--shutdown-grace`` seconds; then each call still running is cancelled (its
+    processes ended) and its client answered with an error saying the server stopped
+    (``HttpGate.stop``); uvicorn cancels what is left ``STOP_ANSWER_SECONDS`` later;
+    returns once every call has ended.
     """
     settings = served.settings
     _quiet_logs()
-    app, state, _, settle = build_app(dispatcher, served, config, sock.getsockname()[1])
+    app, state, gate, settle = build_app(dispatcher, served, config, sock.getsockname()[1])
     uv_config = uvicorn.Config(
         app,
         lifespan="on",
@@ -532,9 +661,9 @@ async def serve_http(
         proxy_headers=False,
         server_header=False,
         log_config=None,
-        http="h11",
+        http=guarded_h11(Peers(), settings.request_seconds),
         ws="none",
-        timeout_graceful_shutdown=max(1, math.ceil(settings.shutdown_grace)),
+        timeout_graceful_shutdown=math.ceil(settings.shutdown_grace) + STOP_ANSWER_SECONDS,
         limit_concurrency=MAXIMUM_CONNECTIONS,
         timeout_keep_alive=KEEP_ALIVE_SECONDS,
     )
@@ -542,13 +671,17 @@ async def serve_http(
     server = _Uvicorn(uv_config, lambda: announce(LISTENING.format(url=url)))
     running = asyncio.ensure_future(server.serve(sockets=[sock]))
     stopping = asyncio.ensure_future(stop.wait())
+    ending: asyncio.TimerHandle | None = None
     try:
         await asyncio.wait({running, stopping}, return_when=asyncio.FIRST_COMPLETED)
         state.draining = True
         server.should_exit = True
+        ending = asyncio.get_running_loop().call_later(settings.shutdown_grace, gate.stop)
         await running
     finally:
         stopping.cancel()
+        if ending is not None:
+            ending.cancel()
         if not running.done():
             server.should_exit = server.force_exit = True
             running.cancel()

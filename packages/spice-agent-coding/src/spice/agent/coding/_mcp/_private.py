@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterable
 from typing import Final
 
-__all__ = ["NOT_OWNED", "OPEN_TO_OTHERS", "access_problem", "create_private"]
+__all__ = ["NOT_OWNED", "OPEN_TO_OTHERS", "access_problem", "create_private", "inside"]
 
 NOT_OWNED: Final = "owner"
 """``access_problem``'s word for a file owned by another account."""
@@ -30,6 +31,17 @@ OPEN_TO_OTHERS: Final = "open"
 """``access_problem``'s word for a file others may open."""
 
 _POSIX_OPEN_TO_OTHERS: Final = 0o077
+
+
+def inside(path: str, places: Iterable[str]) -> bool:
+    """Whether ``path`` (links resolved, existing or not) is one of ``places`` or lies
+    beneath one (each resolved too): where a contained command could change it."""
+    real = os.path.realpath(path)
+    for place in places:
+        top = os.path.realpath(place)
+        if real == top or real.startswith(top.rstrip(os.sep) + os.sep):
+            return True
+    return False
 
 
 def access_problem(fd: int, info: os.stat_result) -> str | None:

@@ -3,7 +3,8 @@
 The file holds one token a line: ``NAME SCOPES SHA256HEX [NOT-AFTER]`` (``#`` starts a
 comment). Only the SHA-256 digest of a token is ever stored or kept in memory; a presented
 token is hashed and compared with every digest in constant time. The file is refused when
-it lies beneath the worktree (``read`` would show it), when another user owns it, or
+it lies beneath the worktree (``read`` would show it) or inside an ``--allow-write``
+directory (a contained command could add a token: R5-7), when another user owns it, or
 when others may read or write it (group or others' mode bits on POSIX, the access list
 on Windows: ``_private``), and it is re-read whenever its identity, size or modification
 time changes, so a line removed is a token revoked at the next request, without a restart.
@@ -28,7 +29,7 @@ from dataclasses import dataclass
 from typing import Final, final
 
 from ._private import NOT_OWNED as PRIVATE_NOT_OWNED
-from ._private import access_problem, create_private
+from ._private import access_problem, create_private, inside
 
 READ: Final = "read"
 WRITE: Final = "write"
@@ -61,6 +62,9 @@ ANONYMOUS: Final = "anonymous"
 """The principal's name under ``--insecure-no-auth``."""
 
 BENEATH_ROOT: Final = "the token file lies beneath the worktree root: the read tool would show it"
+IN_WRITABLE_PLACE: Final = (
+    "the token file lies inside an --allow-write directory: a command could add a token to it"
+)
 OPEN_TO_OTHERS: Final = (
     "the token file may be read or written by group or others (chmod 600 it)"
     if sys.platform != "win32"
@@ -252,13 +256,15 @@ class TokenStore:
     accepts no token until it is usable again (logged once per change, without content).
     """
 
-    __slots__ = ("_entries", "_failing", "_identity", "_path", "_root")
+    __slots__ = ("_entries", "_failing", "_identity", "_path", "_root", "_writable")
 
-    def __init__(self, path: str, root: str) -> None:
+    def __init__(self, path: str, root: str, writable: tuple[str, ...] = ()) -> None:
         self._path = os.path.abspath(path)
         self._root = root
-        if _beneath(self._path, root):
-            raise TokenFileError(BENEATH_ROOT)
+        self._writable = writable
+        problem = self._placed()
+        if problem is not None:
+            raise TokenFileError(problem)
         info, text = _read(self._path)
         self._entries = parse_token_file(text)
         self._identity: tuple[int, ...] | None = _identity(info)
@@ -278,8 +284,9 @@ class TokenStore:
         settled = time.time() - current.st_mtime >= RACY_SECONDS
         if settled and _identity(current) == self._identity and self._failing is None:
             return
-        if _beneath(self._path, self._root):
-            self._fail(BENEATH_ROOT)
+        problem = self._placed()
+        if problem is not None:
+            self._fail(problem)
             return
         try:
             info, text = _read(self._path)
@@ -288,6 +295,14 @@ class TokenStore:
             self._fail(str(error))
             return
         self._entries, self._identity, self._failing = entries, _identity(info), None
+
+    def _placed(self) -> str | None:
+        """Why the file's place is refused: beneath the root, or in a writable place."""
+        if _beneath(self._path, self._root):
+            return BENEATH_ROOT
+        if inside(self._path, self._writable):
+            return IN_WRITABLE_PLACE
+        return None
 
     def _fail(self, reason: str) -> None:
         if self._failing != reason:
@@ -320,7 +335,14 @@ def new_token() -> str:
     return secrets.token_urlsafe(TOKEN_BYTES)
 
 
-def add_token(path: str, name: str, scopes: str, root: str, not_after: str | None = None) -> str:
+def add_token(
+    path: str,
+    name: str,
+    scopes: str,
+    root: str,
+    not_after: str | None = None,
+    writable: tuple[str, ...] = (),
+) -> str:
     """Append a new token's line to ``path`` (created private: ``_private``); return the token.
 
     Refused (``TokenFileError``) for a bad name, scopes or date, a name already in the
@@ -335,6 +357,8 @@ def add_token(path: str, name: str, scopes: str, root: str, not_after: str | Non
     target = os.path.abspath(path)
     if _beneath(target, root):
         raise TokenFileError(BENEATH_ROOT)
+    if inside(target, writable):
+        raise TokenFileError(IN_WRITABLE_PLACE)
     flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | _BINARY
     try:
         fd = create_private(target, flags)
