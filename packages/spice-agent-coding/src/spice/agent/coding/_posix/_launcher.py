@@ -422,6 +422,7 @@ def _hinter(
             network_denied=not plan.allow_network,
             refused_hosts=() if proxy is None else tuple(proxy.refused),
             private_hosts=() if proxy is None else tuple(proxy.private),
+            preset_of=None if proxy is None else proxy.policy.preset_of,
         )
 
     return hint

@@ -327,6 +327,11 @@ class CallProxy:
         """Connections accepted over the call's life (for tests and the log)."""
 
     @property
+    def policy(self) -> DomainPolicy:
+        """The server's policy this call's proxy applies."""
+        return self._proxy.policy
+
+    @property
     def path(self) -> str:
         """The listener's socket file on the host (``bwrap`` binds it at ``_bridge.SOCKET``)."""
         if self.directory is None:
@@ -539,7 +544,7 @@ class CallProxy:
             chosen.append((family, sockaddr))
         if not seen:
             raise OSError("no address")
-        if not policy.reachable(seen):
+        if not policy.reachable(seen, request.host, request.port):
             raise _Refused("it resolves to a loopback, private or link-local address", private=True)
         return chosen
 
