@@ -299,8 +299,10 @@ class DomainPolicy:
     """Hosts the host's configuration names for a chosen preset (also in ``patterns``):
     reachable whatever their address, since the user configured them."""
     presets: tuple[tuple[str, Pattern], ...] = ()
-    """``(preset, pattern)`` of every preset's hosts, the configured ones included, chosen
-    or not: what a refused host is hinted as."""
+    """``(preset, pattern)`` of the configured hosts, chosen or not: with ``PRESETS``'
+    own, what a refused host is hinted as."""
+    origins: tuple[tuple[str, str], ...] = ()
+    """``(pattern, where it came from)`` of the configured ones, for ``tools``."""
 
     def permits(self, host: str, port: int) -> bool:
         """Whether a pattern names ``host`` (a normal name or an address) on ``port``."""
@@ -336,7 +338,8 @@ class DomainPolicy:
         host, port = split
         if port is None:
             return None
-        for name, pattern in self.presets:
+        built_in = [(name, Pattern(h)) for name, hosts in PRESETS.items() for h in hosts]
+        for name, pattern in (*built_in, *self.presets):
             if _matching((pattern,), host, port):
                 return name
         return None
@@ -344,6 +347,11 @@ class DomainPolicy:
     def describe(self) -> list[str]:
         """The patterns as text, for ``tools``."""
         return [str(pattern) for pattern in self.patterns]
+
+    def describe_configured(self) -> list[str]:
+        """The configured hosts admitted, each with its preset and origin, for ``tools``."""
+        said = dict(self.origins)
+        return [f"{p} ({said.get(str(p), 'the host')})" for p in self.configured]
 
 
 def _matching(patterns: Iterable[Pattern], host: str, port: int) -> bool:
@@ -372,10 +380,12 @@ def policy_of(
     texts: Iterable[str],
     allow_private: bool = False,
     configured: Mapping[str, Iterable[str]] | None = None,
+    origins: Mapping[str, str] | None = None,
 ) -> DomainPolicy:
     """The policy of the ``--allow-domain`` ``texts``; ``configured``: the hosts the host's
     configuration names per preset (``host`` or ``host:port``), admitted with their preset
-    whatever their address. ``PatternError`` for the first bad text."""
+    whatever their address; ``origins``: where each configured host came from (for
+    ``tools``). ``PatternError`` for the first bad text."""
     listed = list(texts)
     patterns = list(parse_patterns(listed))
     extra = {
@@ -388,9 +398,11 @@ def policy_of(
     for name in sorted(chosen):
         admitted += [p for p in extra.get(name, ()) if p not in admitted]
     patterns += [p for p in admitted if p not in patterns]
-    presets = [(name, Pattern(host)) for name, hosts in PRESETS.items() for host in hosts]
-    presets += [(name, p) for name, found in extra.items() for p in found]
-    return DomainPolicy(tuple(patterns), allow_private, tuple(admitted), tuple(presets))
+    presets = [(name, p) for name, found in extra.items() for p in found]
+    said = [(str(p), origins[str(p)]) for p in admitted if origins and str(p) in origins]
+    return DomainPolicy(
+        tuple(patterns), allow_private, tuple(admitted), tuple(presets), tuple(said)
+    )
 
 
 def pattern_allowing(authority: str) -> str:

@@ -28,6 +28,7 @@ from typing import Final, final
 from spice.agent.tools.coding import Config
 
 from ._compose import UNUSABLE_ROOT, resolve_config
+from ._hostconfig import HOST_VARIABLES, read_host_configuration
 from ._mcp._http_settings import (
     DEFAULT_CALLS_PER_MINUTE,
     DEFAULT_HTTP_HOST,
@@ -42,10 +43,9 @@ from ._mcp._http_settings import (
     MAXIMUM_URL_LENGTH,
     HttpSettings,
 )
-from ._network import DomainPolicy, PatternError, parse_patterns
+from ._network import DomainPolicy, PatternError, policy_of
 from ._platform import SandboxRequest
 from ._sandbox import (
-    CREDENTIALS,
     DEFAULT_MAX_PROCESSES,
     DEFAULT_MODE,
     MIN_MEMORY_BYTES,
@@ -102,6 +102,8 @@ MAXIMUM_ALLOW_WRITE: Final = 32
 """At most this many ``--allow-write`` directories."""
 MAXIMUM_DENY_READ: Final = 64
 """At most this many ``--deny-read`` paths."""
+MAXIMUM_ALLOW_READ: Final = 64
+"""At most this many ``--allow-read`` paths."""
 MAXIMUM_PATH_LENGTH: Final = 4096
 """An ``--allow-write`` directory's text has at most this many characters (``PATH_MAX``)."""
 
@@ -315,8 +317,9 @@ def add_arguments(parser: argparse.ArgumentParser, *, after_command: bool) -> No
         action="append",
         dest="allow_read" + suffix,
         default=argparse.SUPPRESS if after_command else [],
-        help="show contained commands one of the hidden credentials again, such as "
-        "~/.npmrc (repeatable; `tools` lists them)",
+        help="show contained commands one more place beneath the home, which they see only "
+        "through an allow-list of toolchain places, such as ~/.npmrc (repeatable; namespaces "
+        "only; `tools` lists what is shown)",
     )
     parser.add_argument(
         "--allow-domain",
@@ -402,8 +405,9 @@ def resolve_settings(flags: Flags, environ: Mapping[str, str] | None = None) -> 
         if chosen is not None:
             fields[field] = _judged(base.root, field, _whole(*chosen), chosen[1])
     names = _allowed_names(flags.allow_env, source)
-    if names:
-        fields["environment_allowlist"] = (*base.environment_allowlist, *names)
+    fields["environment_allowlist"] = tuple(
+        dict.fromkeys((*base.environment_allowlist, *HOST_VARIABLES, *names))
+    )
     config = Config(base.root, **fields)  # type: ignore[arg-type]
     return Settings(
         config,
@@ -509,7 +513,9 @@ def _switch(source: Mapping[str, str], variable: str) -> bool:
 
 
 def _domains(flags: Flags, source: Mapping[str, str]) -> DomainPolicy:
-    """``--allow-domain`` patterns (else the variable's) and ``--allow-private-address``.
+    """``--allow-domain`` patterns (else the variable's) and ``--allow-private-address``;
+    a chosen preset admits the hosts the host's configuration names for it too
+    (``_hostconfig``, contract 12.2).
 
     A bad pattern is named in the error (it is the server's own configuration).
     """
@@ -517,12 +523,14 @@ def _domains(flags: Flags, source: Mapping[str, str]) -> DomainPolicy:
         raw = list(flags.allow_domain)
     else:
         raw = [item for item in source.get(ALLOW_DOMAINS_VARIABLE, "").split(",") if item.strip()]
+    private = flags.allow_private_address or _switch(source, ALLOW_PRIVATE_ADDRESS_VARIABLE)
+    host = read_host_configuration(source, home_directory(source))
+    configured = {name: host.authorities(name) for name in ("python", "npm")}
+    origins = {found.authority: f"{found.preset}, from {found.origin}" for found in host.hosts}
     try:
-        patterns = parse_patterns(raw)
+        return policy_of(raw, private, configured, origins)
     except PatternError as error:
         raise SettingsError(str(error)) from None
-    private = flags.allow_private_address or _switch(source, ALLOW_PRIVATE_ADDRESS_VARIABLE)
-    return DomainPolicy(patterns, private)
 
 
 def _allow_write(
@@ -788,22 +796,38 @@ def _deny_read(from_flags: tuple[str, ...], root: str) -> tuple[str, ...]:
 
 
 def _allow_read(from_flags: tuple[str, ...], source: Mapping[str, str]) -> tuple[str, ...]:
-    """The default denials taken back, as their names relative to the home (``.ssh``)."""
+    """The places beneath the home shown again (contract 12.2), as names relative to the
+    home (``.npmrc``, ``notes/todo``): given as ``~/NAME``, an absolute path beneath the
+    home, or ``NAME`` itself. The home hides all but ``HOME_SHOWN``; everything outside it
+    is readable already, so a path there is refused, naming it."""
+    if len(from_flags) > MAXIMUM_ALLOW_READ:
+        raise SettingsError(f"{_ALLOW_READ_FLAG} names at most {MAXIMUM_ALLOW_READ} paths")
     home = home_directory(source)
     chosen: list[str] = []
     for item in from_flags:
         name = item.strip()
         if name.startswith("~/"):
             name = name[2:]
-        elif home is not None and os.path.isabs(name):
-            name = os.path.relpath(os.path.normpath(name), home) if name.startswith(home) else ""
+        elif os.path.isabs(name):
+            inside = home is not None and os.path.normpath(name).startswith(home + os.sep)
+            name = os.path.relpath(os.path.normpath(name), home) if inside and home else ""
         name = os.path.normpath(name) if name else name
-        if name not in CREDENTIALS:
+        if len(name) > MAXIMUM_PATH_LENGTH or "\0" in name or not _beneath_home(name):
             shown = item[:_SHOWN_CHARACTERS].encode("unicode_escape").decode("ascii")
             raise SettingsError(
-                f"{_ALLOW_READ_FLAG} {shown!r} is not one of the hidden credentials "
-                "(~/.ssh, ~/.aws, ~/.npmrc, ...: `tools` lists them)"
+                f"{_ALLOW_READ_FLAG} {shown!r} is not a path beneath the home (~/NAME): only "
+                "the home is hidden, but for the toolchain places `tools` lists"
             )
         if name not in chosen:
             chosen.append(name)
     return tuple(chosen)
+
+
+def _beneath_home(name: str) -> bool:
+    """Whether ``name`` is a normal path relative to the home that stays beneath it."""
+    return (
+        bool(name)
+        and not os.path.isabs(name)
+        and name not in {".", ".."}
+        and not name.startswith("../")
+    )

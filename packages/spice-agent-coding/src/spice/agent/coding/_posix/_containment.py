@@ -299,6 +299,8 @@ class Containment:
             "allowed": self.domains.describe(),
             "private_addresses": self.domains.allow_private,
         }
+        if self.domains.configured:
+            report["configured_by_host"] = self.domains.describe_configured()
         if self.proxied:
             report["proxy"] = "http://127.0.0.1:3128 inside the call (HTTP_PROXY, HTTPS_PROXY)"
             report["loopback"] = "the call's own (127.0.0.1 and ::1; the host's is unreachable)"

@@ -385,6 +385,13 @@ def shown_paths(environ: Mapping[str, str], home: str | None) -> tuple[str, ...]
     return tuple(dict.fromkeys(found))
 
 
+def host_variables(environ: Mapping[str, str], home: str | None) -> tuple[tuple[str, str], ...]:
+    """The variables a command gets for what the host configures in files it does not see:
+    ``npm_config_registry`` from ``~/.npmrc``'s ``registry`` (never its tokens)."""
+    registry = read_host_configuration(environ, home).npm_registry
+    return () if registry is None else (("npm_config_registry", registry),)
+
+
 def relative_to_home(name: str) -> bool:
     """Whether ``name`` is a normal relative path that stays beneath the home."""
     return (
@@ -431,4 +438,5 @@ def start_facts(
         tuple(allow_read),
         kept_visible(),
         shown_paths(source, home),
+        host_variables(source, home),
     )

@@ -174,6 +174,9 @@ class StartFacts:
     allow_read: tuple[str, ...] = ()
     visible: tuple[str, ...] = ()
     shown: tuple[str, ...] = ()
+    variables: tuple[tuple[str, str], ...] = ()
+    """Set for every contained command where its environment has none: what the host
+    configures in files a command does not see (``.npmrc``'s registry)."""
 
     @property
     def root(self) -> str:
@@ -403,6 +406,8 @@ def plan_call(
             (name, os.path.join(cache_root, sub) if sub else cache_root)
             for name, sub in CACHE_VARIABLES
         ]
+    present = {entry.partition("=")[0] for entry in environment}
+    values += [(name, value) for name, value in facts.variables if name not in present]
     env = _with_variables(environment, values, frozenset({"TMP", "TEMP"}))
     if proxy is not None and namespaces:
         pairs = [entry.partition("=") for entry in proxy_environment()]
