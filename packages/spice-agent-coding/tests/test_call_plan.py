@@ -168,15 +168,24 @@ def test_shown_paths_are_outermost_never_denied_nor_inside_writable_places_and_e
         f"{HOME}/.pyenv": D,
         f"{HOME}/w/root": D,
         "/etc/ca.pem": F,
+        "/tmp/ca.pem": F,
     }
     result = plan(
         entries,
         places=(Place(f"{HOME}/w/root", 1, 2),),
         deny_read=(f"{HOME}/.pyenv",),
-        shown=(f"{HOME}/.local/lib/python", "/etc/ca.pem", f"{HOME}/w/root/x", HOME, "/gone"),
+        shown=(
+            f"{HOME}/.local/lib/python",
+            "/etc/ca.pem",
+            "/tmp/ca.pem",
+            f"{HOME}/w/root/x",
+            HOME,
+            "/gone",
+        ),
         trusted=(f"{HOME}/w/root/.venv",),
     )
-    assert (f"{HOME}/.local/lib", "/etc/ca.pem") == result.shown
+    # /etc is visible anyway: only what the hidden home and the private /tmp cover is bound.
+    assert (f"{HOME}/.local/lib", "/tmp/ca.pem") == result.shown
 
 
 def test_the_servers_code_beneath_a_hidden_home_is_shown() -> None:

@@ -1027,15 +1027,15 @@ def test_cache_clean_removes_the_worktrees_cache_and_no_other(root: Path, home: 
     assert 2 == bad.returncode
 
 
-def test_allow_read_of_a_path_that_is_no_default_is_refused_naming_it(
-    root: Path, home: Path
-) -> None:
+def test_allow_read_of_a_path_outside_the_home_is_refused_naming_it(root: Path, home: Path) -> None:
+    """Contract 12.2: any place beneath the home may be shown; outside it, all is."""
     env = {"HOME": str(home)}
-    refused = _cli("--root", str(root), "--allow-read", "~/.bashrc", "tools", env=env)
+    refused = _cli("--root", str(root), "--allow-read", "/etc/hostname", "tools", env=env)
     assert 2 == refused.returncode
-    assert "~/.bashrc" in refused.stderr.decode()
-    taken = _cli("--root", str(root), "--allow-read", "~/.npmrc", "tools", env=env)
-    assert 0 == taken.returncode, taken.stderr
+    assert "/etc/hostname" in refused.stderr.decode()
+    for shown in ("~/.npmrc", "~/.bashrc"):
+        taken = _cli("--root", str(root), "--allow-read", shown, "tools", env=env)
+        assert 0 == taken.returncode, taken.stderr
     inside = _cli("--root", str(root), "--deny-read", str(root), "tools", env=env)
     assert 2 == inside.returncode
     assert "worktree" in inside.stderr.decode()

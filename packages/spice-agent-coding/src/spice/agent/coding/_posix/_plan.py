@@ -498,7 +498,10 @@ def _home(
     if home is not None:
         candidates += [os.path.join(home, name) for name in (*HOME_SHOWN, *facts.allow_read)]
         candidates += [path for path in facts.trusted if _beneath(path, home) and path != home]
-    candidates += facts.shown
+    # The host's own files are visible anyway but beneath the hidden home and the private
+    # /tmp and /run (a CA file there is bound on them).
+    covered = tuple(p for p in (home, _bwrap.PRIVATE_TMP, _bwrap.HIDDEN_RUN) if p is not None)
+    candidates += [path for path in facts.shown if any(_beneath(path, p) for p in covered)]
     chosen = [
         path
         for path in candidates
