@@ -343,11 +343,6 @@ class CallProxy:
         """Connections accepted over the call's life (for tests and the log)."""
 
     @property
-    def policy(self) -> DomainPolicy:
-        """The server's policy this call's proxy applies."""
-        return self._proxy.policy
-
-    @property
     def path(self) -> str:
         """The listener's socket file on the host (``bwrap`` binds it at ``_bridge.SOCKET``)."""
         if self.directory is None:
@@ -517,7 +512,9 @@ class CallProxy:
             text = f"{request.authority} could not be resolved"
             await _send_bounded(connection, _answer(502, _REASONS[502], text))
             return
-        upstream = await (_connect(addresses) if via is None else self._through(via, request))
+        upstream = await (
+            _connect(addresses) if via is None else _through(self._proxy.resolver, via, request)
+        )
         if upstream is None:
             text = f"{request.authority} could not be reached"
             await _send_bounded(connection, _answer(502, _REASONS[502], text))
@@ -568,33 +565,6 @@ class CallProxy:
         if not policy.reachable(seen, request.host, request.port):
             raise _Refused("it resolves to a loopback, private or link-local address", private=True)
         return chosen
-
-    async def _through(self, via: Upstream, request: Request) -> socket.socket | None:
-        """A connection to ``request``'s host through the upstream proxy ``via`` (for a
-        tunnel, once it answered 200 to ``CONNECT``), else ``None``."""
-        try:
-            async with asyncio.timeout(RESOLVE_BOUND_SECONDS):
-                found = await self._proxy.resolver(via.host, via.port)
-        except (OSError, TimeoutError):
-            return None
-        sock = await _connect(found[:MAXIMUM_ADDRESSES])
-        if sock is None or not request.tunnel:
-            return sock
-        loop = asyncio.get_running_loop()
-        try:
-            async with asyncio.timeout(CONNECT_BOUND_SECONDS):
-                await loop.sock_sendall(sock, connect_head(request, via))
-                head, rest = await _read_head(sock)
-        except (OSError, EOFError, TimeoutError):
-            sock.close()
-            return None
-        except BaseException:
-            sock.close()
-            raise
-        if reply_status(head) != 200 or rest:
-            sock.close()
-            return None
-        return sock
 
     def _record(self, authority: str, refused: _Refused) -> None:
         self.refused_count += 1
@@ -686,6 +656,34 @@ def _handed(fd: int) -> socket.socket | None:
         return None
     client.setblocking(False)  # noqa: FBT003 - socket's positional flag
     return client
+
+
+async def _through(resolver: Resolver, via: Upstream, request: Request) -> socket.socket | None:
+    """A connection to ``request``'s host through the upstream proxy ``via`` (for a
+    tunnel, once it answered 200 to ``CONNECT``), else ``None``."""
+    try:
+        async with asyncio.timeout(RESOLVE_BOUND_SECONDS):
+            found = await resolver(via.host, via.port)
+    except (OSError, TimeoutError):
+        return None
+    sock = await _connect(found[:MAXIMUM_ADDRESSES])
+    if sock is None or not request.tunnel:
+        return sock
+    loop = asyncio.get_running_loop()
+    try:
+        async with asyncio.timeout(CONNECT_BOUND_SECONDS):
+            await loop.sock_sendall(sock, connect_head(request, via))
+            head, rest = await _read_head(sock)
+    except (OSError, EOFError, TimeoutError):
+        sock.close()
+        return None
+    except BaseException:
+        sock.close()
+        raise
+    if reply_status(head) != 200 or rest:
+        sock.close()
+        return None
+    return sock
 
 
 async def _read_head(connection: socket.socket, first: bytes = b"") -> tuple[bytes, bytes]:
