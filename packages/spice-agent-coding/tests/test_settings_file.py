@@ -337,3 +337,43 @@ async def test_a_change_applies_to_the_next_call_and_a_broken_file_refuses_calls
     with pytest.raises(LaunchError) as loose:
         await _run(launcher, root, target)
     assert "group or others" in str(loose.value.reason)
+
+
+@pytest.mark.skipif(landlock_abi() < 1, reason="the kernel has no Landlock")
+async def test_a_running_stdio_server_follows_its_settings_file_without_a_restart(
+    visible_path: Path,
+) -> None:
+    """The real ``serve`` over stdio, one session: a writable place added to the file is
+    writable on the next call; a broken file answers that call with the line and the key;
+    fixed, the next call runs."""
+    from mcp import Client, StdioServerParameters, stdio_client  # noqa: PLC0415 - the SDK here
+
+    root, extra, home = (visible_path / name for name in ("root", "extra", "home"))
+    for directory in (root, extra, home):
+        directory.mkdir()
+    path = _file(visible_path / "config", "")
+    params = StdioServerParameters(
+        command=str(SCRIPT),
+        args=["serve", "--root", str(root), "--sandbox", "workspace", "--settings", str(path)],
+        env={"PATH": "/usr/bin:/bin", "HOME": str(home), "LANG": "C.UTF-8"},
+        cwd=str(root),
+    )
+    target = str(extra / "written")
+    argv = {"argv": ["/bin/sh", "-c", f"echo x > {target} && echo WROTE"]}
+    with open(os.devnull, "w", encoding="utf-8") as errlog:  # noqa: ASYNC230 - /dev/null
+        async with asyncio.timeout(BOUND), Client(stdio_client(params, errlog=errlog)) as client:
+            before = (await client.call_tool("shell", argv)).structured_content
+            path.write_text(f'allow_write = ["{extra}"]\n')
+            after = (await client.call_tool("shell", argv)).structured_content
+            path.write_text(f'allow_write = ["{extra}"]\nallow_writes = []\n')
+            broken = await client.call_tool("shell", argv)
+            path.write_text(f'allow_write = ["{extra}"]\n')
+            fixed = (await client.call_tool("shell", argv)).structured_content
+    assert before is not None
+    assert 0 != before["exit_code"]
+    assert after is not None
+    assert "WROTE" in after["stdout"], after
+    said = json.dumps(broken.structured_content) + str(broken.content)
+    assert f"settings file {path}, line 2: allow_writes" in said
+    assert fixed is not None
+    assert "WROTE" in fixed["stdout"]
