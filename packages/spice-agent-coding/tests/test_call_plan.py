@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from spice.agent.coding._posix import _supervisor as supervisor
+from spice.agent.coding._posix._bwrap import HIDDEN_HOME_BYTES
 from spice.agent.coding._posix._plan import (
     CACHE_VARIABLES,
     GIT_PROTECTED,
@@ -145,6 +146,9 @@ def test_the_home_is_hidden_and_only_the_allow_list_that_exists_is_shown() -> No
     assert all(argv.index(path) > tmpfs for path in result.shown)
     assert f"{HOME}/.env" not in " ".join(argv)
     assert () == result.hidden  # nothing to mask: the tmpfs covers it
+    assert ["--size", str(HIDDEN_HOME_BYTES)] == argv[tmpfs - 2 : tmpfs]
+    unsized = result.bwrap_argv("/usr/bin/bwrap", None, None, sized=False)
+    assert "--size" != unsized[unsized.index(HOME) - 2]
 
 
 def test_a_credential_beneath_a_shown_place_is_masked_and_one_elsewhere_is_not() -> None:

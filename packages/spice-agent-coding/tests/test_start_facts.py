@@ -155,3 +155,18 @@ def test_the_no_follow_walk_refuses_a_link_and_a_file(tmp_path: Path) -> None:
     for bad in ("link", "file", "missing"):
         with pytest.raises(OSError):  # noqa: PT011 - ELOOP, ENOTDIR, ENOENT: any refusal
             open_no_follow(str(tmp_path / bad))
+
+
+def test_the_path_directories_shown_are_bounded(tmp_path: Path) -> None:
+    """``MAXIMUM_PATH_DIRECTORIES`` of them, in ``PATH``'s order; the rest are not shown."""
+    from spice.agent.coding._posix._facts import MAXIMUM_PATH_DIRECTORIES  # noqa: PLC0415
+
+    home = tmp_path / "home"
+    directories = [home / f"d{n}" for n in range(MAXIMUM_PATH_DIRECTORIES + 1)]
+    for directory in directories:
+        directory.mkdir(parents=True)
+    environ = {"HOME": str(home), "PATH": os.pathsep.join(map(str, directories))}
+    shown = start_facts(str(tmp_path), environ=environ).shown
+    assert [str(d) for d in directories[:MAXIMUM_PATH_DIRECTORIES]] == [
+        path for path in shown if path.startswith(str(home))
+    ]
