@@ -143,6 +143,18 @@ def test_the_hosts_ca_files_and_path_directories_beneath_the_home_are_shown(
     assert not {str(home), str(tmp_path / "absent.pem"), "/usr/bin"} & set(facts.shown)
 
 
+def test_a_path_directory_that_holds_a_credential_place_is_not_shown(tmp_path: Path) -> None:
+    """``~/.config`` on ``PATH`` would show ``~/.config/rclone``: only the narrow ones are."""
+    home = tmp_path / "home"
+    for name in (".config", ".local", ".local/share", ".local/bin", ".config/tool/bin"):
+        (home / name).mkdir(parents=True, exist_ok=True)
+    entries = [home / ".config", home / ".local", home / ".local/bin", home / ".config/tool/bin"]
+    environ = {"HOME": str(home), "PATH": os.pathsep.join(map(str, entries))}
+    shown = set(start_facts(str(tmp_path), environ=environ).shown)
+    assert {str(home / ".local/bin"), str(home / ".config/tool/bin")} <= shown
+    assert not {str(home / ".config"), str(home / ".local")} & shown
+
+
 def test_the_no_follow_walk_refuses_a_link_and_a_file(tmp_path: Path) -> None:
     (tmp_path / "dir").mkdir()
     (tmp_path / "link").symlink_to(tmp_path / "dir")

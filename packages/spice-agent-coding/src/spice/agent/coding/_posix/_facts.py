@@ -368,7 +368,9 @@ def kept_visible() -> tuple[str, ...]:
 def shown_paths(environ: Mapping[str, str], home: str | None) -> tuple[str, ...]:
     """What a command sees read-only even where the home is hidden (contract 12.2): the
     host's CA files (``_hostconfig``) and the ``PATH`` directories beneath the home (at
-    most ``MAXIMUM_PATH_DIRECTORIES``; never the home itself), real paths that exist."""
+    most ``MAXIMUM_PATH_DIRECTORIES``; never the home itself, nor one that holds a place
+    where a credential is kept, such as ``~/.config`` or ``~/.local``), real paths that
+    exist."""
     found = list(read_host_configuration(environ, home).certificates)
     if home is not None:
         directories = [
@@ -376,10 +378,13 @@ def shown_paths(environ: Mapping[str, str], home: str | None) -> tuple[str, ...]
             for entry in environ.get("PATH", "").split(os.pathsep)
             if os.path.isabs(entry)
         ]
+        holders = [os.path.join(home, name) for name in CREDENTIALS]
         beneath = [
             entry
             for entry in dict.fromkeys(directories)
-            if entry.startswith(home + os.sep) and os.path.isdir(entry)
+            if entry.startswith(home + os.sep)
+            and os.path.isdir(entry)
+            and not any(held.startswith(entry + os.sep) for held in holders)
         ]
         found += beneath[:MAXIMUM_PATH_DIRECTORIES]
     return tuple(dict.fromkeys(found))
