@@ -200,6 +200,13 @@ def test_tools_names_the_configured_hosts_and_where_they_came_from(root: Path, h
     assert ["mirror.corp.example:8443 (python, from PIP_INDEX_URL)"] == domains[
         "configured_by_host"
     ]
+    rules = json.loads(done.stdout)["sandbox"]["rules"]
+    assert "allow_domains python (--allow-domain)" in rules
+    assert "allow_domains pypi.org (preset python)" in rules
+    assert (
+        "allow_domains mirror.corp.example:8443 (host configuration: python, from PIP_INDEX_URL)"
+        in rules
+    )
 
 
 # -- the host's certificate authority ---------------------------------------------------------

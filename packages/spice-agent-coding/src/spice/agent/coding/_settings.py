@@ -43,7 +43,7 @@ from ._mcp._http_settings import (
     MAXIMUM_URL_LENGTH,
     HttpSettings,
 )
-from ._network import DomainPolicy, PatternError, parse_patterns, policy_of
+from ._network import PRESETS, DomainPolicy, PatternError, parse_patterns, policy_of
 from ._platform import SandboxRequest
 from ._sandbox import (
     DEFAULT_MAX_PROCESSES,
@@ -634,9 +634,15 @@ def _domains(
     configured = {name: host.authorities(name) for name in ("python", "npm")}
     came = {found.authority: f"{found.preset}, from {found.origin}" for found in host.hosts}
     try:
-        return policy_of(raw, private, configured, came)
+        policy = policy_of(raw, private, configured, came)
     except PatternError as error:
         raise SettingsError(str(error)) from None
+    for name in dict.fromkeys(
+        text.strip().lower() for text in raw if text.strip().lower() in PRESETS
+    ):
+        said += [(f"allow_domains {host}", f"preset {name}") for host in PRESETS[name]]
+    said += [(f"allow_domains {p}", f"host configuration: {w}") for p, w in policy.origins]
+    return policy
 
 
 STDIO: Final = "stdio"
