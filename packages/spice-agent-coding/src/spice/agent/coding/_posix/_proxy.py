@@ -53,6 +53,7 @@ from typing import Final, final
 
 from spice.agent.process import LaunchError
 
+from .. import _upstream
 from .._network import DomainPolicy, address_of
 from .._proxyhttp import (
     MAXIMUM_HEAD_BYTES,
@@ -63,14 +64,7 @@ from .._proxyhttp import (
     parse_head,
 )
 from .._tlshello import MAXIMUM_HELLO_BYTES, NEED_MORE, NOT_TLS, Hello, read_hello
-from .._upstream import (
-    Upstream,
-    UpstreamProxies,
-    absolute_head,
-    connect_head,
-    reply_status,
-    upstream_of,
-)
+from .._upstream import Upstream, UpstreamProxies, absolute_head, connect_head, upstream_of
 from . import _bridge as bridge
 from ._relay import CHUNK_BYTES, relay
 
@@ -538,8 +532,7 @@ class CallProxy:
             upstream.close()
 
     async def _admit(self, request: Request, *, resolve: bool = True) -> Resolved:
-        """The checked addresses to connect to; ``_Refused`` by the policy. Without
-        ``resolve`` (an upstream proxy resolves the name) only the pattern is checked."""
+        """The checked addresses (none unless ``resolve``: the upstream's); ``_Refused``."""
         policy = self._proxy.policy
         if not policy.permits(request.host, request.port):
             raise _Refused("not an allowed host and port")
@@ -680,7 +673,7 @@ async def _through(resolver: Resolver, via: Upstream, request: Request) -> socke
     except BaseException:
         sock.close()
         raise
-    if reply_status(head) != 200 or rest:
+    if _upstream.reply_status(head) != 200 or rest:
         sock.close()
         return None
     return sock
