@@ -16,6 +16,7 @@ from typing import Final
 
 import pytest
 
+from spice.agent.coding._hostconfig import HOST_VARIABLES
 from spice.agent.coding._windows._launcher import AUTO_ON_WINDOWS
 from spice.agent.tools.coding._config import DEFAULT_ENVIRONMENT_ALLOWLIST
 
@@ -24,8 +25,9 @@ WINDOWS: Final = sys.platform == "win32"
 ANY_ROOT: Final = "C:\\r" if WINDOWS else "/r"
 """An absolute root that nothing opens (settings are only parsed)."""
 
-DEFAULT_NAMES: Final = DEFAULT_ENVIRONMENT_ALLOWLIST
-"""The default allowlist: four names, and on Windows the ones a program needs to start."""
+DEFAULT_NAMES: Final = tuple(sorted({*DEFAULT_ENVIRONMENT_ALLOWLIST, *HOST_VARIABLES}))
+"""The application's default allowlist: the product's four names (and on Windows the ones
+a program needs to start) and the host's installer and CA variables (contract 12.2)."""
 
 PYTHON: Final = os.path.normpath(sys.executable) if WINDOWS else "python3"
 """A Python ``argv[0]`` the shell finds: ``python3`` in PATH, or this interpreter's path."""

@@ -10,12 +10,14 @@ import dataclasses
 import os
 import posixpath
 from collections.abc import Callable, Mapping
+from typing import Final
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from spice.agent.coding._posix import _supervisor as supervisor
+from spice.agent.coding._posix._bwrap import HIDDEN_HOME_BYTES
 from spice.agent.coding._posix._plan import (
     CACHE_VARIABLES,
     GIT_PROTECTED,
@@ -27,7 +29,7 @@ from spice.agent.coding._posix._plan import (
     StartFacts,
     plan_call,
 )
-from spice.agent.coding._sandbox import CREDENTIALS, home_directory
+from spice.agent.coding._sandbox import CREDENTIALS, HOME_SHOWN, home_directory
 
 D = Kind.DIRECTORY
 F = Kind.FILE
@@ -85,9 +87,15 @@ def variables(result: CallPlan) -> dict[str, str]:
 # -- secrets -------------------------------------------------------------------------------
 
 
+WRITABLE_HOME: Final = (Place(ROOT, 1, 2), Place(HOME, 1, 3))
+"""A home that lies in a writable place: not hidden, so the deny-list is what hides."""
+
+
 def test_each_existing_credential_is_masked_by_its_kind_and_an_absent_one_is_not() -> None:
+    """Where the home is writable (not hidden), each credential is masked by its kind."""
     present = {f"{HOME}/.ssh": D, f"{HOME}/.netrc": F, f"{HOME}/.config/gh": D}
-    result = plan({**present, f"{HOME}/.cache": D})
+    result = plan({**present, f"{HOME}/.cache": D}, places=WRITABLE_HOME)
+    assert result.home is None
     masks = {mask.path: mask for mask in result.masks if mask.hidden}
     assert set(present) == set(masks)
     assert all(
@@ -97,15 +105,115 @@ def test_each_existing_credential_is_masked_by_its_kind_and_an_absent_one_is_not
 
 
 def test_every_default_credential_is_hidden_where_it_exists() -> None:
-    entries = {f"{HOME}/{name}": D for name in CREDENTIALS}
-    result = plan(entries)
+    """In a writable home every default credential is masked (``.config/git/credentials``
+    and ``.local/share/uv/credentials`` lie beneath others' parents: all counted)."""
+    entries = {f"{HOME}/{name}": F for name in CREDENTIALS}
+    result = plan(entries, places=WRITABLE_HOME)
     assert len(CREDENTIALS) == len(result.hidden)
 
 
 def test_allow_read_takes_one_back_and_deny_read_hides_more() -> None:
+    """``--allow-read`` shows a credential again, ``--deny-read`` hides one more path."""
     entries = {f"{HOME}/.ssh": D, f"{HOME}/.npmrc": F, "/srv/secret": F}
     result = plan(entries, allow_read=(".npmrc",), deny_read=("/srv/secret",))
-    assert {f"{HOME}/.ssh", "/srv/secret"} == set(result.hidden)
+    assert {"/srv/secret"} == set(result.hidden)
+    assert f"{HOME}/.npmrc" in result.shown
+    assert f"{HOME}/.ssh" not in result.shown
+    kept = plan(entries, allow_read=(".npmrc",), deny_read=("/srv/secret",), places=WRITABLE_HOME)
+    assert {f"{HOME}/.ssh", "/srv/secret"} == set(kept.hidden)
+
+
+# -- the home through an allow-list (contract 12.2) ------------------------------------------
+
+
+def test_the_home_is_hidden_and_only_the_allow_list_that_exists_is_shown() -> None:
+    """An empty read-only tmpfs over the home; each ``HOME_SHOWN`` place that exists is
+    bound read-only on it; an unlisted one (a credential no list knows) is not."""
+    entries = {f"{HOME}/{name}": D for name in HOME_SHOWN}
+    entries |= {f"{HOME}/.claude/.credentials.json": F, f"{HOME}/.env": F, f"{HOME}/.cache": D}
+    result = plan(entries)
+    assert HOME == result.home
+    assert {f"{HOME}/{name}" for name in HOME_SHOWN} == set(result.shown)
+    argv = result.bwrap_argv("/usr/bin/bwrap", None, None)
+    tmpfs = argv.index(HOME) - 1
+    assert "--tmpfs" == argv[tmpfs]
+    assert argv.index("--remount-ro") > max(
+        i for i, word in enumerate(argv) if word.startswith(HOME + "/")
+    )
+    assert ["--remount-ro", HOME] == argv[
+        argv.index("--remount-ro") : argv.index("--remount-ro") + 2
+    ]
+    assert all(argv.index(path) > tmpfs for path in result.shown)
+    assert f"{HOME}/.env" not in " ".join(argv)
+    assert () == result.hidden  # nothing to mask: the tmpfs covers it
+    assert ["--size", str(HIDDEN_HOME_BYTES)] == argv[tmpfs - 2 : tmpfs]
+    unsized = result.bwrap_argv("/usr/bin/bwrap", None, None, sized=False)
+    assert "--size" != unsized[unsized.index(HOME) - 2]
+
+
+def test_a_credential_beneath_a_shown_place_is_masked_and_one_elsewhere_is_not() -> None:
+    """git's and uv's credential stores lie inside shown places: masked there."""
+    entries = {
+        f"{HOME}/.config/git/credentials": F,
+        f"{HOME}/.local/share/uv/credentials": D,
+        f"{HOME}/.ssh": D,
+    }
+    result = plan(entries)
+    assert {f"{HOME}/.config/git/credentials", f"{HOME}/.local/share/uv/credentials"} == set(
+        result.hidden
+    )
+
+
+def test_shown_paths_are_outermost_never_denied_nor_inside_writable_places_and_exist() -> None:
+    """Boundaries of what is shown: nested, denied, writable, absent, the home itself."""
+    entries = {
+        f"{HOME}/.local/lib": D,
+        f"{HOME}/.local/lib/python": D,
+        f"{HOME}/.pyenv": D,
+        f"{HOME}/w/root": D,
+        "/etc/ca.pem": F,
+        "/tmp/ca.pem": F,
+    }
+    result = plan(
+        entries,
+        places=(Place(f"{HOME}/w/root", 1, 2),),
+        deny_read=(f"{HOME}/.pyenv",),
+        shown=(
+            f"{HOME}/.local/lib/python",
+            "/etc/ca.pem",
+            "/tmp/ca.pem",
+            f"{HOME}/w/root/x",
+            HOME,
+            "/gone",
+        ),
+        trusted=(f"{HOME}/w/root/.venv",),
+    )
+    # /etc is visible anyway: only what the hidden home and the private /tmp cover is bound.
+    assert (f"{HOME}/.local/lib", "/tmp/ca.pem") == result.shown
+
+
+def test_the_servers_code_beneath_a_hidden_home_is_shown() -> None:
+    """The interpreter and modules the supervisor runs stay visible."""
+    entries = {f"{HOME}/src/spice/.venv": D}
+    result = plan(entries, trusted=(f"{HOME}/src/spice/.venv", "/usr/bin/bwrap"))
+    assert (f"{HOME}/src/spice/.venv",) == result.shown
+
+
+def test_a_home_in_a_writable_place_or_unknown_is_not_hidden() -> None:
+    """Boundary: the home that is (or lies in) a writable place, or none at all."""
+    assert plan({}, places=WRITABLE_HOME).home is None
+    assert plan({}, home=None).home is None
+    assert plan({}, places=(Place("/home", 1, 2),)).home is None
+    assert HOME == plan({}, places=(Place(f"{HOME}/w", 1, 2),)).home
+
+
+def test_without_namespaces_the_home_is_not_hidden_and_tools_says_so() -> None:
+    """The fallback path reads everything: the plan says so and hides nothing."""
+    result = plan({f"{HOME}/.env": F}, namespaces=False)
+    assert result.home is None
+    said = result.rules()["not_held_without_namespaces"]
+    assert isinstance(said, list)
+    assert "reads are not confined (credentials are readable)" in said
 
 
 def test_a_path_inside_the_worktree_or_holding_a_writable_place_is_never_hidden() -> None:
@@ -274,17 +382,24 @@ def test_bwraps_argv_binds_writable_then_caches_then_pinned_then_read_only_then_
         f"{HOME}/.ssh": D,
         f"{HOME}/.netrc": F,
         f"{ROOT}/.git/config": F,
+        "/srv/keys": D,
+        "/srv/token": F,
     }
-    result = plan(entries)
+    result = plan(
+        entries,
+        places=(Place(ROOT, 1, 2), Place(f"{HOME}/.cache", 1, 3)),
+        deny_read=("/srv/keys", "/srv/token"),
+    )
     argv = result.bwrap_argv("/usr/bin/bwrap", 7, 8)
     binds = _binds(argv)[1:]  # after --ro-bind / /
     assert ("--bind", ROOT, ROOT) == binds[0]
-    assert ("--bind", CACHE, f"{HOME}/.cache") == binds[1]
-    assert ("--bind", f"{ROOT}/.git", f"{ROOT}/.git") == binds[2]  # pinned
-    assert ("--ro-bind", f"{ROOT}/.git/config", f"{ROOT}/.git/config") == binds[3]
-    masks = binds[4:]
-    assert ("--ro-bind", EMPTY_DIR, f"{HOME}/.ssh") in masks
-    assert ("--ro-bind", EMPTY_FILE, f"{HOME}/.netrc") in masks
+    assert ("--bind", f"{HOME}/.cache", f"{HOME}/.cache") == binds[1]
+    assert ("--bind", CACHE, f"{HOME}/.cache") == binds[2]
+    assert ("--bind", f"{ROOT}/.git", f"{ROOT}/.git") == binds[3]  # pinned
+    assert ("--ro-bind", f"{ROOT}/.git/config", f"{ROOT}/.git/config") == binds[4]
+    masks = binds[5:]
+    assert ("--ro-bind", EMPTY_DIR, "/srv/keys") in masks
+    assert ("--ro-bind", EMPTY_FILE, "/srv/token") in masks
     assert ("--ro-bind", EMPTY_FILE, f"{ROOT}/.gitmodules") in masks
     assert "--unshare-net" in argv
     assert argv[-1] == "--"
@@ -294,7 +409,9 @@ def test_a_plan_without_namespaces_has_no_bwrap_argv_and_masks_need_templates() 
     with pytest.raises(ValueError, match="no bwrap argv"):
         plan({}, namespaces=False).bwrap_argv("/b", None, None)
     with pytest.raises(ValueError, match="template"):
-        plan({f"{HOME}/.ssh": D}, empty_directory=None).bwrap_argv("/b", None, None)
+        plan({f"{HOME}/.ssh": D}, empty_directory=None, places=WRITABLE_HOME).bwrap_argv(
+            "/b", None, None
+        )
 
 
 def test_the_supervisors_spec_is_rendered_from_the_same_plan() -> None:

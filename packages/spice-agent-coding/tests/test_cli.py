@@ -20,7 +20,7 @@ from spice.agent.coding import _cli
 from spice.agent.coding._cli import main, tools_json
 from spice.agent.coding._posix import _orphans as orphans
 from spice.agent.coding._posix._plan import GIT_PROTECTED
-from spice.agent.coding._sandbox import CREDENTIALS, DEFAULT_MODE, NO_LANDLOCK, SERVER_WARNING
+from spice.agent.coding._sandbox import DEFAULT_MODE, HOME_SHOWN, NO_LANDLOCK, SERVER_WARNING
 from spice.agent.coding._sandbox import HELP as SANDBOX_HELP
 from spice.agent.dispatch import Dispatcher
 from spice.agent.tool import MAXIMUM_PAYLOAD_BYTES
@@ -237,8 +237,8 @@ def test_the_sandbox_help_says_what_the_code_does() -> None:
     assert ("auto", "auto, the default") == (DEFAULT_MODE, flat.split(": ", 1)[1][:17])
     assert "workspace refuses to start without Landlock" in flat
     assert NO_LANDLOCK.startswith("the kernel has no Landlock")
-    assert {".ssh", ".aws", ".netrc"} <= set(CREDENTIALS)
-    assert "(~/.ssh, ~/.aws, ~/.netrc and the like; --deny-read, --allow-read)" in flat
+    assert {".gitconfig", ".local/bin", ".cargo/bin"} <= set(HOME_SHOWN)
+    assert "(~/.gitconfig, ~/.local/bin, ~/.cargo/bin and the like; --allow-read" in flat
     protected = {name for name, _ in GIT_PROTECTED}
     assert {".git/hooks", ".git/config", ".git/info", ".gitmodules"} == protected
     assert "cannot write .git/hooks, .git/config, .git/info or .gitmodules" in flat

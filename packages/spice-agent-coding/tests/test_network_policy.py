@@ -19,10 +19,12 @@ from spice.agent.coding._network import (
     PatternError,
     address_of,
     global_address,
+    nearest_preset,
     normal_host,
     parse_pattern,
     parse_patterns,
     pattern_allowing,
+    policy_of,
 )
 from spice.agent.coding._settings import (
     ALLOW_DOMAINS_VARIABLE,
@@ -285,3 +287,78 @@ def test_ipv6_carrying_a_global_ipv4_address_is_global() -> None:
     teredo_of_loopback = ipaddress.IPv6Address("2001:0:4136:e378:8000:63bf:80ff:fffe")
     assert teredo_of_loopback.teredo is not None
     assert not global_address(teredo_of_loopback)  # Teredo's client 127.0.0.1
+
+
+# -- presets know the host (contract 12.2) --------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("typo", "nearest"),
+    [
+        ("pythn", "python"),
+        ("pyhton", "python"),
+        ("nmp", "npm"),
+        ("crate", "crates"),
+        ("gitub", "github"),
+    ],
+)
+def test_a_one_word_pattern_that_is_no_preset_is_refused_naming_the_nearest(
+    typo: str, nearest: str
+) -> None:
+    """Round 4 accepted ``--allow-domain pythn`` silently (it allowed nothing)."""
+    with pytest.raises(PatternError, match=f"did you mean {nearest!r}"):
+        parse_pattern(typo)
+    assert nearest == nearest_preset(typo)
+
+
+def test_a_single_label_with_a_port_is_a_host_and_without_one_is_refused() -> None:
+    """Boundary: ``db:5432`` (a compose service) is a host; ``localhost`` alone is not."""
+    assert policy("db:5432").permits("db", 5432)
+    with pytest.raises(PatternError, match="not a preset"):
+        parse_pattern("localhost")
+    assert parse_pattern("Python") == parse_pattern("python")  # a preset in any case
+
+
+@given(st.text(string.ascii_lowercase, min_size=1, max_size=20))
+def test_every_single_word_is_a_preset_or_refused_naming_a_preset(word: str) -> None:
+    if word in PRESETS:
+        assert parse_pattern(word)
+        return
+    with pytest.raises(PatternError, match="did you mean '(" + "|".join(PRESETS) + ")'"):
+        parse_pattern(word)
+
+
+def test_a_configured_host_joins_its_chosen_preset_whatever_its_address() -> None:
+    """The host's index (a mirror on a private address) is admitted with ``python``."""
+    configured = {"python": ["127.0.0.2:39647", "mirror.corp.example"], "npm": ["npm.corp.example"]}
+    chosen = policy_of(["python"], configured=configured)
+    loopback = ipaddress.ip_address("127.0.0.2")
+    assert chosen.permits("127.0.0.2", 39647)
+    assert chosen.reachable([loopback], "127.0.0.2", 39647)
+    assert chosen.permits("mirror.corp.example", 443)
+    assert chosen.reachable([ipaddress.ip_address("10.0.0.7")], "mirror.corp.example", 443)
+    # Not chosen: npm's configured registry is not admitted, nor any other private name.
+    assert not chosen.permits("npm.corp.example", 443)
+    assert not chosen.reachable([ipaddress.ip_address("10.0.0.7")], "pypi.org", 443)
+    assert not chosen.reachable([loopback], "127.0.0.2", 39648)
+    assert not chosen.reachable([loopback])
+    # Without the preset nothing configured is admitted.
+    assert not policy_of(["pypi.org"], configured=configured).permits("127.0.0.2", 39647)
+    assert () == policy_of(["npm"], configured={"python": ["a.example"]}).configured
+
+
+def test_preset_of_names_the_preset_of_a_host_chosen_or_not() -> None:
+    chosen = policy_of(["npm"], configured={"python": ["127.0.0.2:39647"]})
+    assert "python" == chosen.preset_of("127.0.0.2:39647")
+    assert "python" == chosen.preset_of("pypi.org:443")
+    assert "github" == chosen.preset_of("codeload.github.com:443")
+    assert chosen.preset_of("pypi.org:22") is None
+    assert chosen.preset_of("example.org:443") is None
+    assert chosen.preset_of("pypi.org") is None  # no port: nothing to judge
+    assert chosen.preset_of("bad host") is None
+
+
+def test_a_configured_host_that_is_no_host_is_ignored() -> None:
+    chosen = policy_of(["python"], configured={"python": ["not a host", "x:0"], "bogus": ["a.b"]})
+    assert chosen.configured == ()
+    assert chosen.preset_of("a.b:443") is None

@@ -558,7 +558,7 @@ async def test_connections_accepted_but_never_started_are_closed_when_the_call_e
 
     monkeypatch.setattr(CallProxy, "_accepted", recording)
     before = descriptors()
-    call = await call_policy("localhost").open_call()
+    call = await call_policy("localhost:80").open_call()
     clients = _waiting_clients(call, 5)
     assert call._listener is not None
     call._accept(call._listener)  # what the loop runs when the listener is readable
@@ -579,7 +579,7 @@ async def test_accepting_takes_at_most_a_batch_per_readiness_event(
     monkeypatch.setattr(proxy_module, "ACCEPT_BATCH", 3)
     accepted: list[socket.socket] = []
     monkeypatch.setattr(CallProxy, "_accepted", lambda _self, c: accepted.append(c))
-    call = await call_policy("localhost").open_call()
+    call = await call_policy("localhost:80").open_call()
     clients = _waiting_clients(call, 4)
     try:
         assert call._listener is not None

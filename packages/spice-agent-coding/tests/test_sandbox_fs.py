@@ -175,14 +175,116 @@ async def test_planted_credentials_are_not_read_with_namespaces(
     assert outcome.successful, text
     if policy.namespaces.made:
         assert 0 == _read_count(text)
-        hidden = chosen.report()["plan"]["hidden"]  # type: ignore[index]
-        assert len(CREDENTIALS) == len(hidden)
+        home_rule = chosen.report()["plan"]["home"]  # type: ignore[index]
+        assert str(home) == home_rule["hidden"]
     else:
         # Without namespaces reads are not confined, and the report says so.
         assert len(planted) == _read_count(text)
         assert "reads (credentials included)" in chosen.sandbox.not_confined
     for path in planted:  # unchanged on the host
         assert SECRET == path.read_text()
+
+
+UNKNOWN_CREDENTIALS: Final = (
+    ".claude/.credentials.json",
+    ".env",
+    ".bash_history",
+    ".config/rclone/rclone.conf",
+    ".config/sops/age/keys.txt",
+    ".config/op/config",
+    ".m2/settings-security.xml",
+    ".gem/credentials",
+    ".config/git/credentials",
+    ".local/share/uv/credentials/credentials.toml",
+)
+"""Ten credentials whose names the round-4 deny-list did not know (and two that lie in
+places the allow-list shows: git's and uv's credential stores)."""
+
+SHOWN_FILES: Final = (".gitconfig", ".local/bin/tool", ".config/git/ignore")
+
+
+async def test_ten_credentials_no_list_names_are_not_read_and_the_allow_list_is(
+    policy: Containment, root: Path, home: Path
+) -> None:
+    """Contract 12.2: the home through an allow-list; the toolchain places stay readable."""
+    planted = []
+    for name in (*UNKNOWN_CREDENTIALS, *SHOWN_FILES):
+        path = home / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(SECRET)
+        planted.append(path)
+    chosen = launcher(policy, root, home)
+    unknown = [str(path) for path in planted[: len(UNKNOWN_CREDENTIALS)]]
+    shown = [str(path) for path in planted[len(UNKNOWN_CREDENTIALS) :]]
+    outcome, text, _ = await run(chosen, root, home, (PYTHON, "-I", "-c", READ_EACH, *unknown))
+    assert outcome.successful, text
+    expected = 0 if policy.namespaces.made else len(unknown)
+    assert expected == _read_count(text)
+    outcome, text, _ = await run(chosen, root, home, (PYTHON, "-I", "-c", READ_EACH, *shown))
+    assert outcome.successful, text
+    assert len(shown) == _read_count(text)
+    for path in planted:  # unchanged on the host
+        assert SECRET == path.read_text()
+
+
+async def test_a_hidden_home_cannot_be_written_and_a_shown_place_is_read_only(
+    policy: Containment, root: Path, home: Path
+) -> None:
+    """The tmpfs over the home is read-only once its mount points are made."""
+    if not policy.namespaces.made:
+        pytest.skip("hiding needs namespaces")
+    (home / ".local" / "bin").mkdir(parents=True)
+    code = (
+        "import sys\n"
+        "for path in sys.argv[1:]:\n"
+        "    try:\n"
+        "        open(path, 'w').close()\n"
+        "        print('WROTE', path)\n"
+        "    except OSError as error:\n"
+        "        print('REFUSED', error.errno)\n"
+    )
+    targets = (str(home / ".bashrc"), str(home / ".local" / "bin" / "planted"))
+    outcome, text, _ = await run(
+        launcher(policy, root, home), root, home, (PYTHON, "-I", "-c", code, *targets)
+    )
+    assert outcome.successful, text
+    assert "WROTE" not in text, text
+    assert 2 == text.count("REFUSED")
+    assert not (home / ".bashrc").exists()
+    assert [] == os.listdir(home / ".local" / "bin")
+
+
+async def test_git_commits_with_the_identity_of_the_users_gitconfig(
+    policy: Containment, repository: Path, home: Path
+) -> None:
+    """``~/.gitconfig`` is shown: a contained commit takes its identity from there."""
+    (home / ".gitconfig").write_text(
+        "[user]\n\tname = Shown User\n\temail = shown@example.invalid\n"
+    )
+    (repository / "b.txt").write_text("two\n")
+    out, err = Collect(), Collect()
+    env = ("PATH=/usr/bin:/bin", f"HOME={home}", "GIT_CONFIG_NOSYSTEM=1")
+    assert GIT is not None
+    chosen = launcher(policy, repository, home)
+    for argv in (("add", "b.txt"), ("commit", "-q", "-m", "second")):
+        spec = Spec(GIT, argv, str(repository), env, b"", out, err)
+        process = await chosen.start(spec)
+        try:
+            async with asyncio.timeout(BOUND):
+                await process.wait_exit()
+        finally:
+            async with asyncio.timeout(BOUND):
+                await process.wait()
+        assert process.result().successful, err.data.decode()
+    shown = subprocess.run(  # noqa: ASYNC221 - after the call, a short git log
+        [GIT, "log", "-1", "--format=%an <%ae>"],
+        cwd=repository,
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=BOUND,
+    )
+    assert "Shown User <shown@example.invalid>" == shown.stdout.strip()
 
 
 async def test_allow_read_takes_one_back_and_deny_read_hides_more(
@@ -192,14 +294,24 @@ async def test_allow_read_takes_one_back_and_deny_read_hides_more(
         pytest.skip("hiding needs namespaces")
     (home / ".npmrc").write_text(SECRET)
     (home / ".netrc").write_text(SECRET)
+    (home / "notes").mkdir()
+    (home / "notes" / "todo").write_text(SECRET)
+    (home / ".local" / "bin").mkdir(parents=True)
+    (home / ".local" / "bin" / "secret-tool").write_text(SECRET)
     extra = base / "extra"
     extra.write_text(SECRET)
     (root / "inside").write_text(SECRET)
     chosen = launcher(
-        policy, root, home, allow_read=(".npmrc",), deny_read=(str(extra), str(root / "inside"))
+        policy,
+        root,
+        home,
+        allow_read=(".npmrc", "notes"),
+        deny_read=(str(extra), str(root / "inside"), str(home / ".local" / "bin" / "secret-tool")),
     )
     for path, expected in (
         (home / ".npmrc", 1),
+        (home / "notes" / "todo", 1),
+        (home / ".local" / "bin" / "secret-tool", 0),
         (home / ".netrc", 0),
         (extra, 0),
         (root / "inside", 1),  # never hidden inside the worktree
@@ -214,8 +326,9 @@ async def test_a_hidden_directory_reads_as_empty_and_cannot_be_written(
 ) -> None:
     if not policy.namespaces.made:
         pytest.skip("hiding needs namespaces")
-    (home / ".ssh").mkdir()
-    (home / ".ssh" / "id_ed25519").write_text(SECRET)
+    keys = home / ".local" / "share" / "uv" / "credentials"  # in a shown place: masked
+    keys.mkdir(parents=True)
+    (keys / "credentials.toml").write_text(SECRET)
     code = (
         "import os, sys\n"
         "print('LIST', os.listdir(sys.argv[1]))\n"
@@ -226,12 +339,12 @@ async def test_a_hidden_directory_reads_as_empty_and_cannot_be_written(
         "    print('REFUSED', error.errno)\n"
     )
     outcome, text, _ = await run(
-        launcher(policy, root, home), root, home, (PYTHON, "-I", "-c", code, str(home / ".ssh"))
+        launcher(policy, root, home), root, home, (PYTHON, "-I", "-c", code, str(keys))
     )
     assert outcome.successful, text
     assert "LIST []" in text
     assert "REFUSED" in text
-    assert ["id_ed25519"] == os.listdir(home / ".ssh")
+    assert ["credentials.toml"] == os.listdir(keys)
 
 
 # -- nothing persists outside --------------------------------------------------------------
@@ -914,15 +1027,15 @@ def test_cache_clean_removes_the_worktrees_cache_and_no_other(root: Path, home: 
     assert 2 == bad.returncode
 
 
-def test_allow_read_of_a_path_that_is_no_default_is_refused_naming_it(
-    root: Path, home: Path
-) -> None:
+def test_allow_read_of_a_path_outside_the_home_is_refused_naming_it(root: Path, home: Path) -> None:
+    """Contract 12.2: any place beneath the home may be shown; outside it, all is."""
     env = {"HOME": str(home)}
-    refused = _cli("--root", str(root), "--allow-read", "~/.bashrc", "tools", env=env)
+    refused = _cli("--root", str(root), "--allow-read", "/etc/hostname", "tools", env=env)
     assert 2 == refused.returncode
-    assert "~/.bashrc" in refused.stderr.decode()
-    taken = _cli("--root", str(root), "--allow-read", "~/.npmrc", "tools", env=env)
-    assert 0 == taken.returncode, taken.stderr
+    assert "/etc/hostname" in refused.stderr.decode()
+    for shown in ("~/.npmrc", "~/.bashrc"):
+        taken = _cli("--root", str(root), "--allow-read", shown, "tools", env=env)
+        assert 0 == taken.returncode, taken.stderr
     inside = _cli("--root", str(root), "--deny-read", str(root), "tools", env=env)
     assert 2 == inside.returncode
     assert "worktree" in inside.stderr.decode()

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from spice.agent.coding._network import policy_of
 from spice.agent.coding._posix._bwrap import Namespaces
 from spice.agent.coding._posix._containment import (
     OTHER_TERMINALS,
@@ -50,6 +51,7 @@ def hint_of(output: bytes, **options: object) -> str | None:
         network_denied=bool(options.get("network_denied", True)),
         refused_hosts=options.get("refused_hosts", ()),  # type: ignore[arg-type]
         private_hosts=options.get("private_hosts", ()),  # type: ignore[arg-type]
+        preset_of=options.get("preset_of"),  # type: ignore[arg-type]
     )
 
 
@@ -102,6 +104,28 @@ def test_the_network_hints_name_allow_domain() -> None:
     assert "--allow-domain pypi.org" in str(
         hint_of(b"", refused_hosts=("pypi.org:443",), private_hosts={"mirror.lan:443"})
     )
+
+
+def test_a_refused_host_of_a_preset_is_hinted_as_the_preset() -> None:
+    """Contract 12.2: one flag admits the index and its files host (round 4: two restarts);
+    a configured mirror is named as its preset too, a host of no preset as itself."""
+    chosen = policy_of([], configured={"python": ["mirror.corp.example:8443"]})
+    files = str(
+        hint_of(b"", refused_hosts=("files.pythonhosted.org:443",), preset_of=chosen.preset_of)
+    )
+    assert "--allow-domain python." in files
+    mirror = str(
+        hint_of(b"", refused_hosts=("mirror.corp.example:8443",), preset_of=chosen.preset_of)
+    )
+    assert "--allow-domain python." in mirror
+    other = str(
+        hint_of(b"", refused_hosts=("mirror.corp.example:443",), preset_of=chosen.preset_of)
+    )
+    assert "--allow-domain mirror.corp.example." in other
+    registry = str(
+        hint_of(b"", refused_hosts=("registry.npmjs.org:443",), preset_of=chosen.preset_of)
+    )
+    assert "--allow-domain npm." in registry
 
 
 def test_a_long_path_falls_back_to_a_sentence_within_the_bound() -> None:

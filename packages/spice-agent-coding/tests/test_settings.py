@@ -59,6 +59,11 @@ COMMANDS = ("tools", "serve", "call")
 names = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,20}", fullmatch=True)
 
 
+def default_config(root: Path) -> Config:
+    """The application's ``Config`` of ``root`` with no setting given."""
+    return Config(root, environment_allowlist=DEFAULT_NAMES)
+
+
 def parsed(argv: list[str], environ: Mapping[str, str] | None = None) -> Settings:
     """The settings the real parser and resolver make of ``argv`` over ``environ``."""
     return resolve_settings(flags_of(_cli._parser().parse_args(argv)), environ or {})
@@ -116,7 +121,7 @@ def script(
 def test_without_flags_or_variables_the_defaults_hold(worktree: Path) -> None:
     """No flag and no variable: Config's defaults, sandbox auto, no network."""
     actual = parsed(["--root", str(worktree), "serve"])
-    assert Settings(Config(worktree), DEFAULT_SANDBOX, allow_network=False) == actual
+    assert Settings(default_config(worktree), DEFAULT_SANDBOX, allow_network=False) == actual
     assert "auto" == DEFAULT_SANDBOX
     assert ("auto", "workspace", "off") == SANDBOX_MODES
 
@@ -125,7 +130,7 @@ def test_empty_variables_count_as_unset(worktree: Path) -> None:
     """A variable set to the empty string (or blanks) is the same as no variable."""
     environ = dict.fromkeys(SETTING_VARIABLES, "")
     environ[ALLOW_ENV_VARIABLE] = "  "
-    assert Settings(Config(worktree)) == parsed(["--root", str(worktree), "tools"], environ)
+    assert Settings(default_config(worktree)) == parsed(["--root", str(worktree), "tools"], environ)
 
 
 # --- option order -----------------------------------------------------------------------------

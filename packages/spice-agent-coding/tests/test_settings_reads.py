@@ -14,8 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from spice.agent.coding import _cli
-from spice.agent.coding._sandbox import CREDENTIALS
 from spice.agent.coding._settings import (
+    MAXIMUM_ALLOW_READ,
     MAXIMUM_DENY_READ,
     MAXIMUM_PATH_LENGTH,
     Settings,
@@ -97,22 +97,33 @@ def test_deny_read_holds_its_count_bound_on_both_sides(places: tuple[Path, Path,
         deny(root, home, *paths)
 
 
-def test_allow_read_takes_a_default_by_any_of_its_spellings_once(
+def test_allow_read_takes_a_place_beneath_the_home_by_any_of_its_spellings_once(
     places: tuple[Path, Path, Path],
 ) -> None:
     root, home, _ = places
     spellings = ("~/.ssh", ".ssh", str(home / ".ssh"), " ~/.ssh ", str(home / ".aws"))
     assert (".ssh", ".aws") == allow(root, home, *spellings)
     assert (".config/gcloud",) == allow(root, home, "~/.config/gcloud/")
+    # Contract 12.2: any place beneath the home, a default credential or not.
+    assert (".bashrc", "notes/todo") == allow(root, home, "~/.bashrc", str(home / "notes/todo"))
+
+
+def test_allow_read_holds_its_count_bound_on_both_sides(places: tuple[Path, Path, Path]) -> None:
+    root, home, _ = places
+    names = [f"~/n{number}" for number in range(MAXIMUM_ALLOW_READ + 1)]
+    assert MAXIMUM_ALLOW_READ == len(allow(root, home, *names[:MAXIMUM_ALLOW_READ]))
+    with pytest.raises(SettingsError, match=f"at most {MAXIMUM_ALLOW_READ}"):
+        allow(root, home, *names)
 
 
 @pytest.mark.parametrize(
-    "value", ["~/.bashrc", "/etc/passwd", "~", "", "../.ssh", "~/.ssh/id_ed25519"]
+    "value", ["/etc/passwd", "~", "", "../.ssh", "~/../x", "/", "HOMEx/sibling"]
 )
-def test_allow_read_refuses_what_is_no_default_denial_naming_it(
+def test_allow_read_refuses_what_is_not_beneath_the_home_naming_it(
     places: tuple[Path, Path, Path], value: str
 ) -> None:
     root, home, _ = places
+    value = value.replace("HOMEx", str(home) + "x")  # a sibling that shares its prefix
     with pytest.raises(SettingsError) as refused:
         allow(root, home, value)
     assert str(refused.value).startswith(f"--allow-read {value!r}")
@@ -135,7 +146,7 @@ def test_allow_read_names_a_long_or_odd_value_cut_and_escaped(
     max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(st.text(max_size=64))
-def test_any_allow_read_text_is_a_credential_or_the_flags_refusal(
+def test_any_allow_read_text_is_a_place_beneath_the_home_or_the_flags_refusal(
     places: tuple[Path, Path, Path], value: str
 ) -> None:
     root, home, _ = places
@@ -147,4 +158,5 @@ def test_any_allow_read_text_is_a_credential_or_the_flags_refusal(
         assert str(refused).startswith("--allow-read")  # noqa: PT017 - either outcome is fine
     else:
         assert len(taken) == 1
-        assert taken[0] in CREDENTIALS
+        assert not os.path.isabs(taken[0])
+        assert os.path.normpath(os.path.join(str(home), taken[0])).startswith(str(home) + "/")

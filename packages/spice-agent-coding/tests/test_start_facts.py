@@ -106,9 +106,53 @@ def test_no_home_and_no_cache_base_refuses_a_cache(tmp_path: Path) -> None:
         start_facts(str(tmp_path), bwrap="/usr/bin/bwrap", environ={"HOME": "/"})
 
 
-def test_an_unknown_credential_taken_back_is_refused(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="credential"):
-        start_facts(str(tmp_path), allow_read=[".bashrc"], environ={"HOME": str(tmp_path)})
+@pytest.mark.parametrize("name", ["/abs", "../up", "a/../b", "", ".", "a//b"])
+def test_an_allow_read_name_that_leaves_the_home_or_is_not_normal_is_refused(
+    tmp_path: Path, name: str
+) -> None:
+    """``allow_read`` holds normal paths relative to the home, nothing else."""
+    with pytest.raises(ValueError, match="relative to the home"):
+        start_facts(str(tmp_path), allow_read=[name], environ={"HOME": str(tmp_path)})
+
+
+def test_an_allow_read_name_beneath_the_home_is_kept(tmp_path: Path) -> None:
+    """Any place beneath the home, a default credential or not."""
+    facts = start_facts(
+        str(tmp_path), allow_read=[".bashrc", "notes/a"], environ={"HOME": str(tmp_path)}
+    )
+    assert (".bashrc", "notes/a") == facts.allow_read
+
+
+def test_the_hosts_ca_files_and_path_directories_beneath_the_home_are_shown(
+    tmp_path: Path,
+) -> None:
+    """``SSL_CERT_FILE`` (anywhere) and ``PATH`` entries beneath the home; never the home,
+    an absent one or a relative one."""
+    home = tmp_path / "home"
+    (home / "tools" / "bin").mkdir(parents=True)
+    ca = tmp_path / "ca.pem"
+    ca.write_text("x")
+    environ = {
+        "HOME": str(home),
+        "SSL_CERT_FILE": str(ca),
+        "NODE_EXTRA_CA_CERTS": str(tmp_path / "absent.pem"),
+        "PATH": os.pathsep.join([str(home / "tools" / "bin"), str(home), "rel", "/usr/bin"]),
+    }
+    facts = start_facts(str(tmp_path), environ=environ)
+    assert {str(ca), str(home / "tools" / "bin")} <= set(facts.shown)
+    assert not {str(home), str(tmp_path / "absent.pem"), "/usr/bin"} & set(facts.shown)
+
+
+def test_a_path_directory_that_holds_a_credential_place_is_not_shown(tmp_path: Path) -> None:
+    """``~/.config`` on ``PATH`` would show ``~/.config/rclone``: only the narrow ones are."""
+    home = tmp_path / "home"
+    for name in (".config", ".local", ".local/share", ".local/bin", ".config/tool/bin"):
+        (home / name).mkdir(parents=True, exist_ok=True)
+    entries = [home / ".config", home / ".local", home / ".local/bin", home / ".config/tool/bin"]
+    environ = {"HOME": str(home), "PATH": os.pathsep.join(map(str, entries))}
+    shown = set(start_facts(str(tmp_path), environ=environ).shown)
+    assert {str(home / ".local/bin"), str(home / ".config/tool/bin")} <= shown
+    assert not {str(home / ".config"), str(home / ".local")} & shown
 
 
 def test_the_no_follow_walk_refuses_a_link_and_a_file(tmp_path: Path) -> None:
@@ -123,3 +167,18 @@ def test_the_no_follow_walk_refuses_a_link_and_a_file(tmp_path: Path) -> None:
     for bad in ("link", "file", "missing"):
         with pytest.raises(OSError):  # noqa: PT011 - ELOOP, ENOTDIR, ENOENT: any refusal
             open_no_follow(str(tmp_path / bad))
+
+
+def test_the_path_directories_shown_are_bounded(tmp_path: Path) -> None:
+    """``MAXIMUM_PATH_DIRECTORIES`` of them, in ``PATH``'s order; the rest are not shown."""
+    from spice.agent.coding._posix._facts import MAXIMUM_PATH_DIRECTORIES  # noqa: PLC0415
+
+    home = tmp_path / "home"
+    directories = [home / f"d{n}" for n in range(MAXIMUM_PATH_DIRECTORIES + 1)]
+    for directory in directories:
+        directory.mkdir(parents=True)
+    environ = {"HOME": str(home), "PATH": os.pathsep.join(map(str, directories))}
+    shown = start_facts(str(tmp_path), environ=environ).shown
+    assert [str(d) for d in directories[:MAXIMUM_PATH_DIRECTORIES]] == [
+        path for path in shown if path.startswith(str(home))
+    ]

@@ -38,6 +38,7 @@ from ._platform import (
     platform_launcher,
     release_caches,
 )
+from ._reload import watching
 from ._sandbox import HELP as SANDBOX_HELP
 from ._sandbox import SERVER_WARNING, ContainmentUnavailable, slash_root_problem
 from ._settings import (
@@ -475,8 +476,9 @@ def _root_problem(root: str) -> str | None:
 def run(argv: Sequence[str] | None = None) -> int:
     """Parse ``argv`` and run one command; returns the exit code."""
     options = _parser().parse_args(argv)
+    flags = flags_of(options)
     try:
-        settings = resolve_settings(flags_of(options))
+        settings = resolve_settings(flags)
     except SettingsError as error:
         _err(str(error))
         return EXIT_ERROR
@@ -501,7 +503,9 @@ def run(argv: Sequence[str] | None = None) -> int:
     if options.command == "cache":
         return _clean_cache(settings.config.root)
     try:
-        launcher = platform_launcher(settings.sandbox_request())
+        launcher = watching(
+            flags, os.environ, settings, platform_launcher(settings.sandbox_request())
+        )
     except ContainmentUnavailable as error:
         _err(str(error))
         return EXIT_ERROR

@@ -19,10 +19,19 @@ A pattern is one of:
 
 Anything else (a URL, a path, a bare ``*``, a port out of range, a label that is not
 letters, digits and inner hyphens) is refused with ``PatternError`` naming the pattern.
+A single word that is no preset (``pythn``, ``localhost``) is refused too, naming the
+nearest preset (a typo would otherwise allow nothing, silently); a single-label host
+is allowed with its port (``db:5432``).
+
+Contract 12.2: the presets ``python`` and ``npm`` also admit the index and registry
+hosts the server's host configures (``_hostconfig``), whatever their address
+(``DomainPolicy.configured``), and a refused host that belongs to a preset is named
+as the preset (``DomainPolicy.preset_of``).
 """
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
 import re
 from collections.abc import Iterable, Mapping
@@ -44,6 +53,7 @@ __all__ = [
     "parse_pattern",
     "parse_patterns",
     "pattern_allowing",
+    "policy_of",
 ]
 
 DEFAULT_PORTS: Final = frozenset({80, 443})
@@ -88,16 +98,31 @@ class PatternError(ValueError):
     """A pattern that is not a preset, host name, wildcard, address or ``host:port``.
 
     The message names the pattern (it is the server's own configuration, not a
-    command's output), shortened to ``MAXIMUM_PATTERN_LENGTH`` characters.
+    command's output), shortened to ``MAXIMUM_PATTERN_LENGTH`` characters; for a single
+    word it names the nearest preset.
     """
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, *, word: bool = False) -> None:
         shown = text[:MAXIMUM_PATTERN_LENGTH].encode("ascii", "backslashreplace").decode()
-        super().__init__(
-            f"--allow-domain {shown!r} is not a host name, a wildcard (*.example.com), "
-            "an address, a host:port or a preset (" + ", ".join(PRESETS) + ")"
-        )
+        if word:
+            message = (
+                f"--allow-domain {shown!r} is not a preset: did you mean "
+                f"{nearest_preset(shown)!r}? (the presets are " + ", ".join(PRESETS) + "; "
+                "a host name has a dot, or a :PORT after a single label)"
+            )
+        else:
+            message = (
+                f"--allow-domain {shown!r} is not a host name, a wildcard (*.example.com), "
+                "an address, a host:port or a preset (" + ", ".join(PRESETS) + ")"
+            )
+        super().__init__(message)
         self.pattern = shown
+
+
+def nearest_preset(word: str) -> str:
+    """The preset whose name is nearest to ``word`` (by ``difflib``'s ratio; ties: order)."""
+    lowered = word.lower()
+    return max(PRESETS, key=lambda name: difflib.SequenceMatcher(None, lowered, name).ratio())
 
 
 def normal_host(text: str) -> str | None:
@@ -240,6 +265,8 @@ def parse_pattern(text: str) -> tuple[Pattern, ...]:
     host = normal_host(host_text[2:] if wildcard else host_text)
     if host is None or (wildcard and "." not in host):
         raise PatternError(text)  # "*.com" would be a whole top-level domain
+    if not wildcard and port is None and "." not in host:
+        raise PatternError(text, word=True)  # "pythn": a typo of a preset, not a host
     return (Pattern(host, wildcard=wildcard, port=port),)
 
 
@@ -268,6 +295,14 @@ class DomainPolicy:
 
     patterns: tuple[Pattern, ...] = ()
     allow_private: bool = False
+    configured: tuple[Pattern, ...] = ()
+    """Hosts the host's configuration names for a chosen preset (also in ``patterns``):
+    reachable whatever their address, since the user configured them."""
+    presets: tuple[tuple[str, Pattern], ...] = ()
+    """``(preset, pattern)`` of the configured hosts, chosen or not: with ``PRESETS``'
+    own, what a refused host is hinted as."""
+    origins: tuple[tuple[str, str], ...] = ()
+    """``(pattern, where it came from)`` of the configured ones, for ``tools``."""
 
     def permits(self, host: str, port: int) -> bool:
         """Whether a pattern names ``host`` (a normal name or an address) on ``port``."""
@@ -280,16 +315,94 @@ class DomainPolicy:
             return False
         return any(not p.address and p.matches(name, port) for p in self.patterns)
 
-    def reachable(self, addresses: Iterable[ipaddress.IPv4Address | ipaddress.IPv6Address]) -> bool:
-        """Whether every one of ``addresses`` may be connected to (at least one given)."""
+    def reachable(
+        self,
+        addresses: Iterable[ipaddress.IPv4Address | ipaddress.IPv6Address],
+        host: str | None = None,
+        port: int | None = None,
+    ) -> bool:
+        """Whether every one of ``addresses`` (``host``'s, on ``port``) may be connected to
+        (at least one given): global ones, any where a configured host is named."""
         listed = list(addresses)
         if not listed:
             return False
+        if host is not None and port is not None and _matching(self.configured, host, port):
+            return True
         return self.allow_private or all(global_address(a) for a in listed)
+
+    def preset_of(self, authority: str) -> str | None:
+        """The preset that admits ``authority`` (``host:port`` as the proxy records it)."""
+        split = _split_port(authority)
+        if split is None:
+            return None
+        host, port = split
+        if port is None:
+            return None
+        built_in = [(name, Pattern(h)) for name, hosts in PRESETS.items() for h in hosts]
+        for name, pattern in (*built_in, *self.presets):
+            if _matching((pattern,), host, port):
+                return name
+        return None
 
     def describe(self) -> list[str]:
         """The patterns as text, for ``tools``."""
         return [str(pattern) for pattern in self.patterns]
+
+    def describe_configured(self) -> list[str]:
+        """The configured hosts admitted, each with its preset and origin, for ``tools``."""
+        said = dict(self.origins)
+        return [f"{p} ({said.get(str(p), 'the host')})" for p in self.configured]
+
+
+def _matching(patterns: Iterable[Pattern], host: str, port: int) -> bool:
+    """Whether one of ``patterns`` names ``host`` (a name or an address) on ``port``."""
+    address = address_of(host)
+    if address is not None:
+        return any(p.address and p.matches(address.compressed, port) for p in patterns)
+    name = normal_host(host)
+    return name is not None and any(not p.address and p.matches(name, port) for p in patterns)
+
+
+def _configured_pattern(authority: str) -> Pattern | None:
+    """The pattern of one configured ``host`` or ``host:port`` (a single label allowed)."""
+    split = _split_port(authority)
+    if split is None:
+        return None
+    host_text, port = split
+    address = address_of(host_text)
+    if address is not None:
+        return Pattern(address.compressed, port=port, address=True)
+    host = normal_host(host_text)
+    return None if host is None else Pattern(host, port=port)
+
+
+def policy_of(
+    texts: Iterable[str],
+    allow_private: bool = False,
+    configured: Mapping[str, Iterable[str]] | None = None,
+    origins: Mapping[str, str] | None = None,
+) -> DomainPolicy:
+    """The policy of the ``--allow-domain`` ``texts``; ``configured``: the hosts the host's
+    configuration names per preset (``host`` or ``host:port``), admitted with their preset
+    whatever their address; ``origins``: where each configured host came from (for
+    ``tools``). ``PatternError`` for the first bad text."""
+    listed = list(texts)
+    patterns = list(parse_patterns(listed))
+    extra = {
+        name: tuple(p for p in map(_configured_pattern, hosts) if p is not None)
+        for name, hosts in (configured or {}).items()
+        if name in PRESETS
+    }
+    chosen = {text.strip().lower() for text in listed} & set(PRESETS)
+    admitted: list[Pattern] = []
+    for name in sorted(chosen):
+        admitted += [p for p in extra.get(name, ()) if p not in admitted]
+    patterns += [p for p in admitted if p not in patterns]
+    presets = [(name, p) for name, found in extra.items() for p in found]
+    said = [(str(p), origins[str(p)]) for p in admitted if origins and str(p) in origins]
+    return DomainPolicy(
+        tuple(patterns), allow_private, tuple(admitted), tuple(presets), tuple(said)
+    )
 
 
 def pattern_allowing(authority: str) -> str:

@@ -104,6 +104,8 @@ class SandboxRequest:
     """Bytes of one call's memory bound; ``None``: a quarter of the machine's, at most 16 GiB."""
     domains: DomainPolicy = field(default_factory=DomainPolicy)
     """What ``--allow-domain`` and ``--allow-private-address`` let through the proxy."""
+    unprotect: tuple[str, ...] = ()
+    """The protected paths given back (the settings file's ``unprotect``): passed along."""
 
 
 def platform_launcher(

@@ -54,8 +54,9 @@ HELP: Final = (
     "refuses to start without Landlock; off contains nothing. A contained command and its "
     "descendants may write only beneath the worktree, a private TMPDIR, the worktree's "
     "private caches and each --allow-write directory, and hold no capability. Where this "
-    "host gives bubblewrap's namespaces they also cannot see your credentials (~/.ssh, "
-    "~/.aws, ~/.netrc and the like; --deny-read, --allow-read), cannot write .git/hooks, "
+    "host gives bubblewrap's namespaces they also see your home only through an "
+    "allow-list of toolchain places (~/.gitconfig, ~/.local/bin, ~/.cargo/bin and the "
+    "like; --allow-read, --deny-read), cannot write .git/hooks, "
     ".git/config, .git/info or .gitmodules, nor the server's own code, have no network "
     "but a private loopback and the --allow-domain hosts (through the server's proxy) "
     "unless --allow-network, and cannot reach other processes; "
@@ -102,8 +103,46 @@ CREDENTIALS: Final = (
     ".config/BraveSoftware",
     ".vault-token",
     ".terraform.d/credentials.tfrc.json",
+    ".config/git/credentials",
+    ".local/share/uv/credentials",
 )
-"""The user's credentials a contained command does not see (relative to the home)."""
+"""The user's credentials a contained command does not see (relative to the home): the
+deny-list that still holds beneath ``HOME_SHOWN`` places (git's credential store under
+``.config/git``, uv's under ``.local/share/uv``) and where the home is not hidden."""
+
+HOME_SHOWN: Final = (
+    ".gitconfig",
+    ".config/git",
+    ".gitignore_global",
+    ".local/bin",
+    ".local/lib",
+    ".local/share/uv",
+    ".local/share/pnpm",
+    ".local/share/mise",
+    ".local/share/fnm",
+    ".config/pip",
+    ".pip",
+    ".config/uv",
+    ".pyenv",
+    ".rbenv",
+    ".nodenv",
+    ".goenv",
+    ".asdf",
+    ".rustup",
+    ".cargo/bin",
+    ".nvm",
+    ".volta",
+    ".bun/bin",
+    ".deno/bin",
+    ".sdkman/candidates",
+    ".elan",
+    ".ghcup/bin",
+    "go/bin",
+    "bin",
+)
+"""The places beneath the server's home a contained command sees (read-only) when the
+home is hidden: toolchains and their configuration, which hold no secret by design
+(the README lists them). ``--allow-read PATH`` shows one more."""
 
 
 class ContainmentUnavailable(Exception):

@@ -21,13 +21,14 @@ import argparse
 import dataclasses
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Final, final
+from typing import Final, TypeVar, final
 
 from spice.agent.tools.coding import Config
 
 from ._compose import UNUSABLE_ROOT, resolve_config
+from ._hostconfig import HOST_VARIABLES, read_host_configuration
 from ._mcp._http_settings import (
     DEFAULT_CALLS_PER_MINUTE,
     DEFAULT_HTTP_HOST,
@@ -45,17 +46,46 @@ from ._mcp._http_settings import (
     HttpSettings,
     access_problem,
 )
-from ._network import DomainPolicy, PatternError, parse_patterns
+from ._network import PRESETS, DomainPolicy, PatternError, parse_patterns, policy_of
 from ._platform import SandboxRequest
 from ._sandbox import (
-    CREDENTIALS,
     DEFAULT_MAX_PROCESSES,
     DEFAULT_MODE,
-    MIN_MEMORY_BYTES,
     MODES,
     SANDBOX_ENVIRONMENT_VARIABLE,
     home_directory,
     parse_mode,
+)
+from ._settingsfile import (
+    SETTINGS_VARIABLE,
+    FileRules,
+    SettingsFile,
+    SettingsFileError,
+    checked_rules,
+    open_settings_file,
+    settings_path,
+)
+from ._settingvalues import (
+    ALLOW_ENV_FLAG,
+    ALLOW_ENV_VARIABLE,
+    ALLOW_WRITE_FLAG,
+    ALLOW_WRITE_VARIABLE,
+    MAXIMUM_ALLOW_READ,
+    MAXIMUM_ALLOW_WRITE,
+    MAXIMUM_ALLOWED_NAMES,
+    MAXIMUM_DENY_READ,
+    MAXIMUM_MEMORY_BYTES,
+    MAXIMUM_NAME_LENGTH,
+    MAXIMUM_PATH_LENGTH,
+    MAXIMUM_PROCESSES,
+    MAXIMUM_VALUE_LENGTH,
+    SettingsError,
+    allow_read,
+    allow_write,
+    allowed_names,
+    deny_read,
+    max_memory,
+    max_processes,
 )
 
 __all__ = [
@@ -63,9 +93,16 @@ __all__ = [
     "ALLOW_ENV_VARIABLE",
     "ALLOW_NETWORK_VARIABLE",
     "ALLOW_PRIVATE_ADDRESS_VARIABLE",
+    "ALLOW_WRITE_VARIABLE",
     "COMMAND_TIMEOUT_VARIABLE",
     "MAXIMUM_ALLOWED_NAMES",
+    "MAXIMUM_ALLOW_READ",
+    "MAXIMUM_ALLOW_WRITE",
+    "MAXIMUM_DENY_READ",
+    "MAXIMUM_MEMORY_BYTES",
     "MAXIMUM_NAME_LENGTH",
+    "MAXIMUM_PATH_LENGTH",
+    "MAXIMUM_PROCESSES",
     "MAXIMUM_VALUE_LENGTH",
     "MAX_EDIT_BYTES_VARIABLE",
     "MAX_OUTPUT_BYTES_VARIABLE",
@@ -81,55 +118,29 @@ __all__ = [
     "resolve_settings",
 ]
 
-ALLOW_ENV_VARIABLE: Final = "SPICE_AGENT_ALLOW_ENV"
 COMMAND_TIMEOUT_VARIABLE: Final = "SPICE_AGENT_COMMAND_TIMEOUT"
 MAX_READ_BYTES_VARIABLE: Final = "SPICE_AGENT_MAX_READ_BYTES"
 MAX_WRITE_BYTES_VARIABLE: Final = "SPICE_AGENT_MAX_WRITE_BYTES"
 MAX_OUTPUT_BYTES_VARIABLE: Final = "SPICE_AGENT_MAX_OUTPUT_BYTES"
 MAX_EDIT_BYTES_VARIABLE: Final = "SPICE_AGENT_MAX_EDIT_BYTES"
 ALLOW_NETWORK_VARIABLE: Final = "SPICE_AGENT_ALLOW_NETWORK"
-ALLOW_WRITE_VARIABLE: Final = "SPICE_AGENT_ALLOW_WRITE"
 MAX_PROCESSES_VARIABLE: Final = "SPICE_AGENT_MAX_PROCESSES"
 MAX_MEMORY_VARIABLE: Final = "SPICE_AGENT_MAX_MEMORY"
 
-MAXIMUM_PROCESSES: Final = 4_194_304
-"""``--max-processes`` is at most the kernel's own PID limit (``PID_MAX_LIMIT``)."""
-MAXIMUM_MEMORY_BYTES: Final = 1 << 50
-"""``--max-memory`` is at most 1 PiB (no huge-integer bound reaches the kernel)."""
-_MEMORY: Final = re.compile(r"([0-9]+)([KMGkmg]?)")
-_UNITS: Final = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
 ALLOW_DOMAINS_VARIABLE: Final = "SPICE_AGENT_ALLOW_DOMAINS"
 ALLOW_PRIVATE_ADDRESS_VARIABLE: Final = "SPICE_AGENT_ALLOW_PRIVATE_ADDRESS"
 
-MAXIMUM_ALLOW_WRITE: Final = 32
-"""At most this many ``--allow-write`` directories."""
-MAXIMUM_DENY_READ: Final = 64
-"""At most this many ``--deny-read`` paths."""
-MAXIMUM_PATH_LENGTH: Final = 4096
-"""An ``--allow-write`` directory's text has at most this many characters (``PATH_MAX``)."""
 
-MAXIMUM_ALLOWED_NAMES: Final = 64
-"""At most this many names may be added to the environment allowlist."""
-MAXIMUM_NAME_LENGTH: Final = 128
-"""An allowlisted environment variable name has at most this many characters."""
-MAXIMUM_VALUE_LENGTH: Final = 32
-"""A numeric setting's text has at most this many characters (no huge-integer parsing)."""
-
-_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _WHOLE: Final = re.compile(r"[0-9]+")
 _DECIMAL: Final = re.compile(r"[0-9]+(?:\.[0-9]*)?|\.[0-9]+")
 _TRUE: Final = frozenset({"1", "true", "yes", "on"})
 _FALSE: Final = frozenset({"", "0", "false", "no", "off"})
 
-_ALLOW_ENV_FLAG: Final = "--allow-env"
 _COMMAND_TIMEOUT_FLAG: Final = "--command-timeout"
 _SANDBOX_FLAG: Final = "--sandbox"
 EMPTY_ROOT: Final = "--root is empty: name the worktree's directory, or leave --root out"
-_ALLOW_WRITE_FLAG: Final = "--allow-write"
 _DENY_READ_FLAG: Final = "--deny-read"
 _ALLOW_READ_FLAG: Final = "--allow-read"
-_SHOWN_CHARACTERS: Final = 200
-"""At most this many characters of a refused ``--allow-read`` value are named."""
 _BYTES_FIELDS: Final = (
     ("max_read_bytes", "--max-read-bytes", MAX_READ_BYTES_VARIABLE),
     ("max_write_bytes", "--max-write-bytes", MAX_WRITE_BYTES_VARIABLE),
@@ -151,8 +162,7 @@ _AFTER: Final = "_after_command"
 """Suffix of the destinations of the options given after the command word."""
 
 
-class SettingsError(ValueError):
-    """A setting that cannot be used; the message is one fixed line without the value."""
+_T = TypeVar("_T")
 
 
 @final
@@ -177,6 +187,8 @@ class Flags:
 
     deny_read: tuple[str, ...] = ()
     allow_read: tuple[str, ...] = ()
+    settings: str | None = None
+    """``--settings FILE``: the settings file (contract 12.2)."""
 
 
 @final
@@ -199,6 +211,13 @@ class Settings:
     deny_read: tuple[str, ...] = ()
     allow_read: tuple[str, ...] = ()
     domains: DomainPolicy = dataclasses.field(default_factory=DomainPolicy)
+    unprotect: tuple[str, ...] = ()
+    """Paths given back to the user (the settings file's ``unprotect``), passed along."""
+    settings_file: str | None = dataclasses.field(default=None, compare=False)
+    """The settings file watched (``None``: none), read again before each call."""
+    origins: tuple[tuple[str, str], ...] = dataclasses.field(default=(), compare=False)
+    """``(rule, where it came from)``: a flag, a variable, the settings file, the host's
+    configuration; ``tools`` shows them."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.config, Config):
@@ -226,6 +245,7 @@ class Settings:
             self.max_processes,
             self.max_memory,
             self.domains,
+            self.unprotect,
         )
 
 
@@ -238,7 +258,7 @@ def add_arguments(parser: argparse.ArgumentParser, *, after_command: bool) -> No
     suffix = _AFTER if after_command else ""
     default: object = argparse.SUPPRESS if after_command else None
     parser.add_argument(
-        _ALLOW_ENV_FLAG,
+        ALLOW_ENV_FLAG,
         metavar="NAME",
         action="append",
         dest="allow_env" + suffix,
@@ -278,7 +298,7 @@ def add_arguments(parser: argparse.ArgumentParser, *, after_command: bool) -> No
         help=f"let contained commands use the network (also ${ALLOW_NETWORK_VARIABLE}=1)",
     )
     parser.add_argument(
-        _ALLOW_WRITE_FLAG,
+        ALLOW_WRITE_FLAG,
         metavar="DIR",
         action="append",
         dest="allow_write" + suffix,
@@ -318,8 +338,18 @@ def add_arguments(parser: argparse.ArgumentParser, *, after_command: bool) -> No
         action="append",
         dest="allow_read" + suffix,
         default=argparse.SUPPRESS if after_command else [],
-        help="show contained commands one of the hidden credentials again, such as "
-        "~/.npmrc (repeatable; `tools` lists them)",
+        help="show contained commands one more place beneath the home, which they see only "
+        "through an allow-list of toolchain places, such as ~/.npmrc (repeatable; namespaces "
+        "only; `tools` lists what is shown)",
+    )
+    parser.add_argument(
+        "--settings",
+        metavar="FILE",
+        dest="settings" + suffix,
+        default=default,
+        help="a TOML settings file read again before each call (default "
+        f"${SETTINGS_VARIABLE}, else $XDG_CONFIG_HOME/spice-coding/settings.toml where it "
+        "exists; the flags add to it; see docs/platform.md)",
     )
     parser.add_argument(
         "--allow-domain",
@@ -370,6 +400,7 @@ def flags_of(options: argparse.Namespace) -> Flags:
         max_memory=text("max_memory"),
         deny_read=tuple(deny_read),
         allow_read=tuple(allow_read),
+        settings=text("settings"),
         allow_domain=tuple(allow_domain),
         allow_private_address=bool(
             values.get("allow_private_address") or values.get("allow_private_address" + _AFTER)
@@ -377,13 +408,18 @@ def flags_of(options: argparse.Namespace) -> Flags:
     )
 
 
-def resolve_settings(flags: Flags, environ: Mapping[str, str] | None = None) -> Settings:
+def resolve_settings(
+    flags: Flags, environ: Mapping[str, str] | None = None, file: SettingsFile | None = None
+) -> Settings:
     """Parse and validate ``flags`` over ``environ`` (``os.environ`` by default).
 
     The root follows ``resolve_config`` (flag, ``SPICE_AGENT_WORKTREE``, the
     current directory). ``--allow-env`` names, when given, replace
     ``SPICE_AGENT_ALLOW_ENV``'s; either adds to the default allowlist. Raises
     ``SettingsError`` with one fixed line naming what is wrong.
+
+    The settings file (``--settings``, ``SPICE_AGENT_SETTINGS``, else the default where it
+    exists; ``file``: the one already watched) adds its rules to the flags' (contract 12.2).
     """
     source = os.environ if environ is None else environ
     if flags.root == "":  # resolve_config would take the environment or the cwd for it
@@ -404,23 +440,98 @@ def resolve_settings(flags: Flags, environ: Mapping[str, str] | None = None) -> 
         chosen = _chosen(getattr(flags, field), flag, source, variable)
         if chosen is not None:
             fields[field] = _judged(base.root, field, _whole(*chosen), chosen[1])
-    names = _allowed_names(flags.allow_env, source)
-    if names:
-        fields["environment_allowlist"] = (*base.environment_allowlist, *names)
+    rules, watched = _rules(flags, source, base.root, file)
+    filed = f"settings file {rules.path}"
+    said: list[tuple[str, str]] = []
+    names = allowed_names(flags.allow_env, source)
+    names_filed = _from_file(rules, "allow_env", allowed_names, {})
+    env_origin = ALLOW_ENV_FLAG if flags.allow_env else ALLOW_ENV_VARIABLE
+    fields["environment_allowlist"] = tuple(
+        dict.fromkeys((*base.environment_allowlist, *HOST_VARIABLES, *names, *names_filed))
+    )
     config = Config(base.root, **fields)  # type: ignore[arg-type]
+    writes = allow_write(flags.allow_write, source, base.root)
+    writes_filed = _from_file(rules, "allow_write", _filed_writes, base.root)
+    write_origin = ALLOW_WRITE_FLAG if flags.allow_write else ALLOW_WRITE_VARIABLE
+    denied = deny_read(flags.deny_read, base.root)
+    denied_filed = _from_file(rules, "deny_read", deny_read, base.root)
+    shown = allow_read(flags.allow_read, source)
+    shown_filed = _from_file(rules, "allow_read", allow_read, source)
+    for key, values, origin in (
+        ("allow_env", names, env_origin),
+        ("allow_env", names_filed, filed),
+        ("allow_write", writes, write_origin),
+        ("allow_write", writes_filed, filed),
+        ("deny_read", denied, _DENY_READ_FLAG),
+        ("deny_read", denied_filed, filed),
+        ("allow_read", shown, _ALLOW_READ_FLAG),
+        ("allow_read", shown_filed, filed),
+        ("unprotect", rules.values("unprotect"), filed),
+    ):
+        said += [(f"{key} {value}", origin) for value in values]
+    processes = _chosen(flags.max_processes, "--max-processes", source, MAX_PROCESSES_VARIABLE)
+    if processes is None and rules.max_processes is not None:
+        processes = (str(rules.max_processes), rules.where("max_processes"))
+    memory = _chosen(flags.max_memory, "--max-memory", source, MAX_MEMORY_VARIABLE)
+    if memory is None and rules.max_memory is not None:
+        memory = (rules.max_memory, rules.where("max_memory"))
+    for key, chosen in (("max_processes", processes), ("max_memory", memory)):
+        said += [] if chosen is None else [(f"{key} {chosen[0].strip()}", chosen[1])]
+    domains = _domains(flags, source, rules, said)
     return Settings(
         config,
         _sandbox(flags.sandbox, source),
         _allow_network(flags, source),
-        _allow_write(flags.allow_write, source, base.root),
-        _max_processes(
-            _chosen(flags.max_processes, "--max-processes", source, MAX_PROCESSES_VARIABLE)
-        ),
-        _max_memory(_chosen(flags.max_memory, "--max-memory", source, MAX_MEMORY_VARIABLE)),
-        _deny_read(flags.deny_read, base.root),
-        _allow_read(flags.allow_read, source),
-        _domains(flags, source),
+        tuple(dict.fromkeys((*writes, *writes_filed))),
+        max_processes(processes),
+        max_memory(memory),
+        tuple(dict.fromkeys((*denied, *denied_filed))),
+        tuple(dict.fromkeys((*shown, *shown_filed))),
+        domains,
+        rules.values("unprotect"),
+        watched,
+        tuple(said),
     )
+
+
+def _rules(
+    flags: Flags, source: Mapping[str, str], root: str, file: SettingsFile | None
+) -> tuple[FileRules, str | None]:
+    """The settings file's rules now (``file``: the one already watched) and the path to
+    watch (the default one even while it does not exist); a file that cannot be used
+    stops the start (or refuses the call)."""
+    try:
+        if file is not None:
+            return checked_rules(file), file.path
+        path, named = settings_path(flags.settings, source, home_directory(source))
+        opened = open_settings_file(path, named, (root, *flags.allow_write))
+        watched = path if path is not None and os.path.isabs(path) else None
+        return checked_rules(opened), watched
+    except SettingsFileError as error:
+        raise SettingsError(str(error)) from None
+
+
+def _filed_writes(given: tuple[str, ...], root: str) -> tuple[str, ...]:
+    """The settings file's ``allow_write``, read as the flag's (no variable)."""
+    return allow_write(given, {}, root)
+
+
+def _from_file(
+    rules: FileRules,
+    key: str,
+    reader: Callable[[tuple[str, ...], _T], tuple[str, ...]],
+    context: _T,
+) -> tuple[str, ...]:
+    """``key``'s list of the settings file read as its flag is; a refusal names the file,
+    the line and the key."""
+    given = rules.values(key)
+    if not given:
+        return ()
+    try:
+        return reader(given, context)
+    except SettingsError as error:
+        text = str(error)
+        raise SettingsError(f"{rules.where(key)}: {text.partition(' ')[2]}") from None
 
 
 def _chosen(
@@ -458,28 +569,6 @@ def _judged(root: str, field: str, value: object, origin: str) -> object:
     return value
 
 
-def _allowed_names(from_flags: tuple[str, ...], source: Mapping[str, str]) -> tuple[str, ...]:
-    if from_flags:
-        raw, origin = list(from_flags), _ALLOW_ENV_FLAG
-    else:
-        text = source.get(ALLOW_ENV_VARIABLE, "")
-        if text.strip() == "":
-            return ()
-        raw, origin = text.split(","), ALLOW_ENV_VARIABLE
-    if len(raw) > MAXIMUM_ALLOWED_NAMES:
-        raise SettingsError(f"{origin} names at most {MAXIMUM_ALLOWED_NAMES} variables")
-    names: list[str] = []
-    for item in raw:
-        name = item.strip()
-        if len(name) > MAXIMUM_NAME_LENGTH or _NAME.fullmatch(name) is None:
-            raise SettingsError(
-                f"{origin} takes environment variable names (letters, digits, _; "
-                f"not starting with a digit; at most {MAXIMUM_NAME_LENGTH} characters)"
-            )
-        names.append(name)
-    return tuple(names)
-
-
 def _keyword(text: str) -> str:
     """The one case rule of keyword values: blanks around them and case do not count."""
     return text.strip().lower()
@@ -511,95 +600,52 @@ def _switch(source: Mapping[str, str], variable: str) -> bool:
     raise SettingsError(f"{variable} must be 1 or 0 (true/false, yes/no, on/off)")
 
 
-def _domains(flags: Flags, source: Mapping[str, str]) -> DomainPolicy:
-    """``--allow-domain`` patterns (else the variable's) and ``--allow-private-address``.
+def _domains(
+    flags: Flags,
+    source: Mapping[str, str],
+    rules: FileRules | None = None,
+    origins: list[tuple[str, str]] | None = None,
+) -> DomainPolicy:
+    """``--allow-domain`` patterns (else the variable's) and ``--allow-private-address``;
+    a chosen preset admits the hosts the host's configuration names for it too
+    (``_hostconfig``, contract 12.2).
 
     A bad pattern is named in the error (it is the server's own configuration).
     """
+    rules = FileRules() if rules is None else rules
+    said = [] if origins is None else origins
     if flags.allow_domain:
-        raw = list(flags.allow_domain)
+        raw, origin = list(flags.allow_domain), "--allow-domain"
     else:
         raw = [item for item in source.get(ALLOW_DOMAINS_VARIABLE, "").split(",") if item.strip()]
+        origin = ALLOW_DOMAINS_VARIABLE
+    said += [(f"allow_domains {text.strip()}", origin) for text in raw]
+    filed = list(rules.values("allow_domains"))
     try:
-        patterns = parse_patterns(raw)
+        parse_patterns(filed)
+    except PatternError as error:
+        raise SettingsError(f"{rules.where('allow_domains')}: {error}") from None
+    said += [(f"allow_domains {text.strip()}", f"settings file {rules.path}") for text in filed]
+    raw += filed
+    private = flags.allow_private_address or _switch(source, ALLOW_PRIVATE_ADDRESS_VARIABLE)
+    if private:
+        said.append(("allow_private_address", "--allow-private-address or its variable"))
+    elif rules.allow_private_address:
+        private = True
+        said.append(("allow_private_address", f"settings file {rules.path}"))
+    host = read_host_configuration(source, home_directory(source))
+    configured = {name: host.authorities(name) for name in ("python", "npm")}
+    came = {found.authority: f"{found.preset}, from {found.origin}" for found in host.hosts}
+    try:
+        policy = policy_of(raw, private, configured, came)
     except PatternError as error:
         raise SettingsError(str(error)) from None
-    private = flags.allow_private_address or _switch(source, ALLOW_PRIVATE_ADDRESS_VARIABLE)
-    return DomainPolicy(patterns, private)
-
-
-def _allow_write(
-    from_flags: tuple[str, ...], source: Mapping[str, str], root: str
-) -> tuple[str, ...]:
-    """The ``--allow-write`` directories: flags, else the variable; each checked, resolved.
-
-    A symbolic link on the way to one that lies beneath a writable place (the root ``root``
-    or another such directory) is refused, never followed: a command could have made it,
-    and the next start would then write where it points (contract 12.1, R4-5).
-    """
-    if from_flags:
-        raw, origin = list(from_flags), _ALLOW_WRITE_FLAG
-    else:
-        text = source.get(ALLOW_WRITE_VARIABLE, "")
-        if text.strip() == "":
-            return ()
-        raw, origin = [item for item in text.split(os.pathsep) if item], ALLOW_WRITE_VARIABLE
-    if len(raw) > MAXIMUM_ALLOW_WRITE:
-        raise SettingsError(f"{origin} names at most {MAXIMUM_ALLOW_WRITE} directories")
-    chosen: list[str] = []
-    for item in raw:
-        problem = _writable_problem(item)
-        if problem is not None:
-            shown = item[:_SHOWN_CHARACTERS].encode("unicode_escape").decode("ascii")
-            raise SettingsError(
-                f"{origin} {shown!r} {problem}: it takes existing absolute directories"
-            )
-        real = os.path.realpath(item)
-        if real == os.sep:
-            raise SettingsError(f"{origin} cannot be /: it would confine nothing")
-        if real not in chosen:
-            chosen.append(real)
-    places = tuple(p for p in (os.path.realpath(root), *chosen) if p != os.sep)
-    for item in raw:
-        link = _link_in_writable_place(item, places)
-        if link is not None:
-            shown = link[:_SHOWN_CHARACTERS].encode("unicode_escape").decode("ascii")
-            raise SettingsError(
-                f"{origin}: {shown!r} is a symbolic link inside a writable place (a command "
-                "could have made it): name the directory it points to"
-            )
-    return tuple(chosen)
-
-
-def _writable_problem(item: str) -> str | None:
-    """Why ``item`` cannot be an ``--allow-write`` directory (fixed words), or ``None``."""
-    if len(item) > MAXIMUM_PATH_LENGTH:
-        return f"is longer than {MAXIMUM_PATH_LENGTH} characters"
-    if "\0" in item:
-        return "holds a NUL character"
-    if not os.path.isabs(item):
-        return "is relative: name it from /"
-    if not os.path.lexists(item):
-        return "does not exist (create it first)"
-    if not os.path.isdir(item):
-        return "is not a directory" if os.path.exists(item) else "is a dangling symbolic link"
-    return None
-
-
-def _link_in_writable_place(path: str, places: tuple[str, ...]) -> str | None:
-    """The first symbolic link on the way to ``path`` whose own directory lies beneath one
-    of ``places`` (real paths), else ``None``. Reads the links' metadata only."""
-    parts = os.path.normpath(path).split(os.sep)[1:]
-    current = os.sep
-    for part in parts:
-        current = os.path.join(current, part)
-        if not os.path.islink(current):
-            continue
-        parent = os.path.realpath(os.path.dirname(current))
-        if any(parent == place or parent.startswith(place + os.sep) for place in places):
-            return current
-        current = os.path.realpath(current)
-    return None
+    for name in dict.fromkeys(
+        text.strip().lower() for text in raw if text.strip().lower() in PRESETS
+    ):
+        said += [(f"allow_domains {host}", f"preset {name}") for host in PRESETS[name]]
+    said += [(f"allow_domains {p}", f"host configuration: {w}") for p, w in policy.origins]
+    return policy
 
 
 STDIO: Final = "stdio"
@@ -752,78 +798,3 @@ def resolve_http(options: argparse.Namespace) -> HttpSettings | None:
         audit_log=values.get("audit_log"),
         shutdown_grace=seconds,
     )
-
-
-def _max_processes(chosen: tuple[str, str] | None) -> int:
-    if chosen is None:
-        return DEFAULT_MAX_PROCESSES
-    text, origin = chosen[0].strip(), chosen[1]
-    if len(text) > MAXIMUM_VALUE_LENGTH or _WHOLE.fullmatch(text) is None:
-        raise SettingsError(f"{origin} must be a whole number of processes")
-    value = int(text)
-    if not 1 <= value <= MAXIMUM_PROCESSES:
-        raise SettingsError(f"{origin} must be between 1 and {MAXIMUM_PROCESSES}")
-    return value
-
-
-def _max_memory(chosen: tuple[str, str] | None) -> int | None:
-    if chosen is None:
-        return None
-    text, origin = chosen[0].strip(), chosen[1]
-    matched = _MEMORY.fullmatch(text) if len(text) <= MAXIMUM_VALUE_LENGTH else None
-    if matched is None:
-        raise SettingsError(f"{origin} must be a number of bytes, or with K, M or G")
-    value = int(matched[1]) * _UNITS[matched[2].lower()]
-    if not MIN_MEMORY_BYTES <= value <= MAXIMUM_MEMORY_BYTES:
-        raise SettingsError(f"{origin} must be at least 16M and at most 1P")
-    return value
-
-
-def _deny_read(from_flags: tuple[str, ...], root: str) -> tuple[str, ...]:
-    """The ``--deny-read`` paths: existing, absolute, resolved; never inside the worktree."""
-    if len(from_flags) > MAXIMUM_DENY_READ:
-        raise SettingsError(f"{_DENY_READ_FLAG} names at most {MAXIMUM_DENY_READ} paths")
-    real_root = os.path.realpath(root)
-    chosen: list[str] = []
-    for item in from_flags:
-        if (
-            len(item) > MAXIMUM_PATH_LENGTH
-            or "\0" in item
-            or not os.path.isabs(item)
-            or not os.path.lexists(item)
-        ):
-            raise SettingsError(f"{_DENY_READ_FLAG} takes existing absolute paths")
-        real = os.path.realpath(item)
-        if real == os.sep:
-            raise SettingsError(f"{_DENY_READ_FLAG} cannot be /")
-        if (
-            real == real_root
-            or real.startswith(real_root + os.sep)
-            or (real_root.startswith(real + os.sep))
-        ):
-            raise SettingsError(f"{_DENY_READ_FLAG} cannot hide the worktree or a path inside it")
-        if real not in chosen:
-            chosen.append(real)
-    return tuple(chosen)
-
-
-def _allow_read(from_flags: tuple[str, ...], source: Mapping[str, str]) -> tuple[str, ...]:
-    """The default denials taken back, as their names relative to the home (``.ssh``)."""
-    home = home_directory(source)
-    chosen: list[str] = []
-    for item in from_flags:
-        name = item.strip()
-        if name.startswith("~/"):
-            name = name[2:]
-        elif home is not None and os.path.isabs(name):
-            name = os.path.relpath(os.path.normpath(name), home) if name.startswith(home) else ""
-        name = os.path.normpath(name) if name else name
-        if name not in CREDENTIALS:
-            shown = item[:_SHOWN_CHARACTERS].encode("unicode_escape").decode("ascii")
-            raise SettingsError(
-                f"{_ALLOW_READ_FLAG} {shown!r} is not one of the hidden credentials "
-                "(~/.ssh, ~/.aws, ~/.npmrc, ...: `tools` lists them)"
-            )
-        if name not in chosen:
-            chosen.append(name)
-    return tuple(chosen)

@@ -62,6 +62,10 @@ such as ``ssh-agent``'s and X11's). Worktrees and ``--allow-write`` directories 
 PRIVATE_TMP_BYTES: Final = 4 * 1024**3
 """Size limit of the private ``/tmp`` (tmpfs pages are memory, charged when written)."""
 
+HIDDEN_HOME_BYTES: Final = 1024**2
+"""Size limit of the empty tmpfs over a hidden home (it holds only mount points, and is
+read-only once they are made)."""
+
 PRIVATE_SHM_BYTES: Final = 4 * 1024**3
 """Size limit of the private ``/dev/shm`` (without one the kernel gives half the RAM)."""
 
@@ -134,6 +138,7 @@ def wrapper(
     *,
     sized: bool = True,
     binds: Sequence[tuple[str, str, bool]] = (),
+    hidden_home: str | None = None,
 ) -> list[str]:
     """The ``bwrap`` argv for one call; the supervisor's argv follows the ``--``.
 
@@ -154,6 +159,8 @@ def wrapper(
     reads the other end, sees the monitor's death as the end of file. ``info``, the write
     end of another pipe, becomes ``--info-fd``: bwrap writes the supervisor's pid there
     (``_posix._namespace`` reads it), so the server can signal the supervisor itself.
+    ``hidden_home``: covered by an empty tmpfs before any bind (the binds beneath it make
+    their mount points there), made read-only after the last one (contract 12.2).
     """
     argv = [
         bwrap,
@@ -172,6 +179,10 @@ def wrapper(
     if sized:
         argv += ["--size", str(PRIVATE_TMP_BYTES)]
     argv += ["--tmpfs", PRIVATE_TMP]
+    if hidden_home is not None:
+        if sized:
+            argv += ["--size", str(HIDDEN_HOME_BYTES)]
+        argv += ["--tmpfs", hidden_home]
     for path in visible:
         argv += ["--ro-bind", path, path]
     if not allow_network:
@@ -182,6 +193,8 @@ def wrapper(
         argv += ["--bind", path, path]
     for source, destination, read_write in binds:
         argv += ["--bind" if read_write else "--ro-bind", source, destination]
+    if hidden_home is not None:
+        argv += ["--remount-ro", hidden_home]
     if lifeline is not None:
         argv += ["--json-status-fd", str(lifeline)]
     if info is not None:

@@ -30,6 +30,7 @@ from .._sandbox import (
     WORKSPACE,
     ContainmentUnavailable,
 )
+from .._upstream import upstream_of
 from . import _bwrap, _facts
 from . import _landlock as landlock
 from . import _seccomp as seccomp
@@ -299,8 +300,13 @@ class Containment:
             "allowed": self.domains.describe(),
             "private_addresses": self.domains.allow_private,
         }
+        if self.domains.configured:
+            report["configured_by_host"] = self.domains.describe_configured()
         if self.proxied:
             report["proxy"] = "http://127.0.0.1:3128 inside the call (HTTP_PROXY, HTTPS_PROXY)"
+            upstream = upstream_of(os.environ)
+            if upstream.active:
+                report["upstream"] = upstream.report()
             report["loopback"] = "the call's own (127.0.0.1 and ::1; the host's is unreachable)"
         elif self.confined and self.allow_network:
             report["proxy"] = None

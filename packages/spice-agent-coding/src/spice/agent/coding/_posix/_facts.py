@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, final
 
+from .._hostconfig import read_host_configuration
 from .._sandbox import CREDENTIALS, home_directory
 from ._caches import (
     CACHE_APPLICATION,
@@ -52,6 +53,9 @@ MAX_LINK_SCAN_ENTRIES: Final = 250_000
 """Bound of the directory entries walked beneath the writable places in search of a hard
 link to a loaded module file (about 0.3 s on a slow host); past it every linked module
 counts as writable (``writable_link``)."""
+
+MAXIMUM_PATH_DIRECTORIES: Final = 32
+"""At most this many ``PATH`` directories beneath the home are shown to commands."""
 
 _EMPTY: Final = ".empty"
 # POSIX-only flags with a default: the module imports on Windows, which never runs it.
@@ -361,6 +365,49 @@ def kept_visible() -> tuple[str, ...]:
     )
 
 
+def shown_paths(environ: Mapping[str, str], home: str | None) -> tuple[str, ...]:
+    """What a command sees read-only even where the home is hidden (contract 12.2): the
+    host's CA files (``_hostconfig``) and the ``PATH`` directories beneath the home (at
+    most ``MAXIMUM_PATH_DIRECTORIES``; never the home itself, nor one that holds a place
+    where a credential is kept, such as ``~/.config`` or ``~/.local``), real paths that
+    exist."""
+    found = list(read_host_configuration(environ, home).certificates)
+    if home is not None:
+        directories = [
+            os.path.realpath(entry)
+            for entry in environ.get("PATH", "").split(os.pathsep)
+            if os.path.isabs(entry)
+        ]
+        holders = [os.path.join(home, name) for name in CREDENTIALS]
+        beneath = [
+            entry
+            for entry in dict.fromkeys(directories)
+            if entry.startswith(home + os.sep)
+            and os.path.isdir(entry)
+            and not any(held.startswith(entry + os.sep) for held in holders)
+        ]
+        found += beneath[:MAXIMUM_PATH_DIRECTORIES]
+    return tuple(dict.fromkeys(found))
+
+
+def host_variables(environ: Mapping[str, str], home: str | None) -> tuple[tuple[str, str], ...]:
+    """The variables a command gets for what the host configures in files it does not see:
+    ``npm_config_registry`` from ``~/.npmrc``'s ``registry`` (never its tokens)."""
+    registry = read_host_configuration(environ, home).npm_registry
+    return () if registry is None else (("npm_config_registry", registry),)
+
+
+def relative_to_home(name: str) -> bool:
+    """Whether ``name`` is a normal relative path that stays beneath the home."""
+    return (
+        bool(name)
+        and not os.path.isabs(name)
+        and os.path.normpath(name) == name
+        and name != "."
+        and not name.startswith("..")
+    )
+
+
 def start_facts(
     root: str,
     allow_write: Sequence[str] = (),
@@ -383,9 +430,8 @@ def start_facts(
     home = home_directory(source)
     made = _make_cache(root, source) if cache else None
     empty_directory, empty_file = _make_templates(source) if bwrap is not None else (None, None)
-    unknown = [name for name in allow_read if name not in CREDENTIALS]
-    if unknown:
-        raise ValueError("allow_read takes only default credential names")
+    if not all(relative_to_home(name) for name in allow_read):
+        raise ValueError("allow_read takes normal paths relative to the home")
     return StartFacts(
         places,
         home,
@@ -396,4 +442,6 @@ def start_facts(
         tuple(os.path.realpath(path) for path in deny_read),
         tuple(allow_read),
         kept_visible(),
+        shown_paths(source, home),
+        host_variables(source, home),
     )

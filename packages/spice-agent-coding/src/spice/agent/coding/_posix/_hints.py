@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Final, final
 
 from spice.agent.process import Sink
@@ -140,6 +140,7 @@ def sandbox_hint(
     network_denied: bool,
     refused_hosts: Sequence[str] = (),
     private_hosts: Collection[str] = (),
+    preset_of: Callable[[str], str | None] | None = None,
 ) -> str | None:
     """The hint for a failed contained command, or ``None`` when nothing shows a refusal.
 
@@ -148,7 +149,9 @@ def sandbox_hint(
     suggested). ``refused_hosts``: the hosts the proxy refused (the network helper's
     hook); the first is named, and when it is among ``private_hosts`` (a pattern allowed
     it but it resolves to a non-global address) the flag named is
-    ``--allow-private-address``.
+    ``--allow-private-address``. ``preset_of``: the preset a refused host belongs to
+    (``DomainPolicy.preset_of``, the configured hosts included), named instead of the
+    host, so that one flag admits the preset's other hosts too (contract 12.2).
     """
     scanner.finish()
     for path in scanner.paths:
@@ -179,9 +182,10 @@ def sandbox_hint(
                 "The sandbox refused a connection to a private address: the server must be "
                 "started with --allow-private-address to reach such addresses.",
             )
+        preset = None if preset_of is None else preset_of(host)
         return _fitted(
             f"The sandbox refused a connection to {host}: if the command needs it, the "
-            f"server must be started with --allow-domain {pattern_allowing(host)}.",
+            f"server must be started with --allow-domain {preset or pattern_allowing(host)}.",
             "The sandbox refused a connection: the server must be started with "
             "--allow-domain HOST for the hosts the command needs.",
         )

@@ -412,7 +412,10 @@ def _release_mount_points(taken: Iterable[str]) -> None:
 
 
 def _hinter(
-    scanner: _hints.RefusalScanner, plan: _plan.CallPlan, proxy: CallProxy | None = None
+    scanner: _hints.RefusalScanner,
+    plan: _plan.CallPlan,
+    proxy: CallProxy | None = None,
+    server: Proxy | None = None,
 ) -> Callable[[], str | None]:
     def hint() -> str | None:
         return _hints.sandbox_hint(
@@ -422,6 +425,7 @@ def _hinter(
             network_denied=not plan.allow_network,
             refused_hosts=() if proxy is None else tuple(proxy.refused),
             private_hosts=() if proxy is None else tuple(proxy.private),
+            preset_of=None if server is None else server.policy.preset_of,
         )
 
     return hint
@@ -746,7 +750,7 @@ class PosixLauncher:
             forbidden = () if plan is None else plan.forbidden
             process._made.after_join = lambda: _after_call(taken, forbidden)
         if scanner is not None and plan is not None:
-            process._made.hint = _hinter(scanner, plan, proxy)
+            process._made.hint = _hinter(scanner, plan, proxy, self._proxy)
         return process
 
 

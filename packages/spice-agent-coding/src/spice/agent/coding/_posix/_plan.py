@@ -19,8 +19,15 @@ With namespaces:
   mount point ``bwrap`` makes for it is removed after the call: ``mount_points``); in a
   writable home also the shell's rc files, ``.gitconfig`` and ``.config/git``;
 - the server's own code that lies beneath a writable place bound read-only;
-- each credential of ``CREDENTIALS`` under the server's home, and each ``--deny-read``
-  path, covered by an empty read-only directory or file (never one inside the worktree).
+- the server's home hidden (contract 12.2): an empty read-only tmpfs over it, on which
+  only ``HOME_SHOWN`` (the toolchain and configuration places that hold no secret by
+  design), the ``--allow-read`` paths, the host's CA files, the ``PATH`` directories and
+  the server's own code beneath it are bound read-only (``StartFacts.shown``), the caches
+  and writable places read-write; where the home lies in a writable place it is not
+  hidden, and the deny-list ``CREDENTIALS`` is all that hides;
+- each credential of ``CREDENTIALS`` and each ``--deny-read`` path that a command would
+  still see, covered by an empty read-only directory or file (never one inside the
+  worktree).
 
 Without namespaces only Landlock's writable places (the same, plus a private ``TMPDIR``
 and the cache directory) and the cache variables hold; the rest is said in ``rules``.
@@ -34,7 +41,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final, final
 
-from .._sandbox import CREDENTIALS
+from .._sandbox import CREDENTIALS, HOME_SHOWN
 from . import _bridge, _bwrap
 from . import _supervisor as supervisor
 from ._proxy import proxy_environment
@@ -153,6 +160,8 @@ class StartFacts:
     the ``sys.path`` entries it loaded modules from, ``bwrap``). ``deny_read``: more
     paths to hide; ``allow_read``: the defaults of ``CREDENTIALS`` taken back.
     ``visible``: the server's own environment where it lies beneath ``/tmp``.
+    ``shown``: more real paths a command sees read-only even where the home is hidden
+    (the host's CA files, the ``PATH`` directories beneath the home).
     """
 
     places: tuple[Place, ...]
@@ -164,6 +173,10 @@ class StartFacts:
     deny_read: tuple[str, ...] = ()
     allow_read: tuple[str, ...] = ()
     visible: tuple[str, ...] = ()
+    shown: tuple[str, ...] = ()
+    variables: tuple[tuple[str, str], ...] = ()
+    """Set for every contained command where its environment has none: what the host
+    configures in files a command does not see (``.npmrc``'s registry)."""
 
     @property
     def root(self) -> str:
@@ -204,6 +217,11 @@ class CallPlan:
     proxy: str | None = None
     """The call's proxy socket on the host (``_posix._proxy``), bound read-only at
     ``_bridge.SOCKET`` (namespaces without ``--allow-network`` only)."""
+    home: str | None = None
+    """The hidden home: an empty read-only tmpfs over it (namespaces only)."""
+    shown: tuple[str, ...] = ()
+    """Paths bound read-only on themselves before the writable places: what a command
+    sees of the hidden home, and the host's CA files."""
 
     @property
     def mount_points(self) -> tuple[Mask, ...]:
@@ -231,7 +249,8 @@ class CallPlan:
         ``--size`` (0.7 and later)."""
         if not self.namespaces:
             raise ValueError("a plan without namespaces has no bwrap argv")
-        binds: list[tuple[str, str, bool]] = [(path, path, True) for path in self.writable]
+        binds: list[tuple[str, str, bool]] = [(path, path, False) for path in self.shown]
+        binds += [(path, path, True) for path in self.writable]
         binds += [(source, destination, True) for source, destination in self.caches]
         binds += [(path, path, True) for path in self.pinned]
         binds += [(path, path, False) for path in self.read_only]
@@ -251,6 +270,7 @@ class CallPlan:
             info,
             sized=sized,
             binds=binds,
+            hidden_home=self.home,
         )
 
     def spec(
@@ -305,6 +325,11 @@ class CallPlan:
                 "pinned_in_place": list(self.pinned),
                 "removed_at_the_join": list(self.forbidden),
                 "hidden": sorted(self.hidden),
+                "home": (
+                    {"hidden": self.home, "shown_read_only": list(self.shown)}
+                    if self.home is not None
+                    else "not hidden (it lies in a writable place, or is unknown)"
+                ),
                 "network": "host" if self.allow_network else "denied",
             }
         return {
@@ -381,6 +406,8 @@ def plan_call(
             (name, os.path.join(cache_root, sub) if sub else cache_root)
             for name, sub in CACHE_VARIABLES
         ]
+    present = {entry.partition("=")[0] for entry in environment}
+    values += [(name, value) for name, value in facts.variables if name not in present]
     env = _with_variables(environment, values, frozenset({"TMP", "TEMP"}))
     if proxy is not None and namespaces:
         pairs = [entry.partition("=") for entry in proxy_environment()]
@@ -435,7 +462,8 @@ def plan_call(
     # A mount point cannot be made inside a read-only place (nor is one needed there).
     masks = [m for m in masks if not (m.absent and any(_beneath(m.path, p) for p in kept))]
     pinned = [p for p in pinned if not any(_beneath(p, other) for other in kept)]
-    masks += _hidden(facts, writable, kind, {mask.path for mask in masks})
+    home, shown = _home(facts, writable, kind)
+    masks += _hidden(facts, writable, kind, {mask.path for mask in masks}, home, shown)
     return CallPlan(
         namespaces=True,
         allow_network=allow_network,
@@ -451,7 +479,38 @@ def plan_call(
         empty_directory=facts.empty_directory,
         empty_file=facts.empty_file,
         proxy=proxy,
+        home=home,
+        shown=shown,
     )
+
+
+def _home(
+    facts: StartFacts, writable: Sequence[str], kind: Callable[[str], Kind]
+) -> tuple[str | None, tuple[str, ...]]:
+    """The home to hide (``None`` where it lies in a writable place, or is unknown) and
+    what is shown read-only: ``HOME_SHOWN`` and ``--allow-read`` beneath the home, the
+    server's code there, and ``facts.shown``; never a ``--deny-read`` path or one a
+    writable place already shows, and only what exists."""
+    home = facts.home
+    if home is None or any(_beneath(home, place) for place in writable):
+        home = None
+    candidates: list[str] = []
+    if home is not None:
+        candidates += [os.path.join(home, name) for name in (*HOME_SHOWN, *facts.allow_read)]
+        candidates += [path for path in facts.trusted if _beneath(path, home) and path != home]
+    # The host's own files are visible anyway but beneath the hidden home and the private
+    # /tmp and /run (a CA file there is bound on them).
+    covered = tuple(p for p in (home, _bwrap.PRIVATE_TMP, _bwrap.HIDDEN_RUN) if p is not None)
+    candidates += [path for path in facts.shown if any(_beneath(path, p) for p in covered)]
+    chosen = [
+        path
+        for path in candidates
+        if path != home
+        and not any(_beneath(path, place) for place in writable)
+        and not any(_beneath(path, denied) for denied in facts.deny_read)
+        and kind(path) is not Kind.ABSENT
+    ]
+    return home, tuple(_outermost(chosen))
 
 
 def _ancestors(path: str, writable: Sequence[str]) -> list[str]:
@@ -505,10 +564,17 @@ def _caches(
 
 
 def _hidden(
-    facts: StartFacts, writable: Sequence[str], kind: Callable[[str], Kind], taken: set[str]
+    facts: StartFacts,
+    writable: Sequence[str],
+    kind: Callable[[str], Kind],
+    taken: set[str],
+    home: str | None = None,
+    shown: Sequence[str] = (),
 ) -> list[Mask]:
     """The credentials and ``--deny-read`` paths that exist, never one in the worktree
-    nor one holding a writable place (it would cover that place)."""
+    nor one holding a writable place (it would cover that place); beneath a hidden
+    ``home`` only those a shown or writable place would show."""
+    seen = (*shown, *writable)
     candidates: list[str] = []
     if facts.home is not None:
         taken_back = set(facts.allow_read)
@@ -524,6 +590,8 @@ def _hidden(
             continue
         if any(_beneath(place, path) for place in writable):
             continue
+        if home is not None and _beneath(path, home) and not any(_beneath(path, p) for p in seen):
+            continue  # the hidden home covers it already
         found = kind(path)
         if found is not Kind.ABSENT:
             masks.append(Mask(path, found, hidden=True))

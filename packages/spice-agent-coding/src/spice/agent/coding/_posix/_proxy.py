@@ -53,6 +53,7 @@ from typing import Final, final
 
 from spice.agent.process import LaunchError
 
+from .. import _upstream
 from .._network import DomainPolicy, address_of
 from .._proxyhttp import (
     MAXIMUM_HEAD_BYTES,
@@ -63,6 +64,7 @@ from .._proxyhttp import (
     parse_head,
 )
 from .._tlshello import MAXIMUM_HELLO_BYTES, NEED_MORE, NOT_TLS, Hello, read_hello
+from .._upstream import Upstream, UpstreamProxies, absolute_head, connect_head, upstream_of
 from . import _bridge as bridge
 from ._relay import CHUNK_BYTES, relay
 
@@ -216,12 +218,20 @@ class Proxy:
     """The server's proxy: its policy, its bounds, the calls' listeners.
 
     ``resolver`` is the tests' seam for a resolver that fails or stalls; by default the
-    system's (``getaddrinfo`` in the loop's executor).
+    system's (``getaddrinfo`` in the loop's executor). ``upstream``: the host's corporate
+    proxy (``_upstream``; by default what the server's environment names), through which
+    allowed hosts are reached, their names resolved by it.
     """
 
-    def __init__(self, policy: DomainPolicy, resolver: Resolver | None = None) -> None:
+    def __init__(
+        self,
+        policy: DomainPolicy,
+        resolver: Resolver | None = None,
+        upstream: UpstreamProxies | None = None,
+    ) -> None:
         remove_stale()  # what killed servers left (each call removes its own)
         self.policy = policy
+        self.upstream = upstream_of(os.environ) if upstream is None else upstream
         self.resolver: Resolver = _system_resolve if resolver is None else resolver
         self.active = 0
         self.calls: set[CallProxy] = set()
@@ -477,8 +487,9 @@ class CallProxy:
             _log.warning("proxy: a malformed request was refused (%d)", bad.status)
             await _send_bounded(connection, _answer(bad.status, _REASONS[bad.status], _BAD))
             return
+        via = self._proxy.upstream.for_request(request.host, request.port, request.tunnel)
         try:
-            addresses = await self._admit(request)
+            addresses = await self._admit(request, resolve=via is None)
         except _Refused as refused:
             self._record(request.authority, refused)
             text = (
@@ -495,7 +506,9 @@ class CallProxy:
             text = f"{request.authority} could not be resolved"
             await _send_bounded(connection, _answer(502, _REASONS[502], text))
             return
-        upstream = await _connect(addresses)
+        upstream = await (
+            _connect(addresses) if via is None else _through(self._proxy.resolver, via, request)
+        )
         if upstream is None:
             text = f"{request.authority} could not be reached"
             await _send_bounded(connection, _answer(502, _REASONS[502], text))
@@ -510,18 +523,21 @@ class CallProxy:
                     return
                 rest = opening
             else:
-                await loop.sock_sendall(upstream, origin_head(request))
+                head = origin_head(request) if via is None else absolute_head(request, via)
+                await loop.sock_sendall(upstream, head)
             if rest:
                 await loop.sock_sendall(upstream, rest)
             await relay(connection, upstream)
         finally:
             upstream.close()
 
-    async def _admit(self, request: Request) -> Resolved:
-        """The checked addresses to connect to; ``_Refused`` by the policy."""
+    async def _admit(self, request: Request, *, resolve: bool = True) -> Resolved:
+        """The checked addresses (none unless ``resolve``: the upstream's); ``_Refused``."""
         policy = self._proxy.policy
         if not policy.permits(request.host, request.port):
             raise _Refused("not an allowed host and port")
+        if not resolve:
+            return []
         literal = address_of(request.host)
         if literal is not None:
             family = int(socket.AF_INET6 if literal.version == 6 else socket.AF_INET)
@@ -539,7 +555,7 @@ class CallProxy:
             chosen.append((family, sockaddr))
         if not seen:
             raise OSError("no address")
-        if not policy.reachable(seen):
+        if not policy.reachable(seen, request.host, request.port):
             raise _Refused("it resolves to a loopback, private or link-local address", private=True)
         return chosen
 
@@ -633,6 +649,34 @@ def _handed(fd: int) -> socket.socket | None:
         return None
     client.setblocking(False)  # noqa: FBT003 - socket's positional flag
     return client
+
+
+async def _through(resolver: Resolver, via: Upstream, request: Request) -> socket.socket | None:
+    """A connection to ``request``'s host through the upstream proxy ``via`` (for a
+    tunnel, once it answered 200 to ``CONNECT``), else ``None``."""
+    try:
+        async with asyncio.timeout(RESOLVE_BOUND_SECONDS):
+            found = await resolver(via.host, via.port)
+    except (OSError, TimeoutError):
+        return None
+    sock = await _connect(found[:MAXIMUM_ADDRESSES])
+    if sock is None or not request.tunnel:
+        return sock
+    loop = asyncio.get_running_loop()
+    try:
+        async with asyncio.timeout(CONNECT_BOUND_SECONDS):
+            await loop.sock_sendall(sock, connect_head(request, via))
+            head, rest = await _read_head(sock)
+    except (OSError, EOFError, TimeoutError):
+        sock.close()
+        return None
+    except BaseException:
+        sock.close()
+        raise
+    if _upstream.reply_status(head) != 200 or rest:
+        sock.close()
+        return None
+    return sock
 
 
 async def _read_head(connection: socket.socket, first: bytes = b"") -> tuple[bytes, bytes]:
