@@ -426,6 +426,7 @@ def _hinter(
             refused_hosts=() if proxy is None else tuple(proxy.refused),
             private_hosts=() if proxy is None else tuple(proxy.private),
             preset_of=None if server is None else server.policy.preset_of,
+            raw_hosts=() if proxy is None else tuple(proxy.raw),
         )
 
     return hint

@@ -8,7 +8,8 @@ command gets ``HTTP_PROXY``, ``HTTPS_PROXY``, ``ALL_PROXY`` and ``NO_PROXY``.
 
 One connection is one request (``_proxyhttp``): ``CONNECT host:port`` opens a tunnel
 (TLS goes through it untouched), an absolute ``http://`` request is sent on in origin
-form with ``Connection: close``. For each, in order:
+form with ``Connection: close``, its body framed by the proxy (what the client sends
+after it, a pipelined request, never reaches the upstream). For each, in order:
 
 1. the name (or address) and port must match a pattern of the ``DomainPolicy``
    (ports 80 and 443 unless a pattern names one; an IP literal only when a pattern
@@ -20,9 +21,11 @@ form with ``Connection: close``. For each, in order:
    what is reached) and then only moves bytes (``_relay``: a thread per direction,
    blocking ``splice`` through a pipe of its own; a side that does not read holds the
    other back, nothing is held whole);
-4. in a tunnel, before that: the client's first bytes, when they are a TLS ClientHello,
-   must ask for the CONNECT host, another allowed host or no name (``_tlshello``),
-   else the tunnel is closed and the refusal recorded (TLS is never intercepted).
+4. in a tunnel, before that: the client's first record must be a TLS ClientHello
+   that asks for the CONNECT host or another host allowed on that port (no name only
+   in a tunnel to an address; ``_tlshello``), else the tunnel is closed before a byte
+   reaches the upstream and the refusal recorded (TLS is never intercepted); only
+   where a ``HOST:PORT/tcp`` pattern allows raw TCP are the bytes not read.
 
 Connections are plain sockets: the event loop accepts them (a reader callback), reads
 their heads and answers (``sock_recv``, ``sock_sendall``), and hands an admitted one to
@@ -58,6 +61,7 @@ from .._network import DomainPolicy, address_of
 from .._proxyhttp import (
     MAXIMUM_HEAD_BYTES,
     BadRequest,
+    Body,
     HeadReader,
     Request,
     origin_head,
@@ -101,8 +105,8 @@ HEAD_BOUND_SECONDS: Final = 10.0
 """Longest wait for a client's request head."""
 
 HELLO_BOUND_SECONDS: Final = 10.0
-"""Longest wait, once a tunnel is open, for either side's first bytes and then for the
-client's whole TLS ClientHello."""
+"""Longest wait, once a tunnel is open, for the client's whole TLS ClientHello (a
+``/tcp`` tunnel waits for nothing)."""
 
 RESOLVE_BOUND_SECONDS: Final = 5.0
 """Longest wait for a name's addresses."""
@@ -206,9 +210,18 @@ _BAD: Final = "the request is not one this proxy serves"
 class _Refused(Exception):
     """The policy refuses this request: answered 403, recorded, logged."""
 
-    def __init__(self, reason: str, *, private: bool = False, authority: str | None = None) -> None:
+    def __init__(
+        self,
+        reason: str,
+        *,
+        private: bool = False,
+        authority: str | None = None,
+        raw: bool = False,
+    ) -> None:
         super().__init__(reason)
         self.private = private
+        self.raw = raw
+        """Refused for carrying no TLS where no ``/tcp`` pattern allows raw bytes."""
         self.authority = authority
         """What is reported as refused, when not the request's own ``host:port``."""
 
@@ -333,6 +346,9 @@ class CallProxy:
         self.refused_count = 0
         self.private: set[str] = set()
         """Those of ``refused`` refused for a private address (not for their name)."""
+        self.raw: set[str] = set()
+        """Those of ``refused`` refused for a tunnel that carried no TLS (the hint names
+        ``host:port/tcp``)."""
         self.connections = 0
         """Connections accepted over the call's life (for tests and the log)."""
 
@@ -514,20 +530,26 @@ class CallProxy:
             await _send_bounded(connection, _answer(502, _REASONS[502], text))
             return
         try:
+            body: Body | None = None
             if request.tunnel:
                 await loop.sock_sendall(connection, _CONNECTED)
-                opening = await _opening(self._proxy.policy, request, connection, upstream, rest)
+                opening = await _opening(self._proxy.policy, request, connection, rest)
                 if isinstance(opening, _Refused):
                     self._record(opening.authority or request.authority, opening)
                 if not isinstance(opening, bytes):
                     return
                 rest = opening
             else:
+                body = Body(request.length)
+                try:
+                    rest = rest[: body.take(rest)]
+                except BadRequest:
+                    return  # a malformed chunked body: the upstream gets nothing
                 head = origin_head(request) if via is None else absolute_head(request, via)
-                await loop.sock_sendall(upstream, head)
+                rest = head + rest
             if rest:
                 await loop.sock_sendall(upstream, rest)
-            await relay(connection, upstream)
+            await relay(connection, upstream, request=body)
         finally:
             upstream.close()
 
@@ -566,6 +588,8 @@ class CallProxy:
         self.refused.append(authority)
         if refused.private:
             self.private.add(authority)
+        if refused.raw:
+            self.raw.add(authority)
         _log.warning("proxy refused %s: %s", authority, refused)
 
 
@@ -697,29 +721,30 @@ async def _read_head(connection: socket.socket, first: bytes = b"") -> tuple[byt
 
 
 async def _opening(
-    policy: DomainPolicy,
-    request: Request,
-    connection: socket.socket,
-    upstream: socket.socket,
-    rest: bytes,
+    policy: DomainPolicy, request: Request, connection: socket.socket, rest: bytes
 ) -> bytes | _Refused | None:
     """A tunnel's first bytes from its client, checked: what to send on, ``_Refused``
-    (the tunnel is closed, the refusal recorded), or ``None`` (closed: nobody spoke in
-    time, or the client ended inside its ClientHello).
+    (the tunnel is closed before a byte reaches the upstream, the refusal recorded),
+    or ``None`` (closed: the client said nothing in time, or ended inside its hello).
 
-    A TLS ClientHello must ask for the CONNECT host, for another host the policy allows
-    on that port, or for no name: a client may not reach another site behind an
-    allowed name's address (a CDN's) by naming it in TLS (refused as that name, so
-    the hint names the flag that would allow it). Other bytes go on unread, and so
-    does a tunnel whose server speaks first (TLS is the client's to begin). What TLS
+    Where a ``HOST:PORT/tcp`` pattern allows raw bytes, nothing is read. Elsewhere the
+    tunnel's first record must be a TLS ClientHello (nothing before it: an alert, a
+    change cipher spec or another record would let the upstream read a hello the
+    proxy did not check), and it must ask for the CONNECT host or for another host
+    the policy allows on that port (a client may not reach another site behind an
+    allowed name's address, a CDN's, by naming it in TLS: refused as that name, so
+    the hint names the flag that would allow it); a hello without a name only in a
+    tunnel to an address (TLS names no address). Bytes that are not TLS at all are
+    refused as raw (the hint names ``host:port/tcp``, which would carry them). The
+    upstream's bytes wait until the hello is checked (TLS is the client's to begin). What TLS
     carries inside (an HTTP ``Host``) is not seen: the proxy does not intercept TLS.
     """
+    if policy.raw(request.host, request.port):
+        return rest
     loop = asyncio.get_running_loop()
     data = rest
     try:
         async with asyncio.timeout(HELLO_BOUND_SECONDS):
-            if not data and await _first_to_speak(connection, upstream) is upstream:
-                return b""
             while (hello := read_hello(data)) == NEED_MORE:
                 chunk = await loop.sock_recv(connection, MAXIMUM_HELLO_BYTES - len(data) + 1)
                 if not chunk:
@@ -728,33 +753,18 @@ async def _opening(
     except TimeoutError:
         return None
     if hello == NOT_TLS:
-        return data
+        return _Refused("a tunnel's first bytes are not TLS", raw=True)
     if isinstance(hello, Hello):
         name = hello.server_name
-        if name is None or name == request.host or policy.permits(name, request.port):
+        if name is None:
+            if address_of(request.host) is not None:
+                return data
+            return _Refused("a tunnel's TLS ClientHello names no server")
+        if name == request.host or policy.permits(name, request.port):
             return data
         authority = Request(name, request.port, tunnel=True).authority
         return _Refused("a tunnel's TLS server name is not allowed", authority=authority)
-    return _Refused("its TLS ClientHello is malformed or too long")
-
-
-async def _first_to_speak(first: socket.socket, second: socket.socket) -> socket.socket:
-    """Whichever of two sockets is readable first (data, or its end); the watches are
-    removed however the wait ends."""
-    loop = asyncio.get_running_loop()
-    spoke: asyncio.Future[socket.socket] = loop.create_future()
-
-    def ready(sock: socket.socket) -> None:
-        if not spoke.done():
-            spoke.set_result(sock)
-
-    for sock in (first, second):
-        loop.add_reader(sock.fileno(), ready, sock)
-    try:
-        return await spoke
-    finally:
-        for sock in (first, second):
-            loop.remove_reader(sock.fileno())
+    return _Refused("its first record is not a well-formed TLS ClientHello")
 
 
 async def _send_bounded(connection: socket.socket, data: bytes) -> None:
