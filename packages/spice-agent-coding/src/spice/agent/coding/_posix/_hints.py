@@ -152,8 +152,9 @@ def sandbox_hint(
     it but it resolves to a non-global address) the flag named is
     ``--allow-private-address``. ``preset_of``: the preset a refused host belongs to
     (``DomainPolicy.preset_of``, the configured hosts included), named instead of the
-    host, so that one flag admits the preset's other hosts too (contract 12.2). When it is among ``raw_hosts`` (a tunnel there carried no TLS),
-    the pattern named is ``host:port/tcp``.
+    host, so that one flag admits the preset's other hosts too (contract 12.2). When the
+    first is among ``raw_hosts`` (a tunnel there carried no TLS), the pattern named is
+    ``host:port/tcp``.
     """
     scanner.finish()
     for path in scanner.paths:

@@ -34,7 +34,13 @@ the relay's two threads (so at most ``2 * MAXIMUM_SERVER_CONNECTIONS`` relay thr
 A refusal answers 403 and is recorded for the call (``refused``: the first
 ``MAXIMUM_REFUSED_REPORTED`` distinct ``host:port``, and ``refused_count``) and logged
 (host and port only). At most ``MAXIMUM_CALL_CONNECTIONS`` connections of one call and
-``MAXIMUM_SERVER_CONNECTIONS`` of all calls at once; past that 503. When the call ends,
+``MAXIMUM_SERVER_CONNECTIONS`` of all calls at once; past that 503, with one exception
+that keeps the share fair (contract 12.1): when the server is full, a call holding fewer
+than its fair share (``fair_share``: the server's bound over the calls open now) takes a
+connection from the call that holds the most above its own share (the oldest of that
+call's connections still waiting for a head or a hello, else its newest tunnel: it is
+closed). So however calls hold their connections (half-open heads included), every
+call can hold ``fair_share`` of them. When the call ends,
 ``CallProxy.close`` stops its listener and cancels and closes every connection of it
 (bounded; nothing of it is left).
 """
@@ -86,6 +92,7 @@ __all__ = [
     "CallProxy",
     "Proxy",
     "close_call",
+    "fair_share",
     "open_for_call",
     "proxy_environment",
     "refused_of",
@@ -97,6 +104,13 @@ MAXIMUM_CALL_CONNECTIONS: Final = 64
 
 MAXIMUM_SERVER_CONNECTIONS: Final = 256
 """Connections of all calls through the proxy at once."""
+
+
+def fair_share(calls: int) -> int:
+    """The connections each of ``calls`` open calls can always hold: the server's bound
+    shared out (at least one), never above a call's own bound."""
+    return min(MAXIMUM_CALL_CONNECTIONS, max(1, MAXIMUM_SERVER_CONNECTIONS // max(1, calls)))
+
 
 MAXIMUM_REFUSED_REPORTED: Final = 16
 """Distinct refused ``host:port`` kept per call for the answer (the count goes on)."""
@@ -260,6 +274,12 @@ class Proxy:
         self.calls.add(call)
         return call
 
+    def reclaim(self, share: int) -> bool:
+        """Close one connection of the call that holds the most above ``share`` (the
+        server is full and a call below its share asks); whether one was."""
+        victim = max(self.calls, key=lambda call: call.active, default=None)
+        return victim is not None and victim.active > share and victim.give_up_one()
+
 
 SOCKET_BASE: Final = "/tmp"  # noqa: S108 - each call's private /tmp hides it from commands
 """Where the calls' socket directories are made: the host's ``/tmp``, which every call's
@@ -338,8 +358,10 @@ class CallProxy:
         self._proxy = proxy
         self._listener: socket.socket | None = None
         self._retry: asyncio.TimerHandle | None = None
-        self._tasks: set[asyncio.Future[None]] = set()
+        self._tasks: dict[asyncio.Future[None], bool] = {}
+        """Each connection's task (in the order they came) and whether it relays yet."""
         self._busy: set[asyncio.Future[None]] = set()
+        """Tasks that answer 503, and those of connections given up (ending)."""
         self._closed = False
         self.directory: str | None = None
         self.refused: list[str] = []
@@ -351,6 +373,8 @@ class CallProxy:
         ``host:port/tcp``)."""
         self.connections = 0
         """Connections accepted over the call's life (for tests and the log)."""
+        self.given_up = 0
+        """Connections closed for other calls' fair share over the call's life."""
 
     @property
     def path(self) -> str:
@@ -453,9 +477,10 @@ class CallProxy:
     def _accepted(self, connection: socket.socket) -> None:
         """A new connection: served by a task of the call's own (``close`` cancels it)."""
         proxy = self._proxy
-        if (
-            len(self._tasks) >= MAXIMUM_CALL_CONNECTIONS
-            or proxy.active >= MAXIMUM_SERVER_CONNECTIONS
+        share = fair_share(len(proxy.calls))
+        if len(self._tasks) >= MAXIMUM_CALL_CONNECTIONS or (
+            proxy.active >= MAXIMUM_SERVER_CONNECTIONS
+            and not (len(self._tasks) < share and proxy.reclaim(share))
         ):
             busy = asyncio.ensure_future(_busy(connection))
             self._busy.add(busy)
@@ -467,15 +492,37 @@ class CallProxy:
         self.connections += 1
         proxy.active += 1
         task = asyncio.ensure_future(self._serve(connection))
-        self._tasks.add(task)
+        self._tasks[task] = False
         task.add_done_callback(self._served)
         task.add_done_callback(lambda _: connection.close())
 
     def _served(self, task: asyncio.Future[None]) -> None:
-        self._tasks.discard(task)
-        self._proxy.active -= 1
+        if self._tasks.pop(task, None) is not None:
+            self._proxy.active -= 1  # one given up was counted off already
         if not task.cancelled():
             task.exception()  # retrieved; _serve raises nothing but its cancellation
+
+    def give_up_one(self) -> bool:
+        """Close one of this call's connections for another call's fair share: the oldest
+        still waiting (a head, a hello, an upstream), else the newest tunnel. It stops
+        counting at once; its task is cancelled (and awaited by ``close``)."""
+        waiting = [task for task, relaying in self._tasks.items() if not relaying]
+        chosen = waiting[0] if waiting else next(reversed(self._tasks), None)
+        if chosen is None:
+            return False
+        del self._tasks[chosen]
+        self._proxy.active -= 1
+        self.given_up += 1
+        self._busy.add(chosen)
+        chosen.add_done_callback(self._busy.discard)
+        chosen.cancel()
+        return True
+
+    def _relaying(self) -> None:
+        """The current connection's task now only moves bytes (given up last)."""
+        task = asyncio.current_task()
+        if task in self._tasks:
+            self._tasks[task] = True
 
     async def _serve(self, accepted: socket.socket) -> None:
         client = None
@@ -549,6 +596,7 @@ class CallProxy:
                 rest = head + rest
             if rest:
                 await loop.sock_sendall(upstream, rest)
+            self._relaying()
             await relay(connection, upstream, request=body)
         finally:
             upstream.close()
