@@ -21,7 +21,6 @@ from procutil import Collect
 from test_sandbox_attacks import BOUND, PYTHON, _marked, policy, root
 
 from spice.agent.coding import PosixLauncher
-from spice.agent.coding._containment import Containment
 from spice.agent.coding._posix._cgroup import (
     FREE_PIDS_DIVISOR,
     SERVER_PROCESSES_FACTOR,
@@ -30,6 +29,7 @@ from spice.agent.coding._posix._cgroup import (
     resolve_cgroups,
     server_processes,
 )
+from spice.agent.coding._posix._containment import Containment
 from spice.agent.process import Spec
 
 __all__ = ["policy", "root"]

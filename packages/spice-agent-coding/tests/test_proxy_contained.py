@@ -505,3 +505,52 @@ async def test_no_descriptor_of_the_bridge_or_the_proxy_reaches_the_command(root
     kinds = [line.split() for line in str(answer["stdout"]).splitlines()]
     beyond = [kind for fd, kind in kinds if int(fd) > 2 and not kind.startswith("/proc")]
     assert beyond == []
+
+
+FOREIGN: Final = (
+    "import socket, sys\n"
+    "s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\n"
+    "s.settimeout(30)\n"
+    "s.connect(sys.argv[1])\n"
+    "answer = b''\n"
+    "try:\n"
+    "    s.sendall(sys.argv[2].encode())\n"
+    "    while chunk := s.recv(4096):\n"
+    "        answer += chunk\n"
+    "except OSError:\n"
+    "    pass\n"
+    "print(repr(answer[:40]))\n"
+)
+
+
+async def test_r5_10_a_fallback_command_of_another_server_reaches_no_calls_proxy(
+    root: Path,
+) -> None:
+    """Two servers: one on the namespace path with a call open (its proxy's socket in
+    the host's /tmp), one on the fallback path, whose command connects to that socket
+    and asks for an allowed host: the proxy closes it unanswered (it answered 200), the
+    upstream never hears of it (every other test here is the positive side: each call's
+    own command is served)."""
+    if not NAMESPACES.made:
+        pytest.skip(f"no namespaces here: {NAMESPACES.reason}")
+    async with loopback(http_host) as registry:
+        authority = f"127.0.0.1:{registry.port}"
+        first = PosixLauncher(policy(authority), str(root))
+        out = Lines()
+        holder = await started(
+            first, root, "import time\nprint('ready', flush=True)\ntime.sleep(120)\n", out
+        )
+        try:
+            assert first._proxy is not None
+            (call,) = first._proxy.calls
+            request = f"GET http://{authority}/x HTTP/1.1\r\n\r\n"
+            answer = await shell(
+                policy(namespaces=False), root, [PYTHON, "-I", "-c", FOREIGN, call.path, request]
+            )
+            assert answer["stdout"] == "b''\n", answer.get("stderr")
+            assert call.foreign == 1
+            assert registry.opened == 0
+        finally:
+            await holder.force_kill()  # type: ignore[attr-defined]
+            async with asyncio.timeout(BOUND):
+                await holder.wait()  # type: ignore[attr-defined]

@@ -9,7 +9,10 @@ connection, taken from the call that holds the most above its own share.
 from __future__ import annotations
 
 import asyncio
+import shutil
 import sys
+import tempfile
+from collections.abc import Iterator
 
 import pytest
 from netutil import echo, http_host, loopback
@@ -25,6 +28,18 @@ from spice.agent.coding._posix._proxy import (
 )
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="UNIX sockets, POSIX only")
+
+
+@pytest.fixture(autouse=True)
+def private_sockets(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The calls' sockets in a directory of this test's own: another process's start
+    (other test runs on this machine) probes the host's /tmp ones, and each probe would
+    count as one more connection of a call here."""
+    base = tempfile.mkdtemp(prefix="spf-", dir="/tmp")
+    monkeypatch.setattr(proxy_module, "SOCKET_BASE", base)
+    yield
+    shutil.rmtree(base, ignore_errors=True)
+
 
 Held = list[tuple[asyncio.StreamReader, asyncio.StreamWriter]]
 

@@ -76,6 +76,7 @@ from .._proxyhttp import (
 from .._tlshello import MAXIMUM_HELLO_BYTES, NEED_MORE, NOT_TLS, Hello, read_hello
 from .._upstream import Upstream, UpstreamProxies, absolute_head, connect_head, upstream_of
 from . import _bridge as bridge
+from ._peer import from_tree
 from ._relay import CHUNK_BYTES, relay
 
 __all__ = [
@@ -255,9 +256,14 @@ class Proxy:
         policy: DomainPolicy,
         resolver: Resolver | None = None,
         upstream: UpstreamProxies | None = None,
+        *,
+        check_peers: bool = False,
     ) -> None:
         remove_stale()  # what killed servers left (each call removes its own)
         self.policy = policy
+        self.check_peers = check_peers
+        """Serve only the processes of each call's own tree (``_peer``; the launcher's
+        proxy does; a test that connects from its own process does not)."""
         self.upstream = upstream_of(os.environ) if upstream is None else upstream
         self.resolver: Resolver = _system_resolve if resolver is None else resolver
         self.active = 0
@@ -374,6 +380,11 @@ class CallProxy:
         self.connections = 0
         """Connections accepted over the call's life (for tests and the log)."""
         self.given_up = 0
+        self.leader: int | None = None
+        """The pid leading the call's tree (the launcher sets it once it started it); with
+        ``Proxy.check_peers`` only that tree is served (nothing before it is set)."""
+        self.foreign = 0
+        """Connections refused because no process of the call's tree made them."""
         """Connections closed for other calls' fair share over the call's life."""
 
     @property
@@ -389,13 +400,16 @@ class CallProxy:
         return len(self._tasks)
 
     async def open(self) -> None:
+        """Listen, then put the socket in place: another server's ``remove_stale`` never
+        finds it bound but not yet listening (refused: taken for a dead server's)."""
         self.directory = _socket_directory()
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            listener.bind(self.path)
-            os.chmod(self.path, 0o600)
+            listener.bind(self.path + ".new")
+            os.chmod(self.path + ".new", 0o600)
             listener.listen(bridge.BACKLOG)
             listener.setblocking(False)  # noqa: FBT003 - socket's positional flag
+            os.rename(self.path + ".new", self.path)
         except BaseException:
             listener.close()
             raise
@@ -475,8 +489,14 @@ class CallProxy:
             asyncio.get_running_loop().remove_reader(self._listener.fileno())
 
     def _accepted(self, connection: socket.socket) -> None:
-        """A new connection: served by a task of the call's own (``close`` cancels it)."""
+        """A new connection: served by a task of the call's own (``close`` cancels it),
+        when a process of the call's own tree made it (``Proxy.check_peers``)."""
         proxy = self._proxy
+        if proxy.check_peers and (self.leader is None or not from_tree(connection, self.leader)):
+            self.foreign += 1
+            _log.warning("proxy: a connection from outside the call's processes was refused")
+            connection.close()
+            return
         share = fair_share(len(proxy.calls))
         if len(self._tasks) >= MAXIMUM_CALL_CONNECTIONS or (
             proxy.active >= MAXIMUM_SERVER_CONNECTIONS
