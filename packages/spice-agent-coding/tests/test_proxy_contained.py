@@ -548,7 +548,7 @@ async def test_r5_10_a_fallback_command_of_another_server_reaches_no_calls_proxy
                 policy(namespaces=False), root, [PYTHON, "-I", "-c", FOREIGN, call.path, request]
             )
             assert answer["stdout"] == "b''\n", answer.get("stderr")
-            assert call.foreign == 1
+            assert call.foreign >= 1  # another start's stale sweep may probe it too
             assert registry.opened == 0
         finally:
             await holder.force_kill()  # type: ignore[attr-defined]

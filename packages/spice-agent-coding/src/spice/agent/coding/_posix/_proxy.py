@@ -49,7 +49,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import logging
 import os
 import shutil
@@ -57,13 +56,13 @@ import socket
 import stat
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from typing import Final, final
 
 from spice.agent.process import LaunchError
 
 from .. import _upstream
-from .._network import DomainPolicy, address_of
+from .._network import DomainPolicy
 from .._proxyhttp import (
     MAXIMUM_HEAD_BYTES,
     BadRequest,
@@ -73,9 +72,19 @@ from .._proxyhttp import (
     origin_head,
     parse_head,
 )
-from .._tlshello import MAXIMUM_HELLO_BYTES, NEED_MORE, NOT_TLS, Hello, read_hello
 from .._upstream import Upstream, UpstreamProxies, absolute_head, connect_head, upstream_of
 from . import _bridge as bridge
+from ._admission import (
+    MAXIMUM_ADDRESSES,
+    MAXIMUM_REFUSED_REPORTED,
+    Refusals,
+    Refused,
+    Resolved,
+    Resolver,
+    admit,
+    opening,
+    record,
+)
 from ._peer import from_tree
 from ._relay import CHUNK_BYTES, relay
 
@@ -92,6 +101,8 @@ __all__ = [
     "RESOLVE_BOUND_SECONDS",
     "CallProxy",
     "Proxy",
+    "Resolved",
+    "Resolver",
     "close_call",
     "fair_share",
     "open_for_call",
@@ -112,9 +123,6 @@ def fair_share(calls: int) -> int:
     shared out (at least one), never above a call's own bound."""
     return min(MAXIMUM_CALL_CONNECTIONS, max(1, MAXIMUM_SERVER_CONNECTIONS // max(1, calls)))
 
-
-MAXIMUM_REFUSED_REPORTED: Final = 16
-"""Distinct refused ``host:port`` kept per call for the answer (the count goes on)."""
 
 HEAD_BOUND_SECONDS: Final = 10.0
 """Longest wait for a client's request head."""
@@ -140,9 +148,6 @@ ACCEPT_RETRY_SECONDS: Final = 0.05
 ACCEPT_BATCH: Final = 64
 """Connections accepted per readiness event (the rest wait for the next one)."""
 
-MAXIMUM_ADDRESSES: Final = 16
-"""At most this many addresses of one name are checked and tried."""
-
 PROXY_URL: Final = f"http://{bridge.ADDRESS}:{bridge.PORT}"
 NO_PROXY: Final = "localhost,127.0.0.1,::1"
 """The call's own loopback is reached directly (a test suite's local servers)."""
@@ -155,11 +160,6 @@ _UNIX_PATH_BYTES: Final = 100
 """A UNIX socket's path must fit ``sun_path`` (108 bytes); this leaves room."""
 
 _log = logging.getLogger("spice.agent.coding.proxy")
-
-Address = ipaddress.IPv4Address | ipaddress.IPv6Address
-Resolved = list[tuple[int, tuple[object, ...]]]
-Resolver = Callable[[str, int], Awaitable[Resolved]]
-"""``(host, port)`` to ``[(family, sockaddr)]``; the seam for a resolver that fails."""
 
 
 async def open_for_call(proxy: Proxy | None) -> CallProxy | None:
@@ -222,25 +222,6 @@ _CONNECTED: Final = b"HTTP/1.1 200 Connection established\r\n\r\n"
 _BAD: Final = "the request is not one this proxy serves"
 
 
-class _Refused(Exception):
-    """The policy refuses this request: answered 403, recorded, logged."""
-
-    def __init__(
-        self,
-        reason: str,
-        *,
-        private: bool = False,
-        authority: str | None = None,
-        raw: bool = False,
-    ) -> None:
-        super().__init__(reason)
-        self.private = private
-        self.raw = raw
-        """Refused for carrying no TLS where no ``/tcp`` pattern allows raw bytes."""
-        self.authority = authority
-        """What is reported as refused, when not the request's own ``host:port``."""
-
-
 @final
 class Proxy:
     """The server's proxy: its policy, its bounds, the calls' listeners.
@@ -284,7 +265,30 @@ class Proxy:
         """Close one connection of the call that holds the most above ``share`` (the
         server is full and a call below its share asks); whether one was."""
         victim = max(self.calls, key=lambda call: call.active, default=None)
-        return victim is not None and victim.active > share and victim.give_up_one()
+        if victim is None or victim.active <= share:
+            return False
+        # The victim's oldest connection still waiting (a head, a hello, an upstream),
+        # else its newest tunnel: it stops counting at once; its task is cancelled (and
+        # awaited by the victim's ``close``).
+        tasks = victim._tasks
+        waiting = [task for task, relaying in tasks.items() if not relaying]
+        chosen = waiting[0] if waiting else next(reversed(tasks))
+        del tasks[chosen]
+        self.active -= 1
+        victim.given_up += 1
+        victim._busy.add(chosen)
+        chosen.add_done_callback(victim._busy.discard)
+        chosen.cancel()
+        return True
+
+    def foreign(self, call: CallProxy, connection: socket.socket) -> bool:
+        """Whether ``connection`` to ``call`` must be refused: with ``check_peers``, made
+        by no process of the call's tree (``_peer``; none before its leader is known)."""
+        if not self.check_peers or (call.leader is not None and from_tree(connection, call.leader)):
+            return False
+        call.foreign += 1
+        _log.warning("proxy: a connection from outside the call's processes was refused")
+        return True
 
 
 SOCKET_BASE: Final = "/tmp"  # noqa: S108 - each call's private /tmp hides it from commands
@@ -357,10 +361,11 @@ def _socket_directory() -> str:
 
 
 @final
-class CallProxy:
+class CallProxy(Refusals):
     """One call's listener and connections; ``close`` when the call ends."""
 
     def __init__(self, proxy: Proxy) -> None:
+        super().__init__()
         self._proxy = proxy
         self._listener: socket.socket | None = None
         self._retry: asyncio.TimerHandle | None = None
@@ -370,13 +375,6 @@ class CallProxy:
         """Tasks that answer 503, and those of connections given up (ending)."""
         self._closed = False
         self.directory: str | None = None
-        self.refused: list[str] = []
-        self.refused_count = 0
-        self.private: set[str] = set()
-        """Those of ``refused`` refused for a private address (not for their name)."""
-        self.raw: set[str] = set()
-        """Those of ``refused`` refused for a tunnel that carried no TLS (the hint names
-        ``host:port/tcp``)."""
         self.connections = 0
         """Connections accepted over the call's life (for tests and the log)."""
         self.given_up = 0
@@ -492,9 +490,7 @@ class CallProxy:
         """A new connection: served by a task of the call's own (``close`` cancels it),
         when a process of the call's own tree made it (``Proxy.check_peers``)."""
         proxy = self._proxy
-        if proxy.check_peers and (self.leader is None or not from_tree(connection, self.leader)):
-            self.foreign += 1
-            _log.warning("proxy: a connection from outside the call's processes was refused")
+        if proxy.foreign(self, connection):
             connection.close()
             return
         share = fair_share(len(proxy.calls))
@@ -521,22 +517,6 @@ class CallProxy:
             self._proxy.active -= 1  # one given up was counted off already
         if not task.cancelled():
             task.exception()  # retrieved; _serve raises nothing but its cancellation
-
-    def give_up_one(self) -> bool:
-        """Close one of this call's connections for another call's fair share: the oldest
-        still waiting (a head, a hello, an upstream), else the newest tunnel. It stops
-        counting at once; its task is cancelled (and awaited by ``close``)."""
-        waiting = [task for task, relaying in self._tasks.items() if not relaying]
-        chosen = waiting[0] if waiting else next(reversed(self._tasks), None)
-        if chosen is None:
-            return False
-        del self._tasks[chosen]
-        self._proxy.active -= 1
-        self.given_up += 1
-        self._busy.add(chosen)
-        chosen.add_done_callback(self._busy.discard)
-        chosen.cancel()
-        return True
 
     def _relaying(self) -> None:
         """The current connection's task now only moves bytes (given up last)."""
@@ -572,9 +552,15 @@ class CallProxy:
             return
         via = self._proxy.upstream.for_request(request.host, request.port, request.tunnel)
         try:
-            addresses = await self._admit(request, resolve=via is None)
-        except _Refused as refused:
-            self._record(request.authority, refused)
+            addresses = await admit(
+                self._proxy.policy,
+                self._proxy.resolver,
+                request,
+                resolve=via is None,
+                bound=RESOLVE_BOUND_SECONDS,
+            )
+        except Refused as refused:
+            record(self, request.authority, refused)
             text = (
                 f"{request.authority} is not allowed ({refused}); the server's "
                 "--allow-domain names the hosts a command may reach"
@@ -600,12 +586,14 @@ class CallProxy:
             body: Body | None = None
             if request.tunnel:
                 await loop.sock_sendall(connection, _CONNECTED)
-                opening = await _opening(self._proxy.policy, request, connection, rest)
-                if isinstance(opening, _Refused):
-                    self._record(opening.authority or request.authority, opening)
-                if not isinstance(opening, bytes):
+                opened = await opening(
+                    self._proxy.policy, request, connection, rest, HELLO_BOUND_SECONDS
+                )
+                if isinstance(opened, Refused):
+                    record(self, opened.authority or request.authority, opened)
+                if not isinstance(opened, bytes):
                     return
-                rest = opening
+                rest = opened
             else:
                 body = Body(request.length)
                 try:
@@ -620,45 +608,6 @@ class CallProxy:
             await relay(connection, upstream, request=body)
         finally:
             upstream.close()
-
-    async def _admit(self, request: Request, *, resolve: bool = True) -> Resolved:
-        """The checked addresses (none unless ``resolve``: the upstream's); ``_Refused``."""
-        policy = self._proxy.policy
-        if not policy.permits(request.host, request.port):
-            raise _Refused("not an allowed host and port")
-        if not resolve:
-            return []
-        literal = address_of(request.host)
-        if literal is not None:
-            family = int(socket.AF_INET6 if literal.version == 6 else socket.AF_INET)
-            found: Resolved = [(family, (literal.compressed, request.port))]
-        else:
-            async with asyncio.timeout(RESOLVE_BOUND_SECONDS):
-                found = await self._proxy.resolver(request.host, request.port)
-        chosen: Resolved = []
-        seen: list[Address] = []
-        for family, sockaddr in found[:MAXIMUM_ADDRESSES]:
-            if family not in {socket.AF_INET, socket.AF_INET6}:
-                continue
-            address = ipaddress.ip_address(str(sockaddr[0]).partition("%")[0])
-            seen.append(address)
-            chosen.append((family, sockaddr))
-        if not seen:
-            raise OSError("no address")
-        if not policy.reachable(seen, request.host, request.port):
-            raise _Refused("it resolves to a loopback, private or link-local address", private=True)
-        return chosen
-
-    def _record(self, authority: str, refused: _Refused) -> None:
-        self.refused_count += 1
-        if authority in self.refused or len(self.refused) >= MAXIMUM_REFUSED_REPORTED:
-            return
-        self.refused.append(authority)
-        if refused.private:
-            self.private.add(authority)
-        if refused.raw:
-            self.raw.add(authority)
-        _log.warning("proxy refused %s: %s", authority, refused)
 
 
 async def _busy(accepted: socket.socket) -> None:
@@ -786,53 +735,6 @@ async def _read_head(connection: socket.socket, first: bytes = b"") -> tuple[byt
         answered = reader.feed(chunk)
         if answered is not None:
             return answered  # over the bound: parse_head says 431
-
-
-async def _opening(
-    policy: DomainPolicy, request: Request, connection: socket.socket, rest: bytes
-) -> bytes | _Refused | None:
-    """A tunnel's first bytes from its client, checked: what to send on, ``_Refused``
-    (the tunnel is closed before a byte reaches the upstream, the refusal recorded),
-    or ``None`` (closed: the client said nothing in time, or ended inside its hello).
-
-    Where a ``HOST:PORT/tcp`` pattern allows raw bytes, nothing is read. Elsewhere the
-    tunnel's first record must be a TLS ClientHello (nothing before it: an alert, a
-    change cipher spec or another record would let the upstream read a hello the
-    proxy did not check), and it must ask for the CONNECT host or for another host
-    the policy allows on that port (a client may not reach another site behind an
-    allowed name's address, a CDN's, by naming it in TLS: refused as that name, so
-    the hint names the flag that would allow it); a hello without a name only in a
-    tunnel to an address (TLS names no address). Bytes that are not TLS at all are
-    refused as raw (the hint names ``host:port/tcp``, which would carry them). The
-    upstream's bytes wait until the hello is checked (TLS is the client's to begin). What TLS
-    carries inside (an HTTP ``Host``) is not seen: the proxy does not intercept TLS.
-    """
-    if policy.raw(request.host, request.port):
-        return rest
-    loop = asyncio.get_running_loop()
-    data = rest
-    try:
-        async with asyncio.timeout(HELLO_BOUND_SECONDS):
-            while (hello := read_hello(data)) == NEED_MORE:
-                chunk = await loop.sock_recv(connection, MAXIMUM_HELLO_BYTES - len(data) + 1)
-                if not chunk:
-                    return None  # the client ended inside its ClientHello
-                data += chunk
-    except TimeoutError:
-        return None
-    if hello == NOT_TLS:
-        return _Refused("a tunnel's first bytes are not TLS", raw=True)
-    if isinstance(hello, Hello):
-        name = hello.server_name
-        if name is None:
-            if address_of(request.host) is not None:
-                return data
-            return _Refused("a tunnel's TLS ClientHello names no server")
-        if name == request.host or policy.permits(name, request.port):
-            return data
-        authority = Request(name, request.port, tunnel=True).authority
-        return _Refused("a tunnel's TLS server name is not allowed", authority=authority)
-    return _Refused("its first record is not a well-formed TLS ClientHello")
 
 
 async def _send_bounded(connection: socket.socket, data: bytes) -> None:
