@@ -320,14 +320,15 @@ class DomainPolicy:
 
     def permits(self, host: str, port: int) -> bool:
         """Whether a pattern names ``host`` (a normal name or an address) on ``port``."""
-        return any(True for _ in self._matching(host, port))
+        return any(True for _ in self._naming(host, port))
 
     def raw(self, host: str, port: int) -> bool:
         """Whether a ``/tcp`` pattern names ``host`` on ``port``: a tunnel there may carry
         raw bytes (else only TLS, from a ClientHello on)."""
-        return any(pattern.raw for pattern in self._matching(host, port))
+        return any(pattern.raw for pattern in self._naming(host, port))
 
-    def _matching(self, host: str, port: int) -> Iterator[Pattern]:
+    def _naming(self, host: str, port: int) -> Iterator[Pattern]:
+        """The patterns that name ``host`` on ``port``."""
         address = address_of(host)
         if address is not None:
             compressed = address.compressed
