@@ -13,6 +13,9 @@ with blocking calls, the proxy's send buffer on that socket, and no policy (its 
 figure): what the proxy costs above it is its own (the ``CONNECT``, the policy, the
 second direction's thread).
 
+The tunnel is allowed as raw TCP (``127.0.0.1:PORT/tcp``): the source sends no TLS. A
+TLS tunnel costs the same once its ClientHello is checked (the relay is the same).
+
 Run alone: ``uv run --locked --no-sync python benchmarks/bench_proxy.py``.
 """
 
@@ -175,7 +178,7 @@ class _Collect:
 async def _contained(settings: Settings, port: int, scratch: str) -> Figure:
     """The whole path a contained command's transfer takes, beside the same client direct."""
     root = _made(os.path.join(scratch, "root"))
-    domains = DomainPolicy(parse_patterns([f"127.0.0.1:{port}"]), allow_private=True)
+    domains = DomainPolicy(parse_patterns([f"127.0.0.1:{port}/tcp"]), allow_private=True)
     containment = resolve_containment("workspace", root=root, domains=domains)
     if not containment.proxied:
         return unavailable(SECTION, CONTAINED, "no namespaces here (the proxy needs them)")
@@ -250,7 +253,7 @@ async def _measure(settings: Settings) -> tuple[Figure, ...]:
     assert client.stdin is not None
     assert client.stdout is not None
     port = int(await source.stdout.readline())
-    proxy = Proxy(DomainPolicy(parse_patterns([f"127.0.0.1:{port}"]), allow_private=True))
+    proxy = Proxy(DomainPolicy(parse_patterns([f"127.0.0.1:{port}/tcp"]), allow_private=True))
     call = await proxy.open_call()
     stdin, stdout = client.stdin, client.stdout
     scratch = tempfile.mkdtemp(prefix="spice-bench-proxy-")

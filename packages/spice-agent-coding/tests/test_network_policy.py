@@ -15,6 +15,7 @@ from spice.agent.coding._network import (
     MAXIMUM_HOST_LENGTH,
     MAXIMUM_PATTERNS,
     PRESETS,
+    RAW_SUFFIX,
     DomainPolicy,
     PatternError,
     address_of,
@@ -78,6 +79,30 @@ def test_each_preset_allows_its_hosts_and_nothing_else(name: str) -> None:
     assert len(allowed.patterns) == len(PRESETS[name])
 
 
+def test_a_tcp_pattern_allows_raw_bytes_on_its_port_only() -> None:
+    """``HOST:PORT/tcp`` (git over ssh): that pair, raw; every other pattern: TLS alone."""
+    allowed = policy("github.com:22/TCP", "*.example.org:2222/tcp", "[2001:db8::1]:22/tcp")
+    assert allowed.permits("github.com", 22)
+    assert allowed.raw("github.com", 22)
+    assert not allowed.permits("github.com", 443)
+    assert not allowed.raw("github.com", 443)
+    assert allowed.raw("a.example.org", 2222)
+    assert not allowed.raw("example.org", 2222)
+    assert allowed.raw("2001:db8::1", 22)
+    assert allowed.describe() == [
+        "github.com:22/tcp",
+        "*.example.org:2222/tcp",
+        "[2001:db8::1]:22/tcp",
+    ]
+    tls_only = policy("github.com:22", "github")
+    assert tls_only.permits("github.com", 22)
+    assert not tls_only.raw("github.com", 22)
+    assert not tls_only.raw("github.com", 443)
+    both = policy("github.com:22", "github.com:22/tcp")
+    assert both.raw("github.com", 22)
+    assert len(both.patterns) == 2
+
+
 def test_an_address_is_allowed_only_when_a_pattern_names_it() -> None:
     assert not policy("example.com").permits("93.184.215.14", 443)
     named = policy("192.0.2.7", "[2001:db8::1]:8443")
@@ -110,6 +135,14 @@ def test_an_address_is_allowed_only_when_a_pattern_names_it() -> None:
         "[::1]x",
         "fe80::1%eth0",
         "user@pypi.org",
+        "github.com/tcp",  # raw TCP names its port
+        "github.com:22/udp",
+        "github.com:22/tcp/tcp",
+        "github.com:/tcp",
+        "github.com:0/tcp",
+        "*.com:22/tcp",
+        "[::1]/tcp",
+        "/tcp",
     ],
 )
 def test_what_is_not_a_pattern_is_refused_naming_it(bad: str) -> None:
@@ -177,6 +210,22 @@ def test_a_hint_pattern_keeps_a_port_a_bare_host_would_not_allow() -> None:
     assert "[2001:db8::1]:81" == pattern_allowing("[2001:db8::1]:81")
     assert "pypi.org" == pattern_allowing("pypi.org")  # no port: as it is
     assert "pypi.org:0" == pattern_allowing("pypi.org:0")  # not a port: as it is
+
+
+@given(_REFUSED_HOST, st.integers(1, 65535), st.sampled_from(["/tcp", "/TCP", "/Tcp"]))
+def test_any_host_port_tcp_pattern_allows_raw_bytes_on_exactly_that_pair(
+    host: str, port: int, suffix: str
+) -> None:
+    """The hint for a tunnel refused for carrying no TLS names ``authority/tcp``."""
+    authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    (pattern,) = parse_pattern(authority + suffix)
+    assert (pattern.raw, pattern.port) == (True, port)
+    assert str(pattern) == authority.lower() + RAW_SUFFIX or pattern.address
+    assert parse_pattern(str(pattern)) == (pattern,)
+    allowed = policy(authority + RAW_SUFFIX)
+    assert allowed.raw(host, port)
+    assert not allowed.raw(host, port % 65535 + 1)
+    assert not allowed.permits(host, port % 65535 + 1)
 
 
 @given(st.text(max_size=80))

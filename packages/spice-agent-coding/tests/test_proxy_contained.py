@@ -128,11 +128,23 @@ async def test_curl_and_urllib_reach_an_allowed_loopback_registry(root: Path) ->
 async def test_a_tunnel_reaches_an_allowed_tcp_server(root: Path) -> None:
     async with loopback(echo) as server:
         authority = f"127.0.0.1:{server.port}"
-        answer = await shell(policy(authority), root, [PYTHON, "-I", "-c", TUNNEL, authority])
+        answer = await shell(
+            policy(authority + "/tcp"), root, [PYTHON, "-I", "-c", TUNNEL, authority]
+        )
         assert answer["ok"] is True, answer
         assert (
             answer["stdout"] == "HTTP/1.1 200 Connection established\nechoed through the tunnel\n"
         )
+
+
+async def test_raw_bytes_pass_only_where_the_user_allowed_raw_tcp(root: Path) -> None:
+    """R5-13 from inside the call: the same tunnel to a port allowed without ``/tcp``
+    carries nothing (no echo), and the answer names it refused."""
+    async with loopback(echo) as server:
+        authority = f"127.0.0.1:{server.port}"
+        answer = await shell(policy(authority), root, [PYTHON, "-I", "-c", TUNNEL, authority])
+        assert answer["stdout"] == "HTTP/1.1 200 Connection established\n\n"
+        assert answer["network_refused"] == [authority]
 
 
 async def test_the_command_gets_the_proxy_whatever_the_allowlist(root: Path) -> None:
@@ -273,7 +285,7 @@ def descriptors() -> frozenset[tuple[int, str]]:
 async def test_a_calls_end_closes_its_tunnels_and_leaves_no_descriptor(root: Path) -> None:
     async with loopback(echo) as server:
         authority = f"127.0.0.1:{server.port}"
-        launcher = PosixLauncher(policy(authority), str(root))
+        launcher = PosixLauncher(policy(authority + "/tcp"), str(root))
         baseline = descriptors()
         out = Lines()
         process = await started(launcher, root, HOLD.replace("sys.argv[1]", repr(authority)), out)
@@ -318,10 +330,10 @@ async def test_a_call_cancelled_mid_transfer_leaves_nothing(root: Path) -> None:
 
     async with loopback(endless_http) as server:
         authority = f"127.0.0.1:{server.port}"
-        launcher = PosixLauncher(policy(authority), str(root))
+        launcher = PosixLauncher(policy(authority + "/tcp"), str(root))
         calling = asyncio.ensure_future(
             shell(
-                policy(authority),
+                policy(authority + "/tcp"),
                 root,
                 [PYTHON, "-I", "-c", download, f"http://{authority}/big"],
                 launcher,
@@ -386,7 +398,7 @@ async def test_the_calls_connection_bound_holds_inside_the_namespace(root: Path)
         authority = f"127.0.0.1:{server.port}"
         bound = str(MAXIMUM_CALL_CONNECTIONS - 1)
         answer = await shell(
-            policy(authority), root, [PYTHON, "-I", "-c", BOUNDED, authority, bound]
+            policy(authority + "/tcp"), root, [PYTHON, "-I", "-c", BOUNDED, authority, bound]
         )
         assert answer["ok"] is True, answer
         assert answer["stdout"] == f"{MAXIMUM_CALL_CONNECTIONS} 503\n"
@@ -422,7 +434,7 @@ async def test_bytes_cross_the_bridge_and_the_proxy_intact_both_ways(root: Path)
     async with loopback(echo) as server:
         authority = f"127.0.0.1:{server.port}"
         answer = await shell(
-            policy(authority), root, [PYTHON, "-I", "-c", INTACT, authority, str(size)]
+            policy(authority + "/tcp"), root, [PYTHON, "-I", "-c", INTACT, authority, str(size)]
         )
         assert answer["ok"] is True, answer
         assert answer["stdout"] == f"{size} True\n"
@@ -493,3 +505,52 @@ async def test_no_descriptor_of_the_bridge_or_the_proxy_reaches_the_command(root
     kinds = [line.split() for line in str(answer["stdout"]).splitlines()]
     beyond = [kind for fd, kind in kinds if int(fd) > 2 and not kind.startswith("/proc")]
     assert beyond == []
+
+
+FOREIGN: Final = (
+    "import socket, sys\n"
+    "s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\n"
+    "s.settimeout(30)\n"
+    "s.connect(sys.argv[1])\n"
+    "answer = b''\n"
+    "try:\n"
+    "    s.sendall(sys.argv[2].encode())\n"
+    "    while chunk := s.recv(4096):\n"
+    "        answer += chunk\n"
+    "except OSError:\n"
+    "    pass\n"
+    "print(repr(answer[:40]))\n"
+)
+
+
+async def test_r5_10_a_fallback_command_of_another_server_reaches_no_calls_proxy(
+    root: Path,
+) -> None:
+    """Two servers: one on the namespace path with a call open (its proxy's socket in
+    the host's /tmp), one on the fallback path, whose command connects to that socket
+    and asks for an allowed host: the proxy closes it unanswered (it answered 200), the
+    upstream never hears of it (every other test here is the positive side: each call's
+    own command is served)."""
+    if not NAMESPACES.made:
+        pytest.skip(f"no namespaces here: {NAMESPACES.reason}")
+    async with loopback(http_host) as registry:
+        authority = f"127.0.0.1:{registry.port}"
+        first = PosixLauncher(policy(authority), str(root))
+        out = Lines()
+        holder = await started(
+            first, root, "import time\nprint('ready', flush=True)\ntime.sleep(120)\n", out
+        )
+        try:
+            assert first._proxy is not None
+            (call,) = first._proxy.calls
+            request = f"GET http://{authority}/x HTTP/1.1\r\n\r\n"
+            answer = await shell(
+                policy(namespaces=False), root, [PYTHON, "-I", "-c", FOREIGN, call.path, request]
+            )
+            assert answer["stdout"] == "b''\n", answer.get("stderr")
+            assert call.foreign >= 1  # another start's stale sweep may probe it too
+            assert registry.opened == 0
+        finally:
+            await holder.force_kill()  # type: ignore[attr-defined]
+            async with asyncio.timeout(BOUND):
+                await holder.wait()  # type: ignore[attr-defined]

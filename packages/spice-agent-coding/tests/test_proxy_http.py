@@ -9,10 +9,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from spice.agent.coding._proxyhttp import (
+    CHUNKED,
     HEAD_END,
+    MAXIMUM_CHUNK_LINE_BYTES,
     MAXIMUM_HEAD_BYTES,
     MAXIMUM_HEADERS,
     BadRequest,
+    Body,
     Request,
     origin_head,
     parse_head,
@@ -122,7 +125,12 @@ _HOST = st.lists(
 ).map(".".join)
 _VALUE = st.text(string.ascii_letters + string.digits + " ;=/-", max_size=40)
 _HEADERS = st.lists(
-    st.tuples(st.text(string.ascii_letters + "-", min_size=1, max_size=20), _VALUE),
+    st.tuples(
+        st.text(string.ascii_letters + "-", min_size=1, max_size=20).filter(
+            lambda name: name.lower() not in {"content-length", "transfer-encoding"}
+        ),
+        _VALUE,
+    ),
     max_size=MAXIMUM_HEADERS,
 )
 
@@ -147,6 +155,7 @@ def test_a_generated_request_keeps_every_end_to_end_header(
     assert sent.startswith(f"GET /{path.partition('#')[0]} HTTP/1.1\r\n")
     assert sent.count("\r\nHost: ") == 1
     hop = {"connection", "proxy-connection", "keep-alive", "te", "trailer", "upgrade", "host"}
+    hop |= {"content-length", "transfer-encoding"}
     hop |= {"proxy-authorization", "proxy-authenticate"}
     named = {
         item.strip().lower()
@@ -157,3 +166,117 @@ def test_a_generated_request_keeps_every_end_to_end_header(
     for name, value in headers:
         if name.lower() not in hop and name.lower() not in named:
             assert f"\r\n{name}: {value.strip()}\r\n" in sent
+
+
+# -- the body's framing ----------------------------------------------------------------
+
+
+def test_a_body_is_framed_by_the_proxy_not_by_what_connection_names() -> None:
+    """R5-13: ``Connection: content-length`` made the proxy drop the length and send the
+    body unframed; the framing is the proxy's own now."""
+    request = parse_head(
+        b"POST http://x.org/ HTTP/1.1\r\nConnection: content-length\r\nContent-Length: 5\r\n\r\n"
+    )
+    assert request.length == 5
+    assert b"\r\nContent-Length: 5\r\n" in origin_head(request)
+    chunked = parse_head(
+        b"PUT http://x.org/ HTTP/1.1\r\nTransfer-Encoding: CHUNKED\r\nConnection: x\r\n\r\n"
+    )
+    assert chunked.length == CHUNKED
+    assert b"\r\nTransfer-Encoding: chunked\r\n" in origin_head(chunked)
+    empty = parse_head(b"POST http://x.org/ HTTP/1.1\r\n\r\n")
+    assert (empty.length, b"\r\nContent-Length: 0\r\n" in origin_head(empty)) == (0, True)
+    get = parse_head(b"GET http://x.org/ HTTP/1.1\r\n\r\n")
+    assert b"Content-Length" not in origin_head(get)
+
+
+@pytest.mark.parametrize(
+    "framing",
+    [
+        b"Content-Length: 4\r\nTransfer-Encoding: chunked\r\n",
+        b"Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n",
+        b"Transfer-Encoding: gzip\r\n",
+        b"Content-Length: 4\r\nContent-Length: 5\r\n",
+        b"Content-Length: 4x\r\n",
+        b"Content-Length: " + b"9" * 19 + b"\r\n",
+    ],
+)
+def test_a_body_framed_two_ways_or_unreadably_is_a_bad_request(framing: bytes) -> None:
+    with pytest.raises(BadRequest) as raised:
+        parse_head(b"POST http://x.org/ HTTP/1.1\r\n" + framing + b"\r\n")
+    assert raised.value.status == 400
+
+
+def test_the_same_length_twice_is_one_length() -> None:
+    head = b"POST http://x.org/ HTTP/1.1\r\nContent-Length: 4\r\nContent-Length: 4\r\n\r\n"
+    assert parse_head(head).length == 4
+
+
+_CHUNKS = st.lists(st.binary(min_size=1, max_size=40), max_size=6)
+
+
+def _chunked(chunks: list[bytes], trailers: list[bytes]) -> bytes:
+    parts = [b"%x\r\n" % len(chunk) + chunk + b"\r\n" for chunk in chunks]
+    return b"".join(parts) + b"0\r\n" + b"".join(t + b"\r\n" for t in trailers) + b"\r\n"
+
+
+@given(
+    _CHUNKS,
+    st.lists(st.sampled_from([b"X-A: 1", b"Digest: x"]), max_size=2),
+    st.binary(max_size=40),
+    st.lists(st.integers(1, 30), max_size=20),
+)
+def test_a_chunked_body_ends_where_its_last_chunk_says_however_it_is_cut(
+    chunks: list[bytes], trailers: list[bytes], after: bytes, cuts: list[int]
+) -> None:
+    whole = _chunked(chunks, trailers)
+    data = whole + after
+    body = Body(CHUNKED)
+    taken, at = 0, 0
+    for size in [*cuts, len(data)]:
+        piece = data[at : at + size]
+        at += len(piece)
+        count = body.take(piece)
+        taken += count
+        if count < len(piece):
+            break
+    assert body.done
+    assert taken == len(whole)
+
+
+@given(st.integers(0, 1000), st.binary(max_size=100))
+def test_a_length_takes_exactly_its_bytes(length: int, after: bytes) -> None:
+    body = Body(length)
+    data = b"x" * length + after
+    assert body.take(data) == length
+    assert body.done
+    assert body.take(b"more") == 0
+
+
+@pytest.mark.parametrize(
+    "data",
+    [b"zz\r\n", b"5\nhello", b"5\r\nhello!\r\n", b"0\r\nno colon\r\n", b"1" * 16 + b"\r\n"],
+)
+def test_a_malformed_chunked_body_is_a_bad_request(data: bytes) -> None:
+    with pytest.raises(BadRequest):
+        Body(CHUNKED).take(data)
+
+
+def test_a_chunk_line_bound_holds_on_both_sides() -> None:
+    at_bound = b"1;" + b"e" * (MAXIMUM_CHUNK_LINE_BYTES - 2) + b"\r\n"
+    body = Body(CHUNKED)
+    assert body.take(at_bound) == len(at_bound)
+    over = b"1;" + b"e" * (MAXIMUM_CHUNK_LINE_BYTES - 1) + b"\r\n"
+    with pytest.raises(BadRequest):
+        Body(CHUNKED).take(over)
+
+
+def test_a_trailer_bound_holds() -> None:
+    body = Body(CHUNKED)
+    body.take(b"0\r\n")
+    line = b"X: " + b"a" * 1000 + b"\r\n"
+    lines = MAXIMUM_HEAD_BYTES // len(line)
+    assert body.take(line * lines) == len(line) * lines  # at the bound
+    with pytest.raises(BadRequest) as raised:
+        body.take(line)
+    assert raised.value.status == 431

@@ -48,12 +48,26 @@ def test_a_hello_across_two_records_is_read_whole(cut: int) -> None:
     )
 
 
-@pytest.mark.parametrize(
-    "data",
-    [b"GET / HTTP/1.1\r\n", b"SSH-2.0-OpenSSH\r\n", b"\x00", b"\x17\x03\x03\x00\x01x"],
-)
+@pytest.mark.parametrize("data", [b"GET / HTTP/1.1\r\n", b"SSH-2.0-OpenSSH\r\n", b"\x00"])
 def test_other_protocols_are_not_tls(data: bytes) -> None:
     assert read_hello(data) == NOT_TLS
+
+
+@pytest.mark.parametrize(
+    "first",
+    [
+        pytest.param(b"\x15\x03\x01\x00\x02\x01\x5a", id="warning alert"),
+        pytest.param(b"\x14\x03\x03\x00\x01\x01", id="change cipher spec"),
+        pytest.param(b"\x17\x03\x03\x00\x00", id="empty application data"),
+        pytest.param(b"\x18\x03\x03\x00\x01\x01", id="heartbeat"),
+    ],
+)
+def test_a_record_before_the_hello_is_malformed_not_other_protocol(first: bytes) -> None:
+    """R5-5: a TLS record before the ClientHello (a Go server skipped the alert and read
+    the hello after it) is not "another protocol" to be let through: it is malformed."""
+    hello = real_hello("evil.example")
+    assert read_hello(first + hello) == MALFORMED
+    assert read_hello(first[:1]) == NEED_MORE  # one byte of a record says nothing yet
 
 
 @pytest.mark.parametrize(

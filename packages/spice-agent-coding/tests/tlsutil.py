@@ -43,3 +43,37 @@ def records(message: bytes, *, cut: int | None = None) -> bytes:
     """``message`` in one handshake record, or in two cut at ``cut``."""
     pieces = [message] if cut is None else [message[:cut], message[cut:]]
     return b"".join(b"\x16\x03\x01" + _vector(2, piece) for piece in pieces)
+
+
+def self_signed(directory: str, name: str = "localhost") -> tuple[str, str]:
+    """A certificate and key for ``name`` made by the ``openssl`` command (P-256, one day)."""
+    import os  # noqa: PLC0415 - only the real-TLS tests need these
+    import subprocess  # noqa: PLC0415
+
+    cert, key = os.path.join(directory, "cert.pem"), os.path.join(directory, "key.pem")
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-keyout",
+            key,
+            "-out",
+            cert,
+            "-days",
+            "1",
+            "-subj",
+            f"/CN={name}",
+            "-addext",
+            f"subjectAltName=DNS:{name}",
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    return cert, key

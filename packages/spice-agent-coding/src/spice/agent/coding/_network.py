@@ -15,7 +15,10 @@ A pattern is one of:
   never ``example.com`` itself), on ports 80 and 443; never over a single label
   (``*.com``);
 - an IP address (``192.0.2.7``, ``[2001:db8::1]``): that address alone, on 80 and 443;
-- any of the last three with ``:PORT``: that port only.
+- any of the last three with ``:PORT``: that port only;
+- any of those with ``:PORT/tcp`` (``github.com:22/tcp``, git over ssh): that port
+  only, and a tunnel there carries raw bytes. Every other tunnel carries TLS alone:
+  its first record must be a ClientHello for an allowed name (``_posix._proxy``).
 
 Anything else (a URL, a path, a bare ``*``, a port out of range, a label that is not
 letters, digits and inner hyphens) is refused with ``PatternError`` naming the pattern.
@@ -34,7 +37,7 @@ from __future__ import annotations
 import difflib
 import ipaddress
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Final, final
@@ -44,6 +47,7 @@ __all__ = [
     "MAXIMUM_HOST_LENGTH",
     "MAXIMUM_PATTERNS",
     "PRESETS",
+    "RAW_SUFFIX",
     "DomainPolicy",
     "Pattern",
     "PatternError",
@@ -67,6 +71,9 @@ MAXIMUM_PATTERN_LENGTH: Final = 300
 
 MAXIMUM_HOST_LENGTH: Final = 253
 """A DNS name has at most 253 characters (RFC 1035, without the root's dot)."""
+
+RAW_SUFFIX: Final = "/tcp"
+"""What ends a pattern whose port carries raw TCP (it must name that port)."""
 
 _LABEL: Final = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
 _PORT: Final = re.compile(r"[0-9]{1,5}")
@@ -113,7 +120,7 @@ class PatternError(ValueError):
         else:
             message = (
                 f"--allow-domain {shown!r} is not a host name, a wildcard (*.example.com), "
-                "an address, a host:port or a preset (" + ", ".join(PRESETS) + ")"
+                "an address, a host:port, a host:port/tcp or a preset (" + ", ".join(PRESETS) + ")"
             )
         super().__init__(message)
         self.pattern = shown
@@ -196,13 +203,15 @@ class Pattern:
 
     ``host`` is a normal name (``normal_host``) or an address's compressed text;
     ``wildcard`` says subdomains of ``host`` only; ``ports`` empty means
-    ``DEFAULT_PORTS``.
+    ``DEFAULT_PORTS``; ``raw`` (``:PORT/tcp``, a ``port`` always) lets a tunnel there
+    carry raw bytes instead of TLS alone.
     """
 
     host: str
     wildcard: bool = False
     port: int | None = None
     address: bool = False
+    raw: bool = False
 
     @property
     def ports(self) -> frozenset[int]:
@@ -220,7 +229,9 @@ class Pattern:
         text = ("*." if self.wildcard else "") + (
             f"[{self.host}]" if ":" in self.host else self.host
         )
-        return text if self.port is None else f"{text}:{self.port}"
+        if self.port is None:
+            return text
+        return f"{text}:{self.port}" + (RAW_SUFFIX if self.raw else "")
 
 
 def _split_port(text: str) -> tuple[str, int | None] | None:
@@ -254,20 +265,21 @@ def parse_pattern(text: str) -> tuple[Pattern, ...]:
         return tuple(Pattern(host) for host in PRESETS[cleaned.lower()])
     if not cleaned or len(cleaned) > MAXIMUM_PATTERN_LENGTH:
         raise PatternError(text)
-    split = _split_port(cleaned)
-    if split is None:
-        raise PatternError(text)
+    raw = cleaned.lower().endswith(RAW_SUFFIX)
+    split = _split_port(cleaned[: -len(RAW_SUFFIX)] if raw else cleaned)
+    if split is None or (raw and split[1] is None):
+        raise PatternError(text)  # raw TCP names its port: never 80 and 443 at once
     host_text, port = split
     address = address_of(host_text)
     if address is not None:
-        return (Pattern(address.compressed, port=port, address=True),)
+        return (Pattern(address.compressed, port=port, address=True, raw=raw),)
     wildcard = host_text.startswith("*.")
     host = normal_host(host_text[2:] if wildcard else host_text)
     if host is None or (wildcard and "." not in host):
         raise PatternError(text)  # "*.com" would be a whole top-level domain
     if not wildcard and port is None and "." not in host:
         raise PatternError(text, word=True)  # "pythn": a typo of a preset, not a host
-    return (Pattern(host, wildcard=wildcard, port=port),)
+    return (Pattern(host, wildcard=wildcard, port=port, raw=raw),)
 
 
 def parse_patterns(texts: Iterable[str]) -> tuple[Pattern, ...]:
@@ -290,7 +302,9 @@ class DomainPolicy:
 
     The proxy asks twice: ``permits(host, port)`` before it resolves (a name or an
     address must match a pattern), then ``reachable(addresses)`` for what the name
-    resolved to (every address global, unless ``allow_private``).
+    resolved to (every address global, unless ``allow_private``); for a tunnel,
+    ``raw(host, port)`` says whether it may carry raw bytes (a ``/tcp`` pattern names
+    it) or TLS alone.
     """
 
     patterns: tuple[Pattern, ...] = ()
@@ -306,14 +320,23 @@ class DomainPolicy:
 
     def permits(self, host: str, port: int) -> bool:
         """Whether a pattern names ``host`` (a normal name or an address) on ``port``."""
+        return any(True for _ in self._naming(host, port))
+
+    def raw(self, host: str, port: int) -> bool:
+        """Whether a ``/tcp`` pattern names ``host`` on ``port``: a tunnel there may carry
+        raw bytes (else only TLS, from a ClientHello on)."""
+        return any(pattern.raw for pattern in self._naming(host, port))
+
+    def _naming(self, host: str, port: int) -> Iterator[Pattern]:
+        """The patterns that name ``host`` on ``port``."""
         address = address_of(host)
         if address is not None:
             compressed = address.compressed
-            return any(p.address and p.matches(compressed, port) for p in self.patterns)
+            return (p for p in self.patterns if p.address and p.matches(compressed, port))
         name = normal_host(host)
         if name is None:
-            return False
-        return any(not p.address and p.matches(name, port) for p in self.patterns)
+            return iter(())
+        return (p for p in self.patterns if not p.address and p.matches(name, port))
 
     def reachable(
         self,

@@ -9,7 +9,11 @@ understood, nothing else:
   sends to a proxy): the head sent on (``origin_head``) is in origin form, with
   ``Host`` set to the authority the proxy checked (a client's own ``Host`` is
   dropped: it cannot name another site behind the same address), hop-by-hop headers
-  dropped, and ``Connection: close`` (one request per connection).
+  dropped, and ``Connection: close`` (one request per connection). Its body is
+  framed by the proxy, not by what ``Connection`` names: ``Content-Length`` (one
+  value) or ``Transfer-Encoding: chunked`` (never both; no other coding), sent on as
+  the proxy read it, and ``Body`` says where it ends: what a client sends after it (a
+  pipelined request) never reaches the upstream.
 
 Lines end with CRLF; header names are tokens, values visible ASCII, blanks and tabs;
 no folded lines; at most ``MAXIMUM_HEADERS``. Anything else is ``BadRequest`` (the proxy
@@ -25,10 +29,13 @@ from typing import Final, final
 from ._network import address_of, normal_host
 
 __all__ = [
+    "CHUNKED",
     "HEAD_END",
+    "MAXIMUM_CHUNK_LINE_BYTES",
     "MAXIMUM_HEADERS",
     "MAXIMUM_HEAD_BYTES",
     "BadRequest",
+    "Body",
     "HeadReader",
     "Request",
     "origin_head",
@@ -42,6 +49,15 @@ MAXIMUM_HEADERS: Final = 100
 """At most this many header lines in a head."""
 
 HEAD_END: Final = b"\r\n\r\n"
+
+MAXIMUM_CHUNK_LINE_BYTES: Final = 4096
+"""The longest chunk-size line (with its extensions) or trailer line of a chunked body."""
+
+CHUNKED: Final = -1
+"""``Request.length`` of a body sent with ``Transfer-Encoding: chunked``."""
+
+_MAXIMUM_LENGTH_DIGITS: Final = 18
+_HEX: Final = re.compile(rb"[0-9A-Fa-f]{1,15}")
 
 _TOKEN: Final = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _TARGET: Final = re.compile(rb"[\x21-\x7e]+")
@@ -58,9 +74,12 @@ _HOP_BY_HOP: Final = frozenset(
         b"trailer",
         b"upgrade",
         b"host",
+        b"content-length",
+        b"transfer-encoding",
     }
 )
-"""Headers that belong to one hop (or, ``host``, that the proxy sets itself)."""
+"""Headers that belong to one hop (or, ``host`` and the body's framing, that the proxy
+sets itself)."""
 
 
 class BadRequest(ValueError):
@@ -77,7 +96,8 @@ class Request:
     """One parsed head: where to (``host`` normal or an address's text, ``port``), how.
 
     ``tunnel`` for ``CONNECT``; otherwise ``method``, ``path`` (origin form),
-    ``version`` and ``headers`` (name, value pairs as sent) make the head sent on.
+    ``version``, ``headers`` (name, value pairs as sent) and ``length`` (the body's
+    bytes, ``CHUNKED``, or 0 for none) make the head sent on.
     """
 
     host: str
@@ -87,6 +107,7 @@ class Request:
     path: bytes = b""
     version: bytes = b"HTTP/1.1"
     headers: tuple[tuple[bytes, bytes], ...] = ()
+    length: int = 0
 
     @property
     def authority(self) -> str:
@@ -233,8 +254,32 @@ def parse_head(head: bytes) -> Request:
         return Request(host, port, tunnel=True, version=version)
     host, port, path = _absolute(target)
     return Request(
-        host, port, tunnel=False, method=method, path=path, version=version, headers=tuple(headers)
+        host,
+        port,
+        tunnel=False,
+        method=method,
+        path=path,
+        version=version,
+        headers=tuple(headers),
+        length=_length(headers),
     )
+
+
+def _length(headers: list[tuple[bytes, bytes]]) -> int:
+    """The body's framing: its length, ``CHUNKED``, or 0 (none); ``BadRequest`` for
+    framing a proxy could read otherwise than the upstream (RFC 9112 6.1, 6.3)."""
+    lengths = {v for n, v in headers if n.lower() == b"content-length"}
+    codings = [v for n, v in headers if n.lower() == b"transfer-encoding"]
+    if codings:
+        if lengths or len(codings) > 1 or codings[0].lower() != b"chunked":
+            raise BadRequest("a body framed other than by one length or chunked alone")
+        return CHUNKED
+    if not lengths:
+        return 0
+    length = lengths.pop()
+    if lengths or not length.isdigit() or len(length) > _MAXIMUM_LENGTH_DIGITS:
+        raise BadRequest("a malformed Content-Length")
+    return int(length)
 
 
 def origin_head(request: Request) -> bytes:
@@ -251,6 +296,10 @@ def origin_head(request: Request) -> bytes:
     host = f"[{request.host}]" if ":" in request.host else request.host
     if request.port != 80:
         host += f":{request.port}"
+    if request.length == CHUNKED:
+        kept.append(b"Transfer-Encoding: chunked")
+    elif request.length or request.method in {b"POST", b"PUT", b"PATCH"}:
+        kept.append(b"Content-Length: %d" % request.length)
     lines = [
         request.method + b" " + request.path + b" " + request.version,
         *kept,
@@ -258,3 +307,83 @@ def origin_head(request: Request) -> bytes:
         b"Connection: close",
     ]
     return b"\r\n".join(lines) + HEAD_END
+
+
+_SIZE, _DATA, _DATA_END, _TRAILER, _DONE = range(5)
+
+
+@final
+class Body:
+    """Where a plain request's body ends, read as it streams (sans-IO).
+
+    ``take(data)`` is how many of ``data``'s first bytes still belong to the body (they
+    go on as they are); once ``done``, nothing more does. A chunked body is read chunk
+    by chunk (size lines, data, each chunk's CRLF, trailer lines up to the blank one),
+    each line at most ``MAXIMUM_CHUNK_LINE_BYTES``, the trailer at most
+    ``MAXIMUM_HEAD_BYTES``; anything else is ``BadRequest``.
+    """
+
+    __slots__ = ("_chunked", "_left", "_line", "_state", "_trailer")
+
+    def __init__(self, length: int) -> None:
+        self._chunked = length == CHUNKED
+        self._state = _SIZE if self._chunked else (_DATA if length > 0 else _DONE)
+        self._left = max(length, 0)
+        self._line = bytearray()
+        self._trailer = 0
+
+    @property
+    def done(self) -> bool:
+        """Whether the whole body was taken."""
+        return self._state == _DONE
+
+    def take(self, data: bytes | memoryview) -> int:
+        """How many of ``data``'s first bytes belong to the body (``BadRequest`` when a
+        chunked body's framing is malformed)."""
+        at, size = 0, len(data)
+        while at < size and self._state != _DONE:
+            if self._state == _DATA:
+                step = min(self._left, size - at)
+                self._left -= step
+                at += step
+                if not self._left:
+                    self._state = _DATA_END if self._chunked else _DONE
+                continue
+            end = bytes(data[at : at + MAXIMUM_CHUNK_LINE_BYTES + 2]).find(b"\n")
+            if end < 0:
+                self._extend(data[at:size])
+                return size
+            self._extend(data[at : at + end + 1])
+            at += end + 1
+            self._line_ended()
+        return at
+
+    def _extend(self, piece: bytes | memoryview) -> None:
+        self._line += piece
+        if len(self._line) > MAXIMUM_CHUNK_LINE_BYTES + 2:
+            raise BadRequest("a chunk's line is too long")
+
+    def _line_ended(self) -> None:
+        line = bytes(self._line)
+        self._line.clear()
+        if not line.endswith(b"\r\n"):
+            raise BadRequest("a bare LF in a chunked body")
+        text = line[:-2]
+        if self._state == _DATA_END:
+            if text:
+                raise BadRequest("a chunk longer than its size")
+            self._state = _SIZE
+        elif self._state == _SIZE:
+            size = text.partition(b";")[0].rstrip(b" \t")
+            if _HEX.fullmatch(size) is None:
+                raise BadRequest("a malformed chunk size")
+            self._left = int(size, 16)
+            self._state = _DATA if self._left else _TRAILER
+        else:  # _TRAILER
+            self._trailer += len(line)
+            if self._trailer > MAXIMUM_HEAD_BYTES:
+                raise BadRequest("a trailer too long", 431)
+            if not text:
+                self._state = _DONE
+            elif b":" not in text or _VALUE.fullmatch(text) is None:
+                raise BadRequest("a malformed trailer line")

@@ -3,11 +3,12 @@
 Sans-IO: the proxy (``_posix._proxy``) hands the bytes a tunnel's client sent first
 (bounded, ``MAXIMUM_HELLO_BYTES``), and ``read_hello`` says what they are:
 
-- ``NOT_TLS``: the first byte is not a TLS handshake record (another protocol: the
-  proxy lets it through as before);
+- ``NOT_TLS``: the first byte is not a TLS record's type (another protocol: the proxy
+  lets it through only where a ``HOST:PORT/tcp`` pattern allows raw bytes);
 - ``NEED_MORE``: the start of a ClientHello, not yet whole;
-- ``MALFORMED``: a handshake record that is not a well-formed ClientHello, or one longer
-  than the bound;
+- ``MALFORMED``: a TLS record that is not a handshake (an alert, a change cipher spec,
+  application data: whatever comes first must be the ClientHello), a handshake record
+  that is not a well-formed ClientHello, or one longer than the bound;
 - a ``Hello``: its ``server_name`` (the ``server_name`` extension's host name, spelled
   as ``_network.normal_host`` spells the CONNECT host), or ``None`` when it names none
   (a name that is not a DNS name is ``MALFORMED``).
@@ -37,6 +38,8 @@ MALFORMED: Final = "malformed"
 Outcome = Literal["not-tls", "need-more", "malformed"]
 
 _HANDSHAKE: Final = 0x16
+_RECORD_TYPES: Final = frozenset(range(0x14, 0x19))
+"""change_cipher_spec, alert, handshake, application_data, heartbeat (RFC 8446 B.1)."""
 _CLIENT_HELLO: Final = 0x01
 _SERVER_NAME: Final = 0x0000
 _HOST_NAME: Final = 0x00
@@ -61,7 +64,7 @@ def read_hello(data: bytes) -> Hello | Outcome:
     """What ``data`` (a tunnel client's first bytes) is; see the module's words."""
     if not data:
         return NEED_MORE
-    if data[0] != _HANDSHAKE:
+    if data[0] not in _RECORD_TYPES:
         return NOT_TLS
     message = bytearray()
     offset = 0

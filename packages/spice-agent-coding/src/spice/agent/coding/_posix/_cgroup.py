@@ -18,8 +18,15 @@ memory bound bounds them too; the command's ``oom_score_adj`` is raised
 never the server. ``CallCgroup.end`` ends every process in it (v2 ``cgroup.kill``; v1
 freezes, kills every member, thaws, round after round) and ``remove`` removes it.
 
+Across calls (contract 12.1, "Bounds across calls"): every call's pids cgroup is made
+beneath one cgroup of the server's own (``spice-server-PID-N``, made at start) whose
+``pids.max`` is the server-wide bound: ``SERVER_PROCESSES_FACTOR`` times the per-call
+bound, never more than half the host's free PIDs (``free_pids``, read from the kernel
+at start). The kernel counts hierarchically, so all calls together never hold more.
 Where no cgroup can be made, ``Cgroups.way`` says so and the supervisor sets
-``RLIMIT_NPROC`` for the command (a non-root server only: root is not held to it).
+``RLIMIT_NPROC`` for the command (a non-root server only: root is not held to it) to
+the smaller of the two bounds: it counts all of the user's processes, so it bounds
+every call together too.
 """
 
 from __future__ import annotations
@@ -37,12 +44,22 @@ from .._sandbox import DEFAULT_MAX_PROCESSES, MIN_MEMORY_BYTES
 
 __all__ = [
     "END_BOUND_SECONDS",
+    "FREE_PIDS_DIVISOR",
     "MAX_DEFAULT_MEMORY_BYTES",
+    "SERVER_PROCESSES_FACTOR",
     "CallCgroup",
     "Cgroups",
     "default_max_memory",
+    "free_pids",
     "resolve_cgroups",
+    "server_processes",
 ]
+
+SERVER_PROCESSES_FACTOR: Final = 4
+"""The server-wide process bound is this many times the per-call bound (at most)."""
+
+FREE_PIDS_DIVISOR: Final = 2
+"""The server-wide process bound is at most the host's free PIDs divided by this."""
 
 MAX_DEFAULT_MEMORY_BYTES: Final = 16 * 1024**3
 """The default memory bound is a quarter of the machine's memory, at most this."""
@@ -55,6 +72,10 @@ _CGROUP_FILE: Final = "/proc/self/cgroup"
 _MOUNTS_FILE: Final = "/proc/self/mountinfo"
 _V1_CONTROLLERS: Final = ("pids", "memory")
 _PREFIX: Final = "spice-call-"
+_SERVER_PREFIX: Final = "spice-server-"
+_PID_MAX_FILE: Final = "/proc/sys/kernel/pid_max"
+_THREADS_MAX_FILE: Final = "/proc/sys/kernel/threads-max"
+_LOADAVG_FILE: Final = "/proc/loadavg"
 _numbers = itertools.count(1)
 
 
@@ -70,6 +91,33 @@ def default_max_memory() -> int:
 def _read(path: str) -> str:
     with open(path, encoding="ascii", errors="replace") as file:
         return file.read()
+
+
+def free_pids(reader: Callable[[str], str] = _read, parent: str | None = None) -> int | None:
+    """The PIDs the kernel can still give (``None`` when it cannot be read): the smaller
+    of ``kernel.pid_max`` and ``kernel.threads-max`` less the tasks that exist now (the
+    total of ``/proc/loadavg``), and, where ``parent`` (the server's pids cgroup) has a
+    ``pids.max``, what it leaves."""
+    try:
+        most = min(int(reader(_PID_MAX_FILE)), int(reader(_THREADS_MAX_FILE)))
+        tasks = int(reader(_LOADAVG_FILE).split()[3].partition("/")[2])
+    except (OSError, ValueError, IndexError):
+        return None
+    free = most - tasks
+    if parent is not None:
+        with contextlib.suppress(OSError, ValueError):
+            limit = reader(os.path.join(parent, "pids.max")).strip()
+            if limit != "max":
+                current = int(reader(os.path.join(parent, "pids.current")))
+                free = min(free, int(limit) - current)
+    return max(0, free)
+
+
+def server_processes(max_processes: int, free: int | None) -> int:
+    """The server-wide process bound: ``SERVER_PROCESSES_FACTOR`` times ``max_processes``,
+    never more than ``free // FREE_PIDS_DIVISOR`` (when the free PIDs are known)."""
+    bound = SERVER_PROCESSES_FACTOR * max_processes
+    return bound if free is None else min(bound, free // FREE_PIDS_DIVISOR)
 
 
 def _write(path: str, text: str) -> None:
@@ -193,8 +241,9 @@ class Cgroups:
     """Where the server makes each call's cgroup, and the bounds it sets there.
 
     ``version`` is ``"v2"``, ``"v1"`` or ``None`` (no cgroup can be made: ``reason``
-    says why); ``parents`` are the server's own cgroups, one per hierarchy (v1:
-    ``pids`` first, then ``memory``); ``freezer`` the v1 freezer's, where mounted.
+    says why); ``parents`` are where calls' cgroups are made, one per hierarchy (v1:
+    ``pids`` first, then ``memory``): the first is the server's own cgroup bounded at
+    ``max_server_processes``; ``freezer`` the v1 freezer's, where mounted.
     """
 
     max_processes: int = DEFAULT_MAX_PROCESSES
@@ -203,6 +252,7 @@ class Cgroups:
     parents: tuple[str, ...] = ()
     freezer: str | None = None
     reason: str | None = "not resolved"
+    max_server_processes: int = SERVER_PROCESSES_FACTOR * DEFAULT_MAX_PROCESSES
 
     @property
     def made(self) -> bool:
@@ -215,7 +265,15 @@ class Cgroups:
         is not root (root is not held to it); else 0 (none)."""
         if self.made or os.geteuid() == 0:
             return 0
-        return self.max_processes
+        return min(self.max_processes, self.max_server_processes)
+
+    def server_way(self) -> str:
+        """How the calls' processes are bounded together, in words (for ``tools``)."""
+        if self.made:
+            return "by the server's own cgroup, above every call's"
+        if self.rlimit_processes:
+            return "by RLIMIT_NPROC, counted over all of your user's processes"
+        return "not bounded: no cgroup can be made here"
 
     def way(self) -> str:
         """How processes and memory are bounded, in words (for ``tools``)."""
@@ -234,6 +292,8 @@ class Cgroups:
         """The ``tools`` output's ``bounds`` object."""
         return {
             "processes": self.max_processes,
+            "server_processes": self.max_server_processes,
+            "server_bounded": self.server_way(),
             "memory_bytes": self.max_memory,
             "cgroup": self.version,
             "bounded": self.way(),
@@ -281,19 +341,22 @@ class Cgroups:
 
 def _remove_stale(parents: Iterable[str]) -> None:
     """Remove the empty call cgroups of servers that died (by ``SIGKILL``, say) before
-    their joins removed them, thawing a frozen one first; a cgroup still holding a
-    process is left."""
+    their joins removed them, thawing a frozen one first, and their server cgroups
+    (the calls' within first); a cgroup still holding a process is left."""
     for parent in parents:
         try:
             names = os.listdir(parent)
         except OSError:
             continue
         for name in names:
-            if not name.startswith(_PREFIX):
+            prefix = next((p for p in (_PREFIX, _SERVER_PREFIX) if name.startswith(p)), None)
+            if prefix is None:
                 continue
-            owner = name[len(_PREFIX) :].partition("-")[0]
+            owner = name[len(prefix) :].partition("-")[0]
             if not owner.isdigit() or _alive(int(owner)):
                 continue
+            if prefix == _SERVER_PREFIX:
+                _remove_stale([os.path.join(parent, name)])
             with contextlib.suppress(OSError):
                 # A server that died between its freeze and its thaw left its members
                 # frozen with SIGKILL pending (v1): thawed, they die.
@@ -310,6 +373,23 @@ def _alive(pid: int) -> bool:
     except OSError:
         return True
     return True
+
+
+def _server_cgroup(parent: str, bound: int, *, v2: bool) -> str:
+    """The server's own cgroup beneath ``parent``, its ``pids.max`` at ``bound`` (v2: its
+    children get the pids and memory controllers); ``OSError``, nothing left, when it
+    cannot be made."""
+    path = os.path.join(parent, f"{_SERVER_PREFIX}{os.getpid()}-{next(_numbers)}")
+    os.mkdir(path, 0o755)
+    try:
+        if v2:
+            _write(os.path.join(path, "cgroup.subtree_control"), "+pids +memory")
+        _write(os.path.join(path, "pids.max"), str(bound))
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.rmdir(path)
+        raise
+    return path
 
 
 def _probe(parents: Iterable[str]) -> bool:
@@ -336,15 +416,22 @@ def resolve_cgroups(
 ) -> Cgroups:
     """Where each call's cgroup is made here (v2, else v1), probed once at start.
 
-    ``reader`` reads ``/proc/self/cgroup`` and ``/proc/self/mountinfo`` (a seam for the
-    tests' hosts).
+    ``reader`` reads ``/proc/self/cgroup``, ``/proc/self/mountinfo`` and the kernel's
+    PID figures (a seam for the tests' hosts). Where cgroups are made, the server's own
+    cgroup is made beneath the first parent, bounded server-wide (``server_processes``).
     """
     memory = default_max_memory() if max_memory is None else max_memory
     try:
         own = _own_cgroups(reader(_CGROUP_FILE))
         mounts = _mount_points(reader(_MOUNTS_FILE))
     except OSError:
-        return Cgroups(max_processes, memory, reason="/proc/self/cgroup cannot be read")
+        server = server_processes(max_processes, free_pids(reader))
+        return Cgroups(
+            max_processes,
+            memory,
+            reason="/proc/self/cgroup cannot be read",
+            max_server_processes=server,
+        )
     if "" in own and "" in mounts:
         base = os.path.join(mounts[""], own[""].lstrip("/"))
         try:
@@ -353,21 +440,33 @@ def resolve_cgroups(
             enabled = []
         if {"pids", "memory"} <= set(enabled) and _probe([base]):
             _remove_stale([base])
-            return Cgroups(max_processes, memory, "v2", (base,), None, None)
+            server = server_processes(max_processes, free_pids(reader, base))
+            with contextlib.suppress(OSError):
+                top = _server_cgroup(base, server, v2=True)
+                return Cgroups(max_processes, memory, "v2", (top,), None, None, server)
     if all(c in own and c in mounts for c in _V1_CONTROLLERS):
         parents = tuple(os.path.join(mounts[c], own[c].lstrip("/")) for c in _V1_CONTROLLERS)
+        server = server_processes(max_processes, free_pids(reader, parents[0]))
         freezer = None
         if "freezer" in own and "freezer" in mounts:
             candidate = os.path.join(mounts["freezer"], own["freezer"].lstrip("/"))
             freezer = candidate if _probe([candidate]) else None
         if _probe(parents):
             _remove_stale([*parents, *((freezer,) if freezer is not None else ())])
-            return Cgroups(max_processes, memory, "v1", parents, freezer, None)
+            with contextlib.suppress(OSError):
+                top = _server_cgroup(parents[0], server, v2=False)
+                return Cgroups(
+                    max_processes, memory, "v1", (top, *parents[1:]), freezer, None, server
+                )
         return Cgroups(
-            max_processes, memory, reason="the server may not make cgroups here (not delegated)"
+            max_processes,
+            memory,
+            reason="the server may not make cgroups here (not delegated)",
+            max_server_processes=server,
         )
     return Cgroups(
         max_processes,
         memory,
         reason="no cgroup hierarchy with the pids and memory controllers is available",
+        max_server_processes=server_processes(max_processes, free_pids(reader)),
     )

@@ -21,7 +21,7 @@ from typing import Final, final
 
 from spice.agent.process import Sink
 
-from .._network import pattern_allowing
+from .._network import RAW_SUFFIX, pattern_allowing
 
 __all__ = [
     "MAXIMUM_HINT_BYTES",
@@ -141,6 +141,7 @@ def sandbox_hint(
     refused_hosts: Sequence[str] = (),
     private_hosts: Collection[str] = (),
     preset_of: Callable[[str], str | None] | None = None,
+    raw_hosts: Collection[str] = (),
 ) -> str | None:
     """The hint for a failed contained command, or ``None`` when nothing shows a refusal.
 
@@ -151,7 +152,9 @@ def sandbox_hint(
     it but it resolves to a non-global address) the flag named is
     ``--allow-private-address``. ``preset_of``: the preset a refused host belongs to
     (``DomainPolicy.preset_of``, the configured hosts included), named instead of the
-    host, so that one flag admits the preset's other hosts too (contract 12.2).
+    host, so that one flag admits the preset's other hosts too (contract 12.2). When the
+    first is among ``raw_hosts`` (a tunnel there carried no TLS), the pattern named is
+    ``host:port/tcp``.
     """
     scanner.finish()
     for path in scanner.paths:
@@ -181,6 +184,14 @@ def sandbox_hint(
                 "--allow-private-address to reach such addresses.",
                 "The sandbox refused a connection to a private address: the server must be "
                 "started with --allow-private-address to reach such addresses.",
+            )
+        if host in raw_hosts:
+            return _fitted(
+                f"The sandbox refused a tunnel to {host} that carried no TLS: if the "
+                f"command needs raw TCP there, the server must be started with "
+                f"--allow-domain {host}{RAW_SUFFIX}.",
+                "The sandbox refused a tunnel that carried no TLS: the server must be "
+                "started with --allow-domain HOST:PORT/tcp for raw TCP.",
             )
         preset = None if preset_of is None else preset_of(host)
         return _fitted(

@@ -285,8 +285,12 @@ class _Ends:
         cgroup: CallCgroup | None = None,
         proxy: CallProxy | None = None,
     ) -> PosixProcess:
-        """The started child as a ``PosixProcess``; the workdir it entered is let go."""
+        """The started child as a ``PosixProcess``; the workdir it entered is let go. Its
+        pid leads the tree ``proxy`` serves (set before the loop runs again: no peer of the
+        call waits unjudged)."""
         _close_quietly(standard.directory)
+        if proxy is not None:
+            proxy.leader = popen.pid
         loop = self.loop
         streams = _Streams(
             (
@@ -426,6 +430,7 @@ def _hinter(
             refused_hosts=() if proxy is None else tuple(proxy.refused),
             private_hosts=() if proxy is None else tuple(proxy.private),
             preset_of=None if server is None else server.policy.preset_of,
+            raw_hosts=() if proxy is None else tuple(proxy.raw),
         )
 
     return hint
@@ -554,7 +559,7 @@ class PosixLauncher:
         self._facts = facts if containment.confined else None
         self._links = None if self._facts is None else _link_watch(self._facts)
         proxied = self._facts is not None and containment.proxied  # the call's own network
-        self._proxy = Proxy(containment.domains) if proxied else None
+        self._proxy = Proxy(containment.domains, check_peers=True) if proxied else None
 
     @property
     def contained(self) -> bool:

@@ -8,7 +8,8 @@ command gets ``HTTP_PROXY``, ``HTTPS_PROXY``, ``ALL_PROXY`` and ``NO_PROXY``.
 
 One connection is one request (``_proxyhttp``): ``CONNECT host:port`` opens a tunnel
 (TLS goes through it untouched), an absolute ``http://`` request is sent on in origin
-form with ``Connection: close``. For each, in order:
+form with ``Connection: close``, its body framed by the proxy (what the client sends
+after it, a pipelined request, never reaches the upstream). For each, in order:
 
 1. the name (or address) and port must match a pattern of the ``DomainPolicy``
    (ports 80 and 443 unless a pattern names one; an IP literal only when a pattern
@@ -20,9 +21,11 @@ form with ``Connection: close``. For each, in order:
    what is reached) and then only moves bytes (``_relay``: a thread per direction,
    blocking ``splice`` through a pipe of its own; a side that does not read holds the
    other back, nothing is held whole);
-4. in a tunnel, before that: the client's first bytes, when they are a TLS ClientHello,
-   must ask for the CONNECT host, another allowed host or no name (``_tlshello``),
-   else the tunnel is closed and the refusal recorded (TLS is never intercepted).
+4. in a tunnel, before that: the client's first record must be a TLS ClientHello
+   that asks for the CONNECT host or another host allowed on that port (no name only
+   in a tunnel to an address; ``_tlshello``), else the tunnel is closed before a byte
+   reaches the upstream and the refusal recorded (TLS is never intercepted); only
+   where a ``HOST:PORT/tcp`` pattern allows raw TCP are the bytes not read.
 
 Connections are plain sockets: the event loop accepts them (a reader callback), reads
 their heads and answers (``sock_recv``, ``sock_sendall``), and hands an admitted one to
@@ -31,7 +34,13 @@ the relay's two threads (so at most ``2 * MAXIMUM_SERVER_CONNECTIONS`` relay thr
 A refusal answers 403 and is recorded for the call (``refused``: the first
 ``MAXIMUM_REFUSED_REPORTED`` distinct ``host:port``, and ``refused_count``) and logged
 (host and port only). At most ``MAXIMUM_CALL_CONNECTIONS`` connections of one call and
-``MAXIMUM_SERVER_CONNECTIONS`` of all calls at once; past that 503. When the call ends,
+``MAXIMUM_SERVER_CONNECTIONS`` of all calls at once; past that 503, with one exception
+that keeps the share fair (contract 12.1): when the server is full, a call holding fewer
+than its fair share (``fair_share``: the server's bound over the calls open now) takes a
+connection from the call that holds the most above its own share (the oldest of that
+call's connections still waiting for a head or a hello, else its newest tunnel: it is
+closed). So however calls hold their connections (half-open heads included), every
+call can hold ``fair_share`` of them. When the call ends,
 ``CallProxy.close`` stops its listener and cancels and closes every connection of it
 (bounded; nothing of it is left).
 """
@@ -40,7 +49,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import logging
 import os
 import shutil
@@ -48,24 +56,36 @@ import socket
 import stat
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from typing import Final, final
 
 from spice.agent.process import LaunchError
 
 from .. import _upstream
-from .._network import DomainPolicy, address_of
+from .._network import DomainPolicy
 from .._proxyhttp import (
     MAXIMUM_HEAD_BYTES,
     BadRequest,
+    Body,
     HeadReader,
     Request,
     origin_head,
     parse_head,
 )
-from .._tlshello import MAXIMUM_HELLO_BYTES, NEED_MORE, NOT_TLS, Hello, read_hello
 from .._upstream import Upstream, UpstreamProxies, absolute_head, connect_head, upstream_of
 from . import _bridge as bridge
+from ._admission import (
+    MAXIMUM_ADDRESSES,
+    MAXIMUM_REFUSED_REPORTED,
+    Refusals,
+    Refused,
+    Resolved,
+    Resolver,
+    admit,
+    opening,
+    record,
+)
+from ._peer import from_tree
 from ._relay import CHUNK_BYTES, relay
 
 __all__ = [
@@ -81,7 +101,10 @@ __all__ = [
     "RESOLVE_BOUND_SECONDS",
     "CallProxy",
     "Proxy",
+    "Resolved",
+    "Resolver",
     "close_call",
+    "fair_share",
     "open_for_call",
     "proxy_environment",
     "refused_of",
@@ -94,15 +117,19 @@ MAXIMUM_CALL_CONNECTIONS: Final = 64
 MAXIMUM_SERVER_CONNECTIONS: Final = 256
 """Connections of all calls through the proxy at once."""
 
-MAXIMUM_REFUSED_REPORTED: Final = 16
-"""Distinct refused ``host:port`` kept per call for the answer (the count goes on)."""
+
+def fair_share(calls: int) -> int:
+    """The connections each of ``calls`` open calls can always hold: the server's bound
+    shared out (at least one), never above a call's own bound."""
+    return min(MAXIMUM_CALL_CONNECTIONS, max(1, MAXIMUM_SERVER_CONNECTIONS // max(1, calls)))
+
 
 HEAD_BOUND_SECONDS: Final = 10.0
 """Longest wait for a client's request head."""
 
 HELLO_BOUND_SECONDS: Final = 10.0
-"""Longest wait, once a tunnel is open, for either side's first bytes and then for the
-client's whole TLS ClientHello."""
+"""Longest wait, once a tunnel is open, for the client's whole TLS ClientHello (a
+``/tcp`` tunnel waits for nothing)."""
 
 RESOLVE_BOUND_SECONDS: Final = 5.0
 """Longest wait for a name's addresses."""
@@ -121,9 +148,6 @@ ACCEPT_RETRY_SECONDS: Final = 0.05
 ACCEPT_BATCH: Final = 64
 """Connections accepted per readiness event (the rest wait for the next one)."""
 
-MAXIMUM_ADDRESSES: Final = 16
-"""At most this many addresses of one name are checked and tried."""
-
 PROXY_URL: Final = f"http://{bridge.ADDRESS}:{bridge.PORT}"
 NO_PROXY: Final = "localhost,127.0.0.1,::1"
 """The call's own loopback is reached directly (a test suite's local servers)."""
@@ -136,11 +160,6 @@ _UNIX_PATH_BYTES: Final = 100
 """A UNIX socket's path must fit ``sun_path`` (108 bytes); this leaves room."""
 
 _log = logging.getLogger("spice.agent.coding.proxy")
-
-Address = ipaddress.IPv4Address | ipaddress.IPv6Address
-Resolved = list[tuple[int, tuple[object, ...]]]
-Resolver = Callable[[str, int], Awaitable[Resolved]]
-"""``(host, port)`` to ``[(family, sockaddr)]``; the seam for a resolver that fails."""
 
 
 async def open_for_call(proxy: Proxy | None) -> CallProxy | None:
@@ -203,16 +222,6 @@ _CONNECTED: Final = b"HTTP/1.1 200 Connection established\r\n\r\n"
 _BAD: Final = "the request is not one this proxy serves"
 
 
-class _Refused(Exception):
-    """The policy refuses this request: answered 403, recorded, logged."""
-
-    def __init__(self, reason: str, *, private: bool = False, authority: str | None = None) -> None:
-        super().__init__(reason)
-        self.private = private
-        self.authority = authority
-        """What is reported as refused, when not the request's own ``host:port``."""
-
-
 @final
 class Proxy:
     """The server's proxy: its policy, its bounds, the calls' listeners.
@@ -228,9 +237,14 @@ class Proxy:
         policy: DomainPolicy,
         resolver: Resolver | None = None,
         upstream: UpstreamProxies | None = None,
+        *,
+        check_peers: bool = False,
     ) -> None:
         remove_stale()  # what killed servers left (each call removes its own)
         self.policy = policy
+        self.check_peers = check_peers
+        """Serve only the processes of each call's own tree (``_peer``; the launcher's
+        proxy does; a test that connects from its own process does not)."""
         self.upstream = upstream_of(os.environ) if upstream is None else upstream
         self.resolver: Resolver = _system_resolve if resolver is None else resolver
         self.active = 0
@@ -246,6 +260,35 @@ class Proxy:
             raise
         self.calls.add(call)
         return call
+
+    def reclaim(self, share: int) -> bool:
+        """Close one connection of the call that holds the most above ``share`` (the
+        server is full and a call below its share asks); whether one was."""
+        victim = max(self.calls, key=lambda call: call.active, default=None)
+        if victim is None or victim.active <= share:
+            return False
+        # The victim's oldest connection still waiting (a head, a hello, an upstream),
+        # else its newest tunnel: it stops counting at once; its task is cancelled (and
+        # awaited by the victim's ``close``).
+        tasks = victim._tasks
+        waiting = [task for task, relaying in tasks.items() if not relaying]
+        chosen = waiting[0] if waiting else next(reversed(tasks))
+        del tasks[chosen]
+        self.active -= 1
+        victim.given_up += 1
+        victim._busy.add(chosen)
+        chosen.add_done_callback(victim._busy.discard)
+        chosen.cancel()
+        return True
+
+    def foreign(self, call: CallProxy, connection: socket.socket) -> bool:
+        """Whether ``connection`` to ``call`` must be refused: with ``check_peers``, made
+        by no process of the call's tree (``_peer``; none before its leader is known)."""
+        if not self.check_peers or (call.leader is not None and from_tree(connection, call.leader)):
+            return False
+        call.foreign += 1
+        _log.warning("proxy: a connection from outside the call's processes was refused")
+        return True
 
 
 SOCKET_BASE: Final = "/tmp"  # noqa: S108 - each call's private /tmp hides it from commands
@@ -318,23 +361,29 @@ def _socket_directory() -> str:
 
 
 @final
-class CallProxy:
+class CallProxy(Refusals):
     """One call's listener and connections; ``close`` when the call ends."""
 
     def __init__(self, proxy: Proxy) -> None:
+        super().__init__()
         self._proxy = proxy
         self._listener: socket.socket | None = None
         self._retry: asyncio.TimerHandle | None = None
-        self._tasks: set[asyncio.Future[None]] = set()
+        self._tasks: dict[asyncio.Future[None], bool] = {}
+        """Each connection's task (in the order they came) and whether it relays yet."""
         self._busy: set[asyncio.Future[None]] = set()
+        """Tasks that answer 503, and those of connections given up (ending)."""
         self._closed = False
         self.directory: str | None = None
-        self.refused: list[str] = []
-        self.refused_count = 0
-        self.private: set[str] = set()
-        """Those of ``refused`` refused for a private address (not for their name)."""
         self.connections = 0
         """Connections accepted over the call's life (for tests and the log)."""
+        self.given_up = 0
+        self.leader: int | None = None
+        """The pid leading the call's tree (the launcher sets it once it started it); with
+        ``Proxy.check_peers`` only that tree is served (nothing before it is set)."""
+        self.foreign = 0
+        """Connections refused because no process of the call's tree made them."""
+        """Connections closed for other calls' fair share over the call's life."""
 
     @property
     def path(self) -> str:
@@ -349,13 +398,16 @@ class CallProxy:
         return len(self._tasks)
 
     async def open(self) -> None:
+        """Listen, then put the socket in place: another server's ``remove_stale`` never
+        finds it bound but not yet listening (refused: taken for a dead server's)."""
         self.directory = _socket_directory()
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            listener.bind(self.path)
-            os.chmod(self.path, 0o600)
+            listener.bind(self.path + ".new")
+            os.chmod(self.path + ".new", 0o600)
             listener.listen(bridge.BACKLOG)
             listener.setblocking(False)  # noqa: FBT003 - socket's positional flag
+            os.rename(self.path + ".new", self.path)
         except BaseException:
             listener.close()
             raise
@@ -435,11 +487,16 @@ class CallProxy:
             asyncio.get_running_loop().remove_reader(self._listener.fileno())
 
     def _accepted(self, connection: socket.socket) -> None:
-        """A new connection: served by a task of the call's own (``close`` cancels it)."""
+        """A new connection: served by a task of the call's own (``close`` cancels it),
+        when a process of the call's own tree made it (``Proxy.check_peers``)."""
         proxy = self._proxy
-        if (
-            len(self._tasks) >= MAXIMUM_CALL_CONNECTIONS
-            or proxy.active >= MAXIMUM_SERVER_CONNECTIONS
+        if proxy.foreign(self, connection):
+            connection.close()
+            return
+        share = fair_share(len(proxy.calls))
+        if len(self._tasks) >= MAXIMUM_CALL_CONNECTIONS or (
+            proxy.active >= MAXIMUM_SERVER_CONNECTIONS
+            and not (len(self._tasks) < share and proxy.reclaim(share))
         ):
             busy = asyncio.ensure_future(_busy(connection))
             self._busy.add(busy)
@@ -451,15 +508,21 @@ class CallProxy:
         self.connections += 1
         proxy.active += 1
         task = asyncio.ensure_future(self._serve(connection))
-        self._tasks.add(task)
+        self._tasks[task] = False
         task.add_done_callback(self._served)
         task.add_done_callback(lambda _: connection.close())
 
     def _served(self, task: asyncio.Future[None]) -> None:
-        self._tasks.discard(task)
-        self._proxy.active -= 1
+        if self._tasks.pop(task, None) is not None:
+            self._proxy.active -= 1  # one given up was counted off already
         if not task.cancelled():
             task.exception()  # retrieved; _serve raises nothing but its cancellation
+
+    def _relaying(self) -> None:
+        """The current connection's task now only moves bytes (given up last)."""
+        task = asyncio.current_task()
+        if task in self._tasks:
+            self._tasks[task] = True
 
     async def _serve(self, accepted: socket.socket) -> None:
         client = None
@@ -489,9 +552,15 @@ class CallProxy:
             return
         via = self._proxy.upstream.for_request(request.host, request.port, request.tunnel)
         try:
-            addresses = await self._admit(request, resolve=via is None)
-        except _Refused as refused:
-            self._record(request.authority, refused)
+            addresses = await admit(
+                self._proxy.policy,
+                self._proxy.resolver,
+                request,
+                resolve=via is None,
+                bound=RESOLVE_BOUND_SECONDS,
+            )
+        except Refused as refused:
+            record(self, request.authority, refused)
             text = (
                 f"{request.authority} is not allowed ({refused}); the server's "
                 "--allow-domain names the hosts a command may reach"
@@ -514,59 +583,31 @@ class CallProxy:
             await _send_bounded(connection, _answer(502, _REASONS[502], text))
             return
         try:
+            body: Body | None = None
             if request.tunnel:
                 await loop.sock_sendall(connection, _CONNECTED)
-                opening = await _opening(self._proxy.policy, request, connection, upstream, rest)
-                if isinstance(opening, _Refused):
-                    self._record(opening.authority or request.authority, opening)
-                if not isinstance(opening, bytes):
+                opened = await opening(
+                    self._proxy.policy, request, connection, rest, HELLO_BOUND_SECONDS
+                )
+                if isinstance(opened, Refused):
+                    record(self, opened.authority or request.authority, opened)
+                if not isinstance(opened, bytes):
                     return
-                rest = opening
+                rest = opened
             else:
+                body = Body(request.length)
+                try:
+                    rest = rest[: body.take(rest)]
+                except BadRequest:
+                    return  # a malformed chunked body: the upstream gets nothing
                 head = origin_head(request) if via is None else absolute_head(request, via)
-                await loop.sock_sendall(upstream, head)
+                rest = head + rest
             if rest:
                 await loop.sock_sendall(upstream, rest)
-            await relay(connection, upstream)
+            self._relaying()
+            await relay(connection, upstream, request=body)
         finally:
             upstream.close()
-
-    async def _admit(self, request: Request, *, resolve: bool = True) -> Resolved:
-        """The checked addresses (none unless ``resolve``: the upstream's); ``_Refused``."""
-        policy = self._proxy.policy
-        if not policy.permits(request.host, request.port):
-            raise _Refused("not an allowed host and port")
-        if not resolve:
-            return []
-        literal = address_of(request.host)
-        if literal is not None:
-            family = int(socket.AF_INET6 if literal.version == 6 else socket.AF_INET)
-            found: Resolved = [(family, (literal.compressed, request.port))]
-        else:
-            async with asyncio.timeout(RESOLVE_BOUND_SECONDS):
-                found = await self._proxy.resolver(request.host, request.port)
-        chosen: Resolved = []
-        seen: list[Address] = []
-        for family, sockaddr in found[:MAXIMUM_ADDRESSES]:
-            if family not in {socket.AF_INET, socket.AF_INET6}:
-                continue
-            address = ipaddress.ip_address(str(sockaddr[0]).partition("%")[0])
-            seen.append(address)
-            chosen.append((family, sockaddr))
-        if not seen:
-            raise OSError("no address")
-        if not policy.reachable(seen, request.host, request.port):
-            raise _Refused("it resolves to a loopback, private or link-local address", private=True)
-        return chosen
-
-    def _record(self, authority: str, refused: _Refused) -> None:
-        self.refused_count += 1
-        if authority in self.refused or len(self.refused) >= MAXIMUM_REFUSED_REPORTED:
-            return
-        self.refused.append(authority)
-        if refused.private:
-            self.private.add(authority)
-        _log.warning("proxy refused %s: %s", authority, refused)
 
 
 async def _busy(accepted: socket.socket) -> None:
@@ -694,67 +735,6 @@ async def _read_head(connection: socket.socket, first: bytes = b"") -> tuple[byt
         answered = reader.feed(chunk)
         if answered is not None:
             return answered  # over the bound: parse_head says 431
-
-
-async def _opening(
-    policy: DomainPolicy,
-    request: Request,
-    connection: socket.socket,
-    upstream: socket.socket,
-    rest: bytes,
-) -> bytes | _Refused | None:
-    """A tunnel's first bytes from its client, checked: what to send on, ``_Refused``
-    (the tunnel is closed, the refusal recorded), or ``None`` (closed: nobody spoke in
-    time, or the client ended inside its ClientHello).
-
-    A TLS ClientHello must ask for the CONNECT host, for another host the policy allows
-    on that port, or for no name: a client may not reach another site behind an
-    allowed name's address (a CDN's) by naming it in TLS (refused as that name, so
-    the hint names the flag that would allow it). Other bytes go on unread, and so
-    does a tunnel whose server speaks first (TLS is the client's to begin). What TLS
-    carries inside (an HTTP ``Host``) is not seen: the proxy does not intercept TLS.
-    """
-    loop = asyncio.get_running_loop()
-    data = rest
-    try:
-        async with asyncio.timeout(HELLO_BOUND_SECONDS):
-            if not data and await _first_to_speak(connection, upstream) is upstream:
-                return b""
-            while (hello := read_hello(data)) == NEED_MORE:
-                chunk = await loop.sock_recv(connection, MAXIMUM_HELLO_BYTES - len(data) + 1)
-                if not chunk:
-                    return None  # the client ended inside its ClientHello
-                data += chunk
-    except TimeoutError:
-        return None
-    if hello == NOT_TLS:
-        return data
-    if isinstance(hello, Hello):
-        name = hello.server_name
-        if name is None or name == request.host or policy.permits(name, request.port):
-            return data
-        authority = Request(name, request.port, tunnel=True).authority
-        return _Refused("a tunnel's TLS server name is not allowed", authority=authority)
-    return _Refused("its TLS ClientHello is malformed or too long")
-
-
-async def _first_to_speak(first: socket.socket, second: socket.socket) -> socket.socket:
-    """Whichever of two sockets is readable first (data, or its end); the watches are
-    removed however the wait ends."""
-    loop = asyncio.get_running_loop()
-    spoke: asyncio.Future[socket.socket] = loop.create_future()
-
-    def ready(sock: socket.socket) -> None:
-        if not spoke.done():
-            spoke.set_result(sock)
-
-    for sock in (first, second):
-        loop.add_reader(sock.fileno(), ready, sock)
-    try:
-        return await spoke
-    finally:
-        for sock in (first, second):
-            loop.remove_reader(sock.fileno())
 
 
 async def _send_bounded(connection: socket.socket, data: bytes) -> None:

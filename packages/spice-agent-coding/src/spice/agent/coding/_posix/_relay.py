@@ -17,6 +17,12 @@ either of its sockets fails: the destination is then half-closed (and the source
 reading side shut). The other direction goes on to its own end (a reply may still be
 on its way); ``relay`` returns when both ended.
 
+A plain HTTP request (``relay(..., request=body)``) is not a tunnel: the client's side
+carries its body alone (``Framing``: copied through a buffer, each read cut where the
+body ends), then stops reading, without half-closing the upstream (a server may take
+that for a client gone); what the client sends after the body never reaches the
+upstream. The answer comes back as in a tunnel, and when it ended the relay stops.
+
 Stopping (the caller cancelled): both sockets are shut down, which wakes a blocked
 read and a blocked write to a UNIX socket at once; a send blocked on a full TCP buffer
 is not woken by a shutdown, so every blocking call gives up after ``WAKE_SECONDS``
@@ -35,7 +41,7 @@ import socket
 import struct
 import threading
 from collections.abc import Callable
-from typing import Final, TypeVar
+from typing import Final, Protocol, TypeVar
 
 __all__ = [
     "CHUNK_BYTES",
@@ -43,6 +49,7 @@ __all__ = [
     "STOP_BOUND_SECONDS",
     "UNIX_SEND_BYTES",
     "WAKE_SECONDS",
+    "Framing",
     "relay",
 ]
 
@@ -75,6 +82,15 @@ _MOVE: Final = getattr(os, "SPLICE_F_MOVE", 0)
 
 
 _T = TypeVar("_T")
+
+
+class Framing(Protocol):
+    """Where a request's body ends (``_proxyhttp.Body``)."""
+
+    @property
+    def done(self) -> bool: ...
+
+    def take(self, data: bytes | memoryview) -> int: ...
 
 
 class _Stopped(Exception):
@@ -141,20 +157,45 @@ def _copy(source: socket.socket, destination: socket.socket, stop: threading.Eve
             sent += _until_done(functools.partial(destination.send, view[sent:count]), stop)
 
 
+def _framed(
+    source: socket.socket, destination: socket.socket, stop: threading.Event, body: Framing
+) -> None:
+    """A request's body, through a buffer, up to its end by ``body`` (a malformed
+    chunked framing ends it: the upstream never sees what follows)."""
+    buffer = bytearray(CHUNK_BYTES)
+    view = memoryview(buffer)
+    while not body.done:
+        count = _until_done(lambda: source.recv_into(buffer), stop)
+        if not count:
+            return
+        try:
+            count = body.take(view[:count])
+        except ValueError:
+            return
+        sent = 0
+        while sent < count:
+            sent += _until_done(functools.partial(destination.send, view[sent:count]), stop)
+
+
 def _direction(
     source: socket.socket,
     destination: socket.socket,
     stop: threading.Event,
     finished: Callable[[], None],
+    body: Framing | None = None,
 ) -> None:
     """A thread's whole work: one direction to its end, then its descriptors closed.
 
     An error ends it alone (the other may still carry a reply: a server that answers
     and closes while the client still sends). ``source`` and ``destination`` are this
-    thread's own duplicates.
+    thread's own duplicates. With ``body`` (a request's), only the body is carried and
+    neither socket is shut.
     """
     try:
         with contextlib.suppress(OSError, _Stopped):
+            if body is not None:
+                _framed(source, destination, stop, body)
+                return
             (_splice if _SPLICE else _copy)(source, destination, stop)
         with contextlib.suppress(OSError):
             destination.shutdown(socket.SHUT_WR)
@@ -185,14 +226,18 @@ def _halt(stop: threading.Event, sockets: tuple[socket.socket, socket.socket]) -
             sock.shutdown(socket.SHUT_RDWR)
 
 
-async def relay(first: socket.socket, second: socket.socket) -> None:
+async def relay(
+    first: socket.socket, second: socket.socket, *, request: Framing | None = None
+) -> None:
     """Both directions between two connected sockets, until both ended.
 
     The sockets are made blocking (with the wake bound) for the threads' calls; the
     caller must not use them in the loop afterwards, and closes them when this
     returns. A cancellation stops both directions (awaited, shielded, at most
     ``STOP_BOUND_SECONDS``), then propagates. ``OSError`` when a thread cannot start
-    (the direction that started is stopped first).
+    (the direction that started is stopped first). With ``request`` (a plain HTTP
+    request's body, ``first`` the client): ``first`` to ``second`` carries that body
+    alone (no thread when it is already whole), and the relay ends with the answer.
     """
     loop = asyncio.get_running_loop()
     sockets = (first, second)
@@ -202,18 +247,28 @@ async def relay(first: socket.socket, second: socket.socket) -> None:
     ended = loop.create_future()
     running = [0]
 
-    def one_ended() -> None:  # in the loop
+    def one_ended(answer: bool) -> None:  # in the loop
         running[0] -= 1
+        if answer and request is not None:
+            _halt(stop, sockets)  # the answer is whole: the request's side is done too
         if running[0] == 0 and not ended.done():
             ended.set_result(None)
 
-    def finished() -> None:  # in a direction's thread
-        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
-            loop.call_soon_threadsafe(one_ended)
+    def finisher(answer: bool) -> Callable[[], None]:
+        def finished() -> None:  # in a direction's thread
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
+                loop.call_soon_threadsafe(one_ended, answer)
 
+        return finished
+
+    directions: list[tuple[socket.socket, socket.socket, bool, Framing | None]] = [
+        (second, first, True, None)
+    ]
+    if request is None or not request.done:
+        directions.insert(0, (first, second, False, request))
     try:
-        for source, destination in (sockets, sockets[::-1]):
-            _start(source, destination, stop, finished)
+        for source, destination, answer, body in directions:
+            _start(source, destination, stop, finisher(answer), body)
             running[0] += 1
     except (OSError, RuntimeError):
         _halt(stop, sockets)
@@ -233,13 +288,17 @@ def _start(
     destination: socket.socket,
     stop: threading.Event,
     finished: Callable[[], None],
+    body: Framing | None = None,
 ) -> None:
     """One direction's thread, on duplicates of the two sockets (closed if it fails)."""
     ends: list[socket.socket] = []
     try:
         ends += [source.dup(), destination.dup()]
         thread = threading.Thread(
-            target=_direction, args=(*ends, stop, finished), name="spice-proxy-relay", daemon=True
+            target=_direction,
+            args=(*ends, stop, finished, body),
+            name="spice-proxy-relay",
+            daemon=True,
         )
         thread.start()
     except BaseException:
