@@ -86,7 +86,8 @@ def test_what_is_not_an_existing_absolute_directory_is_refused(tmp_path: Path, k
     assert reason in message
     if kind != "slash":  # "/" is named by the reason itself
         assert repr(value.encode("unicode_escape").decode("ascii")) in message
-    assert "\0" not in message and "\n" not in message
+    assert "\0" not in message
+    assert "\n" not in message
 
 
 def test_the_number_of_directories_is_bounded_on_both_sides(tmp_path: Path) -> None:
