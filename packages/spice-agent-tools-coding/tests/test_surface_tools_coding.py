@@ -11,6 +11,7 @@ def test_public_surface_is_exactly_the_contract() -> None:
         "MAXIMUM_ANSWER_BYTES",
         "SECURITY_WARNING",
         "Config",
+        "ProtectedPaths",
         "new_read",
         "new_replace",
         "new_shell",

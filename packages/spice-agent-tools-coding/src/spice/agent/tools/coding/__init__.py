@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from ._config import SECURITY_WARNING as SECURITY_WARNING
 from ._config import Config as Config
+from ._protected import ProtectedPaths as ProtectedPaths
 from ._read import new_read as new_read
 from ._replace import new_replace as new_replace
 from ._results import MAXIMUM_ANSWER_BYTES as MAXIMUM_ANSWER_BYTES
@@ -20,6 +21,7 @@ __all__ = [
     "MAXIMUM_ANSWER_BYTES",
     "SECURITY_WARNING",
     "Config",
+    "ProtectedPaths",
     "new_read",
     "new_replace",
     "new_shell",

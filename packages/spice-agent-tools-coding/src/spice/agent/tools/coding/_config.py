@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Final, final
 
+from ._protected import ProtectedPaths
+
 SECURITY_WARNING: Final = (
     "Security warning: the Spice coding tools read and write files, run processes, and "
     "use network and environment access with your operating-system user's privileges. "
@@ -137,6 +139,9 @@ class Config:
     max_edit_bytes: int
     """The largest file whose ``read`` pages carry ``file_sha256``, and the largest result
     the edits form of ``replace`` may produce; ``max_write_bytes`` bounds ``content``."""
+    protected_paths: ProtectedPaths
+    """The paths beneath the root no agent may change (contract 12.1): ``replace`` refuses
+    them; the application's sandbox obeys the same value. The default protects nothing."""
 
     def __init__(
         self,
@@ -147,6 +152,7 @@ class Config:
         command_timeout: float = DEFAULT_COMMAND_TIMEOUT,
         environment_allowlist: Iterable[str] | str = DEFAULT_ENVIRONMENT_ALLOWLIST,
         max_edit_bytes: int = DEFAULT_EDIT_BYTES,
+        protected_paths: ProtectedPaths = ProtectedPaths(),  # noqa: B008 - frozen value
     ) -> None:
         object.__setattr__(self, "root", _root(root))
         object.__setattr__(self, "max_read_bytes", _bytes_bound(max_read_bytes, "max_read_bytes"))
@@ -159,6 +165,9 @@ class Config:
         object.__setattr__(self, "command_timeout", _timeout(command_timeout))
         object.__setattr__(self, "environment_allowlist", _allowlist(environment_allowlist))
         object.__setattr__(self, "max_edit_bytes", _edit_bound(max_edit_bytes))
+        if not isinstance(protected_paths, ProtectedPaths):
+            raise ValueError("protected_paths must be a ProtectedPaths")
+        object.__setattr__(self, "protected_paths", protected_paths)
 
     @classmethod
     def from_environment(

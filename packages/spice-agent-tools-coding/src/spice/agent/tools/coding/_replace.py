@@ -65,9 +65,10 @@ from ._config import Config
 from ._edits import EditFailure
 from ._platform import root_supported
 from ._replace_arguments import Arguments, Edits, Invalid, Whole, decode, description, schema
-from ._replace_work import Change, Done, Refused, edited, withdrawn
+from ._replace_work import Change, Done, Refused, edited, protected, withdrawn
 from ._results import attach, failure, report_progress, success
 from ._root import MadeDirectory, PathError, open_directory, open_root, remove_made, split_parent
+from ._where import real_relative
 from .settling import deliver_cancellation, in_thread, settle
 
 NAME: Final = "replace"
@@ -80,6 +81,10 @@ PROGRESS: Final = "replace: writing a file under the root"
 WRONG_TOOL: Final = "the call names another tool"
 UNSUPPORTED: Final = "replace on Windows needs the Windows API, which this system does not have"
 UNEXPECTED: Final = "replace failed unexpectedly"
+UNPLACED: Final = (
+    "the directory's place beneath the root cannot be told, so whether the path is "
+    "protected cannot be either; nothing was changed"
+)
 
 
 @final
@@ -183,6 +188,9 @@ def _work(config: Config, syscalls: Syscalls, arguments: Arguments, gate: Commit
     change = Change(body.data, body.sha256) if isinstance(body, Whole) else None
     if gate.cancelled:
         return Done(ABORTED, change)
+    refused = protected(config, arguments.path)
+    if refused is not None:
+        return Done(refused, change)
     try:
         root_fd = open_root(config.root)
     except PathError as error:
@@ -232,6 +240,9 @@ def _write_beneath(
     except PathError as error:
         return Done(Outcome(error.code, error.message), change)
     try:
+        refused = _protected_beneath(config, root_fd, dir_fd, leaf)
+        if refused is not None:
+            return Done(refused, change)
         limit = config.max_write_bytes
         if isinstance(arguments.body, Edits):
             # The edits form: the current file and the result are bounded by max_edit_bytes.
@@ -252,6 +263,17 @@ def _write_beneath(
     finally:
         with contextlib.suppress(OSError):
             os.close(dir_fd)
+
+
+def _protected_beneath(config: Config, root_fd: int, dir_fd: int, leaf: str) -> Outcome | None:
+    """The policy asked again by where the opened directory really lies (a symbolic link
+    on the way may lead into a protected one); one that cannot be told is refused."""
+    if config.protected_paths.empty:
+        return None
+    where = real_relative(root_fd, dir_fd)
+    if where is None:
+        return Outcome("path_unavailable", UNPLACED)
+    return protected(config, leaf if where == "." else f"{where}/{leaf}")
 
 
 def _edit(

@@ -19,7 +19,7 @@ from ._commit import (
 )
 from ._config import Config
 from ._replace_arguments import Arguments, Edits, Whole
-from ._replace_work import Change, Done, Refused, edited, withdrawn
+from ._replace_work import Change, Done, Refused, edited, protected, withdrawn
 from ._root import MadeDirectory, PathError
 
 
@@ -29,6 +29,9 @@ def work(config: Config, arguments: Arguments, gate: CommitGate) -> Done:
     change = Change(body.data, body.sha256) if isinstance(body, Whole) else None
     if gate.cancelled:
         return Done(ABORTED, change)
+    refused = protected(config, arguments.path)  # before the engine: the policy's matcher
+    if refused is not None:
+        return Done(refused, change)
     try:
         root = rw.open_root(config.root)
     except PathError as error:

@@ -23,7 +23,9 @@ from ._commit import (
     Occupied,
     Outcome,
 )
+from ._config import Config
 from ._edits import EditFailure, apply_edits, unified_diff
+from ._protected import PROTECTED
 from ._replace_arguments import Arguments, Edits
 
 NOT_TEXT: Final = "the file is not valid UTF-8 text; edits need text (replace it with content)"
@@ -98,3 +100,14 @@ def withdrawn(outcome: Outcome, cleaned: bool) -> Outcome:
         return outcome
     message = outcome.message.removesuffix(NOTHING_CHANGED) + DIRECTORIES_LEFT
     return dataclasses.replace(outcome, message=message, directories_cleaned=False)
+
+
+def protected(config: Config, relative: str) -> Outcome | None:
+    """``path_unavailable`` when ``config.protected_paths`` protects ``relative`` (12.1).
+
+    Both workers ask before the engine: by the cleaned path as the model sent it, and
+    (POSIX) again by the real path of the directory the call opened.
+    """
+    if config.protected_paths.protects(config.root, relative):
+        return Outcome("path_unavailable", PROTECTED)
+    return None
