@@ -22,6 +22,7 @@ from spice.agent.coding._posix._plan import (
     CACHE_VARIABLES,
     GIT_PROTECTED,
     HOME_PROTECTED,
+    MAXIMUM_PROTECTED_BINDS,
     CallPlan,
     Kind,
     Mask,
@@ -273,8 +274,6 @@ def test_a_writable_place_without_a_git_directory_gets_no_git_rule() -> None:
 def test_the_directories_holding_protected_paths_are_pinned_top_down() -> None:
     repository = plan({f"{ROOT}/.git/config": F})
     assert (f"{ROOT}/.git",) == repository.pinned  # mv .git .git2 && mkdir .git: refused
-    assert (f"{ROOT}/.git/commondir",) == repository.forbidden
-    assert () == plan({f"{ROOT}/.git/commondir": F}).forbidden  # present: not the call's
     home = f"{ROOT}/users/u"
     nested = plan({f"{home}/.config": D, f"{home}/.bashrc": F}, home=home)
     assert (f"{ROOT}/users", home, f"{home}/.config") == nested.pinned
@@ -515,3 +514,21 @@ def test_the_cache_is_per_root_under_the_users_cache_directory() -> None:
     assert moved == "/c/spice-coding/" + os.path.basename(one)
     relative = _facts.cache_directory("/w/a", {"HOME": "/srv/h", "XDG_CACHE_HOME": "c"})
     assert relative == one  # a relative XDG_CACHE_HOME is ignored, as the spec says
+
+
+def test_the_existing_protected_paths_are_bound_read_only_up_to_the_bound() -> None:
+    """``protected`` (the guard's baseline): bound read-only on themselves inside a
+    writable place, at most ``MAXIMUM_PROTECTED_BINDS``; outside every place, never."""
+    inside = [f"{ROOT}/p{index}/.mcp.json" for index in range(MAXIMUM_PROTECTED_BINDS + 1)]
+    made = plan_call(
+        StartFacts((Place(ROOT, 1, 1),)),
+        namespaces=True,
+        allow_network=False,
+        environment=(),
+        temporary="/tmp",
+        kind=lambda _path: Kind.FILE,
+        protected=(*inside, "/elsewhere/.mcp.json"),
+    )
+    assert set(inside[:MAXIMUM_PROTECTED_BINDS]) <= set(made.read_only)
+    assert inside[-1] not in made.read_only
+    assert "/elsewhere/.mcp.json" not in made.read_only

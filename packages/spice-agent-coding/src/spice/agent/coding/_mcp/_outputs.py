@@ -28,6 +28,10 @@ HINT_BYTES: Final = 512
 NETWORK_REFUSED_CHARS: Final = 16 * (262 + 3) + 64
 """The shell's ``network_refused`` (16 ``host:port`` of name characters, nothing to escape,
 quoted and separated) and ``network_refused_count`` with their names."""
+PROTECTED_RESTORED_CHARS: Final = 2 * 2048 + 16 * 3 + 64
+"""The shell's ``protected_restored`` (at most 16 paths of 2,048 bytes in all, no control
+character: at most 2 characters a byte once escaped, quoted and separated) and
+``protected_restored_count`` with their names."""
 """Room for the fixed keys and small values (numbers, booleans, digests) of any answer."""
 DIFF_BYTES: Final = 16 * 1024
 """Longest ``diff`` of a ``replace`` answer (contract 9.2)."""
@@ -97,6 +101,8 @@ _FIELDS: Final[Mapping[str, Mapping[str, Mapping[str, object]]]] = {
         "contained": _BOOLEAN,
         "network_refused": {"type": "array", "items": {"type": "string"}, "maxItems": 16},
         "network_refused_count": _INTEGER,
+        "protected_restored": {"type": "array", "items": {"type": "string"}, "maxItems": 16},
+        "protected_restored_count": _INTEGER,
         "sandbox_hint": _STRING,
         "encoding": _STRING,
         "stdout": _STRING,
@@ -142,7 +148,7 @@ def largest_answer_chars(name: str, config: Config) -> int:
     if variable is None:
         return ANSWER_CHARS
     if name == "shell":
-        fixed += NETWORK_REFUSED_CHARS
+        fixed += NETWORK_REFUSED_CHARS + PROTECTED_RESTORED_CHARS
     return min(ANSWER_CHARS, fixed + ESCAPED_CHARS_PER_BYTE * variable)
 
 

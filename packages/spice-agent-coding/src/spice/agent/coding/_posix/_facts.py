@@ -19,6 +19,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, final
 
+from spice.agent.tools.coding import ProtectedPaths
+
 from .._hostconfig import read_host_configuration
 from .._sandbox import CREDENTIALS, home_directory
 from ._caches import (
@@ -43,6 +45,7 @@ __all__ = [
     "kept_visible",
     "linked_module_files",
     "place_of",
+    "records_directory",
     "server_code",
     "start_facts",
     "user_cache_directory",
@@ -97,6 +100,31 @@ def _make_templates(environ: Mapping[str, str]) -> tuple[str, str]:
             f"the directory {templates} cannot be made (set XDG_CACHE_HOME to a writable directory)"
         ) from None
     return empty_directory, empty_file
+
+
+RECORDS: Final = ".records"
+"""The directory under the application's cache directory that holds, per root, the
+records of the protected paths' baselines (``_guard``): a sibling of every worktree's
+cache, so neither namespace path nor Landlock lets a command write it."""
+
+
+def records_directory(root: str, environ: Mapping[str, str], places: Sequence[Place]) -> str | None:
+    """Make the root's private records directory; ``None`` without a home, when it cannot
+    be made, or when it lies beneath a writable place (a command could write it)."""
+    base = user_cache_directory(environ, home_directory(environ))
+    if base is None:
+        return None
+    digest = hashlib.sha256(os.fsencode(os.path.realpath(root))).hexdigest()
+    path = os.path.join(base, CACHE_APPLICATION, RECORDS, digest[:ROOT_HASH_CHARACTERS])
+    try:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+        real = os.path.realpath(path)
+    except OSError:
+        return None
+    for place in places:
+        if real == place.path or real.startswith(place.path.rstrip("/") + "/"):
+            return None
+    return real
 
 
 def _make_cache(root: str, environ: Mapping[str, str]) -> str:
@@ -417,10 +445,14 @@ def start_facts(
     allow_read: Sequence[str] = (),
     cache: bool = False,
     environ: Mapping[str, str] | None = None,
+    protected: ProtectedPaths | None = None,
+    unprotect: Sequence[str] = (),
 ) -> StartFacts:
     """The facts every call's plan is built from; ``cache`` makes the worktree's cache.
 
-    With ``bwrap`` (namespaces) the empty templates are made too.
+    With ``bwrap`` (namespaces) the empty templates are made too. ``protected``: the
+    policy of protected paths (``None``: the standard set less ``unprotect``); with
+    ``cache`` the root's records directory is made too (``records_directory``).
 
     Raises ``OSError`` when a writable place cannot be opened, ``CacheUnavailable``
     when the cache cannot be made.
@@ -432,6 +464,7 @@ def start_facts(
     empty_directory, empty_file = _make_templates(source) if bwrap is not None else (None, None)
     if not all(relative_to_home(name) for name in allow_read):
         raise ValueError("allow_read takes normal paths relative to the home")
+    policy = ProtectedPaths.default(unprotect=unprotect) if protected is None else protected
     return StartFacts(
         places,
         home,
@@ -444,4 +477,6 @@ def start_facts(
         kept_visible(),
         shown_paths(source, home),
         host_variables(source, home),
+        policy,
+        records_directory(root, source, places) if cache and not policy.empty else None,
     )

@@ -57,6 +57,7 @@ from . import _orphans as orphans
 from . import _supervisor as supervisor
 from ._cgroup import CallCgroup, Cgroups
 from ._containment import OFF, Containment
+from ._guard import ender, server_guard
 from ._leader import _close_quietly
 from ._process import (
     DRAIN_BOUND_SECONDS,
@@ -383,6 +384,26 @@ def _planned_kind(path: str) -> _plan.Kind:
     return _plan.Kind.ABSENT if path in _MOUNT_POINTS else _plan.kind_of(path)
 
 
+def _sample_rules(facts: _plan.StartFacts, containment: Containment) -> dict[str, object]:
+    """The rules of a call's plan as ``tools`` prints them."""
+    namespaces = containment.namespaces.made
+    sample = _plan.plan_call(
+        facts,
+        namespaces=namespaces,
+        allow_network=containment.allow_network,
+        environment=(),
+        temporary=_bwrap.PRIVATE_TMP if namespaces else "a fresh directory per call",
+        kind=_planned_kind,
+        visible=_KEPT_VISIBLE,
+    )
+    return sample.rules()
+
+
+def _live_mount_points() -> tuple[str, ...]:
+    """The mount points calls of this server hold now (the guard never looks at them)."""
+    return tuple(_MOUNT_POINTS)
+
+
 def _take_mount_points(plan: _plan.CallPlan) -> tuple[str, ...]:
     taken = tuple(mask.path for mask in plan.mount_points)
     for path in taken:
@@ -390,13 +411,10 @@ def _take_mount_points(plan: _plan.CallPlan) -> tuple[str, ...]:
     return taken
 
 
-def _after_call(taken: Iterable[str], forbidden: Iterable[str]) -> None:
-    """At the join: the call's mount points released, the files it must not leave removed."""
+def _after_call(taken: Iterable[str]) -> None:
+    """At the join: the call's mount points released (the guard then puts back the
+    protected paths the call changed or made: ``_guard``)."""
     _release_mount_points(taken)
-    for path in forbidden:
-        with contextlib.suppress(OSError):
-            if not stat.S_ISDIR(os.lstat(path).st_mode):
-                os.unlink(path)
 
 
 def _release_mount_points(taken: Iterable[str]) -> None:
@@ -499,6 +517,7 @@ _SLOTS: Final = (
     "_cgroups",
     "_containment",
     "_facts",
+    "_guard",
     "_links",
     "_proxy",
     "_root",
@@ -558,6 +577,7 @@ class PosixLauncher:
             )
         self._facts = facts if containment.confined else None
         self._links = None if self._facts is None else _link_watch(self._facts)
+        self._guard = server_guard(self._facts, _live_mount_points)
         proxied = self._facts is not None and containment.proxied  # the call's own network
         self._proxy = Proxy(containment.domains, check_peers=True) if proxied else None
 
@@ -589,17 +609,9 @@ class PosixLauncher:
         if self._cgroups is not None and self._supervised:
             report["bounds"] = self._cgroups.report()
         if self._facts is not None:
-            namespaces = self._containment.namespaces.made
-            sample = _plan.plan_call(
-                self._facts,
-                namespaces=namespaces,
-                allow_network=self._containment.allow_network,
-                environment=(),
-                temporary=_bwrap.PRIVATE_TMP if namespaces else "a fresh directory per call",
-                kind=_planned_kind,
-                visible=_KEPT_VISIBLE,
-            )
-            report["plan"] = sample.rules()
+            report["plan"] = _sample_rules(self._facts, self._containment)
+        if self._guard is not None:
+            report["protected"] = self._guard.report()
         return report
 
     async def start(self, spec: Spec) -> PosixProcess:
@@ -657,6 +669,7 @@ class PosixLauncher:
         cgroup: CallCgroup | None = None
         plan: _plan.CallPlan | None = None
         taken: tuple[str, ...] = ()
+        guard, began = self._guard, False
         try:
             if self._cgroups is not None and self._cgroups.made:
                 cgroup = self._cgroups.make()  # the bounds are promised: none, no start
@@ -671,6 +684,8 @@ class PosixLauncher:
             facts = self._facts
             bwrap = self._containment.namespaces.bwrap if facts is not None else None
             if facts is not None:
+                protected = () if guard is None else guard.begin()  # the baseline, its record
+                began = guard is not None
                 if bwrap is None:
                     temporary = tempfile.mkdtemp(prefix=TMPDIR_PREFIX)
                 plan = _plan.plan_call(
@@ -682,6 +697,7 @@ class PosixLauncher:
                     kind=_planned_kind,
                     visible=_KEPT_VISIBLE,
                     proxy=None if proxy is None or bwrap is None else proxy.path,
+                    protected=protected if bwrap is not None else (),
                 )
             if plan is not None and bwrap is not None:
                 # bwrap's status pipe: the supervisor reads, only bwrap's monitor writes.
@@ -736,6 +752,8 @@ class PosixLauncher:
             if cgroup is not None:
                 cgroup.remove()
             _release_mount_points(taken)
+            if began and guard is not None:
+                guard.end()
             raise LaunchError from None
         finally:
             ends.close_child()
@@ -751,11 +769,12 @@ class PosixLauncher:
             cgroup=cgroup,
             proxy=proxy,
         )
-        if taken or (plan is not None and plan.forbidden):
-            forbidden = () if plan is None else plan.forbidden
-            process._made.after_join = lambda: _after_call(taken, forbidden)
+        if taken:
+            process._made.after_join = lambda: _after_call(taken)
         if scanner is not None and plan is not None:
             process._made.hint = _hinter(scanner, plan, proxy, self._proxy)
+        if began and guard is not None and facts is not None:
+            process._made.guard = ender(guard, facts.root)
         return process
 
 

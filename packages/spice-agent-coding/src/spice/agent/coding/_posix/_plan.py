@@ -41,6 +41,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final, final
 
+from spice.agent.tools.coding import ProtectedPaths
+
 from .._sandbox import CREDENTIALS, HOME_SHOWN
 from . import _bridge, _bwrap
 from . import _supervisor as supervisor
@@ -78,11 +80,9 @@ GIT_PROTECTED: Final = (
 """Read-only (and not creatable) inside every writable place that holds a ``.git``
 directory: what git runs or obeys later, outside the sandbox."""
 
-GIT_FORBIDDEN: Final = (".git/commondir",)
-"""Files a repository's own ``.git`` never holds but that would redirect git elsewhere
-(``commondir``: the config and hooks of another directory). A mount point cannot
-protect them (an empty ``commondir`` breaks the user's git while the call runs), so
-one that a call leaves is removed at its join (``CallPlan.forbidden``)."""
+MAXIMUM_PROTECTED_BINDS: Final = 256
+"""Existing protected paths (``_guard``) bound read-only on one call's namespace path;
+the join puts back any beyond them."""
 
 HOME_PROTECTED: Final = (
     (".bashrc", Kind.FILE),
@@ -162,6 +162,10 @@ class StartFacts:
     ``visible``: the server's own environment where it lies beneath ``/tmp``.
     ``shown``: more real paths a command sees read-only even where the home is hidden
     (the host's CA files, the ``PATH`` directories beneath the home).
+    ``protected``: the paths no agent may change (contract 12.1; the same value the
+    ``replace`` tool obeys), by default the standard set. ``records``: the server's
+    private directory (outside every writable place) where a call's baseline of
+    protected paths is recorded (``_guard``), ``None``: no record is kept.
     """
 
     places: tuple[Place, ...]
@@ -177,6 +181,8 @@ class StartFacts:
     variables: tuple[tuple[str, str], ...] = ()
     """Set for every contained command where its environment has none: what the host
     configures in files a command does not see (``.npmrc``'s registry)."""
+    protected: ProtectedPaths = ProtectedPaths.default()  # noqa: RUF009 - a frozen value
+    records: str | None = None
 
     @property
     def root(self) -> str:
@@ -194,7 +200,6 @@ class CallPlan:
     over the home's cache paths; ``pinned``: directories that hold protected paths,
     bound read-write on themselves (a mount point cannot be renamed or removed, so
     ``mv .git .git2 && mkdir .git`` cannot swap the protected ones away);
-    ``forbidden``: files removed at the join if the call made them (``GIT_FORBIDDEN``);
     ``read_only``: existing paths inside writable places
     bound read-only on themselves (protected files, the server's code); ``masks``: empty
     read-only directories or files bound over paths; ``temporary``: the ``TMPDIR``;
@@ -210,7 +215,6 @@ class CallPlan:
     pinned: tuple[str, ...] = ()
     read_only: tuple[str, ...] = ()
     masks: tuple[Mask, ...] = ()
-    forbidden: tuple[str, ...] = ()
     visible: tuple[str, ...] = ()
     empty_directory: str | None = None
     empty_file: str | None = None
@@ -323,7 +327,6 @@ class CallPlan:
                 "cache_variables": variables,
                 "read_only_inside_writable": sorted(self.protected),
                 "pinned_in_place": list(self.pinned),
-                "removed_at_the_join": list(self.forbidden),
                 "hidden": sorted(self.hidden),
                 "home": (
                     {"hidden": self.home, "shown_read_only": list(self.shown)}
@@ -386,6 +389,7 @@ def plan_call(
     kind: Callable[[str], Kind] = kind_of,
     visible: Sequence[str] | None = None,
     proxy: str | None = None,
+    protected: Sequence[str] = (),
 ) -> CallPlan:
     """The plan of one contained call (pure but for ``kind``; see the module docstring).
 
@@ -394,7 +398,10 @@ def plan_call(
     ``visible`` replaces the start's kept-visible places (the launcher's, which a test
     run under coverage extends), ``None`` keeps ``facts.visible``. ``proxy``: the call's
     proxy socket (namespaces only): bound in, and the proxy variables set whatever the
-    allow-list let through (``_proxy.proxy_environment``).
+    allow-list let through (``_proxy.proxy_environment``). ``protected``: the
+    protected paths that exist at the call's start (``_guard``), bound read-only on
+    themselves (namespaces; at most ``MAXIMUM_PROTECTED_BINDS``, the join puts back the
+    rest).
     """
     writable = tuple(place.path for place in facts.places)
     if facts.cache is not None and not namespaces:
@@ -426,7 +433,6 @@ def plan_call(
     read_only: list[str] = []
     inside = _inside_writable(writable)
     pinned: list[str] = []
-    forbidden: list[str] = []
     for place in writable:
         dot_git = os.path.join(place, ".git")
         found = kind(dot_git)
@@ -435,11 +441,6 @@ def plan_call(
         if found is not Kind.DIRECTORY:
             continue
         pinned.append(dot_git)
-        forbidden += [
-            os.path.join(place, name)
-            for name in GIT_FORBIDDEN
-            if kind(os.path.join(place, name)) is Kind.ABSENT
-        ]
         for relative, wanted in GIT_PROTECTED:
             _protect(os.path.join(place, relative), wanted, kind, masks, read_only)
     if facts.home is not None:
@@ -458,6 +459,11 @@ def plan_call(
             # so no command can rename it and put a changed copy in its place (R5-3): the
             # next start would import that.
             pinned += [above for above in _ancestors(path, writable) if above not in pinned]
+    bound = set(read_only)
+    for path in protected[:MAXIMUM_PROTECTED_BINDS]:
+        if inside(path) and path not in bound:
+            read_only.append(path)
+            bound.add(path)
     kept = tuple(_outermost(read_only))
     # A mount point cannot be made inside a read-only place (nor is one needed there).
     masks = [m for m in masks if not (m.absent and any(_beneath(m.path, p) for p in kept))]
@@ -474,7 +480,6 @@ def plan_call(
         pinned=tuple(pinned),
         read_only=kept,
         masks=tuple(masks),
-        forbidden=tuple(forbidden),
         visible=facts.visible if visible is None else tuple(visible),
         empty_directory=facts.empty_directory,
         empty_file=facts.empty_file,

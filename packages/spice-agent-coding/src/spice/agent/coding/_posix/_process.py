@@ -30,6 +30,7 @@ from . import _orphans as orphans
 from . import _supervisor as supervisor
 from . import _tmpdir as tmpdir
 from ._cgroup import CallCgroup
+from ._guard import MAXIMUM_RESTORED
 from ._leader import _close_quietly, _Leader, _State
 from ._namespace import Namespace
 from ._proxy import CallProxy, close_call, refused_of
@@ -319,8 +320,7 @@ class PosixProcess:
             None if info is None else Namespace(loop, info, lifeline, self._running_monitor)
         )
         self._report = None if report is None else _Report(loop, report)
-        self._streams = streams
-        self._bounds = bounds
+        self._streams, self._bounds = streams, bounds
         self._join_lock = asyncio.Lock()
 
     @property
@@ -330,18 +330,19 @@ class PosixProcess:
 
     @property
     def layers(self) -> int:
-        """The ``LAYER_*`` bits of ``_posix._supervisor`` the command was started under.
-
-        What the supervisor's child applied before ``execve`` (Landlock, seccomp,
-        capabilities), as its start report says; 0 before the start is known and
-        without a supervisor.
-        """
+        """The ``LAYER_*`` bits (``_supervisor``) the command's start report says were
+        applied before ``execve``; 0 before the start is known and without a supervisor."""
         return 0 if self._report is None else self._report.layers
 
     @property
     def network_refused(self) -> tuple[tuple[str, ...], int]:
         """The proxy's refused ``host:port`` of this call (at most 16) and their count."""
         return refused_of(self._proxy)
+
+    @property
+    def protected_restored(self) -> tuple[tuple[str, ...], int]:
+        """After the join: the protected paths put back (at most 16: ``_guard``), and how many."""
+        return self._made.restored[:MAXIMUM_RESTORED], len(self._made.restored)
 
     @property
     def cleanup_completed(self) -> bool:
@@ -547,6 +548,10 @@ class _Made:
         self.temporary_left = False
         self.after_join: Callable[[], None] | None = None
         self.hint: Callable[[], str | None] | None = None
+        self.guard: Callable[[], tuple[str, ...]] | None = None
+        """The guard's end of this call (``_guard.Guard.end``): run off the loop at the
+        join, after the tree is gone and before the answer; what it put back is kept."""
+        self.restored: tuple[str, ...] = ()
 
     async def end_cgroup(self, bound: float) -> bool:
         """End every process left in the call's cgroup, then remove it (bounded, off the
@@ -570,6 +575,9 @@ class _Made:
         after, self.after_join = self.after_join, None
         if after is not None:
             after()
+        guard, self.guard = self.guard, None
+        if guard is not None:
+            self.restored = await asyncio.to_thread(guard)
 
 
 def _remove_tree(path: str) -> bool:

@@ -236,6 +236,11 @@ class ProtectedPaths:
         """Whether this policy protects nothing at all."""
         return not self.standard and not self.extra
 
+    @staticmethod
+    def names_git_directory(name: str) -> bool:
+        """Whether the one component ``name`` may be read as ``.git`` (in any spelling)."""
+        return "/" not in name and "\\" not in name and _same(fold(name), DOT_GIT)
+
     def matches_standard(self, relative: str) -> bool:
         """Whether ``relative`` (beneath any place) is in the default set, in any spelling."""
         if not self.standard:

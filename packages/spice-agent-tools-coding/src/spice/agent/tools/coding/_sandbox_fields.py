@@ -11,18 +11,36 @@ here, never trusted as it comes (``sandbox_hint``, the other one, is ``_shell``'
   in all. The answer gets ``network_refused`` (the list) and ``network_refused_count``
   when the count is above 0.
 
+- ``protected_restored``: ``(paths, count)``, the protected paths (contract 12.1) the
+  command changed or made that the launcher put back at the join (at most
+  ``MAXIMUM_RESTORED``, text without control characters, ``MAXIMUM_PATH_BYTES`` UTF-8
+  bytes in all) and how many in all. The answer gets ``protected_restored`` and
+  ``protected_restored_count`` when the count is above 0.
+
 Anything else (absent, another type, out of bounds, a property that raises) is no field.
 """
 
 from __future__ import annotations
 
+import unicodedata
 from typing import Final
 
 __all__ = [
     "MAXIMUM_HOST_BYTES",
+    "MAXIMUM_PATH_BYTES",
     "MAXIMUM_REFUSED_HOSTS",
+    "MAXIMUM_RESTORED",
     "network_fields",
+    "protected_fields",
+    "sandbox_fields",
 ]
+
+MAXIMUM_RESTORED: Final = 16
+"""At most this many put-back paths in an answer (the count says how many in all)."""
+
+MAXIMUM_PATH_BYTES: Final = 2048
+"""The put-back paths named in an answer have at most this many UTF-8 bytes in all (the
+count counts every one)."""
 
 MAXIMUM_REFUSED_HOSTS: Final = 16
 """At most this many refused ``host:port`` in an answer (the count says how many in all)."""
@@ -63,3 +81,41 @@ def network_fields(process: object) -> dict[str, object]:
     if not len(hosts) <= count <= MAXIMUM_COUNT or count == 0:
         return {}
     return {"network_refused": list(hosts), "network_refused_count": count}
+
+
+def _path_bytes(value: object) -> int | None:
+    """The UTF-8 size of a path without control characters, else ``None``."""
+    if not isinstance(value, str) or not value:
+        return None
+    if any(unicodedata.category(char) == "Cc" for char in value):
+        return None
+    try:
+        return len(value.encode("utf-8"))
+    except UnicodeEncodeError:
+        return None
+
+
+def protected_fields(process: object) -> dict[str, object]:
+    """``protected_restored`` and ``protected_restored_count`` of ``process``, or nothing."""
+    try:
+        value = getattr(process, "protected_restored", None)
+    except Exception:  # noqa: BLE001 - a failing property is a process saying nothing
+        return {}
+    if not isinstance(value, tuple) or len(value) != 2:
+        return {}
+    paths, count = value
+    if not isinstance(paths, tuple) or isinstance(count, bool) or not isinstance(count, int):
+        return {}
+    sizes = [_path_bytes(path) for path in paths]
+    if len(paths) > MAXIMUM_RESTORED or None in sizes:
+        return {}
+    if sum(size or 0 for size in sizes) > MAXIMUM_PATH_BYTES:
+        return {}
+    if not len(paths) <= count <= MAXIMUM_COUNT or count == 0:
+        return {}
+    return {"protected_restored": list(paths), "protected_restored_count": count}
+
+
+def sandbox_fields(process: object) -> dict[str, object]:
+    """Every optional field a process says about its sandbox (network, protected paths)."""
+    return {**network_fields(process), **protected_fields(process)}

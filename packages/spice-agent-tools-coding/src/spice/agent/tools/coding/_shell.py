@@ -66,7 +66,7 @@ from ._results import (
     success,
 )
 from ._root import PathError, open_directory, open_root
-from ._sandbox_fields import network_fields
+from ._sandbox_fields import sandbox_fields
 from ._shell_description import MAXIMUM_ARGV_BYTES, MAXIMUM_ARGV_ITEMS, _number, shell_description
 from ._shell_launcher import (
     launcher_contained,
@@ -317,7 +317,7 @@ class _Frame:
         if sandbox_hint is not None:
             content["sandbox_hint"] = sandbox_hint
         if sandbox:
-            content.update(sandbox)  # network_refused and its count: _sandbox_fields
+            content.update(sandbox)  # network_refused, protected_restored: _sandbox_fields
         content.update(_output_fields(capture or Capture(1), problem, content))
         return content
 
@@ -547,7 +547,7 @@ class _Shell:
             managed_cleanup_completed=finished.clean,
             problem=(code, problem) if code is not None and problem is not None else None,
             sandbox_hint=process_hint(process) if code is not None and frame.contained else None,
-            sandbox=network_fields(process),
+            sandbox=sandbox_fields(process),
         )
         if code is None or problem is None:
             return success(call, content, _UNCERTAIN, _RETRY)
