@@ -27,9 +27,9 @@ import pytest
 from procutil import Collect
 
 from spice.agent.coding import PosixLauncher
-from spice.agent.coding._containment import Containment, resolve_containment
 from spice.agent.coding._posix import _bwrap, _facts
 from spice.agent.coding._posix._bwrap import Namespaces
+from spice.agent.coding._posix._containment import Containment, resolve_containment
 from spice.agent.coding._posix._landlock import landlock_abi
 from spice.agent.process import Outcome, Spec
 from spice.agent.tools.coding import ProtectedPaths

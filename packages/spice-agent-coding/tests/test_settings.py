@@ -36,7 +36,10 @@ from spice.agent.coding._settings import (
     flags_of,
     resolve_settings,
 )
-from spice.agent.tools.coding import Config
+from spice.agent.tools.coding import Config, ProtectedPaths
+
+PROTECTED = ProtectedPaths.default()
+"""What the application protects by default (contract 12.1)."""
 
 SCRIPT = Path(sys.executable).parent / "spice-coding"
 SETTING_VARIABLES = (
@@ -61,7 +64,7 @@ names = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,20}", fullmatch=True)
 
 def default_config(root: Path) -> Config:
     """The application's ``Config`` of ``root`` with no setting given."""
-    return Config(root, environment_allowlist=DEFAULT_NAMES)
+    return Config(root, environment_allowlist=DEFAULT_NAMES, protected_paths=PROTECTED)
 
 
 def parsed(argv: list[str], environ: Mapping[str, str] | None = None) -> Settings:
@@ -154,6 +157,7 @@ def test_settings_work_before_and_after_the_command_word(worktree: Path, command
             max_output_bytes=30,
             command_timeout=5.0,
             environment_allowlist=(*DEFAULT_NAMES, "JAVA_HOME"),
+            protected_paths=PROTECTED,
         ),
         "off",
         allow_network=True,
@@ -263,6 +267,7 @@ def test_every_variable_sets_its_setting(worktree: Path) -> None:
             max_output_bytes=13,
             command_timeout=2.5,
             environment_allowlist=(*DEFAULT_NAMES, "VIRTUAL_ENV", "JAVA_HOME"),
+            protected_paths=PROTECTED,
         ),
         "workspace",
         allow_network=True,

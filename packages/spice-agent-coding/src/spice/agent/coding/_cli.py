@@ -38,6 +38,7 @@ from ._platform import (
     platform_launcher,
     release_caches,
 )
+from ._protection import protection_report
 from ._reload import watching
 from ._sandbox import HELP as SANDBOX_HELP
 from ._sandbox import SERVER_WARNING, ContainmentUnavailable, slash_root_problem
@@ -191,14 +192,21 @@ def _definition_json(definition: Definition) -> dict[str, object]:
     }
 
 
-def tools_json(dispatcher: Dispatcher, sandbox: Mapping[str, object] | None = None) -> str:
+def tools_json(
+    dispatcher: Dispatcher,
+    sandbox: Mapping[str, object] | None = None,
+    protected: Mapping[str, object] | None = None,
+) -> str:
     """The ``tools`` output: stable JSON (sorted keys, sorted tools), one document.
 
-    ``sandbox`` (the launcher's containment report) sits beside the definitions.
+    ``sandbox`` (the launcher's containment report) and ``protected`` (what no agent may
+    change, what was given back: ``_protection``) sit beside the definitions.
     """
     document: dict[str, object] = {"tools": [_definition_json(d) for d in dispatcher.definitions]}
     if sandbox is not None:
         document["sandbox"] = dict(sandbox)
+    if protected is not None:
+        document["protected"] = dict(protected)
     return json.dumps(document, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
 
 
@@ -211,7 +219,8 @@ def _composed(
 
 async def _tools(settings: Settings, launcher: PlatformLauncher) -> int:
     async with _composed(settings, launcher) as dispatcher:
-        _out(tools_json(dispatcher, launcher.report()))
+        protected = protection_report(settings.config.protected_paths)
+        _out(tools_json(dispatcher, launcher.report(), protected))
     return EXIT_OK
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Final, Protocol, final
 
 from spice.agent.process import ExecutableResolver, Launcher, Process, Spec
+from spice.agent.tools.coding import ProtectedPaths
 
 from ._network import DomainPolicy
 from ._posix._launcher import PosixLauncher
@@ -105,7 +106,11 @@ class SandboxRequest:
     domains: DomainPolicy = field(default_factory=DomainPolicy)
     """What ``--allow-domain`` and ``--allow-private-address`` let through the proxy."""
     unprotect: tuple[str, ...] = ()
-    """The protected paths given back (the settings file's ``unprotect``): passed along."""
+    """The protected paths given back (--unprotect and the settings file's ``unprotect``),
+    as given; ``protected`` is what they make of the policy."""
+    protected: ProtectedPaths = ProtectedPaths.default()  # noqa: RUF009 - a frozen value
+    """The paths no agent may change (contract 12.1): the same value as the tools'
+    ``Config.protected_paths``, obeyed by the sandbox's plan and its join."""
 
 
 def platform_launcher(
@@ -149,6 +154,7 @@ def platform_launcher(
                 deny_read=request.deny_read,
                 allow_read=request.allow_read,
                 cache=True,
+                protected=request.protected,
             )
         except CacheUnavailable as error:
             raise ContainmentUnavailable(str(error)) from None

@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Final, TypeVar, final
 
-from spice.agent.tools.coding import Config
+from spice.agent.tools.coding import Config, ProtectedPaths
 
 from ._compose import UNUSABLE_ROOT, resolve_config
 from ._hostconfig import HOST_VARIABLES, read_host_configuration
@@ -48,6 +48,8 @@ from ._mcp._http_settings import (
 )
 from ._network import PRESETS, DomainPolicy, PatternError, parse_patterns, policy_of
 from ._platform import SandboxRequest
+from ._protection import UNPROTECT_FLAG, UnprotectError
+from ._protection import policy_of as protection_policy
 from ._sandbox import (
     DEFAULT_MAX_PROCESSES,
     DEFAULT_MODE,
@@ -189,6 +191,7 @@ class Flags:
     allow_read: tuple[str, ...] = ()
     settings: str | None = None
     """``--settings FILE``: the settings file (contract 12.2)."""
+    unprotect: tuple[str, ...] = ()
 
 
 @final
@@ -246,6 +249,7 @@ class Settings:
             self.max_memory,
             self.domains,
             self.unprotect,
+            self.config.protected_paths,
         )
 
 
@@ -352,6 +356,15 @@ def add_arguments(parser: argparse.ArgumentParser, *, after_command: bool) -> No
         "exists; the flags add to it; see docs/platform.md)",
     )
     parser.add_argument(
+        UNPROTECT_FLAG,
+        metavar="PATH",
+        action="append",
+        dest="unprotect" + suffix,
+        default=argparse.SUPPRESS if after_command else [],
+        help="give one protected path back to agents, such as .vscode (repeatable; "
+        "`tools` lists what is protected)",
+    )
+    parser.add_argument(
         "--allow-domain",
         metavar="PATTERN",
         action="append",
@@ -385,6 +398,7 @@ def flags_of(options: argparse.Namespace) -> Flags:
     deny_read = (*values.get("deny_read", ()), *values.get("deny_read" + _AFTER, ()))
     allow_read = (*values.get("allow_read", ()), *values.get("allow_read" + _AFTER, ()))
     allow_domain = (*values.get("allow_domain", ()), *values.get("allow_domain" + _AFTER, ()))
+    unprotect = (*values.get("unprotect", ()), *values.get("unprotect" + _AFTER, ()))
     return Flags(
         root=text("root"),
         allow_env=tuple(allow_env),
@@ -402,6 +416,7 @@ def flags_of(options: argparse.Namespace) -> Flags:
         allow_read=tuple(allow_read),
         settings=text("settings"),
         allow_domain=tuple(allow_domain),
+        unprotect=tuple(unprotect),
         allow_private_address=bool(
             values.get("allow_private_address") or values.get("allow_private_address" + _AFTER)
         ),
@@ -449,9 +464,11 @@ def resolve_settings(
     fields["environment_allowlist"] = tuple(
         dict.fromkeys((*base.environment_allowlist, *HOST_VARIABLES, *names, *names_filed))
     )
-    config = Config(base.root, **fields)  # type: ignore[arg-type]
     writes = allow_write(flags.allow_write, source, base.root)
     writes_filed = _from_file(rules, "allow_write", _filed_writes, base.root)
+    given = (*flags.unprotect, *rules.values("unprotect"))
+    fields["protected_paths"] = _protected(given, base.root, (*writes, *writes_filed))
+    config = Config(base.root, **fields)  # type: ignore[arg-type]
     write_origin = ALLOW_WRITE_FLAG if flags.allow_write else ALLOW_WRITE_VARIABLE
     denied = deny_read(flags.deny_read, base.root)
     denied_filed = _from_file(rules, "deny_read", deny_read, base.root)
@@ -466,6 +483,7 @@ def resolve_settings(
         ("deny_read", denied_filed, filed),
         ("allow_read", shown, _ALLOW_READ_FLAG),
         ("allow_read", shown_filed, filed),
+        ("unprotect", flags.unprotect, UNPROTECT_FLAG),
         ("unprotect", rules.values("unprotect"), filed),
     ):
         said += [(f"{key} {value}", origin) for value in values]
@@ -488,10 +506,19 @@ def resolve_settings(
         tuple(dict.fromkeys((*denied, *denied_filed))),
         tuple(dict.fromkeys((*shown, *shown_filed))),
         domains,
-        rules.values("unprotect"),
+        given,
         watched,
         tuple(said),
     )
+
+
+def _protected(given: tuple[str, ...], root: str, places: tuple[str, ...]) -> ProtectedPaths:
+    """The one protected-paths policy: the standard set less what ``--unprotect`` and the
+    settings file's ``unprotect`` give back (refused at start as a ``SettingsError``)."""
+    try:
+        return protection_policy(given, root, places)
+    except UnprotectError as error:
+        raise SettingsError(str(error)) from None
 
 
 def _rules(

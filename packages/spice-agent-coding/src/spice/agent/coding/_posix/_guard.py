@@ -52,7 +52,6 @@ __all__ = [
     "SHOWN_PATH_BYTES",
     "SNAPSHOT_BYTES",
     "SNAPSHOT_ENTRIES",
-    "STANDARD_NAMES",
     "Entry",
     "Guard",
     "Snapshot",
@@ -90,19 +89,6 @@ RECORD_FILES: Final = 64
 
 MAXIMUM_RESTORED: Final = 16
 """Paths an answer names in ``protected_restored`` (the count says how many in all)."""
-
-STANDARD_NAMES: Final = (
-    (
-        "in every git directory at any depth (.git, .git/modules/**, .git/worktrees/*): "
-        "config, config.worktree, hooks/, info/, commondir, gitdir, objects/info/alternates"
-    ),
-    "every .git that is a file, every .gitmodules",
-    (
-        ".mcp.json, .claude/, .gemini/, .codex/, .cursor/, .vscode/, .idea/, .envrc, "
-        ".direnv/ at any depth"
-    ),
-)
-"""The standard set as ``tools`` names it (contract 12.1)."""
 
 _GIT_SKIPPED: Final = frozenset({"objects", "refs", "logs", "lfs", "rr-cache", "svn"})
 """Directories of a git directory the scan never enters (``objects/info`` is looked at)."""
@@ -489,13 +475,11 @@ class Guard:
         return not self.policy.empty
 
     def report(self) -> dict[str, object]:
-        """What ``tools`` says is protected, what was given back, and how it is held."""
+        """How the sandbox holds the protected paths, for ``tools`` (``_protection`` says
+        which they are)."""
         if not self.active:
-            return {"protected": "nothing (--unprotect or the embedding's choice)"}
+            return {"how": "nothing is protected"}
         return {
-            "protected": [*STANDARD_NAMES] if self.policy.standard else [],
-            "also_protected": list(self.policy.extra),
-            "given_back": list(self.policy.unprotect),
             "how": (
                 "with namespaces what exists when a call starts is read-only to the "
                 "command; at every join whatever a call changed or made is put back "
@@ -509,7 +493,6 @@ class Guard:
             "record": self.records
             or "none (no private directory outside the writable places): a call cut short "
             "by a killed server is not repaired",
-            "stays_open": "build files and scripts (Makefile, package.json, ...): review them",
         }
 
     def begin(self) -> tuple[str, ...]:
