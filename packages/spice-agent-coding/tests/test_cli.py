@@ -24,7 +24,13 @@ from spice.agent.coding._sandbox import DEFAULT_MODE, HOME_SHOWN, NO_LANDLOCK, S
 from spice.agent.coding._sandbox import HELP as SANDBOX_HELP
 from spice.agent.dispatch import Dispatcher
 from spice.agent.tool import MAXIMUM_PAYLOAD_BYTES
-from spice.agent.tools.coding import SECURITY_WARNING, Config, new_read, new_replace
+from spice.agent.tools.coding import (
+    SECURITY_WARNING,
+    Config,
+    ProtectedPaths,
+    new_read,
+    new_replace,
+)
 
 SCRIPT = Path(sys.executable).parent / "spice-coding"
 
@@ -234,6 +240,7 @@ def test_help_shows_the_security_warning(argv: list[str]) -> None:
 def test_the_sandbox_help_says_what_the_code_does() -> None:
     """Each claim of the help text is held against the constants it restates."""
     flat = " ".join(SANDBOX_HELP.split())
+    flags = _cli._parser().format_help()
     assert ("auto", "auto, the default") == (DEFAULT_MODE, flat.split(": ", 1)[1][:17])
     assert "workspace refuses to start without Landlock" in flat
     assert NO_LANDLOCK.startswith("the kernel has no Landlock")
@@ -241,8 +248,14 @@ def test_the_sandbox_help_says_what_the_code_does() -> None:
     assert "(~/.gitconfig, ~/.local/bin, ~/.cargo/bin and the like; --allow-read" in flat
     protected = {name for name, _ in GIT_PROTECTED}
     assert {".git/hooks", ".git/config", ".git/info", ".gitmodules"} == protected
-    assert "cannot write .git/hooks, .git/config, .git/info or .gitmodules" in flat
-    flags = _cli._parser().format_help()
+    standard = ProtectedPaths.default()
+    for name in (".git/config", ".git/hooks/x", ".git/info/x", ".git/commondir", ".mcp.json"):
+        assert standard.protects("/w", name)
+    assert "config, hooks, info, commondir" in flat
+    assert ".gitmodules and agent and editor settings (.mcp.json, .claude/, .vscode/" in flat
+    assert "protected in every mode" in flat
+    assert "--unprotect PATH gives one back" in flat
+    assert "--unprotect" in flags
     for flag in ("--deny-read", "--allow-read", "--allow-network", "--max-processes"):
         assert flag in flat
         assert flag in flags

@@ -161,9 +161,9 @@ def test_a_contained_launcher_says_so_and_what_it_confines(
     assert 0 < len(sentence.encode()) <= containment_module.MAXIMUM_SENTENCE_BYTES
     for named in ("reads", "hard-linked", "build files", "do not retry"):
         assert named in sentence
-    # .git/config and hooks are read-only with namespaces (round 4), open without them.
-    assert (".git/config" in sentence) is (sandbox_path == "fallback")
-    assert ("hooks" in sentence) is (sandbox_path == "fallback")
+    # The protected paths are held on both paths (contract 12.1): read-only or undone.
+    assert containment_module.PROTECTED_SENTENCE in sentence
+    assert ".git/config" not in sentence
     assert ("NOT fully isolated" in sentence) is not expected
     layers = launcher.report()["layers"]
     assert isinstance(layers, dict)

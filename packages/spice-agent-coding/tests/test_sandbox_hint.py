@@ -16,7 +16,10 @@ from hypothesis import strategies as st
 from spice.agent.coding._network import policy_of
 from spice.agent.coding._posix._bwrap import Namespaces
 from spice.agent.coding._posix._containment import (
+    BUILD_FILES,
+    MAXIMUM_SENTENCE_BYTES,
     OTHER_TERMINALS,
+    PROTECTED_SENTENCE,
     SIGNAL_SCOPE_ABI,
     UNPROTECTED_GIT,
     UNSCOPED_PROCESSES,
@@ -185,22 +188,28 @@ def test_the_claims_over_each_abi_with_and_without_namespaces(abi: int, made: bo
     sentence = policy.sentence or ""
     assert policy.contained  # writes confined on every path (and more with namespaces)
     assert "a permission or read-only error" in sentence
+    # The protected paths are held on both paths (contract 12.1): read-only or undone.
+    assert PROTECTED_SENTENCE in sentence
+    assert ".git/config" not in sentence
+    unheld = policy.describe(protected=False) or ""
+    assert PROTECTED_SENTENCE not in unheld
+    assert ".git/config, hooks" in unheld
     kept = policy.not_confined
+    assert UNPROTECTED_GIT not in kept
+    assert BUILD_FILES in kept
     if made:
         assert "cannot see or signal other processes" in sentence
         assert UNSCOPED_PROCESSES not in kept
         assert OTHER_TERMINALS not in kept
-        assert UNPROTECTED_GIT not in kept
     else:
         assert OTHER_TERMINALS in kept
-        assert UNPROTECTED_GIT in kept
         assert (UNSCOPED_PROCESSES in kept) is (abi < SIGNAL_SCOPE_ABI)
         if abi < SIGNAL_SCOPE_ABI:
             assert "may signal" in sentence
             assert "cannot signal" not in sentence
         else:
             assert "cannot signal or trace other processes" in sentence
-    assert len(sentence.encode()) <= 512
+    assert len(sentence.encode()) <= MAXIMUM_SENTENCE_BYTES
 
 
 @pytest.mark.parametrize("abi", range(1, 8))
@@ -216,6 +225,6 @@ def test_an_allow_write_path_of_ninety_characters_is_named_in_the_sentence(
     )
     sentence = policy.sentence or ""
     assert path in sentence
-    assert len(sentence.encode()) <= 512
+    assert len(sentence.encode()) <= MAXIMUM_SENTENCE_BYTES
     longer = dataclasses.replace(policy, allow_write=(path, path + "x" * 200))
     assert "the --allow-write directories (see tools)" in (longer.sentence or "")

@@ -36,7 +36,7 @@ from . import _landlock as landlock
 from . import _seccomp as seccomp
 from ._bwrap import Namespaces
 
-MAXIMUM_SENTENCE_BYTES: Final = 512
+MAXIMUM_SENTENCE_BYTES: Final = 768
 """Bound of the sentence the shell's description gets about what is confined (the
 product's ``MAXIMUM_CONTAINMENT_BYTES``: a longer one would be dropped there)."""
 
@@ -68,6 +68,13 @@ SIGNAL_SCOPE_ABI: Final = 6
 UNSCOPED_PROCESSES: Final = "signals and abstract UNIX sockets of your user's other processes"
 OTHER_TERMINALS: Final = "other terminals of your user (`/dev/pts`)"
 UNPROTECTED_GIT: Final = "changes to .git/config, hooks and build files that run later outside"
+"""What stays open where nothing is protected (an embedding that gives no protected paths)."""
+PROTECTED_SENTENCE: Final = (
+    "Git's config and hooks, .gitmodules and agent and editor settings (.mcp.json, "
+    ".claude/, .vscode/ ...) are protected: a change is refused or undone after the call."
+)
+"""What the shell's description says of the protected paths (contract 12.1)."""
+BUILD_FILES: Final = "build files and scripts that run later outside (review them)"
 NOT_CONTAINED_WITHOUT_NAMESPACES: Final = (
     "without namespaces and a seccomp filter, other processes, TCP through MPTCP, "
     "Fast Open and listen(), UDP, SysV IPC and the keyring stay reachable"
@@ -206,7 +213,13 @@ class Containment:
 
     @property
     def sentence(self) -> str | None:
-        """What the sandbox confines and what not, for the shell's description."""
+        """What the sandbox confines and what not, for the shell's description (with the
+        protected paths held: the launcher's default)."""
+        return self.describe(protected=True)
+
+    def describe(self, *, protected: bool) -> str | None:
+        """The shell's sandbox sentence; ``protected``: the launcher holds the protected
+        paths (contract 12.1: read-only or put back at the join, on both paths)."""
         if not self.confined:
             return None
         places = "a private $TMPDIR"
@@ -244,15 +257,15 @@ class Containment:
                 parts.append("no signals out")
             parts.append("network and other processes NOT fully isolated (see tools)")
             isolation = "; " + "; ".join(parts)
-        open_ = (
-            "reads but credentials; hard-linked files; build files (run later, outside)"
-            if self.namespaces.made
-            else "reads; hard-linked files; .git/config, hooks, build files (run later, outside)"
-        )
+        reads = "reads but credentials" if self.namespaces.made else "reads"
+        git = "" if protected else ".git/config, hooks, "
+        open_ = f"{reads}; hard-linked files; {git}build files (run later, outside)"
+        held = f" {PROTECTED_SENTENCE}" if protected else ""
         text = (
             "Sandbox: the program and its children may write only beneath the worktree "
-            f"root, {places} and /dev/null-like devices{isolation}. Not confined: {open_}. "
-            "A write elsewhere fails with a permission or read-only error: do not retry it."
+            f"root, {places} and /dev/null-like devices{isolation}. Not confined: {open_}."
+            f"{held} A write elsewhere fails with a permission or read-only error: do not "
+            "retry it."
         )
         if len(text.encode()) > MAXIMUM_SENTENCE_BYTES and extra:
             return text.replace(f", {extra}", ", the --allow-write directories (see tools)")
@@ -343,7 +356,7 @@ class Containment:
             "execution",
             "file metadata (chmod, chown, utimes, xattrs)",
             "a file hard-linked into the worktree (the same file outside it)",
-            "build files that run later outside" if self.namespaces.made else UNPROTECTED_GIT,
+            BUILD_FILES,
         ]
         if not self.namespaces.made:
             kept.append(OTHER_TERMINALS)

@@ -589,7 +589,8 @@ class PosixLauncher:
     @property
     def containment(self) -> str | None:
         """What the sandbox confines, for the shell's description; ``None`` when off."""
-        return self._containment.sentence
+        guarded = self._guard is not None and self._guard.active
+        return self._containment.describe(protected=guarded)
 
     @property
     def sandbox(self) -> Containment:

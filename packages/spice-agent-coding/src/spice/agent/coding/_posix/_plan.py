@@ -342,7 +342,11 @@ class CallPlan:
             "hidden": [],
             "not_held_without_namespaces": [
                 "reads are not confined (credentials are readable)",
-                ".git/config, .git/hooks, .git/info and .gitmodules stay writable",
+                (
+                    "the protected paths are writable during the call; each change is put "
+                    "back at its join (see protected)"
+                ),
+                "a writable home's shell files and git config (.bashrc, .gitconfig, ...)",
             ],
             "network": "host" if self.allow_network else "denied",
         }

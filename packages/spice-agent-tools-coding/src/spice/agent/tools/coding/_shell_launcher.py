@@ -10,7 +10,7 @@ from __future__ import annotations
 import unicodedata
 from typing import Final
 
-MAXIMUM_CONTAINMENT_BYTES: Final = 512
+MAXIMUM_CONTAINMENT_BYTES: Final = 768
 """Longest text a launcher's optional ``containment`` attribute may give the description."""
 
 
