@@ -52,6 +52,7 @@ MODULES: Final = (
     "bench_answers",
     "bench_pipelining",
     "bench_containment",
+    "bench_protected",
     "bench_orphans",
     "bench_seccomp",
     "bench_proxy",

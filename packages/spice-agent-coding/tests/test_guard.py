@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -20,6 +21,7 @@ from spice.agent.coding._posix._guard import (
     SCAN_DEPTH,
     SHOWN_BYTES,
     Guard,
+    Known,
     put_back,
     scan,
     shown,
@@ -248,3 +250,46 @@ def test_shown_names_paths_within_their_bounds() -> None:
     many = shown([f"/r/{'y' * 1000}{index}" for index in range(3)], "/r")
     assert len(many) == 2
     assert sum(len(name) for name in many) <= SHOWN_BYTES
+
+
+def test_what_did_not_change_is_not_read_again_and_every_change_is_seen(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With ``known``, an unchanged directory is not listed again and an unchanged file
+    not read again; a change (the change time moves, whatever the command does to the
+    other times) is seen: a rewrite of the same size with its old mtime, a new file."""
+    monkeypatch.setattr(_guard, "RACY_NS", -1)  # trust every status for this test
+    _tree(tmp_path, "a/b/x.py")
+    mcp = _tree(tmp_path, ".mcp.json", b"{}")
+    known = Known()
+    first = scan([str(tmp_path)], STANDARD, known=known)
+    listed: list[object] = []
+    real = os.scandir
+
+    def counted(path: str) -> object:
+        listed.append(path)
+        return real(path)
+
+    monkeypatch.setattr(os, "scandir", counted)
+    again = scan([str(tmp_path)], STANDARD, known=known)
+    assert listed == []
+    assert again.entries == first.entries
+    before = mcp.stat()
+    mcp.write_bytes(b"[]")
+    os.utime(mcp, ns=(before.st_atime_ns, before.st_mtime_ns))
+    _tree(tmp_path, "a/b/.envrc")
+    changed = scan([str(tmp_path)], STANDARD, known=known)
+    assert changed.entries[str(mcp)].data == b"[]"
+    assert str(tmp_path / "a/b/.envrc") in changed.entries
+
+
+def test_a_recent_change_is_read_again_whatever_its_status(tmp_path: Path) -> None:
+    """Within ``RACY_NS`` of a change the status is not trusted (a clock tick may hide a
+    second change): the file is read again."""
+    mcp = _tree(tmp_path, ".mcp.json", b"{}")
+    known = Known()
+    scan([str(tmp_path)], STANDARD, known=known)
+    status, entry = known.entries[str(mcp)]
+    assert entry is not None
+    known.entries[str(mcp)] = (status, dataclasses.replace(entry, data=b"stale"))
+    assert scan([str(tmp_path)], STANDARD, known=known).entries[str(mcp)].data == b"{}"

@@ -32,6 +32,7 @@ import os
 import shutil
 import stat
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Final, final
@@ -54,6 +55,7 @@ __all__ = [
     "SNAPSHOT_ENTRIES",
     "Entry",
     "Guard",
+    "Known",
     "Snapshot",
     "ender",
     "put_back",
@@ -89,6 +91,28 @@ RECORD_FILES: Final = 64
 
 MAXIMUM_RESTORED: Final = 16
 """Paths an answer names in ``protected_restored`` (the count says how many in all)."""
+
+RACY_NS: Final = 2_000_000_000
+"""A file changed less than this long before a scan is read again whatever its status
+says (a change within the file system's clock tick keeps the same times)."""
+
+Status = tuple[int, int, int, int, int, int]
+"""Device, inode, mode, size, modification and change times (ns) of a path."""
+Action = tuple[str, str, str, int]
+"""What a scan does with one entry: ``walk``, ``record``, ``alternates``, ``file``
+(nothing) or ``truncated`` (the listing stopped at ``SCAN_ENTRIES``); its path, its path
+beneath the place, and a walk's git level."""
+
+
+@final
+@dataclass(slots=True)
+class Known:
+    """What earlier scans read, by path: each entry's status and what was made of it,
+    each directory's status and what its listing said to do."""
+
+    entries: dict[str, tuple[Status, Entry | None]] = field(default_factory=dict)
+    directories: dict[str, tuple[Status, list[Action]]] = field(default_factory=dict)
+
 
 _GIT_SKIPPED: Final = frozenset({"objects", "refs", "logs", "lfs", "rr-cache", "svn"})
 """Directories of a git directory the scan never enters (``objects/info`` is looked at)."""
@@ -135,11 +159,18 @@ def _digest(data: bytes) -> str:
 
 @final
 class _Scanner:
-    def __init__(self, policy: ProtectedPaths, ignored: frozenset[str]) -> None:
+    def __init__(
+        self, policy: ProtectedPaths, ignored: frozenset[str], known: Known | None = None
+    ) -> None:
         self.policy = policy
         self.ignored = ignored
         self.snapshot = Snapshot()
         self.read = 0
+        self.known: dict[str, tuple[Status, Entry | None]] = {} if known is None else known.entries
+        self.directories = {} if known is None else known.directories
+        self.seen: dict[str, tuple[Status, Entry | None]] = {}
+        self.seen_directories: dict[str, tuple[Status, list[Action]]] = {}
+        self.now = time.time_ns()
 
     def _budget(self) -> bool:
         self.read += 1
@@ -149,45 +180,81 @@ class _Scanner:
         return True
 
     def walk(self, place: str, directory: str, relative: str, depth: int, git: int) -> None:
+        """Look at one directory's entries: from ``known`` when the directory's status is
+        the one an earlier scan listed (no entry was added, removed or renamed since: its
+        change time would differ), else by listing it again."""
+        try:
+            info = os.lstat(directory)
+        except OSError:
+            return
+        status = (info.st_dev, info.st_ino, info.st_mode, 0, info.st_mtime_ns, info.st_ctime_ns)
+        found = self.directories.get(directory)
+        if found is not None and found[0] == status and self.now - info.st_ctime_ns > RACY_NS:
+            actions = found[1]
+        else:
+            actions = self._list(place, directory, relative, depth, git)
+        self.seen_directories[directory] = (status, actions)
+        for action, path, child, level in actions:
+            if not self._budget():
+                return
+            if path in self.ignored:
+                continue
+            if action == "file":
+                continue
+            if action == "truncated":
+                self.snapshot.complete = False
+                return
+            if action == "record":
+                self.record(path, top=True)
+            elif action == "alternates":
+                self._alternates(place, path, child)
+            else:
+                self.walk(place, path, child, depth + 1, level)
+
+    def _list(
+        self, place: str, directory: str, relative: str, depth: int, git: int
+    ) -> list[Action]:
+        actions: list[Action] = []
         try:
             listing = os.scandir(directory)
         except OSError:
-            return
+            return actions
         with listing:
             for item in listing:
-                if not self._budget():
-                    return
-                self._look(place, item, relative, depth, git)
+                if len(actions) >= SCAN_ENTRIES:
+                    actions.append(("truncated", directory, relative, 0))
+                    break
+                actions += self._look(place, item, relative, depth, git)
+        return actions
 
     def _look(
         self, place: str, item: os.DirEntry[str], relative: str, depth: int, git: int
-    ) -> None:
+    ) -> list[Action]:
+        """What the scan does with one entry (the same whenever it is listed again)."""
         name = item.name
         child = f"{relative}/{name}" if relative else name
         try:
             is_directory = item.is_dir(follow_symlinks=False)
         except OSError:
-            return
-        if item.path in self.ignored:
-            return
+            return []
         if is_directory and not git and ProtectedPaths.names_git_directory(name):
-            self.walk(place, item.path, child, depth + 1, 1)
-            return
+            return [("walk", item.path, child, 1)]
         candidate = git or not name.isascii() or name.startswith(".") or "~" in name
         if candidate and self.policy.protects(place, child):
-            self.record(item.path, top=True)
-            return
+            return [("record", item.path, child, 0)]
         if not is_directory:
-            return
+            return [("file", item.path, child, 0)]  # counted, nothing done
         if git:
             lowered = name.lower()
+            found: list[Action] = []
             if lowered == "objects":
-                self._alternates(place, item.path, child)
-            if lowered in _GIT_SKIPPED or git >= GIT_DEPTH:
-                return
-            self.walk(place, item.path, child, depth + 1, git + 1)
-        elif depth < SCAN_DEPTH:
-            self.walk(place, item.path, child, depth + 1, 0)
+                found.append(("alternates", item.path, child, 0))
+            if lowered not in _GIT_SKIPPED and git < GIT_DEPTH:
+                found.append(("walk", item.path, child, git + 1))
+            return found
+        if depth < SCAN_DEPTH:
+            return [("walk", item.path, child, 0)]
+        return [("file", item.path, child, 0)]
 
     def _alternates(self, place: str, objects: str, relative: str) -> None:
         path = os.path.join(objects, "info", "alternates")
@@ -207,9 +274,24 @@ class _Scanner:
             info = os.lstat(path)
         except OSError:
             return
-        entry = self._entry(path, info)
+        key = (
+            info.st_dev,
+            info.st_ino,
+            info.st_mode,
+            info.st_size,
+            info.st_mtime_ns,
+            info.st_ctime_ns,
+        )
+        found = self.known.get(path)
+        if found is not None and found[0] == key and self.now - info.st_ctime_ns > RACY_NS:
+            entry: Entry | None = found[1]  # unchanged since it was read: not read again
+            if entry is not None and entry.kind == "file" and entry.data is not None:
+                snapshot.kept_bytes += len(entry.data)
+        else:
+            entry = self._entry(path, info)
         if entry is None:
             return
+        self.seen[path] = (key, entry)
         snapshot.entries[path] = entry
         if top:
             snapshot.tops.append(path)
@@ -258,10 +340,18 @@ def _read(path: str, size: int) -> bytes:
         os.close(fd)
 
 
-def scan(places: Sequence[str], policy: ProtectedPaths, ignored: Iterable[str] = ()) -> Snapshot:
+def scan(
+    places: Sequence[str],
+    policy: ProtectedPaths,
+    ignored: Iterable[str] = (),
+    known: Known | None = None,
+) -> Snapshot:
     """The protected paths beneath ``places`` now (see the module docstring); ``ignored``:
-    paths never looked at (the launcher's live mount points)."""
-    scanner = _Scanner(policy, frozenset(ignored))
+    paths never looked at (the launcher's live mount points). ``known``: what an earlier
+    scan read, by path and status (device, inode, mode, size, times): an entry whose
+    status is the same, and whose change time is older than ``RACY_NS``, is taken from
+    there instead of being read again; it is replaced by what this scan saw."""
+    scanner = _Scanner(policy, frozenset(ignored), known)
     if policy.empty:
         return scanner.snapshot
     for place in places:
@@ -269,6 +359,9 @@ def scan(places: Sequence[str], policy: ProtectedPaths, ignored: Iterable[str] =
     for path in policy.extra:
         if any(path == place or path.startswith(place.rstrip("/") + "/") for place in places):
             scanner.record(path, top=True)
+    if known is not None:
+        known.entries = scanner.seen
+        known.directories = scanner.seen_directories
     return scanner.snapshot
 
 
@@ -466,6 +559,7 @@ class Guard:
         self._lock = threading.Lock()
         self._users = 0
         self._baseline: Snapshot | None = None
+        self._known = Known()
         self._pid = os.getpid()
         self._record_name = f"{self._pid}-{_start_time(self._pid) or 0}{_RECORD_SUFFIX}"
 
@@ -503,7 +597,7 @@ class Guard:
         with self._lock:
             if self._users == 0 or self._baseline is None:
                 self._repair_locked()
-                taken = scan(self.places, self.policy, self._ignored())
+                taken = scan(self.places, self.policy, self._ignored(), self._known)
                 self._write_record(taken)
                 self._baseline = taken
             self._users += 1
@@ -518,7 +612,8 @@ class Guard:
             baseline = self._baseline
             if baseline is None:
                 return ()
-            restored = put_back(baseline, scan(self.places, self.policy, self._ignored()))
+            now = scan(self.places, self.policy, self._ignored(), self._known)
+            restored = put_back(baseline, now)
             self._users -= 1
             if self._users == 0:
                 self._baseline = None

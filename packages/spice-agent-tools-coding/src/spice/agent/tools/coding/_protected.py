@@ -27,6 +27,7 @@ fewer.
 
 from __future__ import annotations
 
+import functools
 import os
 import posixpath
 import re
@@ -78,6 +79,9 @@ DOT_GIT: Final = ".git"
 MAXIMUM_EXTRA_PATHS: Final = 256
 """At most this many ``extra`` and this many ``unprotect`` paths in one policy."""
 
+FOLD_CACHE: Final = 4096
+"""Folded names kept (``fold`` is pure; a scan asks about the same names again)."""
+
 UNPROTECT_FLAG: Final = "--unprotect"
 """The application's flag that gives a protected path back (named in refusals)."""
 
@@ -95,6 +99,7 @@ _SHORT: Final = re.compile(r"^([^~.]{1,6})~[0-9]+(?:\.[^.]{0,3})?$")
 """An NTFS 8.3 short name: up to six characters, ``~``, a number, an optional extension."""
 
 
+@functools.lru_cache(maxsize=FOLD_CACHE)
 def fold(component: str) -> str:
     """One name as the most forgiving file system reads it (see the module docstring).
 
@@ -112,6 +117,8 @@ def _same(folded: str, name: str) -> bool:
     """Whether the folded component may name ``name`` (exactly, or by an 8.3 short name)."""
     if folded == name:
         return True
+    if "~" not in folded:
+        return False
     short = _SHORT.match(folded)
     return short is not None and name.replace(".", "").startswith(short.group(1))
 
