@@ -719,11 +719,11 @@ def shown(paths: Iterable[str], root: str) -> tuple[str, ...]:
     return tuple(shown)
 
 
-def server_guard(facts: StartFacts | None, ignored: Callable[[], Iterable[str]]) -> Guard | None:
-    """The server's guard of protected paths (contained only); what the call of a killed
-    server planted is put back here, at start (its record)."""
+def server_guard(facts: StartFacts | None, ignored: Callable[[], Iterable[str]]) -> Guard:
+    """The server's guard of protected paths (uncontained: one that guards nothing); what
+    the call of a killed server planted is put back here, at start (its record)."""
     if facts is None:
-        return None
+        return Guard((), ProtectedPaths())
     places = [place.path for place in facts.places]
     guard = Guard(places, facts.protected, facts.records, ignored=ignored)
     guard.repair()

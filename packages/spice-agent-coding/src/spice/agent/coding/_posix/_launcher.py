@@ -589,8 +589,7 @@ class PosixLauncher:
     @property
     def containment(self) -> str | None:
         """What the sandbox confines, for the shell's description; ``None`` when off."""
-        guarded = self._guard is not None and self._guard.active
-        return self._containment.describe(protected=guarded)
+        return self._containment.describe(protected=self._guard.active)
 
     @property
     def sandbox(self) -> Containment:
@@ -611,7 +610,7 @@ class PosixLauncher:
             report["bounds"] = self._cgroups.report()
         if self._facts is not None:
             report["plan"] = _sample_rules(self._facts, self._containment)
-        if self._guard is not None:
+        if self._guard.active:
             report["protected"] = self._guard.report()
         return report
 
@@ -685,8 +684,8 @@ class PosixLauncher:
             facts = self._facts
             bwrap = self._containment.namespaces.bwrap if facts is not None else None
             if facts is not None:
-                protected = () if guard is None else guard.begin()  # the baseline, its record
-                began = guard is not None
+                protected = guard.begin()  # the baseline and its record (when active)
+                began = True
                 if bwrap is None:
                     temporary = tempfile.mkdtemp(prefix=TMPDIR_PREFIX)
                 plan = _plan.plan_call(
@@ -753,7 +752,7 @@ class PosixLauncher:
             if cgroup is not None:
                 cgroup.remove()
             _release_mount_points(taken)
-            if began and guard is not None:
+            if began:
                 guard.end()
             raise LaunchError from None
         finally:
@@ -774,7 +773,7 @@ class PosixLauncher:
             process._made.after_join = lambda: _after_call(taken)
         if scanner is not None and plan is not None:
             process._made.hint = _hinter(scanner, plan, proxy, self._proxy)
-        if began and guard is not None and facts is not None:
+        if began and guard.active and facts is not None:
             process._made.guard = ender(guard, facts.root)
         return process
 
