@@ -8,6 +8,7 @@ start facts) obey that same value.
 
 from __future__ import annotations
 
+import argparse
 import os
 from collections.abc import Iterable, Sequence
 from typing import Final
@@ -19,6 +20,7 @@ __all__ = [
     "STANDARD_NAMES",
     "UNPROTECT_FLAG",
     "UnprotectError",
+    "add_unprotect",
     "policy_of",
     "protection_report",
 ]
@@ -97,6 +99,19 @@ def policy_of(
     # The sandbox names the places by their real paths: both spellings are given back.
     return ProtectedPaths.default(
         extra=extra, unprotect=[*given, *(os.path.realpath(path) for path in given)]
+    )
+
+
+def add_unprotect(parser: argparse.ArgumentParser, dest: str, default: object) -> None:
+    """Add ``--unprotect PATH`` (repeatable) to ``parser``."""
+    parser.add_argument(
+        UNPROTECT_FLAG,
+        metavar="PATH",
+        action="append",
+        dest=dest,
+        default=default,
+        help="give one protected path back to agents, such as .vscode (repeatable; "
+        "`tools` lists what is protected)",
     )
 
 

@@ -48,7 +48,7 @@ from ._mcp._http_settings import (
 )
 from ._network import PRESETS, DomainPolicy, PatternError, parse_patterns, policy_of
 from ._platform import SandboxRequest
-from ._protection import UNPROTECT_FLAG, UnprotectError
+from ._protection import UNPROTECT_FLAG, UnprotectError, add_unprotect
 from ._protection import policy_of as protection_policy
 from ._sandbox import (
     DEFAULT_MAX_PROCESSES,
@@ -355,15 +355,7 @@ def add_arguments(parser: argparse.ArgumentParser, *, after_command: bool) -> No
         f"${SETTINGS_VARIABLE}, else $XDG_CONFIG_HOME/spice-coding/settings.toml where it "
         "exists; the flags add to it; see docs/platform.md)",
     )
-    parser.add_argument(
-        UNPROTECT_FLAG,
-        metavar="PATH",
-        action="append",
-        dest="unprotect" + suffix,
-        default=argparse.SUPPRESS if after_command else [],
-        help="give one protected path back to agents, such as .vscode (repeatable; "
-        "`tools` lists what is protected)",
-    )
+    add_unprotect(parser, "unprotect" + suffix, argparse.SUPPRESS if after_command else [])
     parser.add_argument(
         "--allow-domain",
         metavar="PATTERN",
