@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from spice.agent.coding._cli import main
+from spice.agent.coding._cli import main, protecting_http
+from spice.agent.coding._mcp._http_settings import HttpSettings
 from spice.agent.coding._protection import (
     MAXIMUM_UNPROTECT,
     NAMED_CHARACTERS,
@@ -163,3 +164,19 @@ def test_replace_through_the_cli_refuses_git_config(
         json.dumps(arguments),
     )
     assert (0, True) == (code, json.loads(out)["ok"])
+
+
+def test_the_http_servers_own_files_are_protected(worktree: Path, tmp_path: Path) -> None:
+    """The token file and the audit log join the policy (12.1: the server's own files):
+    ``replace`` refuses them where they lie beneath the root, the sandbox obeys the same."""
+    tokens = worktree / "secrets" / "tokens"
+    audit = tmp_path / "audit.log"
+    settings = resolve_settings(Flags(root=str(worktree), unprotect=(".vscode",)), {})
+    served = protecting_http(settings, HttpSettings(token_file=str(tokens), audit_log=str(audit)))
+    policy = served.config.protected_paths
+    assert policy.protects(str(worktree), "secrets/tokens")
+    assert not policy.protects(str(worktree), "secrets/other")
+    assert not policy.protects(str(worktree), ".vscode/x")  # what was given back stays so
+    assert str(audit) in policy.extra
+    assert served.sandbox_request().protected is policy
+    assert protecting_http(settings, HttpSettings()).config == settings.config

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -38,7 +39,7 @@ from ._platform import (
     platform_launcher,
     release_caches,
 )
-from ._protection import protection_report
+from ._protection import protection_report, with_extra
 from ._reload import watching
 from ._sandbox import HELP as SANDBOX_HELP
 from ._sandbox import SERVER_WARNING, ContainmentUnavailable, slash_root_problem
@@ -383,6 +384,14 @@ def _http_warnings(http: HttpSettings, contained: bool, remote: bool) -> list[st
     return warnings
 
 
+def protecting_http(settings: Settings, http: HttpSettings) -> Settings:
+    """``settings`` whose protected paths also hold the HTTP server's token file and audit
+    log (contract 12.1: the server's own files), for ``replace`` and the sandbox alike."""
+    policy = with_extra(settings.config.protected_paths, (http.token_file, http.audit_log))
+    config = dataclasses.replace(settings.config, protected_paths=policy)
+    return dataclasses.replace(settings, config=config)
+
+
 def _token(settings: Settings, options: argparse.Namespace) -> int:
     """``token add NAME --scopes S --token-file PATH``: print the new token once."""
     from ._mcp._tokens import TokenFileError, add_token  # noqa: PLC0415 - stdlib only
@@ -504,6 +513,8 @@ def run(argv: Sequence[str] | None = None) -> int:
     except (SettingsError, CacheAgeError) as error:
         _err(str(error))
         return EXIT_ERROR
+    if http is not None:
+        settings = protecting_http(settings, http)
     root = settings.config.root
     problem = _root_problem(root) or slash_root_problem(root, settings.sandbox)
     if problem is not None:

@@ -23,6 +23,7 @@ __all__ = [
     "add_unprotect",
     "policy_of",
     "protection_report",
+    "with_extra",
 ]
 
 UNPROTECT_FLAG: Final = "--unprotect"
@@ -100,6 +101,14 @@ def policy_of(
     return ProtectedPaths.default(
         extra=extra, unprotect=[*given, *(os.path.realpath(path) for path in given)]
     )
+
+
+def with_extra(policy: ProtectedPaths, paths: Iterable[str | None]) -> ProtectedPaths:
+    """``policy`` that also protects ``paths`` (the server's own files, as given and as
+    their real paths); ``None`` entries are skipped."""
+    given = [os.path.abspath(path) for path in paths if path]
+    extra = (*policy.extra, *given, *(os.path.realpath(path) for path in given))
+    return ProtectedPaths(standard=policy.standard, extra=extra, unprotect=policy.unprotect)
 
 
 def add_unprotect(parser: argparse.ArgumentParser, dest: str, default: object) -> None:
