@@ -251,7 +251,9 @@ UNPRIVILEGED_TESTS := \
   packages/spice-agent-tools-coding/tests/test_hardening.py \
   packages/spice-agent-tools-coding/tests/test_regular.py \
   packages/spice-agent-tools-coding/tests/test_read_fanotify.py \
-  packages/spice-agent-tools-coding/tests/test_shell.py
+  packages/spice-agent-tools-coding/tests/test_shell.py \
+  packages/spice-agent-tools-coding/tests/test_replace_protected.py \
+  packages/spice-agent-coding/tests/test_guard.py
 # These start the environment's interpreter as that user (sys.executable): they need an
 # interpreter that user may execute itself. Where .venv's lies beneath a directory that user
 # cannot search (pyenv under /root), the same locked environment is made once more, from
@@ -267,7 +269,8 @@ UNPRIVILEGED_SPAWNING_TESTS := \
   packages/spice-agent-coding/tests/test_sandbox_fs.py \
   packages/spice-agent-coding/tests/test_sandbox_tools.py \
   packages/spice-agent-coding/tests/test_seccomp.py \
-  packages/spice-agent-coding/tests/test_caches.py
+  packages/spice-agent-coding/tests/test_caches.py \
+  packages/spice-agent-coding/tests/test_protected_sandbox.py
 test-unprivileged:
 	@if [ "$$(id -u)" != 0 ]; then \
 	  echo "test-unprivileged: skipped: the runner is not root, so the suite already ran unprivileged"; exit 0; \

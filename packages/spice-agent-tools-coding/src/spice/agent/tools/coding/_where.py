@@ -23,6 +23,8 @@ MAXIMUM_ENTRIES: Final = 1_000_000
 """Most names the walk reads in one parent before it gives up."""
 
 _PROC: Final = "/proc/self/fd"
+# POSIX-only flags with a default: the module imports on Windows, which never calls it.
+_DIRECTORY: Final = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
 def _proc_path(fd: int) -> str | None:
@@ -72,7 +74,7 @@ def walked_relative(root_fd: int, dir_fd: int) -> str | None:
             identity = (info.st_dev, info.st_ino)
             if identity == top:
                 return "/".join(reversed(names)) or "."
-            parent = os.open("..", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=fd)
+            parent = os.open("..", _DIRECTORY, dir_fd=fd)
             os.close(fd)
             fd = parent
             if (os.fstat(fd).st_dev, os.fstat(fd).st_ino) == identity:
