@@ -293,3 +293,24 @@ def test_a_recent_change_is_read_again_whatever_its_status(tmp_path: Path) -> No
     assert entry is not None
     known.entries[str(mcp)] = (status, dataclasses.replace(entry, data=b"stale"))
     assert scan([str(tmp_path)], STANDARD, known=known).entries[str(mcp)].data == b"{}"
+
+
+def test_a_removed_records_directory_is_made_again_and_an_unwritable_one_is_said(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    root = tmp_path / "root"
+    _tree(root, ".mcp.json", b"{}")
+    records = tmp_path / "records"
+    guard = Guard([str(root)], STANDARD, str(records))
+    guard.begin()
+    assert len(os.listdir(records)) == 1  # made again, the record in it
+    assert guard.end() == ()
+    blocked = tmp_path / "file"
+    blocked.write_text("not a directory")
+    stuck = Guard([str(root)], STANDARD, str(blocked / "records"))
+    for _ in range(2):
+        stuck.begin()  # the call goes on without a record
+        (root / ".mcp.json").write_bytes(b"planted")
+        assert stuck.end() == (str(root / ".mcp.json"),)
+    assert (root / ".mcp.json").read_bytes() == b"{}"
+    assert [record.getMessage() for record in caplog.records] == [_guard.UNRECORDED]

@@ -28,6 +28,7 @@ import contextlib
 import errno
 import hashlib
 import json
+import logging
 import os
 import shutil
 import stat
@@ -119,6 +120,11 @@ _GIT_SKIPPED: Final = frozenset({"objects", "refs", "logs", "lfs", "rr-cache", "
 
 _STEP: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _RECORD_SUFFIX: Final = ".json"
+_LOG: Final = logging.getLogger("spice.agent.coding")
+UNRECORDED: Final = (
+    "the protected paths' record cannot be written: a call cut short by a killed server "
+    "will not be repaired by the next start"
+)
 _TEMPORARY: Final = ".spice-guard-"
 
 
@@ -560,6 +566,7 @@ class Guard:
         self._users = 0
         self._baseline: Snapshot | None = None
         self._known = Known()
+        self._unrecorded = False
         self._pid = os.getpid()
         self._record_name = f"{self._pid}-{_start_time(self._pid) or 0}{_RECORD_SUFFIX}"
 
@@ -621,11 +628,14 @@ class Guard:
             return tuple(restored)
 
     def repair(self) -> tuple[str, ...]:
-        """Apply the records of servers that died (at start); the paths put back."""
+        """At start: apply the records of servers that died, then read what is protected
+        now (so the first call only looks at what changed since); the paths put back."""
         if not self.active:
             return ()
         with self._lock:
-            return tuple(self._repair_locked())
+            restored = self._repair_locked()
+            scan(self.places, self.policy, self._ignored(), self._known)
+            return tuple(restored)
 
     def _repair_locked(self) -> list[str]:
         if self.records is None:
@@ -653,19 +663,27 @@ class Guard:
         return restored
 
     def _write_record(self, baseline: Snapshot) -> None:
+        """The baseline in the private directory (made again if it was removed). One that
+        cannot be written leaves the call without a record: said once in the log."""
         if self.records is None:
             return
         path = os.path.join(self.records, self._record_name)
         temporary = f"{path}.tmp"
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
         try:
-            data = _encode(baseline, self.places)
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-        finally:
-            os.close(fd)
-        os.replace(temporary, path)
+            os.makedirs(self.records, mode=0o700, exist_ok=True)
+            flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW
+            fd = os.open(temporary, flags, 0o600)
+            try:
+                view = memoryview(_encode(baseline, self.places))
+                while view:
+                    view = view[os.write(fd, view) :]
+            finally:
+                os.close(fd)
+            os.replace(temporary, path)
+        except OSError:
+            if not self._unrecorded:
+                self._unrecorded = True
+                _LOG.warning(UNRECORDED)
 
     def _drop_record(self) -> None:
         if self.records is not None:
