@@ -20,6 +20,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Final
 
@@ -425,3 +426,72 @@ def test_a_records_directory_beneath_a_writable_place_is_not_used(root: Path) ->
     home.mkdir()
     place = _facts.place_of(str(root))
     assert _facts.records_directory(str(root), {"HOME": str(home)}, [place]) is None
+
+
+SERVER_ENTRY: Final = "import sys; from spice.agent.coding._cli import main; sys.exit(main())"
+
+
+def _search_path(visible_path: Path, namespaces: bool) -> str:
+    """The server's ``PATH``: the system's, or one without ``bwrap`` (the fallback for real)."""
+    if namespaces:
+        return "/usr/bin:/bin"
+    tools = visible_path / "nobwrap"
+    tools.mkdir()
+    for name in ("sh", "cp", "printf", "sleep", "true"):
+        found = shutil.which(name)
+        assert found is not None
+        (tools / name).symlink_to(found)
+    return str(tools)
+
+
+@pytest.mark.parametrize("path", ["namespaces", "fallback"])
+def test_a_real_server_killed_mid_call_leaves_nothing_a_later_git_obeys(
+    path: str, superproject: Path, home: Path, marker: Path, visible_path: Path
+) -> None:
+    """R5-4 with the real server: ``call shell`` plants ``.git/commondir`` (to a copy with
+    a planted ``core.fsmonitor``) and ``.mcp.json``, then sleeps; the server is SIGKILLed.
+    The plant survives the kill; the next start (``tools``) puts it back, and the user's
+    ``git status`` runs nothing."""
+    if path == "namespaces" and not NAMESPACES.made:
+        pytest.skip(f"no namespaces here: {NAMESPACES.reason}")
+    environment = {
+        "PATH": _search_path(visible_path, path == "namespaces"),
+        "HOME": str(home),
+    }
+    plant = (
+        f"cp -r .git evil && printf '{_planted(marker)}' >> evil/config && "
+        "echo ../evil > .git/commondir && echo '{}' > .mcp.json && sleep 60"
+    )
+    server = [sys.executable, "-c", SERVER_ENTRY, "--root", str(superproject)]
+    arguments = json.dumps({"argv": ["/bin/sh", "-c", plant]})
+    commondir = superproject / ".git" / "commondir"
+    with subprocess.Popen(
+        [*server, "--sandbox", "workspace", "call", "shell", arguments],
+        cwd=superproject,
+        env=environment,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    ) as first:
+        try:
+            for _ in range(int(BOUND / 0.05)):
+                if commondir.exists() and (superproject / ".mcp.json").exists():
+                    break
+                assert first.poll() is None, "the server ended before the plant"
+                time.sleep(0.05)
+        finally:
+            first.kill()
+            first.wait(BOUND)
+    assert commondir.read_text() == "../evil\n"  # the kill left it
+    second = subprocess.run(
+        [*server, "--sandbox", "workspace", "tools"],
+        cwd=superproject,
+        env=environment,
+        capture_output=True,
+        timeout=BOUND,
+        check=False,
+    )
+    assert second.returncode == 0, second.stderr
+    assert not commondir.exists()
+    assert not (superproject / ".mcp.json").exists()
+    assert git(superproject, home, "status").returncode == 0
+    assert not _ran(marker)
