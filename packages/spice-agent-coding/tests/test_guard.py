@@ -14,18 +14,10 @@ from hypothesis import strategies as st
 
 from spice.agent.coding import _gitconfig
 from spice.agent.coding._gitconfig import filtered, ordinary_url
-from spice.agent.coding._posix import _guard
-from spice.agent.coding._posix._guard import (
-    ENTRY_BYTES,
-    GIT_DEPTH,
-    SCAN_DEPTH,
-    SHOWN_BYTES,
-    Guard,
-    Known,
-    put_back,
-    scan,
-    shown,
-)
+from spice.agent.coding._posix import _guard, _scan
+from spice.agent.coding._posix._guard import SHOWN_BYTES, Guard, shown
+from spice.agent.coding._posix._putback import put_back
+from spice.agent.coding._posix._scan import ENTRY_BYTES, GIT_DEPTH, SCAN_DEPTH, Known, scan
 from spice.agent.tools.coding import ProtectedPaths
 
 STANDARD = ProtectedPaths.default()
@@ -155,9 +147,9 @@ def test_the_entry_bound_makes_the_scan_incomplete(
 ) -> None:
     for index in range(10):
         _tree(tmp_path, f"f{index}")
-    monkeypatch.setattr(_guard, "SCAN_ENTRIES", 10)
+    monkeypatch.setattr(_scan, "SCAN_ENTRIES", 10)
     assert scan([str(tmp_path)], STANDARD).complete
-    monkeypatch.setattr(_guard, "SCAN_ENTRIES", 9)
+    monkeypatch.setattr(_scan, "SCAN_ENTRIES", 9)
     assert not scan([str(tmp_path)], STANDARD).complete
 
 
@@ -258,7 +250,7 @@ def test_what_did_not_change_is_not_read_again_and_every_change_is_seen(
     """With ``known``, an unchanged directory is not listed again and an unchanged file
     not read again; a change (the change time moves, whatever the command does to the
     other times) is seen: a rewrite of the same size with its old mtime, a new file."""
-    monkeypatch.setattr(_guard, "RACY_NS", -1)  # trust every status for this test
+    monkeypatch.setattr(_scan, "RACY_NS", -1)  # trust every status for this test
     _tree(tmp_path, "a/b/x.py")
     mcp = _tree(tmp_path, ".mcp.json", b"{}")
     known = Known()

@@ -1,0 +1,325 @@
+"""The scan of the join's guard: which protected paths exist beneath the writable places.
+
+``scan`` walks each place, not following a symbolic link, ``SCAN_DEPTH`` levels outside git
+directories and ``GIT_DEPTH`` inside them, never into a git directory's objects (but
+``objects/info/alternates``), refs or logs, ``SCAN_ENTRIES`` entries in all; each
+protected path it meets (``ProtectedPaths``) is kept as an ``Entry`` with its bytes
+(``ENTRY_BYTES`` each, ``SNAPSHOT_BYTES`` in all; a larger one keeps its digest). With
+``Known`` it remembers what it read: a directory whose status and change time are those
+of its last listing is not listed again, a file whose status is unchanged is not read
+again (a command cannot set a change time), unless the change lies within ``RACY_NS``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import stat
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Final, final
+
+from spice.agent.tools.coding import ProtectedPaths
+
+__all__ = [
+    "ENTRY_BYTES",
+    "GIT_DEPTH",
+    "RACY_NS",
+    "SCAN_DEPTH",
+    "SCAN_ENTRIES",
+    "SNAPSHOT_BYTES",
+    "SNAPSHOT_ENTRIES",
+    "Entry",
+    "Known",
+    "Snapshot",
+    "scan",
+]
+
+SCAN_DEPTH: Final = 4
+"""Directory levels below a writable place the scan looks at outside git directories
+(``a/b/c/.mcp.json`` is seen; a protected name deeper is not)."""
+
+GIT_DEPTH: Final = 16
+"""Directory levels the scan looks at inside a git directory (submodules nest)."""
+
+SCAN_ENTRIES: Final = 50_000
+"""Directory entries one scan reads in all; beyond it the scan is incomplete."""
+
+ENTRY_BYTES: Final = 1024 * 1024
+"""A protected file's bytes kept; a larger one keeps its digest and is removed if changed."""
+
+SNAPSHOT_BYTES: Final = 16 * 1024 * 1024
+"""Bytes of protected files one baseline keeps in all (the rest: digests only)."""
+
+SNAPSHOT_ENTRIES: Final = 4096
+"""Protected entries one baseline keeps; beyond it the scan is incomplete."""
+
+RACY_NS: Final = 2_000_000_000
+"""A file changed less than this long before a scan is read again whatever its status
+says (a change within the file system's clock tick keeps the same times)."""
+
+Status = tuple[int, int, int, int, int, int]
+"""Device, inode, mode, size, modification and change times (ns) of a path."""
+Action = tuple[str, str, str, int]
+"""What a scan does with one entry: ``walk``, ``record``, ``alternates``, ``file``
+(nothing) or ``truncated`` (the listing stopped at ``SCAN_ENTRIES``); its path, its path
+beneath the place, and a walk's git level."""
+
+
+@final
+@dataclass(slots=True)
+class Known:
+    """What earlier scans read, by path: each entry's status and what was made of it,
+    each directory's status and what its listing said to do."""
+
+    entries: dict[str, tuple[Status, Entry | None]] = field(default_factory=dict)
+    directories: dict[str, tuple[Status, list[Action]]] = field(default_factory=dict)
+
+
+_GIT_SKIPPED: Final = frozenset({"objects", "refs", "logs", "lfs", "rr-cache", "svn"})
+"""Directories of a git directory the scan never enters (``objects/info`` is looked at)."""
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """A protected path as it was: ``kind`` file, directory or link; its mode; a file's
+    bytes (``None`` when larger than ``ENTRY_BYTES``) or a link's target; their digest."""
+
+    kind: str
+    mode: int
+    data: bytes | None = field(default=None, repr=False)
+    digest: str = ""
+
+    def same(self, other: Entry | None) -> bool:
+        return (
+            other is not None
+            and (self.kind, self.digest) == (other.kind, other.digest)
+            and (self.kind == "link" or self.mode == other.mode)
+        )
+
+
+@final
+@dataclass(slots=True)
+class Snapshot:
+    """The protected paths found (absolute), the outermost of them, and whether the scan
+    saw everything within its bounds."""
+
+    entries: dict[str, Entry] = field(default_factory=dict)
+    tops: list[str] = field(default_factory=list)
+    complete: bool = True
+    kept_bytes: int = 0
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@final
+class _Scanner:
+    def __init__(
+        self, policy: ProtectedPaths, ignored: frozenset[str], known: Known | None = None
+    ) -> None:
+        self.policy = policy
+        self.ignored = ignored
+        self.snapshot = Snapshot()
+        self.read = 0
+        self.known: dict[str, tuple[Status, Entry | None]] = {} if known is None else known.entries
+        self.directories = {} if known is None else known.directories
+        self.seen: dict[str, tuple[Status, Entry | None]] = {}
+        self.seen_directories: dict[str, tuple[Status, list[Action]]] = {}
+        self.now = time.time_ns()
+
+    def _budget(self) -> bool:
+        self.read += 1
+        if self.read > SCAN_ENTRIES:
+            self.snapshot.complete = False
+            return False
+        return True
+
+    def walk(self, place: str, directory: str, relative: str, depth: int, git: int) -> None:
+        """Look at one directory's entries: from ``known`` when the directory's status is
+        the one an earlier scan listed (no entry was added, removed or renamed since: its
+        change time would differ), else by listing it again."""
+        try:
+            info = os.lstat(directory)
+        except OSError:
+            return
+        status = (info.st_dev, info.st_ino, info.st_mode, 0, info.st_mtime_ns, info.st_ctime_ns)
+        found = self.directories.get(directory)
+        if found is not None and found[0] == status and self.now - info.st_ctime_ns > RACY_NS:
+            actions = found[1]
+        else:
+            actions = self._list(place, directory, relative, depth, git)
+        self.seen_directories[directory] = (status, actions)
+        for action, path, child, level in actions:
+            if not self._budget():
+                return
+            if path in self.ignored:
+                continue
+            if action == "file":
+                continue
+            if action == "truncated":
+                self.snapshot.complete = False
+                return
+            if action == "record":
+                self.record(path, top=True)
+            elif action == "alternates":
+                self._alternates(place, path, child)
+            else:
+                self.walk(place, path, child, depth + 1, level)
+
+    def _list(
+        self, place: str, directory: str, relative: str, depth: int, git: int
+    ) -> list[Action]:
+        actions: list[Action] = []
+        try:
+            listing = os.scandir(directory)
+        except OSError:
+            return actions
+        with listing:
+            for item in listing:
+                if len(actions) >= SCAN_ENTRIES:
+                    actions.append(("truncated", directory, relative, 0))
+                    break
+                actions += self._look(place, item, relative, depth, git)
+        return actions
+
+    def _look(
+        self, place: str, item: os.DirEntry[str], relative: str, depth: int, git: int
+    ) -> list[Action]:
+        """What the scan does with one entry (the same whenever it is listed again)."""
+        name = item.name
+        child = f"{relative}/{name}" if relative else name
+        try:
+            is_directory = item.is_dir(follow_symlinks=False)
+        except OSError:
+            return []
+        if is_directory and not git and ProtectedPaths.names_git_directory(name):
+            return [("walk", item.path, child, 1)]
+        candidate = git or not name.isascii() or name.startswith(".") or "~" in name
+        if candidate and self.policy.protects(place, child):
+            return [("record", item.path, child, 0)]
+        if not is_directory:
+            return [("file", item.path, child, 0)]  # counted, nothing done
+        if git:
+            lowered = name.lower()
+            found: list[Action] = []
+            if lowered == "objects":
+                found.append(("alternates", item.path, child, 0))
+            if lowered not in _GIT_SKIPPED and git < GIT_DEPTH:
+                found.append(("walk", item.path, child, git + 1))
+            return found
+        if depth < SCAN_DEPTH:
+            return [("walk", item.path, child, 0)]
+        return [("file", item.path, child, 0)]
+
+    def _alternates(self, place: str, objects: str, relative: str) -> None:
+        path = os.path.join(objects, "info", "alternates")
+        if self.policy.protects(place, f"{relative}/info/alternates"):
+            with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+                os.lstat(path)
+                self.record(path, top=True)
+
+    def record(self, path: str, *, top: bool) -> None:
+        snapshot = self.snapshot
+        if path in snapshot.entries or path in self.ignored:
+            return
+        if len(snapshot.entries) >= SNAPSHOT_ENTRIES:
+            snapshot.complete = False
+            return
+        try:
+            info = os.lstat(path)
+        except OSError:
+            return
+        key = (
+            info.st_dev,
+            info.st_ino,
+            info.st_mode,
+            info.st_size,
+            info.st_mtime_ns,
+            info.st_ctime_ns,
+        )
+        found = self.known.get(path)
+        if found is not None and found[0] == key and self.now - info.st_ctime_ns > RACY_NS:
+            entry: Entry | None = found[1]  # unchanged since it was read: not read again
+            if entry is not None and entry.kind == "file" and entry.data is not None:
+                snapshot.kept_bytes += len(entry.data)
+        else:
+            entry = self._entry(path, info)
+        if entry is None:
+            return
+        self.seen[path] = (key, entry)
+        snapshot.entries[path] = entry
+        if top:
+            snapshot.tops.append(path)
+        if entry.kind == "directory":
+            try:
+                names = sorted(os.listdir(path))
+            except OSError:
+                return
+            for name in names:
+                if not self._budget():
+                    return
+                self.record(os.path.join(path, name), top=False)
+
+    def _entry(self, path: str, info: os.stat_result) -> Entry | None:
+        mode = stat.S_IMODE(info.st_mode)
+        if stat.S_ISDIR(info.st_mode):
+            return Entry("directory", mode)
+        if stat.S_ISLNK(info.st_mode):
+            try:
+                target = os.fsencode(os.readlink(path))
+            except OSError:
+                return None
+            return Entry("link", mode, target, _digest(target))
+        if not stat.S_ISREG(info.st_mode):
+            return Entry("other", mode, None, f"{info.st_dev}:{info.st_ino}")
+        try:
+            data = _read(path, info.st_size)
+        except OSError:
+            return None
+        digest = _digest(data)
+        keep = len(data) <= ENTRY_BYTES and self.snapshot.kept_bytes + len(data) <= SNAPSHOT_BYTES
+        if keep:
+            self.snapshot.kept_bytes += len(data)
+        return Entry("file", mode, data if keep else None, digest)
+
+
+def _read(path: str, size: int) -> bytes:
+    """A regular file's bytes, opened without following a link."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    try:
+        chunks: list[bytes] = []
+        while chunk := os.read(fd, max(size, 65536)):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def scan(
+    places: Sequence[str],
+    policy: ProtectedPaths,
+    ignored: Iterable[str] = (),
+    known: Known | None = None,
+) -> Snapshot:
+    """The protected paths beneath ``places`` now (see the module docstring); ``ignored``:
+    paths never looked at (the launcher's live mount points). ``known``: what an earlier
+    scan read, by path and status (device, inode, mode, size, times): an entry whose
+    status is the same, and whose change time is older than ``RACY_NS``, is taken from
+    there instead of being read again; it is replaced by what this scan saw."""
+    scanner = _Scanner(policy, frozenset(ignored), known)
+    if policy.empty:
+        return scanner.snapshot
+    for place in places:
+        scanner.walk(place, place, "", 0, 0)
+    for path in policy.extra:
+        if any(path == place or path.startswith(place.rstrip("/") + "/") for place in places):
+            scanner.record(path, top=True)
+    if known is not None:
+        known.entries = scanner.seen
+        known.directories = scanner.seen_directories
+    return scanner.snapshot
