@@ -28,6 +28,7 @@ import pytest
 from procutil import Collect
 
 from spice.agent.coding import PosixLauncher
+from spice.agent.coding._mcp._outputs import output_schema
 from spice.agent.coding._posix import _bwrap, _facts
 from spice.agent.coding._posix._bwrap import Namespaces
 from spice.agent.coding._posix._containment import Containment, resolve_containment
@@ -495,3 +496,41 @@ def test_a_real_server_killed_mid_call_leaves_nothing_a_later_git_obeys(
     assert not (superproject / ".mcp.json").exists()
     assert git(superproject, home, "status").returncode == 0
     assert not _ran(marker)
+
+
+@pytest.mark.parametrize("path", ["namespaces", "fallback"])
+def test_the_shell_answer_names_what_was_put_back(
+    path: str, root: Path, home: Path, visible_path: Path
+) -> None:
+    """Through the real CLI: the answer carries ``protected_restored`` and its count, and
+    the output schema declares both."""
+    if path == "namespaces" and not NAMESPACES.made:
+        pytest.skip(f"no namespaces here: {NAMESPACES.reason}")
+    environment = {"PATH": _search_path(visible_path, path == "namespaces"), "HOME": str(home)}
+    plant = json.dumps({"argv": ["/bin/sh", "-c", "printf x > .mcp.json"]})
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            SERVER_ENTRY,
+            "--root",
+            str(root),
+            "--sandbox",
+            "workspace",
+            "call",
+            "shell",
+            plant,
+        ],
+        cwd=root,
+        env=environment,
+        capture_output=True,
+        timeout=BOUND,
+        check=False,
+    )
+    answer = json.loads(done.stdout)
+    assert (answer["ok"], answer["contained"]) == (True, True), answer
+    assert (answer["protected_restored"], answer["protected_restored_count"]) == ([".mcp.json"], 1)
+    assert not (root / ".mcp.json").exists()
+    declared = output_schema("shell")["properties"]
+    assert isinstance(declared, dict)
+    assert {"protected_restored", "protected_restored_count"} <= set(declared)

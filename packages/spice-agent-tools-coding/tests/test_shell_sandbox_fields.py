@@ -13,8 +13,12 @@ from spice.agent.tools.coding import Config
 from spice.agent.tools.coding._ownership import Timing
 from spice.agent.tools.coding._sandbox_fields import (
     MAXIMUM_HOST_BYTES,
+    MAXIMUM_PATH_BYTES,
     MAXIMUM_REFUSED_HOSTS,
+    MAXIMUM_RESTORED,
     network_fields,
+    protected_fields,
+    sandbox_fields,
 )
 from spice.agent.tools.coding._shell import build_shell
 
@@ -122,3 +126,58 @@ def test_the_refusal_bounds_hold_at_their_edge() -> None:
     fields = network_fields(Reporting((hosts, 2**31 - 1), None, Outcome.exited(0)))
     assert fields["network_refused"] == list(hosts)
     assert fields["network_refused_count"] == 2**31 - 1
+
+
+class Restoring:
+    """A process whose ``protected_restored`` is a value or raises."""
+
+    def __init__(self, restored: object) -> None:
+        self._restored = restored
+
+    @property
+    def protected_restored(self) -> object:
+        if isinstance(self._restored, BaseException):
+            raise self._restored
+        return self._restored
+
+
+def test_what_was_put_back_becomes_two_fields() -> None:
+    fields = protected_fields(Restoring(((".git/config", ".mcp.json"), 20)))
+    assert fields == {
+        "protected_restored": [".git/config", ".mcp.json"],
+        "protected_restored_count": 20,
+    }
+    assert protected_fields(Restoring(((), 0))) == {}
+    both = sandbox_fields(Restoring(((".envrc",), 1)))
+    assert both == {"protected_restored": [".envrc"], "protected_restored_count": 1}
+
+
+@pytest.mark.parametrize(
+    "restored",
+    [
+        None,
+        (".envrc", 1),
+        ([".envrc"], 1),
+        ((".envrc",), True),
+        ((".envrc",), 0),
+        ((".envrc", ".idea"), 1),
+        (("",), 1),
+        (("a\nb",), 1),
+        (("\ud800",), 1),
+        (tuple(f"d{n}/.envrc" for n in range(MAXIMUM_RESTORED + 1)), 17),
+        (("x" * (MAXIMUM_PATH_BYTES + 1),), 1),
+        ((".envrc",), 2**31),
+        OSError("x"),
+    ],
+)
+def test_a_put_back_report_out_of_bounds_is_no_field(restored: object) -> None:
+    assert protected_fields(Restoring(restored)) == {}
+
+
+def test_the_put_back_bounds_hold_at_their_edge() -> None:
+    size = MAXIMUM_PATH_BYTES // MAXIMUM_RESTORED
+    paths = tuple(f"{n:04d}" + "y" * (size - 4) for n in range(MAXIMUM_RESTORED))
+    fields = protected_fields(Restoring((paths, 2**31 - 1)))
+    assert fields["protected_restored"] == list(paths)
+    assert fields["protected_restored_count"] == 2**31 - 1
+    assert protected_fields(Restoring((("é" * (MAXIMUM_PATH_BYTES // 2),), 1))) != {}
