@@ -306,3 +306,23 @@ def test_a_removed_records_directory_is_made_again_and_an_unwritable_one_is_said
         assert stuck.end() == (str(root / ".mcp.json"),)
     assert (root / ".mcp.json").read_bytes() == b"{}"
     assert [record.getMessage() for record in caplog.records] == [_guard.UNRECORDED]
+
+
+def test_a_defect_in_the_put_back_still_ends_the_call(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The count of calls and the record never outlive a call whose put-back failed."""
+    root = tmp_path / "root"
+    _tree(root, ".mcp.json", b"{}")
+    records = tmp_path / "records"
+    guard = Guard([str(root)], STANDARD, str(records))
+    guard.begin()
+
+    def broken(_baseline: object, _now: object) -> list[str]:
+        raise RuntimeError("defect")
+
+    monkeypatch.setattr(_guard, "put_back", broken)
+    with pytest.raises(RuntimeError):
+        guard.end()
+    assert os.listdir(records) == []
+    assert guard.end() == ()  # no baseline left: nothing to end twice

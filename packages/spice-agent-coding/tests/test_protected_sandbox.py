@@ -416,6 +416,10 @@ async def test_the_record_is_outside_and_gone_after_the_call(
     records = _facts.records_directory(str(root), {"HOME": str(home)}, [_facts.place_of(str(root))])
     assert records is not None
     assert not records.startswith(str(root))
+    held = chosen.report()["protected"]
+    assert isinstance(held, dict)
+    assert held["record"] == records
+    assert "put back" in str(held["how"])
     seen = await run(chosen, root, home, f"ls {records} 2>&1; echo x > {records}/y; echo DONE")
     assert "DONE" in seen[1]
     assert os.listdir(records) == []

@@ -172,13 +172,16 @@ class Guard:
             baseline = self._baseline
             if baseline is None:
                 return ()
-            now = scan(self.places, self.policy, self._ignored(), self._known)
-            restored = put_back(baseline, now)
-            self._users -= 1
-            if self._users == 0:
-                self._baseline = None
-                self._drop_record()
-            return tuple(restored)
+            try:
+                now = scan(self.places, self.policy, self._ignored(), self._known)
+                return tuple(put_back(baseline, now))
+            finally:
+                # The call is over whatever happened (the put-back handles every OS error
+                # itself); the last call's end drops the baseline and its record.
+                self._users -= 1
+                if self._users == 0:
+                    self._baseline = None
+                    self._drop_record()
 
     def repair(self) -> tuple[str, ...]:
         """At start: apply the records of servers that died, then read what is protected
