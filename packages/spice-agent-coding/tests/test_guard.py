@@ -326,3 +326,20 @@ def test_a_defect_in_the_put_back_still_ends_the_call(
         guard.end()
     assert os.listdir(records) == []
     assert guard.end() == ()  # no baseline left: nothing to end twice
+
+
+def test_the_bound_cuts_the_deepest_and_last_never_the_places_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Breadth first, git directories first: a large directory beside them exhausts the
+    entry bound after the place's ``.git/config``, its submodule's and ``.mcp.json``."""
+    for index in range(40):
+        _tree(tmp_path, f"big/sub{index}/f")
+    _tree(tmp_path, ".mcp.json")
+    _tree(tmp_path, ".git/config")
+    _tree(tmp_path, ".git/modules/s/config")
+    monkeypatch.setattr(_scan, "SCAN_ENTRIES", 12)
+    found = scan([str(tmp_path)], STANDARD)
+    assert not found.complete
+    for name in (".mcp.json", ".git/config", ".git/modules/s/config"):
+        assert str(tmp_path / name) in found.entries, name

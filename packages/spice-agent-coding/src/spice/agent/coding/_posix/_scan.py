@@ -12,6 +12,7 @@ again (a command cannot set a change time), unless the change lies within ``RACY
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import hashlib
 import os
@@ -62,10 +63,14 @@ says (a change within the file system's clock tick keeps the same times)."""
 
 Status = tuple[int, int, int, int, int, int]
 """Device, inode, mode, size, modification and change times (ns) of a path."""
+Visit = tuple[str, str, str, int, int]
+"""A directory the scan looks at: its place, path, path beneath the place, depth and git
+level (0 outside a git directory)."""
 Action = tuple[str, str, str, int]
 """What a scan does with one entry: ``walk``, ``record``, ``alternates``, ``file``
-(nothing) or ``truncated`` (the listing stopped at ``SCAN_ENTRIES``); its path, its path
-beneath the place, and a walk's git level."""
+(nothing: one for all of a directory's such entries, their number in the last field) or
+``truncated`` (the listing stopped at ``SCAN_ENTRIES``); its path, its path beneath the
+place, and a walk's git level."""
 
 
 @final
@@ -132,21 +137,38 @@ class _Scanner:
         self.seen_directories: dict[str, tuple[Status, list[Action]]] = {}
         self.now = time.time_ns()
 
-    def _budget(self) -> bool:
-        self.read += 1
+    def _budget(self, entries: int = 1) -> bool:
+        self.read += entries
         if self.read > SCAN_ENTRIES:
             self.snapshot.complete = False
             return False
         return True
 
-    def walk(self, place: str, directory: str, relative: str, depth: int, git: int) -> None:
-        """Look at one directory's entries: from ``known`` when the directory's status is
+    def run(self, places: Sequence[str]) -> None:
+        """Every place, breadth first and git directories before the rest: the bounds cut
+        the deepest and the last directories, never a place's own ``.git`` or settings."""
+        git: collections.deque[Visit] = collections.deque()
+        plain: collections.deque[Visit] = collections.deque(
+            (place, place, "", 0, 0) for place in places
+        )
+        while git or plain:
+            visit = git.popleft() if git else plain.popleft()
+            for walk in self.visit(*visit):
+                if walk is None:
+                    return  # the entry bound: the scan is incomplete
+                (git if walk[4] else plain).append(walk)
+
+    def visit(
+        self, place: str, directory: str, relative: str, depth: int, git: int
+    ) -> list[Visit | None]:
+        """Look at one directory's entries, from ``known`` when the directory's status is
         the one an earlier scan listed (no entry was added, removed or renamed since: its
-        change time would differ), else by listing it again."""
+        change time would differ), else by listing it again; the directories to visit
+        next (``None``: the entry bound was reached)."""
         try:
             info = os.lstat(directory)
         except OSError:
-            return
+            return []
         status = (info.st_dev, info.st_ino, info.st_mode, 0, info.st_mtime_ns, info.st_ctime_ns)
         found = self.directories.get(directory)
         if found is not None and found[0] == status and self.now - info.st_ctime_ns > RACY_NS:
@@ -154,22 +176,22 @@ class _Scanner:
         else:
             actions = self._list(place, directory, relative, depth, git)
         self.seen_directories[directory] = (status, actions)
+        walks: list[Visit | None] = []
         for action, path, child, level in actions:
-            if not self._budget():
-                return
-            if path in self.ignored:
-                continue
-            if action == "file":
+            if not self._budget(level if action == "file" else 1):
+                walks.append(None)
+                break
+            if path in self.ignored or action == "file":
                 continue
             if action == "truncated":
                 self.snapshot.complete = False
-                return
-            if action == "record":
+            elif action == "record":
                 self.record(path, top=True)
             elif action == "alternates":
                 self._alternates(place, path, child)
             else:
-                self.walk(place, path, child, depth + 1, level)
+                walks.append((place, path, child, depth + 1, level))
+        return walks
 
     def _list(
         self, place: str, directory: str, relative: str, depth: int, git: int
@@ -179,12 +201,19 @@ class _Scanner:
             listing = os.scandir(directory)
         except OSError:
             return actions
+        files = 0
         with listing:
-            for item in listing:
-                if len(actions) >= SCAN_ENTRIES:
+            for count, item in enumerate(listing):
+                if count >= SCAN_ENTRIES:
                     actions.append(("truncated", directory, relative, 0))
                     break
-                actions += self._look(place, item, relative, depth, git)
+                found = self._look(place, item, relative, depth, git)
+                if found and found[0][0] == "file":
+                    files += 1  # nothing to do: only counted, once for them all
+                else:
+                    actions += found
+        if files:
+            actions.append(("file", directory, relative, files))
         return actions
 
     def _look(
@@ -314,8 +343,7 @@ def scan(
     scanner = _Scanner(policy, frozenset(ignored), known)
     if policy.empty:
         return scanner.snapshot
-    for place in places:
-        scanner.walk(place, place, "", 0, 0)
+    scanner.run(places)
     for path in policy.extra:
         if any(path == place or path.startswith(place.rstrip("/") + "/") for place in places):
             scanner.record(path, top=True)
