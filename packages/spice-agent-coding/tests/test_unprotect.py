@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 
 import pytest
+from http_support import http_server, sdk_client
 
 from spice.agent.coding._cli import main, protecting_http
 from spice.agent.coding._mcp._http_settings import HttpSettings
@@ -180,3 +181,33 @@ def test_the_http_servers_own_files_are_protected(worktree: Path, tmp_path: Path
     assert str(audit) in policy.extra
     assert served.sandbox_request().protected is policy
     assert protecting_http(settings, HttpSettings()).config == settings.config
+
+
+async def test_a_write_token_over_http_cannot_plant_what_git_runs(
+    tmp_path: Path, worktree: Path
+) -> None:
+    """R5-1 over HTTP: a token with only the ``write`` scope replaces ``.git/config``
+    with a planted ``core.fsmonitor``: refused, the file keeps its bytes; an ordinary file
+    is still written."""
+    config = worktree / ".git" / "config"
+    before = config.read_bytes()
+    async with (
+        http_server(tmp_path, worktree, "--sandbox", "off") as server,
+        sdk_client(server.url, server.tokens["writer"]) as client,
+    ):
+        planted = await client.call_tool(
+            "replace",
+            {
+                "path": ".git/config",
+                "content": "[core]\n\tfsmonitor = touch /tmp/x\n",
+                "expected_sha256": hashlib.sha256(before).hexdigest(),
+            },
+        )
+        made = await client.call_tool(
+            "replace", {"path": "notes.txt", "content": "x\n", "create": True}
+        )
+    assert planted.is_error is True
+    assert planted.structured_content is not None
+    assert planted.structured_content["code"] == "path_unavailable"
+    assert config.read_bytes() == before
+    assert made.is_error is False
