@@ -343,3 +343,25 @@ def test_the_bound_cuts_the_deepest_and_last_never_the_places_own(
     assert not found.complete
     for name in (".mcp.json", ".git/config", ".git/modules/s/config"):
         assert str(tmp_path / name) in found.entries, name
+
+
+def test_a_second_server_adopts_a_running_servers_baseline(tmp_path: Path) -> None:
+    """Two servers on one root: the second begins while the first one's command has
+    planted ``.mcp.json`` and made ``.envrc``; the first's join puts them back, and the
+    second's join must not plant them again. What did not change stays the second's own."""
+    root = tmp_path / "root"
+    mcp = _tree(root, ".mcp.json", b"{}")
+    kept = _tree(root, ".claude/settings.json", b"mine")
+    records = tmp_path / "records"
+    first = Guard([str(root)], STANDARD, str(records))
+    second = Guard([str(root)], STANDARD, str(records))
+    second._record_name = "999999999-0.json"  # another server (this process is the first)
+    first.begin()
+    mcp.write_bytes(b"planted")
+    _tree(root, ".envrc", b"planted")
+    second.begin()
+    assert set(first.end()) == {str(mcp), str(root / ".envrc")}
+    assert second.end() == ()
+    assert mcp.read_bytes() == b"{}"
+    assert not (root / ".envrc").exists()
+    assert kept.read_bytes() == b"mine"

@@ -158,6 +158,7 @@ class Guard:
             if self._users == 0 or self._baseline is None:
                 self._repair_locked()
                 taken = scan(self.places, self.policy, self._ignored(), self._known)
+                self._adopt_locked(taken)
                 self._write_record(taken)
                 self._baseline = taken
             self._users += 1
@@ -193,23 +194,29 @@ class Guard:
             scan(self.places, self.policy, self._ignored(), self._known)
             return tuple(restored)
 
-    def _repair_locked(self) -> list[str]:
+    def _others(self) -> list[tuple[str, bool]]:
+        """The other servers' records: each path and whether its server still runs."""
         if self.records is None:
             return []
         try:
             names = sorted(os.listdir(self.records))[:RECORD_FILES]
         except OSError:
             return []
-        restored: list[str] = []
+        found: list[tuple[str, bool]] = []
         for name in names:
             if not name.endswith(_RECORD_SUFFIX) or name == self._record_name:
                 continue
             pid_text, _, start = name.removesuffix(_RECORD_SUFFIX).partition("-")
-            if not pid_text.isdigit():
-                continue
-            if _start_time(int(pid_text)) == start:
+            if pid_text.isdigit():
+                live = _start_time(int(pid_text)) == start
+                found.append((os.path.join(self.records, name), live))
+        return found
+
+    def _repair_locked(self) -> list[str]:
+        restored: list[str] = []
+        for path, live in self._others():
+            if live:
                 continue  # its server still runs
-            path = os.path.join(self.records, name)
             decoded = _decode(_read_bounded(path))
             if decoded is not None:
                 places, baseline = decoded
@@ -217,6 +224,38 @@ class Guard:
             with contextlib.suppress(OSError):
                 os.unlink(path)
         return restored
+
+    def _adopt_locked(self, taken: Snapshot) -> None:
+        """Another server on this root with a call running: where a protected path changed
+        after that server took its baseline (the change time says so, and a command cannot
+        set it), its baseline is ours, so that our join never takes its command's plant for
+        the user's. What did not change since stays as we read it."""
+        for path, live in self._others():
+            decoded = _decode(_read_bounded(path)) if live else None
+            try:
+                stamp = os.stat(path).st_mtime_ns if decoded is not None else 0
+            except OSError:
+                continue
+            if decoded is None:
+                continue
+            places, theirs = decoded
+            for name in list(taken.entries):
+                if _within(name, places) and _changed_since(name, stamp):
+                    if name in theirs.entries:
+                        taken.entries[name] = theirs.entries[name]
+                    else:
+                        del taken.entries[name]  # made during their call: not the user's
+            for name, entry in theirs.entries.items():
+                if name not in taken.entries and self._protects(name):
+                    taken.entries[name] = entry  # removed during their call
+            taken.tops = [name for name in taken.tops if name in taken.entries]
+
+    def _protects(self, path: str) -> bool:
+        """Whether this server's policy protects the absolute ``path`` in one of its places."""
+        for place in self.places:
+            if _within(path, [place]) and path != place:
+                return self.policy.protects(place, path[len(place.rstrip("/")) + 1 :])
+        return False
 
     def _write_record(self, baseline: Snapshot) -> None:
         """The baseline in the private directory (made again if it was removed). One that
@@ -245,6 +284,18 @@ class Guard:
         if self.records is not None:
             with contextlib.suppress(OSError):
                 os.unlink(os.path.join(self.records, self._record_name))
+
+
+def _changed_since(path: str, stamp: int) -> bool:
+    """Whether ``path`` changed (or was made) at or after ``stamp`` (ns), or is gone."""
+    try:
+        return os.lstat(path).st_ctime_ns >= stamp
+    except OSError:
+        return True
+
+
+def _within(path: str, places: Sequence[str]) -> bool:
+    return any(path == place or path.startswith(place.rstrip("/") + "/") for place in places)
 
 
 def _read_bounded(path: str) -> bytes:
