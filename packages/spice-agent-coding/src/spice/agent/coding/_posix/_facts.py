@@ -111,11 +111,10 @@ cache, so neither namespace path nor Landlock lets a command write it."""
 def records_directory(root: str, environ: Mapping[str, str], places: Sequence[Place]) -> str | None:
     """Make the root's private records directory; ``None`` without a home, when it cannot
     be made, or when it lies beneath a writable place (a command could write it)."""
-    base = user_cache_directory(environ, home_directory(environ))
-    if base is None:
+    cache = cache_directory(root, environ)  # <user cache>/spice-coding/<hash of the root>
+    if cache is None:
         return None
-    digest = hashlib.sha256(os.fsencode(os.path.realpath(root))).hexdigest()
-    path = os.path.join(base, CACHE_APPLICATION, RECORDS, digest[:ROOT_HASH_CHARACTERS])
+    path = os.path.join(os.path.dirname(cache), RECORDS, os.path.basename(cache))
     try:
         os.makedirs(path, mode=0o700, exist_ok=True)
         real = os.path.realpath(path)
