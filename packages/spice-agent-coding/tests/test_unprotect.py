@@ -25,6 +25,7 @@ from spice.agent.coding._protection import (
     policy_of,
     protection_report,
 )
+from spice.agent.coding._reload import kept_extra
 from spice.agent.coding._settings import Flags, SettingsError, resolve_settings
 from spice.agent.tools.coding import ProtectedPaths
 
@@ -211,3 +212,43 @@ async def test_a_write_token_over_http_cannot_plant_what_git_runs(
     assert planted.structured_content["code"] == "path_unavailable"
     assert config.read_bytes() == before
     assert made.is_error is False
+
+
+def test_a_changed_settings_file_keeps_the_servers_own_files_protected(
+    worktree: Path, tmp_path: Path
+) -> None:
+    """Settings resolved again (the settings file changed) keep the start's token file and
+    audit log in the policy: the sandbox built again still protects them."""
+    tokens = worktree / "tokens"
+    start = protecting_http(
+        resolve_settings(Flags(root=str(worktree)), {}), HttpSettings(token_file=str(tokens))
+    )
+    again = kept_extra(resolve_settings(Flags(root=str(worktree), unprotect=(".idea",)), {}), start)
+    assert again.config.protected_paths.protects(str(worktree), "tokens")
+    assert not again.config.protected_paths.protects(str(worktree), ".idea/x")
+    assert again.sandbox_request().protected is again.config.protected_paths
+    plain = resolve_settings(Flags(root=str(worktree)), {})
+    assert kept_extra(plain, plain) is plain
+
+
+def test_the_settings_files_unprotect_joins_the_flags_and_is_refused_by_its_line(
+    worktree: Path, tmp_path: Path
+) -> None:
+    """The settings file's ``unprotect`` gives paths back with ``--unprotect``'s; one that
+    is not protected is refused naming the file and the key."""
+    directory = tmp_path / "config"
+    directory.mkdir(mode=0o700)
+    path = directory / "settings.toml"
+    path.write_text(f'unprotect = ["{worktree / ".idea"}"]\n')
+    path.chmod(0o600)
+    flags = Flags(root=str(worktree), settings=str(path), unprotect=(".vscode",))
+    policy = resolve_settings(flags, {"HOME": str(tmp_path)}).config.protected_paths
+    assert not policy.protects(str(worktree), ".idea/x")
+    assert not policy.protects(str(worktree), ".vscode/x")
+    assert policy.protects(str(worktree), ".claude/x")
+    path.write_text(f'unprotect = ["{worktree / "README"}"]\n')
+    with pytest.raises(SettingsError) as refused:
+        resolve_settings(flags, {"HOME": str(tmp_path)})
+    assert str(path) in str(refused.value)
+    assert "unprotect" in str(refused.value)
+    assert "is not protected" in str(refused.value)

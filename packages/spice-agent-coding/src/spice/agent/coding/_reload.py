@@ -19,17 +19,19 @@ message (``LaunchError``), and the next call looks again: nothing is silently wi
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from typing import final
 
 from spice.agent.process import LaunchError, Process, Spec
 
 from ._platform import PlatformLauncher, SandboxRequest, platform_launcher
+from ._protection import with_extra
 from ._sandbox import ContainmentUnavailable, SandboxReport
 from ._settings import Flags, Settings, SettingsError, resolve_settings
 from ._settingsfile import FileRules, SettingsFile, SettingsFileError
 
-__all__ = ["WatchingLauncher", "watching"]
+__all__ = ["WatchingLauncher", "kept_extra", "watching"]
 
 
 def watching(
@@ -45,6 +47,17 @@ def watching(
     places = (settings.config.root, *settings.allow_write)
     file = SettingsFile(settings.settings_file, settings.config.root, places)
     return WatchingLauncher(flags, environ, settings, launcher, file, build)
+
+
+def kept_extra(settings: Settings, start: Settings) -> Settings:
+    """``settings`` whose protected paths keep the start's own files (the HTTP server's
+    token file and audit log: contract 12.1), which no settings file names."""
+    extra = start.config.protected_paths.extra
+    if not extra:
+        return settings
+    policy = with_extra(settings.config.protected_paths, extra)
+    config = dataclasses.replace(settings.config, protected_paths=policy)
+    return dataclasses.replace(settings, config=config)
 
 
 @final
@@ -108,7 +121,9 @@ class WatchingLauncher:
         if rules is self._rules:
             return
         try:
-            settings = resolve_settings(self._flags, self._environ, self._file)
+            settings = kept_extra(
+                resolve_settings(self._flags, self._environ, self._file), self._start
+            )
             request = settings.sandbox_request()
             launcher = (
                 self._launcher

@@ -459,7 +459,9 @@ def resolve_settings(
     writes = allow_write(flags.allow_write, source, base.root)
     writes_filed = _from_file(rules, "allow_write", _filed_writes, base.root)
     given = (*flags.unprotect, *rules.values("unprotect"))
-    fields["protected_paths"] = _protected(given, base.root, (*writes, *writes_filed))
+    fields["protected_paths"] = _protected(
+        flags.unprotect, rules, base.root, (*writes, *writes_filed)
+    )
     config = Config(base.root, **fields)  # type: ignore[arg-type]
     write_origin = ALLOW_WRITE_FLAG if flags.allow_write else ALLOW_WRITE_VARIABLE
     denied = deny_read(flags.deny_read, base.root)
@@ -504,11 +506,19 @@ def resolve_settings(
     )
 
 
-def _protected(given: tuple[str, ...], root: str, places: tuple[str, ...]) -> ProtectedPaths:
+def _protected(
+    flagged: tuple[str, ...], rules: FileRules, root: str, places: tuple[str, ...]
+) -> ProtectedPaths:
     """The one protected-paths policy: the standard set less what ``--unprotect`` and the
-    settings file's ``unprotect`` give back (refused at start as a ``SettingsError``)."""
+    settings file's ``unprotect`` give back (refused at start as a ``SettingsError``; one
+    from the file names the file, its line and the key)."""
+    filed = rules.values("unprotect")
     try:
-        return protection_policy(given, root, places)
+        protection_policy(filed, root, places)
+    except UnprotectError as error:
+        raise SettingsError(f"{rules.where('unprotect')}: {str(error).partition(' ')[2]}") from None
+    try:
+        return protection_policy((*flagged, *filed), root, places)
     except UnprotectError as error:
         raise SettingsError(str(error)) from None
 
