@@ -24,6 +24,7 @@ from spice.agent.coding._posix._containment import (
     UNPROTECTED_GIT,
     UNSCOPED_PROCESSES,
     Containment,
+    describe,
 )
 from spice.agent.coding._posix._hints import (
     MAXIMUM_HINT_BYTES,
@@ -191,7 +192,7 @@ def test_the_claims_over_each_abi_with_and_without_namespaces(abi: int, made: bo
     # The protected paths are held on both paths (contract 12.1): read-only or undone.
     assert PROTECTED_SENTENCE in sentence
     assert ".git/config" not in sentence
-    unheld = policy.describe(protected=False) or ""
+    unheld = describe(policy, protected=False) or ""
     assert PROTECTED_SENTENCE not in unheld
     assert ".git/config, hooks" in unheld
     kept = policy.not_confined

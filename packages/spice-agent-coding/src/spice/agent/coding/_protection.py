@@ -15,6 +15,8 @@ from typing import Final
 
 from spice.agent.tools.coding import ProtectedPaths
 
+from ._settingsfile import FileRules
+
 __all__ = [
     "MAXIMUM_UNPROTECT",
     "STANDARD_NAMES",
@@ -23,6 +25,7 @@ __all__ = [
     "add_unprotect",
     "policy_of",
     "protection_report",
+    "settings_policy",
     "with_extra",
 ]
 
@@ -101,6 +104,21 @@ def policy_of(
     return ProtectedPaths.default(
         extra=extra, unprotect=[*given, *(os.path.realpath(path) for path in given)]
     )
+
+
+def settings_policy(
+    flagged: tuple[str, ...], rules: FileRules, root: str, places: tuple[str, ...]
+) -> ProtectedPaths:
+    """The one policy of the settings: the standard set less what ``--unprotect`` and the
+    settings file's ``unprotect`` give back; ``UnprotectError`` for one that cannot be
+    given back (one from the file names the file, its line and the key)."""
+    filed = rules.values("unprotect")
+    try:
+        policy_of(filed, root, places)
+    except UnprotectError as error:
+        where = rules.where("unprotect")
+        raise UnprotectError(f"{where}: {str(error).partition(' ')[2]}") from None
+    return policy_of((*flagged, *filed), root, places)
 
 
 def with_extra(policy: ProtectedPaths, paths: Iterable[str | None]) -> ProtectedPaths:

@@ -21,11 +21,11 @@ import argparse
 import dataclasses
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Final, TypeVar, final
+from typing import Final, final
 
-from spice.agent.tools.coding import Config, ProtectedPaths
+from spice.agent.tools.coding import Config
 
 from ._compose import UNUSABLE_ROOT, resolve_config
 from ._hostconfig import HOST_VARIABLES, read_host_configuration
@@ -48,8 +48,7 @@ from ._mcp._http_settings import (
 )
 from ._network import PRESETS, DomainPolicy, PatternError, parse_patterns, policy_of
 from ._platform import SandboxRequest
-from ._protection import UNPROTECT_FLAG, UnprotectError, add_unprotect
-from ._protection import policy_of as protection_policy
+from ._protection import UNPROTECT_FLAG, UnprotectError, add_unprotect, settings_policy
 from ._sandbox import (
     DEFAULT_MAX_PROCESSES,
     DEFAULT_MODE,
@@ -86,6 +85,8 @@ from ._settingvalues import (
     allow_write,
     allowed_names,
     deny_read,
+    filed_writes,
+    from_file,
     max_memory,
     max_processes,
 )
@@ -162,9 +163,6 @@ _BYTES_RANGE: Final = {"max_edit_bytes": (67_108_864, 4_194_304)}
 
 _AFTER: Final = "_after_command"
 """Suffix of the destinations of the options given after the command word."""
-
-
-_T = TypeVar("_T")
 
 
 @final
@@ -451,23 +449,26 @@ def resolve_settings(
     filed = f"settings file {rules.path}"
     said: list[tuple[str, str]] = []
     names = allowed_names(flags.allow_env, source)
-    names_filed = _from_file(rules, "allow_env", allowed_names, {})
+    names_filed = from_file(rules, "allow_env", allowed_names, {})
     env_origin = ALLOW_ENV_FLAG if flags.allow_env else ALLOW_ENV_VARIABLE
     fields["environment_allowlist"] = tuple(
         dict.fromkeys((*base.environment_allowlist, *HOST_VARIABLES, *names, *names_filed))
     )
     writes = allow_write(flags.allow_write, source, base.root)
-    writes_filed = _from_file(rules, "allow_write", _filed_writes, base.root)
+    writes_filed = from_file(rules, "allow_write", filed_writes, base.root)
     given = (*flags.unprotect, *rules.values("unprotect"))
-    fields["protected_paths"] = _protected(
-        flags.unprotect, rules, base.root, (*writes, *writes_filed)
-    )
+    try:
+        fields["protected_paths"] = settings_policy(
+            flags.unprotect, rules, base.root, (*writes, *writes_filed)
+        )
+    except UnprotectError as error:
+        raise SettingsError(str(error)) from None
     config = Config(base.root, **fields)  # type: ignore[arg-type]
     write_origin = ALLOW_WRITE_FLAG if flags.allow_write else ALLOW_WRITE_VARIABLE
     denied = deny_read(flags.deny_read, base.root)
-    denied_filed = _from_file(rules, "deny_read", deny_read, base.root)
+    denied_filed = from_file(rules, "deny_read", deny_read, base.root)
     shown = allow_read(flags.allow_read, source)
-    shown_filed = _from_file(rules, "allow_read", allow_read, source)
+    shown_filed = from_file(rules, "allow_read", allow_read, source)
     for key, values, origin in (
         ("allow_env", names, env_origin),
         ("allow_env", names_filed, filed),
@@ -506,23 +507,6 @@ def resolve_settings(
     )
 
 
-def _protected(
-    flagged: tuple[str, ...], rules: FileRules, root: str, places: tuple[str, ...]
-) -> ProtectedPaths:
-    """The one protected-paths policy: the standard set less what ``--unprotect`` and the
-    settings file's ``unprotect`` give back (refused at start as a ``SettingsError``; one
-    from the file names the file, its line and the key)."""
-    filed = rules.values("unprotect")
-    try:
-        protection_policy(filed, root, places)
-    except UnprotectError as error:
-        raise SettingsError(f"{rules.where('unprotect')}: {str(error).partition(' ')[2]}") from None
-    try:
-        return protection_policy((*flagged, *filed), root, places)
-    except UnprotectError as error:
-        raise SettingsError(str(error)) from None
-
-
 def _rules(
     flags: Flags, source: Mapping[str, str], root: str, file: SettingsFile | None
 ) -> tuple[FileRules, str | None]:
@@ -538,29 +522,6 @@ def _rules(
         return checked_rules(opened), watched
     except SettingsFileError as error:
         raise SettingsError(str(error)) from None
-
-
-def _filed_writes(given: tuple[str, ...], root: str) -> tuple[str, ...]:
-    """The settings file's ``allow_write``, read as the flag's (no variable)."""
-    return allow_write(given, {}, root)
-
-
-def _from_file(
-    rules: FileRules,
-    key: str,
-    reader: Callable[[tuple[str, ...], _T], tuple[str, ...]],
-    context: _T,
-) -> tuple[str, ...]:
-    """``key``'s list of the settings file read as its flag is; a refusal names the file,
-    the line and the key."""
-    given = rules.values(key)
-    if not given:
-        return ()
-    try:
-        return reader(given, context)
-    except SettingsError as error:
-        text = str(error)
-        raise SettingsError(f"{rules.where(key)}: {text.partition(' ')[2]}") from None
 
 
 def _chosen(

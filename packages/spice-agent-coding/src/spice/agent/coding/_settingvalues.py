@@ -17,10 +17,13 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
-from typing import Final
+from collections.abc import Callable, Mapping
+from typing import Final, TypeVar
 
 from ._sandbox import DEFAULT_MAX_PROCESSES, MIN_MEMORY_BYTES, home_directory
+from ._settingsfile import FileRules
+
+_T = TypeVar("_T")
 
 __all__ = [
     "ALLOW_ENV_FLAG",
@@ -41,6 +44,8 @@ __all__ = [
     "allow_write",
     "allowed_names",
     "deny_read",
+    "filed_writes",
+    "from_file",
     "max_memory",
     "max_processes",
 ]
@@ -271,3 +276,26 @@ def _beneath_home(name: str) -> bool:
         and name not in {".", ".."}
         and not name.startswith("../")
     )
+
+
+def filed_writes(given: tuple[str, ...], root: str) -> tuple[str, ...]:
+    """The settings file's ``allow_write``, read as the flag's (no variable)."""
+    return allow_write(given, {}, root)
+
+
+def from_file(
+    rules: FileRules,
+    key: str,
+    reader: Callable[[tuple[str, ...], _T], tuple[str, ...]],
+    context: _T,
+) -> tuple[str, ...]:
+    """``key``'s list of the settings file read as its flag is; a refusal names the file,
+    the line and the key."""
+    given = rules.values(key)
+    if not given:
+        return ()
+    try:
+        return reader(given, context)
+    except SettingsError as error:
+        text = str(error)
+        raise SettingsError(f"{rules.where(key)}: {text.partition(' ')[2]}") from None

@@ -215,61 +215,7 @@ class Containment:
     def sentence(self) -> str | None:
         """What the sandbox confines and what not, for the shell's description (with the
         protected paths held: the launcher's default)."""
-        return self.describe(protected=True)
-
-    def describe(self, *, protected: bool) -> str | None:
-        """The shell's sandbox sentence; ``protected``: the launcher holds the protected
-        paths (contract 12.1: read-only or put back at the join, on both paths)."""
-        if not self.confined:
-            return None
-        places = "a private $TMPDIR"
-        if self.namespaces.made:
-            places = "its own /tmp ($TMPDIR), /dev/shm"
-        extra = ", ".join(self.allow_write)
-        if extra:
-            places += f", {extra}"
-        if self.contained:
-            if self.allow_network:
-                net = "use the host's network"
-            elif self.proxied:
-                net = "use its own loopback" + (
-                    " and, through a proxy, only the allowed domains"
-                    if self.domains.patterns
-                    else " (no network)"
-                )
-            elif "sockets_unix_only" in self.filtered:
-                net = "open only UNIX sockets (no network)"
-            else:
-                net = "reach no network"
-            if self.namespaces.made:
-                others = "cannot see or signal other processes"
-            elif self.abi >= SIGNAL_SCOPE_ABI:
-                others = "cannot signal or trace other processes"
-            else:
-                others = "may signal (not trace) your user's other processes"
-            isolation = f"; may {net}, hold no capabilities, {others}"
-        else:
-            rules = set(self.enforced)
-            parts = []
-            if {"tcp_bind", "tcp_connect"} <= rules:
-                parts.append("plain TCP connect/bind refused")
-            if "signal_scope" in rules:
-                parts.append("no signals out")
-            parts.append("network and other processes NOT fully isolated (see tools)")
-            isolation = "; " + "; ".join(parts)
-        reads = "reads but credentials" if self.namespaces.made else "reads"
-        git = "" if protected else ".git/config, hooks, "
-        open_ = f"{reads}; hard-linked files; {git}build files (run later, outside)"
-        held = f" {PROTECTED_SENTENCE}" if protected else ""
-        text = (
-            "Sandbox: the program and its children may write only beneath the worktree "
-            f"root, {places} and /dev/null-like devices{isolation}. Not confined: {open_}."
-            f"{held} A write elsewhere fails with a permission or read-only error: do not "
-            "retry it."
-        )
-        if len(text.encode()) > MAXIMUM_SENTENCE_BYTES and extra:
-            return text.replace(f", {extra}", ", the --allow-write directories (see tools)")
-        return text
+        return describe(self, protected=True)
 
     def report(self) -> dict[str, object]:
         """The ``sandbox`` object of the ``tools`` output: each layer, and what is open."""
@@ -457,3 +403,58 @@ def resolve_containment(
         allow_write=writes,
         domains=policy,
     )
+
+
+def describe(policy: Containment, *, protected: bool) -> str | None:
+    """The shell's sandbox sentence; ``protected``: the launcher holds the protected
+    paths (contract 12.1: read-only or put back at the join, on both paths)."""
+    if not policy.confined:
+        return None
+    places = "a private $TMPDIR"
+    if policy.namespaces.made:
+        places = "its own /tmp ($TMPDIR), /dev/shm"
+    extra = ", ".join(policy.allow_write)
+    if extra:
+        places += f", {extra}"
+    if policy.contained:
+        if policy.allow_network:
+            net = "use the host's network"
+        elif policy.proxied:
+            net = "use its own loopback" + (
+                " and, through a proxy, only the allowed domains"
+                if policy.domains.patterns
+                else " (no network)"
+            )
+        elif "sockets_unix_only" in policy.filtered:
+            net = "open only UNIX sockets (no network)"
+        else:
+            net = "reach no network"
+        if policy.namespaces.made:
+            others = "cannot see or signal other processes"
+        elif policy.abi >= SIGNAL_SCOPE_ABI:
+            others = "cannot signal or trace other processes"
+        else:
+            others = "may signal (not trace) your user's other processes"
+        isolation = f"; may {net}, hold no capabilities, {others}"
+    else:
+        rules = set(policy.enforced)
+        parts = []
+        if {"tcp_bind", "tcp_connect"} <= rules:
+            parts.append("plain TCP connect/bind refused")
+        if "signal_scope" in rules:
+            parts.append("no signals out")
+        parts.append("network and other processes NOT fully isolated (see tools)")
+        isolation = "; " + "; ".join(parts)
+    reads = "reads but credentials" if policy.namespaces.made else "reads"
+    git = "" if protected else ".git/config, hooks, "
+    open_ = f"{reads}; hard-linked files; {git}build files (run later, outside)"
+    held = f" {PROTECTED_SENTENCE}" if protected else ""
+    text = (
+        "Sandbox: the program and its children may write only beneath the worktree "
+        f"root, {places} and /dev/null-like devices{isolation}. Not confined: {open_}."
+        f"{held} A write elsewhere fails with a permission or read-only error: do not "
+        "retry it."
+    )
+    if len(text.encode()) > MAXIMUM_SENTENCE_BYTES and extra:
+        return text.replace(f", {extra}", ", the --allow-write directories (see tools)")
+    return text

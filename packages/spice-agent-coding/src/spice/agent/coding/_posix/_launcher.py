@@ -56,7 +56,7 @@ from . import _bwrap, _facts, _hints, _plan
 from . import _orphans as orphans
 from . import _supervisor as supervisor
 from ._cgroup import CallCgroup, Cgroups
-from ._containment import OFF, Containment
+from ._containment import OFF, Containment, describe
 from ._guard import ender, server_guard
 from ._leader import _close_quietly
 from ._process import (
@@ -399,22 +399,11 @@ def _sample_rules(facts: _plan.StartFacts, containment: Containment) -> dict[str
     return sample.rules()
 
 
-def _live_mount_points() -> tuple[str, ...]:
-    """The mount points calls of this server hold now (the guard never looks at them)."""
-    return tuple(_MOUNT_POINTS)
-
-
 def _take_mount_points(plan: _plan.CallPlan) -> tuple[str, ...]:
     taken = tuple(mask.path for mask in plan.mount_points)
     for path in taken:
         _MOUNT_POINTS[path] = _MOUNT_POINTS.get(path, 0) + 1
     return taken
-
-
-def _after_call(taken: Iterable[str]) -> None:
-    """At the join: the call's mount points released (the guard then puts back the
-    protected paths the call changed or made: ``_guard``)."""
-    _release_mount_points(taken)
 
 
 def _release_mount_points(taken: Iterable[str]) -> None:
@@ -577,7 +566,7 @@ class PosixLauncher:
             )
         self._facts = facts if containment.confined else None
         self._links = None if self._facts is None else _link_watch(self._facts)
-        self._guard = server_guard(self._facts, _live_mount_points)
+        self._guard = server_guard(self._facts, lambda: tuple(_MOUNT_POINTS))
         proxied = self._facts is not None and containment.proxied  # the call's own network
         self._proxy = Proxy(containment.domains, check_peers=True) if proxied else None
 
@@ -589,7 +578,7 @@ class PosixLauncher:
     @property
     def containment(self) -> str | None:
         """What the sandbox confines, for the shell's description; ``None`` when off."""
-        return self._containment.describe(protected=self._guard.active)
+        return describe(self._containment, protected=self._guard.active)
 
     @property
     def sandbox(self) -> Containment:
@@ -770,7 +759,7 @@ class PosixLauncher:
             proxy=proxy,
         )
         if taken:
-            process._made.after_join = lambda: _after_call(taken)
+            process._made.after_join = lambda: _release_mount_points(taken)  # then the guard
         if scanner is not None and plan is not None:
             process._made.hint = _hinter(scanner, plan, proxy, self._proxy)
         if began and guard.active and facts is not None:
