@@ -673,8 +673,7 @@ class PosixLauncher:
             facts = self._facts
             bwrap = self._containment.namespaces.bwrap if facts is not None else None
             if facts is not None:
-                protected = guard.begin()  # the baseline and its record (when active)
-                began = True
+                protected, began = guard.begin(), True  # the baseline and its record
                 if bwrap is None:
                     temporary = tempfile.mkdtemp(prefix=TMPDIR_PREFIX)
                 plan = _plan.plan_call(
