@@ -63,8 +63,8 @@ def status_of(command: socket.socket) -> bytes:
 async def test_a_handed_connection_is_served_and_carries_bytes_both_ways() -> None:
     async with loopback(echo) as server:
         authority = f"127.0.0.1:{server.port}"
-        call = await Proxy(
-            DomainPolicy(parse_patterns([authority]), allow_private=True)
+        call = await Proxy(  # raw bytes, not TLS: allowed as raw TCP (contract 12.1)
+            DomainPolicy(parse_patterns([authority + "/tcp"]), allow_private=True)
         ).open_call()
         try:
             async with tcp_pair() as (command, accepted):
@@ -176,6 +176,9 @@ async def test_what_is_not_a_connected_stream_socket_sent_the_bridges_way_is_clo
                 await asyncio.sleep(0.01)
             else:
                 pytest.fail("the handed listener was kept open")
+        async with asyncio.timeout(BOUND):  # the connection's task ends after its close
+            while call.active:
+                await asyncio.sleep(0.01)
         assert (0, []) == (call.active, call.refused)
     finally:
         if watch is not None:
