@@ -415,13 +415,22 @@ def test_a_plan_without_namespaces_has_no_bwrap_argv_and_masks_need_templates() 
 
 def test_the_supervisors_spec_is_rendered_from_the_same_plan() -> None:
     result = plan({f"{HOME}/.cache": D}, environment=("LANG=C",))
-    blob = result.spec(0, 7, 3, "/bin/true", ("a",), b"1:2", 9)
-    decoded = supervisor._Spec(blob)
-    assert [os.fsencode(p) for p in result.landlock_writable()] == decoded.writable
-    assert decoded.environment[b"XDG_CACHE_HOME"] == os.fsencode(f"{HOME}/.cache")
-    assert decoded.environment[b"LANG"] == b"C"
+    told = result.spec(
+        server=0,
+        abi=7,
+        layers=3,
+        executable="/bin/true",
+        arguments=("a",),
+        workdir=b"1:2",
+        lifeline=9,
+    )
+    decoded = supervisor.SupervisorSpec.decode(told.encode())
+    assert told == decoded
+    assert tuple(os.fsencode(p) for p in result.landlock_writable()) == decoded.writable
+    assert decoded.environ[b"XDG_CACHE_HOME"] == os.fsencode(f"{HOME}/.cache")
+    assert decoded.environ[b"LANG"] == b"C"
     assert 9 == decoded.lifeline
-    assert [b"/bin/true", b"a"] == decoded.arguments
+    assert [b"/bin/true", b"a"] == decoded.argv
 
 
 def test_the_plan_is_immutable() -> None:

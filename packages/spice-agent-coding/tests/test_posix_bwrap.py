@@ -250,17 +250,14 @@ def _supervise(tmp_path: Path, workdir: str, marker: Path, lifeline: int | None 
     from spice.agent.coding._posix import _launcher as _posix_launcher  # noqa: PLC0415
     from spice.agent.coding._posix import _supervisor as supervisor  # noqa: PLC0415
 
-    blob = supervisor.encode_spec(
-        os.getpid(),
-        0,
-        [],
-        allow_network=False,
+    blob = supervisor.SupervisorSpec(
+        server=os.getpid(),
         executable=b"/usr/bin/touch",
         arguments=[os.fsencode(marker)],
         environment=[b"PATH=/bin"],
         workdir=workdir.encode(),
         lifeline=lifeline,
-    )
+    ).encode()
     spec = os.memfd_create("t")
     os.write(spec, blob)
     os.lseek(spec, 0, os.SEEK_SET)

@@ -726,7 +726,7 @@ async def test_a_supervisor_that_fails_before_its_fork_says_so(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A spec the supervisor cannot read (the fault): ``F``, so a bare ``LaunchError``."""
-    monkeypatch.setattr(supervisor, "encode_spec", lambda *_fields: b"not-a-spec")
+    monkeypatch.setattr(supervisor.SupervisorSpec, "encode", lambda _self: b"not-a-spec")
     before = procutil.open_descriptors()
     with pytest.raises(LaunchError) as caught:
         await bounded(start=3600.0).start(spec("/bin/true"))

@@ -33,7 +33,7 @@ no_nul = st.binary(max_size=40).filter(lambda b: b"\0" not in b)
 
 
 @given(
-    server=st.integers(1, 1 << 22),
+    server=st.integers(0, 1 << 22),
     abi=st.integers(0, 9),
     writable=st.lists(no_nul.filter(bool), max_size=3),
     allow_network=st.booleans(),
@@ -41,6 +41,11 @@ no_nul = st.binary(max_size=40).filter(lambda b: b"\0" not in b)
     arguments=st.lists(no_nul, max_size=5),
     names=st.lists(no_nul.filter(lambda b: bool(b) and b"=" not in b), max_size=4, unique=True),
     temporary=no_nul,
+    layers=st.integers(0, 255),
+    workdir=no_nul,
+    lifeline=st.none() | st.integers(0, 1 << 16),
+    cgroups=st.lists(st.integers(0, 1 << 16), max_size=3),
+    processes=st.integers(0, 1 << 20),
 )
 def test_the_spec_survives_its_encoding(
     server: int,
@@ -51,28 +56,55 @@ def test_the_spec_survives_its_encoding(
     arguments: list[bytes],
     names: list[bytes],
     temporary: bytes,
+    layers: int,
+    workdir: bytes,
+    lifeline: int | None,
+    cgroups: list[int],
+    processes: int,
 ) -> None:
-    """Every field, empty arguments and ``=`` inside values included, comes back as given."""
+    """Every field, empty arguments and ``=`` inside values included, comes back as given:
+    the typed value round-trips through its encoding (contract 12.5)."""
     environment = [name + b"=" + name + b"=x" for name in names]
-    blob = supervisor.encode_spec(
-        server, abi, writable, allow_network, executable, arguments, environment, temporary
+    told = supervisor.SupervisorSpec(
+        server=server,
+        abi=abi,
+        writable=writable,
+        allow_network=allow_network,
+        executable=executable,
+        arguments=arguments,
+        environment=environment,
+        temporary=temporary,
+        layers=layers,
+        workdir=workdir,
+        lifeline=lifeline,
+        cgroups=cgroups,
+        processes=processes,
     )
-    spec = supervisor._Spec(blob)
-    assert (server, abi, writable, allow_network, temporary) == (
-        spec.server,
-        spec.abi,
-        spec.writable,
-        spec.allow_network,
-        spec.temporary,
-    )
-    assert [executable, *arguments] == spec.arguments
-    assert {name: name + b"=x" for name in names} == spec.environment
+    spec = supervisor.SupervisorSpec.decode(told.encode())
+    assert told == spec
+    assert hash(told) == hash(spec)
+    assert [executable, *arguments] == spec.argv
+    assert {name: name + b"=x" for name in names} == spec.environ
+    shape = f"abi={abi}, layers={layers}, arguments={len(arguments)}, environment={len(names)}"
+    assert f"SupervisorSpec({shape})" == repr(spec)  # no argv, environment or path in it
+
+
+def test_a_spec_with_a_nul_byte_or_cut_short_is_refused() -> None:
+    """A field holding NUL would shift every field after it: refused when encoding; a
+    spec cut short is refused when reading (the supervisor then says it did not start)."""
+    with pytest.raises(ValueError, match="NUL"):
+        supervisor.SupervisorSpec(server=1, executable=b"/bin/tr\0ue").encode()
+    whole = supervisor.SupervisorSpec(server=1, executable=b"/bin/true", arguments=[b"a"])
+    blob = whole.encode()
+    for cut in (blob.rindex(b"\0"), blob.index(b"\0", len(supervisor.SPEC_VERSION) + 1)):
+        with pytest.raises(ValueError, match="spec"):
+            supervisor.SupervisorSpec.decode(blob[:cut])
 
 
 def test_a_spec_of_another_version_is_refused() -> None:
     """The supervisor reads only its own format."""
     with pytest.raises(ValueError, match="spec"):
-        supervisor._Spec(b"other\x001")
+        supervisor.SupervisorSpec.decode(b"other\x001")
 
 
 @pytest.mark.parametrize(

@@ -220,23 +220,22 @@ def test_the_layers_follow_the_policy() -> None:
 
 
 def test_the_spec_carries_the_layers() -> None:
-    """encode_spec's layers reach the supervisor's reading of the spec."""
+    """The spec's layers reach the supervisor's reading of the spec."""
     for layers in (0, landlock.LAYER_SECCOMP | landlock.LAYER_CAPABILITIES | landlock.PRIVATE_IPC):
-        blob = supervisor.encode_spec(
-            1,
-            3,
-            [b"/w"],
-            allow_network=False,
+        blob = supervisor.SupervisorSpec(
+            server=1,
+            abi=3,
+            writable=[b"/w"],
             executable=b"/bin/true",
             arguments=[b"a"],
             environment=[b"K=V"],
             layers=layers,
-        )
-        spec = supervisor._Spec(blob)
-        assert (layers, [b"/w"], [b"/bin/true", b"a"]) == (
+        ).encode()
+        spec = supervisor.SupervisorSpec.decode(blob)
+        assert (layers, (b"/w",), [b"/bin/true", b"a"]) == (
             spec.layers,
             spec.writable,
-            spec.arguments,
+            spec.argv,
         )
 
 

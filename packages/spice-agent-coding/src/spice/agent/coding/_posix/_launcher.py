@@ -64,6 +64,8 @@ from ._process import (
     END_BOUND_SECONDS,
     EXIT_BOUND_SECONDS,
     ORPHAN_SWEEP_SECONDS,
+    UNCONTAINED_START,
+    CallStart,
     PosixProcess,
     _Bounds,
     _InputPump,
@@ -278,20 +280,14 @@ class _Ends:
         spec: Spec,
         standard: _Standard,
         bounds: _Bounds,
-        *,
-        report: int | None = None,
-        temporary: str | None = None,
-        lifeline: int | None = None,
-        info: int | None = None,
-        cgroup: CallCgroup | None = None,
-        proxy: CallProxy | None = None,
+        start: CallStart = UNCONTAINED_START,
     ) -> PosixProcess:
-        """The started child as a ``PosixProcess``; the workdir it entered is let go. Its
-        pid leads the tree ``proxy`` serves (set before the loop runs again: no peer of the
-        call waits unjudged)."""
+        """The started child as a ``PosixProcess`` that owns ``start``; the workdir it
+        entered is let go. Its pid leads the tree the call's proxy serves (set before the
+        loop runs again: no peer of the call waits unjudged)."""
         _close_quietly(standard.directory)
-        if proxy is not None:
-            proxy.leader = popen.pid
+        if start.proxy is not None:
+            start.proxy.leader = popen.pid
         loop = self.loop
         streams = _Streams(
             (
@@ -302,18 +298,7 @@ class _Ends:
             if standard.stdin_write is None
             else _InputPump(loop, standard.stdin_write, spec.stdin),
         )
-        return PosixProcess(
-            loop,
-            popen,
-            streams,
-            bounds,
-            report=report,
-            temporary=temporary,
-            lifeline=lifeline,
-            info=info,
-            cgroup=cgroup,
-            proxy=proxy,
-        )
+        return PosixProcess(loop, popen, streams, bounds, start)
 
 
 def _popen_supervisor(
@@ -459,16 +444,14 @@ def _scanned(spec: Spec, scanner: _hints.RefusalScanner) -> Spec:
 
 def _uncontained_spec(
     spec: Spec, allow_network: bool, cgroups: tuple[int, ...], processes: int
-) -> bytes:
+) -> supervisor.SupervisorSpec:
     """The supervisor's spec of an uncontained call (no Landlock, no plan)."""
-    return supervisor.encode_spec(
-        os.getpid(),
-        0,
-        [],
-        allow_network,
-        os.fsencode(spec.executable),
-        [os.fsencode(argument) for argument in spec.arguments],
-        [os.fsencode(entry) for entry in spec.environment],
+    return supervisor.SupervisorSpec(
+        server=os.getpid(),
+        allow_network=allow_network,
+        executable=os.fsencode(spec.executable),
+        arguments=[os.fsencode(argument) for argument in spec.arguments],
+        environment=[os.fsencode(entry) for entry in spec.environment],
         cgroups=cgroups,
         processes=processes,
     )
@@ -703,23 +686,23 @@ class PosixLauncher:
             procs = () if cgroup is None else cgroup.procs
             rlimit = 0 if self._cgroups is None else self._cgroups.rlimit_processes
             if plan is not None:
-                blob = plan.spec(
-                    0 if wrapper else os.getpid(),
-                    self._containment.abi,
-                    self._containment.layers,
-                    spec.executable,
-                    spec.arguments,
-                    workdir,
-                    None if lifeline is None else lifeline[0],
-                    temporary,
-                    procs,
-                    rlimit,
+                told = plan.spec(
+                    server=0 if wrapper else os.getpid(),
+                    abi=self._containment.abi,
+                    layers=self._containment.layers,
+                    executable=spec.executable,
+                    arguments=spec.arguments,
+                    workdir=workdir,
+                    lifeline=None if lifeline is None else lifeline[0],
+                    temporary=temporary,
+                    cgroups=procs,
+                    processes=rlimit,
                 )
             else:
-                blob = _uncontained_spec(spec, self._containment.allow_network, procs, rlimit)
+                told = _uncontained_spec(spec, self._containment.allow_network, procs, rlimit)
             memory = os.memfd_create("spice-command", os.MFD_CLOEXEC)
             ends.child.append(memory)
-            _write_all(memory, blob)
+            _write_all(memory, told.encode())
             os.lseek(memory, 0, os.SEEK_SET)
             popen = _popen_supervisor(
                 standard,
@@ -745,25 +728,23 @@ class PosixLauncher:
             raise LaunchError from None
         finally:
             ends.close_child()
-        process = ends.process(
-            popen,
-            spec,
-            standard,
-            self._bounds,
+        start = CallStart(
             report=report_read,
             temporary=temporary,
             lifeline=None if lifeline is None else lifeline[0],
             info=None if info is None else info[0],
             cgroup=cgroup,
             proxy=proxy,
+            # The plan's mount points released, then the guard puts back what was changed.
+            after_join=(lambda: _release_mount_points(taken)) if taken else None,
+            hint=None
+            if scanner is None or plan is None
+            else _hinter(scanner, plan, proxy, self._proxy),
+            guard=ender(guard, facts.root)
+            if began and guard.active and facts is not None
+            else None,
         )
-        if taken:
-            process._made.after_join = lambda: _release_mount_points(taken)  # then the guard
-        if scanner is not None and plan is not None:
-            process._made.hint = _hinter(scanner, plan, proxy, self._proxy)
-        if began and guard.active and facts is not None:
-            process._made.guard = ender(guard, facts.root)
-        return process
+        return ends.process(popen, spec, standard, self._bounds, start)
 
 
 def _start_direct(spec: Spec, bounds: _Bounds) -> PosixProcess:

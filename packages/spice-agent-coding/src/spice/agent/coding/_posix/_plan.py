@@ -4,7 +4,7 @@ Contract 11.1: computed once per call into one immutable value, pure, from the
 containment, the root, the spec and the facts the server gathered at start
 (``StartFacts``); both ``bwrap``'s argv (``CallPlan.bwrap_argv``, through
 ``_bwrap.wrapper``) and the supervisor's spec (``CallPlan.spec``, through
-``_supervisor.encode_spec``) are rendered from it, and ``tools`` prints its rules
+``_supervisor.SupervisorSpec``) are rendered from it, and ``tools`` prints its rules
 (``CallPlan.rules``). The one input that looks at the file system is ``kind_of`` (what
 is at a path: absent, a file, a directory), so that the tests give a table instead.
 
@@ -279,6 +279,7 @@ class CallPlan:
 
     def spec(
         self,
+        *,
         server: int,
         abi: int,
         layers: int,
@@ -289,27 +290,28 @@ class CallPlan:
         temporary: str | None = None,
         cgroups: Sequence[int] = (),
         processes: int = 0,
-    ) -> bytes:
-        """The supervisor's spec for this call (``_supervisor.encode_spec``).
+    ) -> supervisor.SupervisorSpec:
+        """The supervisor's spec for this call: this plan's writes, network and environment
+        with the call's own parts (``_supervisor.SupervisorSpec`` says what each is).
 
         ``temporary`` is the host directory the supervisor removes (fallback only);
         ``cgroups`` the call's ``cgroup.procs`` descriptors the command joins, and
         ``processes`` its ``RLIMIT_NPROC`` where there is no cgroup (0: none).
         """
-        return supervisor.encode_spec(
-            server,
-            abi,
-            [os.fsencode(path) for path in self.landlock_writable()],
-            self.allow_network,
-            os.fsencode(executable),
-            [os.fsencode(argument) for argument in arguments],
-            [os.fsencode(entry) for entry in self.environment],
-            b"" if temporary is None else os.fsencode(temporary),
-            layers,
-            workdir,
-            lifeline,
-            cgroups,
-            processes,
+        return supervisor.SupervisorSpec(
+            server=server,
+            abi=abi,
+            writable=[os.fsencode(path) for path in self.landlock_writable()],
+            allow_network=self.allow_network,
+            executable=os.fsencode(executable),
+            arguments=[os.fsencode(argument) for argument in arguments],
+            environment=[os.fsencode(entry) for entry in self.environment],
+            temporary=b"" if temporary is None else os.fsencode(temporary),
+            layers=layers,
+            workdir=workdir,
+            lifeline=lifeline,
+            cgroups=cgroups,
+            processes=processes,
         )
 
     def rules(self) -> dict[str, object]:

@@ -285,6 +285,37 @@ class _Report:
 
 
 @final
+@final
+@dataclass(frozen=True, slots=True)
+class CallStart:
+    """What the launcher prepared for one call, handed to its process whole (contract 12.5).
+
+    The launcher decides and makes everything here before the process exists; from then
+    on the process owns it and the join releases it, and nothing goes back the other way.
+    ``report``: the supervisor's report pipe (none without a supervisor); ``lifeline`` and
+    ``info``: bwrap's status pipe and info document (namespaces); ``temporary``: the call's
+    host ``TMPDIR`` (without namespaces); ``cgroup``: the call's cgroup; ``proxy``: the
+    call's own proxy; ``after_join``: the launcher's release (the plan's mount points);
+    ``hint``: the call's ``sandbox_hint``; ``guard``: the guard's end of this call (run off
+    the loop at the join, before the answer: what it put back).
+    """
+
+    report: int | None = None
+    temporary: str | None = None
+    lifeline: int | None = None
+    info: int | None = None
+    cgroup: CallCgroup | None = None
+    proxy: CallProxy | None = None
+    after_join: Callable[[], None] | None = None
+    hint: Callable[[], str | None] | None = None
+    guard: Callable[[], tuple[str, ...]] | None = None
+
+
+UNCONTAINED_START: Final = CallStart()
+"""A start with nothing prepared beside the child (no supervisor: not Linux)."""
+
+
+@final
 class PosixProcess:
     """A child started by ``PosixLauncher``; use it only from the loop that started it.
 
@@ -304,22 +335,19 @@ class PosixProcess:
         popen: subprocess.Popen[bytes],
         streams: _Streams,
         bounds: _Bounds,
-        report: int | None = None,
-        temporary: str | None = None,
-        lifeline: int | None = None,
-        info: int | None = None,
-        cgroup: CallCgroup | None = None,
-        proxy: CallProxy | None = None,
+        start: CallStart = UNCONTAINED_START,
     ) -> None:
-        self._made = _Made(temporary, cgroup)
-        self._proxy = proxy
+        self._made = _Made(start)
+        self._proxy = start.proxy
         self._loop = loop
         self._leader = _Leader(loop, popen, self._leader_gone)
         # With namespaces: bwrap's info document, the supervisor's pidfd, the lifeline.
         self._namespace = (
-            None if info is None else Namespace(loop, info, lifeline, self._running_monitor)
+            None
+            if start.info is None
+            else Namespace(loop, start.info, start.lifeline, self._running_monitor)
         )
-        self._report = None if report is None else _Report(loop, report)
+        self._report = None if start.report is None else _Report(loop, start.report)
         self._streams, self._bounds = streams, bounds
         self._join_lock = asyncio.Lock()
 
@@ -542,13 +570,13 @@ class _Made:
     private ``TMPDIR`` (without namespaces), and the launcher's own release (the plan's
     mount points and the files a call must not leave); also the call's ``sandbox_hint``."""
 
-    def __init__(self, temporary: str | None, cgroup: CallCgroup | None) -> None:
-        self.temporary = temporary
-        self.cgroup = cgroup
+    def __init__(self, start: CallStart) -> None:
+        self.temporary = start.temporary
+        self.cgroup = start.cgroup
         self.temporary_left = False
-        self.after_join: Callable[[], None] | None = None
-        self.hint: Callable[[], str | None] | None = None
-        self.guard: Callable[[], tuple[str, ...]] | None = None
+        self.after_join = start.after_join
+        self.hint = start.hint
+        self.guard = start.guard
         """The guard's end of this call (``_guard.Guard.end``): run off the loop at the
         join, after the tree is gone and before the answer; what it put back is kept."""
         self.restored: tuple[str, ...] = ()

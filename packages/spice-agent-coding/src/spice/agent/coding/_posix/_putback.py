@@ -24,7 +24,13 @@ from ._scan import Entry, Snapshot
 
 __all__ = ["put_back"]
 
-_STEP: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+# POSIX-only flags with a default: the module imports on Windows, which never runs it.
+_STEP: Final = (
+    os.O_RDONLY
+    | getattr(os, "O_DIRECTORY", 0)
+    | getattr(os, "O_NOFOLLOW", 0)
+    | getattr(os, "O_CLOEXEC", 0)
+)
 _TEMPORARY: Final = ".spice-guard-"
 
 

@@ -124,60 +124,34 @@ SHARED_MEMORY: Final = b"/dev/shm"
 """The private, writable ``/dev/shm`` of the namespace path (a Landlock rule inside)."""
 
 
-def encode_spec(
-    server: int,
-    abi: int,
-    writable: Sequence[bytes],
-    allow_network: bool,
-    executable: bytes,
-    arguments: Sequence[bytes],
-    environment: Sequence[bytes],
-    temporary: bytes = b"",
-    layers: int = 0,
-    workdir: bytes = b"",
-    lifeline: int | None = None,
-    cgroups: Sequence[int] = (),
-    processes: int = 0,
-) -> bytes:
-    """The supervisor's input: NUL-separated fields (none of them may contain NUL).
+class SupervisorSpec:
+    """One call's instructions to its supervisor: a typed value, encoded once (contract 12.5).
 
-    ``abi`` 0 means no Landlock (mode ``off``); ``writable`` is then ignored.
-    ``temporary`` is the call's private TMPDIR, which the supervisor removes itself
-    when the server dies (otherwise the server's join does). ``layers`` are the
-    ``LAYER_SECCOMP``/``LAYER_CAPABILITIES`` bits (and ``PRIVATE_IPC``) the command
-    must be put under besides Landlock; the start fails when one cannot be applied.
-    ``workdir`` is ``DEV:INO`` of the directory the server held, on the namespace path
-    (``bwrap`` enters it again by its name), empty without namespaces; ``server`` is
-    then 0, the parent a process in a PID namespace sees. ``lifeline`` (namespaces) is
-    the read end of the pipe whose write end is ``bwrap``'s ``--json-status-fd``: only
-    bwrap's monitor holds that, so its end of file says the monitor died, also before
-    the supervisor's death signal was set. ``cgroups`` are descriptors of the call's
-    ``cgroup.procs`` files (one per hierarchy): the command writes ``0`` to each before
-    ``execve`` (moving itself in), and a failure is "not started". ``processes`` is the
-    command's ``RLIMIT_NPROC`` where no cgroup bounds it (0: none).
+    The server makes it (``_plan.CallPlan.spec``, or ``_launcher`` for an uncontained
+    call), ``encode`` writes it to the call's sealed memory file, and the supervisor reads
+    it back with ``decode``; ``decode(encode(spec)) == spec`` for every spec (a hypothesis
+    test). The encoding is NUL-separated fields after ``SPEC_VERSION``: no bytes field may
+    hold a NUL (``ValueError``). A plain class, not a dataclass: the supervisor imports as
+    little as it can (every command pays its start).
+
+    - ``server``: the pid the supervisor's parent must be (0 inside a PID namespace);
+    - ``abi``: the Landlock ABI, 0 for no Landlock (``writable`` is then ignored);
+    - ``writable``: the Landlock write rules; ``allow_network``: no network rules;
+    - ``executable``, ``arguments`` (without ``argv[0]``), ``environment`` (``NAME=VALUE``);
+    - ``temporary``: the call's host ``TMPDIR``, which the supervisor removes itself when
+      the server dies (otherwise the server's join does); empty with namespaces;
+    - ``layers``: the ``LAYER_*`` bits (and ``PRIVATE_IPC``/``PRIVATE_NETWORK``) the
+      command must be put under besides Landlock; the start fails when one cannot be;
+    - ``workdir``: ``DEV:INO`` of the directory the server held, on the namespace path
+      (``bwrap`` enters it again by its name), empty without namespaces;
+    - ``lifeline``: (namespaces) the read end of the pipe whose write end is ``bwrap``'s
+      ``--json-status-fd``: only bwrap's monitor holds that, so its end of file says the
+      monitor died, also before the supervisor's death signal was set;
+    - ``cgroups``: descriptors of the call's ``cgroup.procs`` files: the command writes
+      ``0`` to each before ``execve`` (moving itself in), and a failure is "not started";
+    - ``processes``: the command's ``RLIMIT_NPROC`` where no cgroup bounds it (0: none).
     """
-    fields = [
-        SPEC_VERSION,
-        str(server).encode(),
-        str(abi).encode(),
-        b"1" if allow_network else b"0",
-        temporary,
-        str(layers).encode(),
-        str(len(writable)).encode(),
-        *writable,
-        workdir,
-        b"" if lifeline is None else str(lifeline).encode(),
-        b",".join(str(fd).encode() for fd in cgroups),
-        str(processes).encode(),
-        executable,
-        str(len(arguments)).encode(),
-        *arguments,
-        *environment,
-    ]
-    return b"\0".join(fields)
 
-
-class _Spec:
     __slots__ = (
         "abi",
         "allow_network",
@@ -194,40 +168,138 @@ class _Spec:
         "writable",
     )
 
-    def __init__(self, blob: bytes) -> None:
+    def __init__(
+        self,
+        *,
+        server: int,
+        executable: bytes,
+        arguments: Sequence[bytes] = (),
+        environment: Sequence[bytes] = (),
+        abi: int = 0,
+        writable: Sequence[bytes] = (),
+        allow_network: bool = False,
+        temporary: bytes = b"",
+        layers: int = 0,
+        workdir: bytes = b"",
+        lifeline: int | None = None,
+        cgroups: Sequence[int] = (),
+        processes: int = 0,
+    ) -> None:
+        self.server = server
+        self.abi = abi
+        self.writable = tuple(writable)
+        self.allow_network = allow_network
+        self.executable = executable
+        self.arguments = tuple(arguments)
+        self.environment = tuple(environment)
+        self.temporary = temporary
+        self.layers = layers
+        self.workdir = workdir
+        self.lifeline = lifeline
+        self.cgroups = tuple(cgroups)
+        self.processes = processes
+
+    def _fields(self) -> tuple[object, ...]:
+        return tuple(getattr(self, name) for name in self.__slots__)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, SupervisorSpec) and self._fields() == other._fields()
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def __repr__(self) -> str:
+        # No argv, environment or path of the call: only its shape.
+        return (
+            f"SupervisorSpec(abi={self.abi}, layers={self.layers}, "
+            f"arguments={len(self.arguments)}, environment={len(self.environment)})"
+        )
+
+    @property
+    def argv(self) -> list[bytes]:
+        """``execve``'s argv: the executable, then the arguments."""
+        return [self.executable, *self.arguments]
+
+    @property
+    def environ(self) -> dict[bytes, bytes]:
+        """``execve``'s environment: each ``NAME=VALUE`` entry (empty ones skipped)."""
+        found: dict[bytes, bytes] = {}
+        for entry in self.environment:
+            if entry:
+                name, _, value = entry.partition(b"=")
+                found[name] = value
+        return found
+
+    def encode(self) -> bytes:
+        """The supervisor's input (see the class docstring)."""
+        texts = (
+            *self.writable,
+            self.executable,
+            *self.arguments,
+            *self.environment,
+            self.temporary,
+            self.workdir,
+        )
+        if any(b"\0" in text for text in texts):
+            raise ValueError("a supervisor spec field holds a NUL byte")
+        fields = [
+            SPEC_VERSION,
+            str(self.server).encode(),
+            str(self.abi).encode(),
+            b"1" if self.allow_network else b"0",
+            self.temporary,
+            str(self.layers).encode(),
+            str(len(self.writable)).encode(),
+            *self.writable,
+            self.workdir,
+            b"" if self.lifeline is None else str(self.lifeline).encode(),
+            b",".join(str(fd).encode() for fd in self.cgroups),
+            str(self.processes).encode(),
+            self.executable,
+            str(len(self.arguments)).encode(),
+            *self.arguments,
+            *self.environment,
+        ]
+        return b"\0".join(fields)
+
+    @classmethod
+    def decode(cls, blob: bytes) -> SupervisorSpec:
+        """The spec ``encode`` wrote; ``ValueError`` for anything else."""
         fields = blob.split(b"\0")
         if fields[0] != SPEC_VERSION:
             raise ValueError("unknown supervisor spec")
-        self.server = int(fields[1])
-        self.abi = int(fields[2])
-        self.allow_network = fields[3] == b"1"
-        self.temporary = fields[4]
-        self.layers = int(fields[5])
-        count = int(fields[6])
-        self.writable = fields[7 : 7 + count]
-        rest = fields[7 + count :]
-        self.workdir = rest[0]
-        self.lifeline = int(rest[1]) if rest[1] else -1
-        self.cgroups = [int(fd) for fd in rest[2].split(b",") if fd]
-        self.processes = int(rest[3])
-        rest = rest[4:]
-        self.executable = rest[0]
-        argument_count = int(rest[1])
-        self.arguments = [self.executable, *rest[2 : 2 + argument_count]]
-        self.environment: dict[bytes, bytes] = {}
-        for entry in rest[2 + argument_count :]:
-            if entry:
-                name, _, value = entry.partition(b"=")
-                self.environment[name] = value
+        try:
+            count = int(fields[6])
+            rest = fields[7 + count :]
+            argument_count = int(rest[5])
+            if count < 0 or argument_count < 0 or len(rest) < 6 + argument_count:
+                raise ValueError("a truncated supervisor spec")
+            return cls(
+                server=int(fields[1]),
+                abi=int(fields[2]),
+                allow_network=fields[3] == b"1",
+                temporary=fields[4],
+                layers=int(fields[5]),
+                writable=fields[7 : 7 + count],
+                workdir=rest[0],
+                lifeline=int(rest[1]) if rest[1] else None,
+                cgroups=[int(fd) for fd in rest[2].split(b",") if fd],
+                processes=int(rest[3]),
+                executable=rest[4],
+                arguments=rest[6 : 6 + argument_count],
+                environment=rest[6 + argument_count :],
+            )
+        except IndexError:
+            raise ValueError("a truncated supervisor spec") from None
 
 
-def bwrap_gone(spec: _Spec) -> bool:
+def bwrap_gone(spec: SupervisorSpec) -> bool:
     """With namespaces: whether ``bwrap``'s monitor (the lifeline's only writer) is gone.
 
     The monitor writes a line or two of status there (read and dropped, at most
     ``_LIFELINE_READS`` reads a look); its death is the end of file.
     """
-    if spec.lifeline < 0:
+    if spec.lifeline is None:
         return False
     for _ in range(_LIFELINE_READS):
         readable, _, _ = select.select([spec.lifeline], [], [], 0)
@@ -251,7 +323,7 @@ def _report(fd: int, kind: int, value: int = 0) -> None:
 
 
 def _child(
-    spec: _Spec,
+    spec: SupervisorSpec,
     ruleset: int | None,
     status: int,
     mask: Iterable[int],
@@ -274,14 +346,14 @@ def _child(
         applied = landlock.apply_layers(ruleset, spec.layers, spec.allow_network)
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         os.write(status, bytes((_LAYERS_RECORD, applied)))
-        os.execve(spec.executable, spec.arguments, spec.environment)  # noqa: S606 - the point
+        os.execve(spec.executable, spec.argv, spec.environ)  # noqa: S606 - the point
     except BaseException:  # noqa: BLE001 - any failure here means "not started"
         with landlock.suppress(OSError):
             os.write(status, b"F")
     os._exit(_CANNOT_START)
 
 
-def _bound(spec: _Spec) -> None:
+def _bound(spec: SupervisorSpec) -> None:
     """The command's bounds, in the forked child: into the call's cgroup (``0`` to each
     ``cgroup.procs``: this process, and so every descendant), the OOM killer's first
     choice, and ``RLIMIT_NPROC`` where no cgroup bounds it. Any failure raises."""
@@ -303,7 +375,7 @@ def _bound(spec: _Spec) -> None:
 
 
 class _Supervisor:
-    def __init__(self, spec: _Spec, report: int) -> None:
+    def __init__(self, spec: SupervisorSpec, report: int) -> None:
         self.spec = spec
         self.report = report
         self.command = 0
@@ -430,14 +502,14 @@ class _Supervisor:
         os._exit(128 + number)
 
 
-def _prepare(spec_fd: int) -> tuple[_Spec, set[int | signal.Signals], int | None]:
+def _prepare(spec_fd: int) -> tuple[SupervisorSpec, set[int | signal.Signals], int | None]:
     """Before the fork: the spec, the signal mask to restore, the ruleset (or none)."""
-    spec = _Spec(_read_all(spec_fd))
+    spec = SupervisorSpec.decode(_read_all(spec_fd))
     # Read once, here: the command must never inherit it (R4-7).
     os.set_inheritable(spec_fd, False)  # noqa: FBT003 - os's positional-only flag
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, _WATCHED)
     landlock.prctl(landlock.PR_SET_PDEATHSIG, END_SIGNAL)
-    if spec.lifeline >= 0:
+    if spec.lifeline is not None:
         os.set_inheritable(spec.lifeline, False)  # noqa: FBT003 - os's positional-only flag
     for fd in spec.cgroups:
         os.set_inheritable(fd, False)  # noqa: FBT003 - os's positional-only flag
