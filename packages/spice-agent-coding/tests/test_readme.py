@@ -90,7 +90,7 @@ def test_the_readme_is_short_and_starts_with_a_quick_start() -> None:
     top = "\n".join(lines[:QUICK_START_LINES])
     assert "## Quick start" in top
     for command in (
-        "UV_LINK_MODE=copy uv tool install --find-links dist spice-agent-coding",
+        "uv tool install --find-links dist spice-agent-coding",
         "claude mcp add spice-coding -- spice-coding serve --root",
         "make demo",
         "make verify",
