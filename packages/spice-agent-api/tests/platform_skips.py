@@ -106,8 +106,8 @@ POSIX_ONLY_MODULES: Final[dict[str, str]] = {
     "test_http_serve.py": HTTP_SERVE_POSIX,
     "test_bounds_across_calls.py": LAUNCHER,
     "test_settings_file.py": (
-        "the settings file judged by its POSIX owner and mode bits (on Windows it is read "
-        "from the user's profile and judged as the token file is: not tested there yet)"
+        "the settings file judged by its POSIX owner and mode bits (on Windows neither is "
+        "judged: docs/platform.md says so)"
     ),
     "test_startup_imports.py": (
         "on Windows pywin32's .pth loads pywin32_bootstrap at every start, before our code "
