@@ -517,14 +517,14 @@ async def test_a_start_that_fails_after_the_child_exists_hands_it_over(
     monkeypatch: pytest.MonkeyPatch, late: str
 ) -> None:
     """LaunchError carries the created process, which the caller can still join."""
-    real_attach = launcher_module._attach
+    real_attach = process_module._attach
 
     def failing_attach(process: PosixProcess) -> None:
         if late == "after":
             real_attach(process)
         raise OSError("injected")  # a late setup fault we cannot cause for real
 
-    monkeypatch.setattr(launcher_module, "_attach", failing_attach)
+    monkeypatch.setattr(process_module, "_attach", failing_attach)
     before = procutil.open_descriptors()
     with pytest.raises(LaunchError) as caught:
         # After cat has read its input the leader goes on (exec sleep): the stop, not an

@@ -49,8 +49,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Final, final
 
-from spice.agent.process import LaunchError, ProcessFailure, Spec
-from spice.agent.tools.coding.settling import settle
+from spice.agent.process import LaunchError, Spec
 
 from . import _bwrap, _facts, _hints, _plan
 from . import _orphans as orphans
@@ -71,8 +70,9 @@ from ._process import (
     _InputPump,
     _OutputPump,
     _remove_tree,
-    _Start,
     _Streams,
+    attach,
+    take_over,
 )
 from ._proxy import CallProxy, Proxy, close_call, open_for_call
 
@@ -188,34 +188,6 @@ def _environment(entries: Iterable[str]) -> dict[str, str]:
         name, _, value = entry.partition("=")
         environment[name] = value
     return environment
-
-
-def _attach(process: PosixProcess) -> None:
-    """The late part of a start (a seam the tests replace to cause a partial start)."""
-    process._attach()
-
-
-_JOINS: set[asyncio.Task[None]] = set()
-"""Joins of cancelled starts still running past their settle bound (kept referenced)."""
-
-
-def _joined(task: asyncio.Task[None]) -> None:
-    _JOINS.discard(task)
-    if not task.cancelled():
-        task.exception()  # retrieved: a failed join of a cancelled start has no caller left
-
-
-async def _join_while_cancelled(process: PosixProcess, bound: float) -> None:
-    """Join ``process`` while the caller is being cancelled: held back, at most ``bound``.
-
-    ``settle`` holds further cancellations back until the join is done or the bound
-    passed (the join is bounded itself); the caller re-raises its first cancellation.
-    A join still running then goes on, referenced here.
-    """
-    joining = asyncio.get_running_loop().create_task(process.wait())
-    _JOINS.add(joining)
-    joining.add_done_callback(_joined)
-    await settle(joining, bound)
 
 
 @final
@@ -607,27 +579,8 @@ class PosixLauncher:
         except BaseException:
             await close_call(proxy)
             raise
-        try:
-            _attach(process)
-        except Exception:  # noqa: BLE001 - the child exists: hand it over with the error
-            raise LaunchError(process) from None
-        try:
-            start = await process._until_started()
-        except asyncio.CancelledError:
-            await _join_while_cancelled(process, CANCELLED_START_SECONDS)
-            raise
-        if start is _Start.STARTED:
-            return process
-        if start is not _Start.FAILED:
-            # No word within the bound, or the report closed without one: the command
-            # may have started (its word can come just after the bound). Only an ``F``
-            # says nothing was; the caller stops and joins this process.
-            raise LaunchError(process) from None
-        try:
-            await process.wait()
-        except ProcessFailure:
-            raise LaunchError(process) from None
-        raise LaunchError from None
+        await take_over(process)  # from here on the process owns the call
+        return process
 
     def _spawn_supervisor(self, spec: Spec, proxy: CallProxy | None = None) -> PosixProcess:
         """Spawn the supervisor (in ``bwrap`` with namespaces) for the call's plan;
@@ -774,8 +727,5 @@ def _start_direct(spec: Spec, bounds: _Bounds) -> PosixProcess:
     finally:
         ends.close_child()
     process = ends.process(popen, spec, standard, bounds)
-    try:
-        _attach(process)
-    except Exception:  # noqa: BLE001 - the child exists: hand it over with the error
-        raise LaunchError(process) from None
+    attach(process)
     return process

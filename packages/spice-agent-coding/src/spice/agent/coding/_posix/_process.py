@@ -24,7 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final, final
 
-from spice.agent.process import Operation, Outcome, ProcessFailure, Sink
+from spice.agent.process import LaunchError, Operation, Outcome, ProcessFailure, Sink
+from spice.agent.tools.coding.settling import settle
 
 from . import _orphans as orphans
 from . import _supervisor as supervisor
@@ -611,3 +612,77 @@ class _Made:
 def _remove_tree(path: str) -> bool:
     """Remove a call's ``TMPDIR`` whatever its command did to it; whether it is gone."""
     return tmpdir.remove_tree(path)
+
+
+CANCELLED_START_SECONDS: Final = (
+    END_BOUND_SECONDS + EXIT_BOUND_SECONDS + 2 * (DRAIN_BOUND_SECONDS + ORPHAN_SWEEP_SECONDS)
+)
+"""How long a start cancelled while waiting for its word waits for the join of what it made.
+
+The join is bounded by its own phases (end, exit, sweep, drain); this bound is theirs,
+with room for the TMPDIR's removal.
+"""
+
+
+def _attach(process: PosixProcess) -> None:
+    """The late part of a start (a seam the tests replace to cause a partial start)."""
+    process._attach()
+
+
+def attach(process: PosixProcess) -> None:
+    """Attach the process's watches; ``LaunchError(process)`` when that fails (the child
+    exists: the caller stops and joins it)."""
+    try:
+        _attach(process)
+    except Exception:  # noqa: BLE001 - the child exists: hand it over with the error
+        raise LaunchError(process) from None
+
+
+async def take_over(process: PosixProcess) -> None:
+    """A supervised start's last step, owned here: attach, then wait (bounded) for the
+    supervisor's word that the command started.
+
+    A cancellation meanwhile joins the process (held back, bounded) before it propagates.
+    Only the supervisor's ``F`` makes a bare ``LaunchError`` (nothing was created); no word
+    within the bound, or its report closing without one, is ``LaunchError(process)``: the
+    command may have started (its word can come just after the bound), and the caller
+    stops and joins it.
+    """
+    attach(process)
+    try:
+        start = await process._until_started()
+    except asyncio.CancelledError:
+        await _join_while_cancelled(process, CANCELLED_START_SECONDS)
+        raise
+    if start is _Start.STARTED:
+        return
+    if start is not _Start.FAILED:
+        raise LaunchError(process) from None
+    try:
+        await process.wait()
+    except ProcessFailure:
+        raise LaunchError(process) from None
+    raise LaunchError from None
+
+
+_JOINS: set[asyncio.Task[None]] = set()
+"""Joins of cancelled starts still running past their settle bound (kept referenced)."""
+
+
+def _joined(task: asyncio.Task[None]) -> None:
+    _JOINS.discard(task)
+    if not task.cancelled():
+        task.exception()  # retrieved: a failed join of a cancelled start has no caller left
+
+
+async def _join_while_cancelled(process: PosixProcess, bound: float) -> None:
+    """Join ``process`` while the caller is being cancelled: held back, at most ``bound``.
+
+    ``settle`` holds further cancellations back until the join is done or the bound
+    passed (the join is bounded itself); the caller re-raises its first cancellation.
+    A join still running then goes on, referenced here.
+    """
+    joining = asyncio.get_running_loop().create_task(process.wait())
+    _JOINS.add(joining)
+    joining.add_done_callback(_joined)
+    await settle(joining, bound)
