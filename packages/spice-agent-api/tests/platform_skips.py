@@ -33,6 +33,10 @@ POSIX_CLI: Final = (
     "test_platform.py"
 )
 PLATFORM: Final = "the POSIX platform is the default (test_platform.py checks Windows')"
+MESSAGES_POSIX: Final = (
+    "the expected words are written with POSIX paths (a Windows path is shown with its "
+    "backslashes escaped): the same refusals are made there"
+)
 PEAK_RSS: Final = "a process's peak resident memory, read from /proc/PID/status"
 EXAMPLES: Final = "the examples group (agent frameworks) is not installed (make test-windows)"
 
@@ -105,6 +109,14 @@ POSIX_ONLY_MODULES: Final[dict[str, str]] = {
     "test_start_facts.py": LAUNCHER,
     "test_http_serve.py": HTTP_SERVE_POSIX,
     "test_bounds_across_calls.py": LAUNCHER,
+    "test_guard.py": (
+        "the sandbox's guard of protected paths (POSIX: it runs at a contained call's join); "
+        "on Windows replace obeys the same policy (test_protected_paths.py)"
+    ),
+    "test_host_config.py": (
+        "the host's installer configuration read for the POSIX proxy's presets (POSIX homes "
+        "and files)"
+    ),
     "test_settings_file.py": (
         "the settings file judged by its POSIX owner and mode bits (on Windows neither is "
         "judged: docs/platform.md says so)"
@@ -118,6 +130,17 @@ POSIX_ONLY_MODULES: Final[dict[str, str]] = {
 """Test modules (by file name) whose subject exists only on POSIX systems."""
 
 POSIX_ONLY_TESTS: Final[dict[str, str]] = {
+    "packages/spice-agent-coding/tests/test_http_tokens.py::"
+    "test_an_unusable_file_is_refused_at_start": MESSAGES_POSIX,
+    "packages/spice-agent-coding/tests/test_refusals_teach_cli.py::"
+    "test_a_missing_token_file_names_its_path_and_token_add": MESSAGES_POSIX,
+    "packages/spice-agent-coding/tests/test_refusals_teach_cli.py::"
+    "test_an_allow_write_refusal_names_the_path_and_why": MESSAGES_POSIX,
+    "packages/spice-agent-coding/tests/test_stdin_exit.py::test_the_console_script_runs_console": (
+        "the console script is a Python file on POSIX; on Windows an .exe launcher"
+    ),
+    "packages/spice-agent-coding/tests/test_unprotect.py::"
+    "test_the_settings_files_unprotect_joins_the_flags_and_is_refused_by_its_line": (POSIX_PATHS),
     "packages/spice-agent-tools-coding/tests/test_config.py::"
     "test_the_root_is_normalized_lexically": "POSIX path spelling (//, /)",
     "packages/spice-agent-tools-coding/tests/test_shell.py::test_lookup_and_spec_are_exact": (

@@ -192,8 +192,12 @@ def test_an_allowed_directory_is_accepted(
 @pytest.mark.parametrize(
     ("text", "where"),
     [
-        ('{"path": "a",}', ("Expecting property name enclosed in double quotes at line 1, "
-         "column 14 (character 14)")),
+        ('{"path": "a",}', (
+            "Illegal trailing comma before end of object at line 1, column 13 (character 13)"
+            if sys.version_info >= (3, 13)  # json's own words changed in 3.13
+            else "Expecting property name enclosed in double quotes at line 1, column 14 "
+            "(character 14)"
+        )),
         ('{"path":\n  README.md}', "Expecting value at line 2, column 3 (character 12)"),
         ("", "Expecting value at line 1, column 1 (character 1)"),
         ('{"path": "a"} x', "Extra data at line 1, column 15 (character 15)"),
@@ -227,6 +231,6 @@ def test_arguments_on_stdin_that_are_not_utf8_name_the_byte(tmp_path: Path) -> N
 
 def test_json_arguments_are_accepted(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The other side: a JSON object reaches the tool (its own answer, exit 0)."""
-    (tmp_path / "a.txt").write_text("hi\n")
+    (tmp_path / "a.txt").write_bytes(b"hi\n")  # the same bytes on every platform
     code, out, _ = run_main(capsys, "--root", str(tmp_path), "call", "read", '{"path": "a.txt"}')
     assert (0, "hi\n") == (code, json.loads(out)["content"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import sys
 
 import pytest
 from hypothesis import given
@@ -16,7 +17,8 @@ from spice.agent.tools.coding._protected import (
     fold,
 )
 
-PLACE = "/w"
+PLACE = "C:\\w" if sys.platform == "win32" else "/w"
+"""A place (a worktree root): absolute on this platform."""
 STANDARD = ProtectedPaths.default()
 
 PROTECTED_PATHS = (
@@ -103,7 +105,7 @@ def test_the_default_value_protects_nothing(relative: str) -> None:
 def test_extra_and_unprotect() -> None:
     """``extra`` protects an absolute path and what is beneath; ``unprotect`` wins."""
     policy = ProtectedPaths.default(
-        extra=["/w/secrets/token"], unprotect=["/w/.vscode", "/w/.git/hooks"]
+        extra=[f"{PLACE}/secrets/token"], unprotect=[f"{PLACE}/.vscode", f"{PLACE}/.git/hooks"]
     )
     assert policy.protects(PLACE, "secrets/token")
     assert policy.protects(PLACE, "SECRETS/token/x")
@@ -112,7 +114,7 @@ def test_extra_and_unprotect() -> None:
     assert not policy.protects(PLACE, ".git/hooks/pre-commit")
     assert policy.protects(PLACE, ".git/config")
     assert policy.given_back(PLACE, ".VSCODE/a")
-    only_extra = ProtectedPaths(extra=["/w/x"])
+    only_extra = ProtectedPaths(extra=[f"{PLACE}/x"])
     assert not only_extra.empty
     assert only_extra.protects(PLACE, "x")
     assert not only_extra.protects(PLACE, ".git/config")
@@ -125,7 +127,7 @@ def test_construction_is_validated() -> None:
             ProtectedPaths(extra=bad)
         with pytest.raises(ValueError, match="path"):
             ProtectedPaths(unprotect=bad)
-    many = [f"/p/{index}" for index in range(MAXIMUM_EXTRA_PATHS + 1)]
+    many = [f"{PLACE}/p/{index}" for index in range(MAXIMUM_EXTRA_PATHS + 1)]
     with pytest.raises(ValueError, match="more than"):
         ProtectedPaths(extra=many)
     assert len(ProtectedPaths(extra=many[:-1]).extra) == MAXIMUM_EXTRA_PATHS
