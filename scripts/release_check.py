@@ -92,7 +92,7 @@ def check_metadata(dist: Path) -> None:
             if name in members and f"{name}=={version}" != requirement.split(";")[0].strip():
                 raise SystemExit(f"release check: {wheel.name} does not pin {name} exactly")
         if entry["name"] == "spice-agent-coding" and not any(
-            n.startswith("ENTRY:") and "spice-coding = spice.agent.coding._cli:main" in n
+            n.startswith("ENTRY:") and "spice-coding = spice.agent.coding._cli:console" in n
             for n in names
         ):
             raise SystemExit("release check: the spice-coding console script is missing")
