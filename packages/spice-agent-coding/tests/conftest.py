@@ -131,6 +131,23 @@ def visible_path() -> Iterator[Path]:
         shutil.rmtree(base, ignore_errors=True)
 
 
+@pytest.fixture
+def home(visible_path: Path) -> Path:
+    """A scratch home beside the worktree, outside ``/tmp`` (the tests plant in it)."""
+    path = visible_path / "home"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture
+def root(visible_path: Path) -> Path:
+    """A worktree outside ``/tmp``, where a contained command sees the host's view of it (a
+    module with a ``root`` of its own keeps it)."""
+    path = visible_path / "root"
+    path.mkdir()
+    return path
+
+
 LOOPBACK_MODULES: Final = frozenset(
     {
         "test_bridge.py",

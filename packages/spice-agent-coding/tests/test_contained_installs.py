@@ -212,20 +212,6 @@ def another_port(served: Index) -> int:
     return served.port + 1 if served.port < 65535 else served.port - 1
 
 
-@pytest.fixture
-def home(visible_path: Path) -> Path:
-    path = visible_path / "home"
-    path.mkdir()
-    return path
-
-
-@pytest.fixture
-def root(visible_path: Path) -> Path:
-    path = visible_path / "root"
-    path.mkdir()
-    return path
-
-
 def allowing(*patterns: str) -> Containment:
     domains = DomainPolicy(parse_patterns(patterns), allow_private=True)
     chosen = resolve_containment("workspace", domains=domains)

@@ -52,20 +52,6 @@ pytestmark = [
 ]
 
 
-@pytest.fixture
-def home(visible_path: Path) -> Path:
-    path = visible_path / "home"
-    path.mkdir()
-    return path
-
-
-@pytest.fixture
-def root(visible_path: Path) -> Path:
-    path = visible_path / "root"
-    path.mkdir()
-    return path
-
-
 def call(
     root: Path, home: Path, argv: list[str], flags: list[str], **variables: str
 ) -> dict[str, object]:

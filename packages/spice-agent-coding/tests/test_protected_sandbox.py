@@ -56,20 +56,6 @@ def policy(request: pytest.FixtureRequest) -> Containment:
 
 
 @pytest.fixture
-def home(visible_path: Path) -> Path:
-    path = visible_path / "home"
-    path.mkdir()
-    return path
-
-
-@pytest.fixture
-def root(visible_path: Path) -> Path:
-    path = visible_path / "root"
-    path.mkdir()
-    return path
-
-
-@pytest.fixture
 def marker(visible_path: Path) -> Path:
     """The file only planted code writes (outside the worktree)."""
     return visible_path / "MARKER"

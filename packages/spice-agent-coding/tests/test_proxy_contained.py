@@ -50,13 +50,6 @@ pytestmark = [
 needs_curl = pytest.mark.skipif(CURL is None, reason="no curl on this machine")
 
 
-@pytest.fixture
-def root(visible_path: Path) -> Path:
-    place = visible_path / "root"
-    place.mkdir()
-    return place
-
-
 def policy(*patterns: str, private: bool = True, namespaces: bool = True) -> Containment:
     made = NAMESPACES if namespaces else Namespaces(None, "simulated: no bwrap")
     domains = DomainPolicy(parse_patterns(patterns), private)

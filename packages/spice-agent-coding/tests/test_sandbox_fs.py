@@ -74,21 +74,6 @@ def base(visible_path: Path) -> Path:
     return visible_path
 
 
-@pytest.fixture
-def home(base: Path) -> Path:
-    """A scratch home outside the worktree, its credentials planted by the tests."""
-    path = base / "home"
-    path.mkdir()
-    return path
-
-
-@pytest.fixture
-def root(base: Path) -> Path:
-    path = base / "root"
-    path.mkdir()
-    return path
-
-
 def environment(home: Path) -> tuple[str, ...]:
     return (
         "PATH=/usr/bin:/bin",

@@ -378,13 +378,6 @@ async def test_a_refused_host_never_reaches_the_upstream_and_no_proxy_goes_direc
     assert [] == forwarder.seen  # refused ones never left; NO_PROXY's went direct
 
 
-@pytest.fixture
-def root(visible_path: Path) -> Path:
-    place = visible_path / "root"
-    place.mkdir()
-    return place
-
-
 def test_without_the_variables_there_is_no_upstream() -> None:
     assert not upstream_of({}).active
     assert not upstream_of({"ALL_PROXY": "http://p:1"}).active
