@@ -640,6 +640,15 @@ def _without_bwrap(tmp_path: Path) -> str:
     return str(tools)
 
 
+def _run(
+    server: list[str], env: dict[str, str], root: Path, *words: str
+) -> subprocess.CompletedProcess[bytes]:
+    """One run of the self-hosted ``server`` with ``words`` (bounded, in the worktree)."""
+    return subprocess.run(
+        [*server, *words], capture_output=True, env=env, timeout=BOUND, check=False, cwd=root
+    )
+
+
 @pytest.mark.parametrize("path", ["namespaces", "fallback"])
 def test_a_second_server_runs_no_code_a_contained_command_planted(
     path: str, root: Path, home: Path, base: Path
@@ -655,14 +664,7 @@ def test_a_second_server_runs_no_code_a_contained_command_planted(
     entry = "import sys; from spice.agent.coding._cli import main; sys.exit(main())"
     server = [str(python), "-c", entry, "--root", str(root)]
     arguments = json.dumps({"argv": [PYTHON, "-I", "-c", PLANT_CODE, str(out)]})
-    first = subprocess.run(
-        [*server, "--sandbox", "workspace", "call", "shell", arguments],
-        capture_output=True,
-        env=env,
-        timeout=BOUND,
-        check=False,
-        cwd=root,
-    )
+    first = _run(server, env, root, "--sandbox", "workspace", "call", "shell", arguments)
     if path == "namespaces":
         answer = json.loads(first.stdout)
         assert answer["contained"] is True
@@ -674,25 +676,11 @@ def test_a_second_server_runs_no_code_a_contained_command_planted(
         message = first.stderr.decode()
         assert "uv tool install" in message
         assert str(root) in message
-        auto = subprocess.run(
-            [*server, "call", "shell", json.dumps({"argv": ["/bin/true"]})],
-            capture_output=True,
-            env=env,
-            timeout=BOUND,
-            check=False,
-            cwd=root,
-        )
+        auto = _run(server, env, root, "call", "shell", json.dumps({"argv": ["/bin/true"]}))
         answer = json.loads(auto.stdout)
         assert answer["contained"] is False  # honest: it ran, and said it was not contained
         assert "install the server outside the worktree" in auto.stderr.decode()
-    second = subprocess.run(
-        [*server, "--sandbox", "off", "tools"],
-        capture_output=True,
-        env=env,
-        timeout=BOUND,
-        check=False,
-        cwd=root,
-    )
+    second = _run(server, env, root, "--sandbox", "off", "tools")
     assert 0 == second.returncode, second.stderr
     assert [] == sorted(p.name for p in out.iterdir())
 
@@ -735,27 +723,13 @@ def test_a_second_server_runs_no_code_planted_by_renaming_a_parent_of_its_code(
     entry = "import sys; from spice.agent.coding._cli import main; sys.exit(main())"
     server = [str(python), "-c", entry, "--root", str(root)]
     arguments = json.dumps({"argv": [PYTHON, "-I", "-c", SWAP_CODE, str(out)]})
-    first = subprocess.run(
-        [*server, "--sandbox", "workspace", "call", "shell", arguments],
-        capture_output=True,
-        env=env,
-        timeout=BOUND,
-        check=False,
-        cwd=root,
-    )
+    first = _run(server, env, root, "--sandbox", "workspace", "call", "shell", arguments)
     answer = json.loads(first.stdout)
     assert answer["contained"] is True
     assert ["REFUSED src 16", "REFUSED src/spice-agent-coding 16"] == answer[
         "stdout"
     ].splitlines(), answer
-    tools = subprocess.run(
-        [*server, "--sandbox", "workspace", "tools"],
-        capture_output=True,
-        env=env,
-        timeout=BOUND,
-        check=False,
-        cwd=root,
-    )
+    tools = _run(server, env, root, "--sandbox", "workspace", "tools")
     assert 0 == tools.returncode, tools.stderr
     pinned = json.loads(tools.stdout)["sandbox"]["plan"]["pinned_in_place"]
     assert {str(root / "src"), str(root / "src" / "spice-agent-coding")} <= set(pinned)
