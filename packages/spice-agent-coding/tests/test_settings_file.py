@@ -244,6 +244,32 @@ def test_flags_add_to_the_file_and_a_bad_value_names_the_file_line_and_key(
     assert 7 == settings.max_processes  # a flag wins over the file for a number
 
 
+@pytest.mark.parametrize("named_by", ["file", "flag"])
+def test_a_link_beneath_a_place_the_other_source_names_is_refused(
+    tmp_path: Path, named_by: str
+) -> None:
+    """R4-5 across the two sources: the file's ``allow_write`` may not name a link inside a
+    flag's directory, nor a flag one inside the file's (each would be followed next start)."""
+    root, flagged, filed, outside = (tmp_path / n for n in ("root", "flag", "file", "out"))
+    for place in (root, flagged, filed, outside):
+        place.mkdir()
+    holder = flagged if named_by == "file" else filed
+    (holder / "sub").symlink_to(outside)
+    link = str(holder / "sub")
+    in_file, on_flag = (link, str(flagged)) if named_by == "file" else (str(filed), link)
+    path = _file(tmp_path / "c", f'allow_write = ["{in_file}"]\n')
+    flags = Flags(root=str(root), settings=str(path), allow_write=(on_flag,))
+    with pytest.raises(SettingsError, match="symbolic link inside a writable place") as caught:
+        resolve_settings(flags, {"HOME": str(tmp_path)})
+    assert link in str(caught.value)
+    if named_by == "file":
+        assert f"settings file {path}, line 1: allow_write" in str(caught.value)
+    (holder / "sub").unlink()
+    (holder / "sub").mkdir()  # a real directory there: both sources are taken
+    settings = resolve_settings(flags, {"HOME": str(tmp_path)})
+    assert os.path.realpath(holder / "sub") in settings.allow_write
+
+
 # -- read again before each call ------------------------------------------------------------
 
 

@@ -455,7 +455,9 @@ def resolve_settings(
         dict.fromkeys((*base.environment_allowlist, *HOST_VARIABLES, *names, *names_filed))
     )
     writes = allow_write(flags.allow_write, source, base.root)
-    writes_filed = from_file(rules, "allow_write", filed_writes, base.root)
+    writes_filed = from_file(rules, "allow_write", filed_writes, (base.root, writes))
+    if writes_filed:  # a flag's link beneath a place only the file names is refused too
+        writes = allow_write(flags.allow_write, source, base.root, writes_filed)
     given = (*flags.unprotect, *rules.values("unprotect"))
     try:
         fields["protected_paths"] = settings_policy(

@@ -111,13 +111,17 @@ def allowed_names(from_flags: tuple[str, ...], source: Mapping[str, str]) -> tup
 
 
 def allow_write(
-    from_flags: tuple[str, ...], source: Mapping[str, str], root: str
+    from_flags: tuple[str, ...],
+    source: Mapping[str, str],
+    root: str,
+    others: tuple[str, ...] = (),
 ) -> tuple[str, ...]:
     """The ``--allow-write`` directories: flags, else the variable; each checked, resolved.
 
-    A symbolic link on the way to one that lies beneath a writable place (the root ``root``
-    or another such directory) is refused, never followed: a command could have made it,
-    and the next start would then write where it points (contract 12.1, R4-5).
+    A symbolic link on the way to one that lies beneath a writable place (the root ``root``,
+    another such directory, or one of ``others``: the places the settings file adds) is
+    refused, never followed: a command could have made it, and the next start would then
+    write where it points (contract 12.1, R4-5).
     """
     if from_flags:
         raw, origin = list(from_flags), ALLOW_WRITE_FLAG
@@ -141,7 +145,7 @@ def allow_write(
             raise SettingsError(f"{origin} cannot be /: it would confine nothing")
         if real not in chosen:
             chosen.append(real)
-    places = tuple(p for p in (os.path.realpath(root), *chosen) if p != os.sep)
+    places = tuple(p for p in (os.path.realpath(root), *chosen, *others) if p != os.sep)
     for item in raw:
         link = _link_in_writable_place(item, places)
         if link is not None:
@@ -278,9 +282,11 @@ def _beneath_home(name: str) -> bool:
     )
 
 
-def filed_writes(given: tuple[str, ...], root: str) -> tuple[str, ...]:
-    """The settings file's ``allow_write``, read as the flag's (no variable)."""
-    return allow_write(given, {}, root)
+def filed_writes(given: tuple[str, ...], places: tuple[str, tuple[str, ...]]) -> tuple[str, ...]:
+    """The settings file's ``allow_write``, read as the flag's (no variable); ``places`` is
+    the root and the flags' directories, beneath which no link is followed either."""
+    root, flagged = places
+    return allow_write(given, {}, root, flagged)
 
 
 def from_file(
