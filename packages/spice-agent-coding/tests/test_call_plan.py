@@ -364,6 +364,26 @@ def test_the_cache_variables_replace_the_allow_listed_ones() -> None:
     assert f"{HOME}/.cache/uv" == variables(result)["UV_CACHE_DIR"]
 
 
+def test_with_namespaces_uv_is_told_to_copy_from_the_cache_mount() -> None:
+    assert "copy" == variables(plan({f"{HOME}/.cache": D}))["UV_LINK_MODE"]
+    assert "copy" == variables(plan({}))["UV_LINK_MODE"]  # the cache bound where it is
+
+
+def test_a_link_mode_the_command_names_is_kept() -> None:
+    result = plan({f"{HOME}/.cache": D}, environment=("UV_LINK_MODE=hardlink",))
+    assert "hardlink" == variables(result)["UV_LINK_MODE"]
+
+
+def test_no_link_mode_without_namespaces_without_a_cache_or_with_the_cache_inside() -> None:
+    # Without namespaces the cache and the worktree are not mounts of their own: uv links.
+    assert "UV_LINK_MODE" not in variables(plan({f"{HOME}/.cache": D}, namespaces=False))
+    assert "UV_LINK_MODE" not in variables(plan({}, cache=None))
+    # A cache inside a writable place lies on that place's mount: uv links there too.
+    inside = plan({f"{HOME}/.cache": D}, places=WRITABLE_HOME)
+    assert "UV_LINK_MODE" not in variables(inside)
+    assert "UV_LINK_MODE" in str(plan({f"{HOME}/.cache": D}).rules())
+
+
 # -- rendering -----------------------------------------------------------------------------
 
 

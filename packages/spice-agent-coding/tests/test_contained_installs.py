@@ -14,6 +14,7 @@ and an index that is not allowed sees no request at all.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import dataclasses
@@ -35,13 +36,15 @@ from pathlib import Path
 from typing import Final
 
 import pytest
-from test_sandbox_fs import _real_uv, launcher, run
+from procutil import Collect
+from test_sandbox_fs import _real_uv, environment, launcher, run
 
 from spice.agent.coding._network import DomainPolicy, parse_patterns
 from spice.agent.coding._posix import _bwrap, _facts
 from spice.agent.coding._posix._containment import Containment, resolve_containment
 from spice.agent.coding._posix._landlock import landlock_abi
 from spice.agent.coding._posix._process import PosixProcess
+from spice.agent.process import Spec
 
 PYTHON: Final = os.path.realpath(sys.executable)
 NAMESPACES: Final = _bwrap.resolve_namespaces(tempfile.gettempdir())
@@ -384,3 +387,35 @@ def test_the_wheel_is_what_its_record_says() -> None:
             assert digest == f"sha256={_digest(content)}"
             assert int(size) == len(content)
     assert len(record) == len(names)
+
+
+async def test_uv_links_by_copying_inside_with_no_warning_and_a_users_mode_is_kept(
+    index: Index, root: Path, home: Path
+) -> None:
+    """The private cache is a mount of its own inside, so a hard link or a reflink from it
+    into the worktree fails (``EXDEV``): uv is told to copy (no futile link per file, no
+    warning in the answer), unless the command's environment names a mode itself."""
+    uv = _real_uv()
+    if uv is None:
+        pytest.skip("no uv binary here")
+    chosen = launcher(allowing(f"{INDEX_HOST}:{index.port}"), root, home, cache=True)
+    command = (uv, "pip", "install", "--no-config", "--python", PYTHON, "--index-url", index.url)
+    first = (*command, "--target", "deps", PACKAGE)
+    outcome, text, _ = await run(chosen, root, home, first)
+    assert outcome.successful, text
+    # The second install comes from the warm private cache: linked, were it possible.
+    again = (*command, "--target", "again", PACKAGE)
+    outcome, text, _ = await run(chosen, root, home, again)
+    assert outcome.successful, text
+    assert "hardlink" not in text.lower()
+    assert MARKER in (root / "again" / PACKAGE / "__init__.py").read_text()
+    shown = ("/bin/sh", "-c", 'echo "MODE=${UV_LINK_MODE-unset}"')
+    outcome, text, _ = await run(chosen, root, home, shown)
+    assert "MODE=copy" in text, text
+    out = Collect()
+    mine = (*environment(home), "UV_LINK_MODE=symlink")
+    process = await chosen.start(Spec(shown[0], shown[1:], str(root), mine, b"", out, Collect()))
+    async with asyncio.timeout(INSTALL_BOUND_SECONDS):
+        await process.wait_exit()
+        await process.wait()
+    assert b"MODE=symlink" in out.data

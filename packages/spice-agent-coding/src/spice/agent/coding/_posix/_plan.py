@@ -52,6 +52,7 @@ __all__ = [
     "CACHE_VARIABLES",
     "GIT_PROTECTED",
     "HOME_PROTECTED",
+    "LINK_MODE",
     "CallPlan",
     "Kind",
     "Mask",
@@ -113,6 +114,13 @@ CACHE_VARIABLES: Final = (
     ("GOMODCACHE", "go-mod"),
 )
 """``(variable, directory under the cache)``: set for every contained command."""
+
+LINK_MODE: Final = ("UV_LINK_MODE", "copy")
+"""Set with namespaces where the command names no mode of its own: the private cache is
+a mount of its own there, and a hard link or a reflink between two mounts fails
+(``EXDEV``), so uv would try both for each file, then copy and print a warning a model
+cannot act on. Copying is what it does anyway (measured: as slow as ``--sandbox off``
+with ``UV_LINK_MODE=copy``; ``docs/decisions.md``, "speed")."""
 
 CACHE_DIRECTORIES: Final = tuple(sorted({name for _, name in (*CACHE_BINDS, *CACHE_VARIABLES)}))
 """The directories the server makes under a worktree's cache at start."""
@@ -319,7 +327,7 @@ class CallPlan:
         variables = {
             entry.partition("=")[0]: entry.partition("=")[2]
             for entry in self.environment
-            if entry.partition("=")[0] in {name for name, _ in CACHE_VARIABLES}
+            if entry.partition("=")[0] in {LINK_MODE[0], *(name for name, _ in CACHE_VARIABLES)}
         }
         if self.namespaces:
             return {
@@ -435,6 +443,8 @@ def plan_call(
         )
     if cache_root is not None and not caches and facts.cache is not None:
         writable = (*writable, facts.cache)  # no ~/.cache to bind over: bound where it is
+    if _own_mount(facts.cache, facts.places) and LINK_MODE[0] not in present:
+        env = _with_variables(env, [LINK_MODE], frozenset())
     masks: list[Mask] = []
     read_only: list[str] = []
     inside = _inside_writable(writable)
@@ -522,6 +532,11 @@ def _home(
         and kind(path) is not Kind.ABSENT
     ]
     return home, tuple(_outermost(chosen))
+
+
+def _own_mount(cache: str | None, places: Sequence[Place]) -> bool:
+    """Whether the private cache is bound as a mount of its own (not inside a place's)."""
+    return cache is not None and not any(_beneath(cache, place.path) for place in places)
 
 
 def _ancestors(path: str, writable: Sequence[str]) -> list[str]:
