@@ -44,6 +44,7 @@ SECTION: Final = "proxy"
 TRANSFER_BYTES: Final = 100 * 1024 * 1024
 NAME: Final = "100 MiB over loopback through the proxy"
 BARE: Final = "100 MiB over loopback through a bare splice relay (any relay's floor)"
+BARE_TCP: Final = "100 MiB through a bare splice relay with TCP on both sides"
 CONTAINED_NAME: Final = "100 MiB from inside a contained call, through the bridge and the proxy"
 TARGETS: Final = (
     Target(SECTION, NAME, most=1.2, source="issue 28"),
@@ -100,26 +101,26 @@ CLIENT: Final = (
 """Reads one whole transfer per line of input (``direct - PORT`` or ``proxy PATH PORT``)."""
 
 
-def _bare_relay(path: str, port: int) -> socket.socket:
+def _bare_relay(path: str | None, port: int) -> socket.socket:
     """A thread that serves ``CONNECT`` on ``path`` with blocking ``splice`` and no checks
-    (the client's side gets the proxy's send buffer, so that only the policy differs)."""
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(path)
-    listener.listen()
+    (the client's side gets the proxy's send buffer, so that only the policy differs).
+    ``path`` ``None``: a TCP port on the loopback instead, serving without ``CONNECT``
+    (the client's side a TCP socket, as a contained command's is)."""
+    if path is None:
+        listener = socket.create_server(("127.0.0.1", 0))
+    else:
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(path)
+        listener.listen()
 
     def serve() -> None:
         with contextlib.suppress(OSError):
             while True:
                 client, _ = listener.accept()
                 with client, socket.create_connection(("127.0.0.1", port)) as upstream:
-                    client.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, UNIX_SEND_BYTES)
-                    head = b""
-                    while not head.endswith(b"\r\n\r\n"):
-                        byte = client.recv(1)
-                        if not byte:
-                            break
-                        head += byte
-                    client.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                    if path is not None:
+                        client.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, UNIX_SEND_BYTES)
+                        _answer_connect(client)
                     read_end, write_end = os.pipe()
                     try:
                         while taken := os.splice(upstream.fileno(), write_end, 1 << 18):
@@ -131,6 +132,16 @@ def _bare_relay(path: str, port: int) -> socket.socket:
 
     threading.Thread(target=serve, daemon=True).start()
     return listener
+
+
+def _answer_connect(client: socket.socket) -> None:
+    head = b""
+    while not head.endswith(b"\r\n\r\n"):
+        byte = client.recv(1)
+        if not byte:
+            return
+        head += byte
+    client.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
 
 
 TIMED: Final = (
@@ -236,7 +247,9 @@ async def _contained(settings: Settings, port: int, scratch: str) -> Figure:
 async def _measure(settings: Settings) -> tuple[Figure, ...]:
     if not sys.platform.startswith("linux"):
         reason = "the proxy runs on the namespace path (Linux)"
-        return tuple(unavailable(SECTION, name, reason) for name in (NAME, BARE, CONTAINED))
+        return tuple(
+            unavailable(SECTION, name, reason) for name in (NAME, BARE, BARE_TCP, CONTAINED)
+        )
     source = await asyncio.create_subprocess_exec(
         sys.executable, "-I", "-c", SOURCE, str(TRANSFER_BYTES), stdout=asyncio.subprocess.PIPE
     )
@@ -259,6 +272,8 @@ async def _measure(settings: Settings) -> tuple[Figure, ...]:
     scratch = tempfile.mkdtemp(prefix="spice-bench-proxy-")
     bare_path = os.path.join(scratch, "bare.sock")
     bare = _bare_relay(bare_path, port)
+    bare_tcp = _bare_relay(None, port)
+    tcp_port = bare_tcp.getsockname()[1]
 
     def transfer(line: str) -> object:
         async def probe() -> None:
@@ -270,11 +285,12 @@ async def _measure(settings: Settings) -> tuple[Figure, ...]:
         return probe
 
     try:
-        direct, proxied, bare_relay = await rotate(
+        direct, proxied, bare_relay, tcp_relay = await rotate(
             [
                 transfer(f"direct - {port}\n"),  # type: ignore[list-item]
                 transfer(f"proxy {call.path} {port}\n"),  # type: ignore[list-item]
                 transfer(f"proxy {bare_path} {port}\n"),  # type: ignore[list-item]
+                transfer(f"direct - {tcp_port}\n"),  # type: ignore[list-item]
             ],
             settings.warmup,
             settings.slow_repeats * REPEAT_FACTOR,
@@ -283,6 +299,7 @@ async def _measure(settings: Settings) -> tuple[Figure, ...]:
     finally:
         await call.close()
         bare.close()
+        bare_tcp.close()
         with contextlib.suppress(OSError):
             os.unlink(bare_path)
         shutil.rmtree(scratch, ignore_errors=True)
@@ -310,6 +327,18 @@ async def _measure(settings: Settings) -> tuple[Figure, ...]:
             "direct loopback connection",
             milliseconds(direct),
             notes=("a thread of blocking splice calls, no policy: what any relay costs here",),
+        ),
+        Figure(
+            SECTION,
+            BARE_TCP,
+            milliseconds(tcp_relay),
+            "floor",
+            "direct loopback connection",
+            milliseconds(direct),
+            notes=(
+                "the same relay, the client connected over TCP as a contained command is:",
+                "the floor of the whole path, whatever relays it",
+            ),
         ),
         whole,
     )
