@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 from spice.agent.coding._posix import _landlock as landlock
 from spice.agent.coding._posix import _supervisor as supervisor
 from spice.agent.coding._posix import _tmpdir as tmpdir
+from spice.agent.coding._posix._plan import uncontained_spec
 
 ABI = landlock.landlock_abi()
 needs_landlock = pytest.mark.skipif(ABI < 1, reason="the kernel has no Landlock")
@@ -99,6 +100,57 @@ def test_a_spec_with_a_nul_byte_or_cut_short_is_refused() -> None:
     for cut in (blob.rindex(b"\0"), blob.index(b"\0", len(supervisor.SPEC_VERSION) + 1)):
         with pytest.raises(ValueError, match="spec"):
             supervisor.SupervisorSpec.decode(blob[:cut])
+
+
+def test_the_memory_file_holds_the_encoding_from_its_start_and_is_not_inherited() -> None:
+    told = supervisor.SupervisorSpec(server=7, executable=b"/bin/true", arguments=[b"a" * 70_000])
+    fd = told.to_memory_file()
+    try:
+        assert 0 == os.lseek(fd, 0, os.SEEK_CUR)
+        assert not os.get_inheritable(fd)
+        chunks = []
+        while chunk := os.read(fd, 1 << 16):
+            chunks.append(chunk)
+        assert told == supervisor.SupervisorSpec.decode(b"".join(chunks))
+    finally:
+        os.close(fd)
+
+
+def test_a_memory_file_that_cannot_be_written_is_closed_and_a_nul_is_refused_first(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The fault (a full memory, say) leaves no descriptor behind; a spec that cannot be
+    encoded makes no file at all."""
+    made: list[int] = []
+    create = os.memfd_create
+
+    def tracked(name: str, flags: int = 0) -> int:
+        made.append(create(name, flags))
+        return made[-1]
+
+    def failing(fd: int, data: object) -> int:
+        raise OSError(28, "no space")
+
+    monkeypatch.setattr(os, "memfd_create", tracked)
+    with pytest.raises(ValueError, match="NUL"):
+        supervisor.SupervisorSpec(server=1, executable=b"/bin/tr\0ue").to_memory_file()
+    assert [] == made
+    monkeypatch.setattr(os, "write", failing)
+    with pytest.raises(OSError, match="no space"):
+        supervisor.SupervisorSpec(server=1, executable=b"/bin/true").to_memory_file()
+    assert 1 == len(made)
+    assert not os.path.exists(f"/proc/self/fd/{made[0]}")  # closed
+
+
+def test_an_uncontained_spec_names_this_server_and_the_command_as_given() -> None:
+    told = uncontained_spec(
+        "/bin/echo", ["a b", "é"], ["A=1"], allow_network=True, cgroups=[5, 6], processes=9
+    )
+    assert (os.getpid(), b"/bin/echo") == (told.server, told.executable)
+    assert [b"/bin/echo", b"a b", "é".encode()] == told.argv
+    assert {b"A": b"1"} == told.environ
+    assert (True, (5, 6), 9) == (told.allow_network, told.cgroups, told.processes)
+    assert (0, 0, b"") == (told.abi, told.layers, told.workdir)  # no plan: nothing confined
 
 
 def test_a_spec_of_another_version_is_refused() -> None:

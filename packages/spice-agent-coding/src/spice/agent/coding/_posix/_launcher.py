@@ -63,15 +63,11 @@ from ._process import (
     END_BOUND_SECONDS,
     EXIT_BOUND_SECONDS,
     ORPHAN_SWEEP_SECONDS,
-    UNCONTAINED_START,
     CallStart,
     PosixProcess,
+    Started,
     _Bounds,
-    _InputPump,
-    _OutputPump,
     _remove_tree,
-    _Streams,
-    attach,
     take_over,
 )
 from ._proxy import CallProxy, Proxy, close_call, open_for_call
@@ -177,11 +173,6 @@ _FD_DIRECTORY: Final = "/proc/self/fd"
 _ENTER_BY_DESCRIPTOR: Final = sys.platform.startswith("linux") and os.path.isdir(_FD_DIRECTORY)
 
 
-def _entry(directory: int, path: str) -> str:
-    """The ``cwd`` the child enters: the held descriptor on Linux, else the checked path."""
-    return f"{_FD_DIRECTORY}/{directory}" if _ENTER_BY_DESCRIPTOR else path
-
-
 def _environment(entries: Iterable[str]) -> dict[str, str]:
     environment: dict[str, str] = {}
     for entry in entries:
@@ -202,6 +193,7 @@ class _Standard:
     stdin_write: int | None
     stdout_read: int
     stderr_read: int
+    cwd: str
 
 
 @final
@@ -213,7 +205,7 @@ class _Ends:
     """
 
     def __init__(self) -> None:
-        self.loop = asyncio.get_running_loop()  # before anything is created
+        asyncio.get_running_loop()  # a start needs its loop: checked before anything is made
         self.parent: list[int] = []
         self.child: list[int] = []
 
@@ -234,8 +226,10 @@ class _Ends:
             stdin, stdin_write = self.pipe(parent_reads=False)
         directory = _facts.open_no_follow(spec.working_directory)
         self.parent.append(directory)
+        # The child enters the held descriptor on Linux, else the checked path.
+        cwd = f"{_FD_DIRECTORY}/{directory}" if _ENTER_BY_DESCRIPTOR else spec.working_directory
         return _Standard(
-            stdin, stdout_write, stderr_write, directory, stdin_write, stdout_read, stderr_read
+            stdin, stdout_write, stderr_write, directory, stdin_write, stdout_read, stderr_read, cwd
         )
 
     def close_parent(self) -> None:
@@ -246,35 +240,9 @@ class _Ends:
         for fd in self.child:
             _close_quietly(fd)
 
-    def process(
-        self,
-        popen: subprocess.Popen[bytes],
-        spec: Spec,
-        standard: _Standard,
-        bounds: _Bounds,
-        start: CallStart = UNCONTAINED_START,
-    ) -> PosixProcess:
-        """The started child as a ``PosixProcess`` that owns ``start``; the workdir it
-        entered is let go. Its pid leads the tree the call's proxy serves (set before the
-        loop runs again: no peer of the call waits unjudged)."""
-        _close_quietly(standard.directory)
-        if start.proxy is not None:
-            start.proxy.leader = popen.pid
-        loop = self.loop
-        streams = _Streams(
-            (
-                _OutputPump(loop, standard.stdout_read, spec.stdout),
-                _OutputPump(loop, standard.stderr_read, spec.stderr),
-            ),
-            None
-            if standard.stdin_write is None
-            else _InputPump(loop, standard.stdin_write, spec.stdin),
-        )
-        return PosixProcess(loop, popen, streams, bounds, start)
-
 
 def _popen_supervisor(
-    standard: _Standard, cwd: str, descriptors: tuple[int, ...], wrapper: list[str]
+    standard: _Standard, descriptors: tuple[int, ...], wrapper: list[str]
 ) -> subprocess.Popen[bytes]:
     """Start the per-call supervisor: its argv, its environment, the descriptors it gets.
 
@@ -296,7 +264,7 @@ def _popen_supervisor(
             stdin=standard.stdin,
             stdout=standard.stdout,
             stderr=standard.stderr,
-            cwd=cwd,
+            cwd=standard.cwd,
             env=_SUPERVISOR_ENVIRONMENT,
             close_fds=True,
             pass_fds=(code, *descriptors),
@@ -411,21 +379,6 @@ def _scanned(spec: Spec, scanner: _hints.RefusalScanner) -> Spec:
         _hints.Scanned(spec.stdout, scanner, 1),
         _hints.Scanned(spec.stderr, scanner, 2),
         spec.capabilities,
-    )
-
-
-def _uncontained_spec(
-    spec: Spec, allow_network: bool, cgroups: tuple[int, ...], processes: int
-) -> supervisor.SupervisorSpec:
-    """The supervisor's spec of an uncontained call (no Landlock, no plan)."""
-    return supervisor.SupervisorSpec(
-        server=os.getpid(),
-        allow_network=allow_network,
-        executable=os.fsencode(spec.executable),
-        arguments=[os.fsencode(argument) for argument in spec.arguments],
-        environment=[os.fsencode(entry) for entry in spec.environment],
-        cgroups=cgroups,
-        processes=processes,
     )
 
 
@@ -572,17 +525,17 @@ class PosixLauncher:
         started, and the caller stops and joins it.
         """
         if not self._supervised:
-            return _start_direct(spec, self._bounds)
-        proxy = await open_for_call(self._proxy)  # with namespaces, no --allow-network
-        try:
-            process = self._spawn_supervisor(spec, proxy)
-        except BaseException:
-            await close_call(proxy)
-            raise
-        await take_over(process)  # from here on the process owns the call
-        return process
+            started = _start_direct(spec)
+        else:
+            proxy = await open_for_call(self._proxy)  # with namespaces, no --allow-network
+            try:
+                started = self._spawn_supervisor(spec, proxy)
+            except BaseException:
+                await close_call(proxy)
+                raise
+        return await take_over(started, self._bounds)  # the process owns the call
 
-    def _spawn_supervisor(self, spec: Spec, proxy: CallProxy | None = None) -> PosixProcess:
+    def _spawn_supervisor(self, spec: Spec, proxy: CallProxy | None = None) -> Started:
         """Spawn the supervisor (in ``bwrap`` with namespaces) for the call's plan;
         ``proxy``: the call's own proxy (its socket bound in, its variables set)."""
         _refuse_changed_start(self._facts, self._links)
@@ -652,21 +605,19 @@ class PosixLauncher:
                     processes=rlimit,
                 )
             else:
-                told = _uncontained_spec(spec, self._containment.allow_network, procs, rlimit)
-            memory = os.memfd_create("spice-command", os.MFD_CLOEXEC)
+                told = _plan.uncontained_spec(
+                    spec.executable,
+                    spec.arguments,
+                    spec.environment,
+                    allow_network=self._containment.allow_network,
+                    cgroups=procs,
+                    processes=rlimit,
+                )
+            memory = told.to_memory_file()
             ends.child.append(memory)
-            _write_all(memory, told.encode())
-            os.lseek(memory, 0, os.SEEK_SET)
             popen = _popen_supervisor(
                 standard,
-                _entry(standard.directory, spec.working_directory),
-                (
-                    memory,
-                    report_write,
-                    *(lifeline or ()),
-                    *(info or ())[1:],
-                    *procs,
-                ),
+                (memory, report_write, *(lifeline or ()), *(info or ())[1:], *procs),
                 wrapper,
             )
         except Exception:  # noqa: BLE001 - every start failure is one LaunchError, no OS text
@@ -681,6 +632,8 @@ class PosixLauncher:
             raise LaunchError from None
         finally:
             ends.close_child()
+        with contextlib.suppress(OSError):  # entered by the child: let go
+            os.close(standard.directory)
         start = CallStart(
             report=report_read,
             temporary=temporary,
@@ -697,24 +650,28 @@ class PosixLauncher:
             if began and guard.active and facts is not None
             else None,
         )
-        return ends.process(popen, spec, standard, self._bounds, start)
+        return Started(
+            popen, spec, standard.stdout_read, standard.stderr_read, standard.stdin_write, start
+        )
 
 
-def _start_direct(spec: Spec, bounds: _Bounds) -> PosixProcess:
+def _start_direct(spec: Spec) -> Started:
     """Without a supervisor (not Linux): the command itself leads its group."""
+    argv = [spec.executable, *spec.arguments]
+    environment = _environment(spec.environment)
     ends = _Ends()
     try:
         standard = ends.standard(spec)
         # Inline on purpose (see start): fork/exec is short and must not be cut.
         popen = orphans.started(
             lambda: subprocess.Popen(  # noqa: S603 - argv list, no shell; see start
-                [spec.executable, *spec.arguments],
-                executable=spec.executable,
+                argv,
+                executable=argv[0],
                 stdin=standard.stdin,
                 stdout=standard.stdout,
                 stderr=standard.stderr,
-                cwd=_entry(standard.directory, spec.working_directory),
-                env=_environment(spec.environment),
+                cwd=standard.cwd,
+                env=environment,
                 close_fds=True,
                 start_new_session=True,
                 restore_signals=True,
@@ -726,6 +683,6 @@ def _start_direct(spec: Spec, bounds: _Bounds) -> PosixProcess:
         raise LaunchError from None
     finally:
         ends.close_child()
-    process = ends.process(popen, spec, standard, bounds)
-    attach(process)
-    return process
+    with contextlib.suppress(OSError):  # entered by the child: let go
+        os.close(standard.directory)
+    return Started(popen, spec, standard.stdout_read, standard.stderr_read, standard.stdin_write)

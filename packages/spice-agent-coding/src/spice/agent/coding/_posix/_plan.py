@@ -60,6 +60,7 @@ __all__ = [
     "StartFacts",
     "kind_of",
     "plan_call",
+    "uncontained_spec",
 ]
 
 
@@ -391,6 +392,28 @@ def _with_variables(
         f"{name}={value}" for name, value in values if name not in only_if_set or name in present
     ]
     return tuple(sorted(kept, key=lambda entry: entry.partition("=")[0]))
+
+
+def uncontained_spec(
+    executable: str,
+    arguments: Sequence[str],
+    environment: Sequence[str],
+    *,
+    allow_network: bool,
+    cgroups: Sequence[int],
+    processes: int,
+) -> supervisor.SupervisorSpec:
+    """The supervisor's spec of an uncontained call (no Landlock, no plan): the command,
+    its bounds, and this process as the server it watches."""
+    return supervisor.SupervisorSpec(
+        server=os.getpid(),
+        allow_network=allow_network,
+        executable=os.fsencode(executable),
+        arguments=[os.fsencode(argument) for argument in arguments],
+        environment=[os.fsencode(entry) for entry in environment],
+        cgroups=cgroups,
+        processes=processes,
+    )
 
 
 def plan_call(

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final, final
 
-from spice.agent.process import LaunchError, Operation, Outcome, ProcessFailure, Sink
+from spice.agent.process import LaunchError, Operation, Outcome, ProcessFailure, Sink, Spec
 from spice.agent.tools.coding.settling import settle
 
 from . import _orphans as orphans
@@ -638,25 +638,54 @@ def attach(process: PosixProcess) -> None:
         raise LaunchError(process) from None
 
 
-async def take_over(process: PosixProcess) -> None:
-    """A supervised start's last step, owned here: attach, then wait (bounded) for the
-    supervisor's word that the command started.
+@final
+@dataclass(frozen=True, slots=True)
+class Started:
+    """A child the launcher has just started: its ``Popen``, the spec whose sinks and input
+    its streams serve (the launcher's, whose sinks may also feed the call's hint), the
+    parent's ends of those streams (``stdin`` ``None`` without input) and what was
+    prepared for it."""
 
-    A cancellation meanwhile joins the process (held back, bounded) before it propagates.
-    Only the supervisor's ``F`` makes a bare ``LaunchError`` (nothing was created); no word
-    within the bound, or its report closing without one, is ``LaunchError(process)``: the
-    command may have started (its word can come just after the bound), and the caller
-    stops and joins it.
+    popen: subprocess.Popen[bytes]
+    spec: Spec
+    stdout: int
+    stderr: int
+    stdin: int | None
+    start: CallStart = UNCONTAINED_START
+
+
+async def take_over(started: Started, bounds: _Bounds) -> PosixProcess:
+    """A start's last step, owned here: the process made from ``started``, its watches
+    attached, then (bounded) the supervisor's word that
+    the command started; the process, which owns the call from here on.
+
+    The call's proxy learns the leader before the loop runs again (no peer of the call
+    waits unjudged). A cancellation while waiting joins the process (held back, bounded)
+    before it propagates. Only the supervisor's ``F`` makes a bare ``LaunchError``
+    (nothing was created); no word within the bound, or its report closing without one,
+    is ``LaunchError(process)``: the command may have started (its word can come just
+    after the bound), and the caller stops and joins it. Without a supervisor the start
+    is known at once.
     """
+    popen, spec, start = started.popen, started.spec, started.start
+    if start.proxy is not None:
+        start.proxy.leader = popen.pid
+    loop = asyncio.get_running_loop()
+    outputs = (
+        _OutputPump(loop, started.stdout, spec.stdout),
+        _OutputPump(loop, started.stderr, spec.stderr),
+    )
+    stdin = None if started.stdin is None else _InputPump(loop, started.stdin, spec.stdin)
+    process = PosixProcess(loop, popen, _Streams(outputs, stdin), bounds, start)
     attach(process)
     try:
-        start = await process._until_started()
+        word = await process._until_started()
     except asyncio.CancelledError:
         await _join_while_cancelled(process, CANCELLED_START_SECONDS)
         raise
-    if start is _Start.STARTED:
-        return
-    if start is not _Start.FAILED:
+    if word is _Start.STARTED:
+        return process
+    if word is not _Start.FAILED:
         raise LaunchError(process) from None
     try:
         await process.wait()

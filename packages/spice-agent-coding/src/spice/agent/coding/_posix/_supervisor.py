@@ -262,6 +262,20 @@ class SupervisorSpec:
         ]
         return b"\0".join(fields)
 
+    def to_memory_file(self) -> int:
+        """A close-on-exec memory file holding ``encode()``, at its start: what the launcher
+        hands the supervisor, which reads it once (``_prepare``)."""
+        data = memoryview(self.encode())
+        fd = os.memfd_create("spice-command", os.MFD_CLOEXEC)
+        try:
+            while data:
+                data = data[os.write(fd, data) :]
+            os.lseek(fd, 0, os.SEEK_SET)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
     @classmethod
     def decode(cls, blob: bytes) -> SupervisorSpec:
         """The spec ``encode`` wrote; ``ValueError`` for anything else."""
