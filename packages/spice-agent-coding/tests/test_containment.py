@@ -38,7 +38,7 @@ from spice.agent.coding._posix import _process as process_module
 from spice.agent.coding._posix._bwrap import Namespaces
 from spice.agent.coding._posix._containment import Containment, resolve_containment
 from spice.agent.coding._posix._landlock import landlock_abi
-from spice.agent.coding._posix._launcher import TMPDIR_PREFIX
+from spice.agent.coding._posix._prepare import TMPDIR_PREFIX
 from spice.agent.coding._posix._process import PosixProcess
 from spice.agent.dispatch import Dispatcher
 from spice.agent.process import LaunchError, Outcome, Spec

@@ -329,6 +329,21 @@ def test_the_app_wheel_alone_does_not_install_with_no_index(dist: Path, tmp_path
     assert APP not in distributions_in(venv)
 
 
+def uv_command(name: str = "uv") -> str:
+    """The pinned ``uv`` (or ``uvx``): beside the uv that runs the suite (``uv run`` names it
+    in ``UV``; on a machine without uv, ``make`` keeps it beneath ``.tools/``), else the
+    one on PATH; the test skips without either."""
+    given = os.environ.get("UV")
+    if given:
+        beside = Path(given).with_name(name)
+        if beside.is_file():
+            return str(beside)
+    found = shutil.which(name)
+    if found is None:
+        pytest.skip(f"{name} is not on PATH (make bootstrap installs it)")
+    return found
+
+
 def uv_tool_environment(tmp_path: Path, cache: Path) -> dict[str, str]:
     """Offline, scratch tool directories, uv's cache at ``cache``, uv's default link mode."""
     return quiet_environment(
@@ -350,7 +365,15 @@ def uv_tool_install(tmp_path: Path, dist: Path, wheelhouse: Path, cache: Path) -
     """The README's `uv tool install --find-links dist spice-agent-coding`, uv's link mode as
     it comes (hard links from its cache); the installed `spice-coding`."""
     done = run(
-        ["uv", "tool", "install", "--python", base_python(), *find_links(dist, wheelhouse), APP],
+        [
+            uv_command(),
+            "tool",
+            "install",
+            "--python",
+            base_python(),
+            *find_links(dist, wheelhouse),
+            APP,
+        ],
         env=uv_tool_environment(tmp_path, cache),
     )
     assert 0 == done.returncode, done.stderr
@@ -404,9 +427,7 @@ async def test_pipx_install_from_dist_with_no_index(dist: Path, tmp_path: Path) 
     pipx = Path(sys.executable).parent / "pipx"
     if not pipx.is_file():
         pytest.skip("pipx is not installed in this environment (the dev group pins it)")
-    uv = shutil.which(os.environ.get("UV", "uv"))
-    if uv is None:
-        pytest.skip("uv is not on PATH (make bootstrap installs it)")
+    uv = uv_command()
     env = quiet_environment(
         PIPX_HOME=str(tmp_path / "pipx"),
         PIPX_BIN_DIR=str(tmp_path / "bin"),
@@ -449,7 +470,7 @@ async def test_uvx_from_a_git_clone_resolves_the_siblings_from_the_checkout(tmp_
     )
     url = f"git+file://{source}#subdirectory=packages/{APP}"
     uvx = [
-        "uvx",
+        uv_command("uvx"),
         "--python",
         base_python(),
         "--no-index",
@@ -486,7 +507,11 @@ def test_uvx_from_git_without_the_wheelhouse_cannot_reach_an_index(tmp_path: Pat
     )
     url = f"git+file://{source}#subdirectory=packages/{APP}"
     done = run(
-        ["uvx", "--python", base_python(), "--no-index", "--from", url, "spice-coding", "--help"],
+        [
+            uv_command("uvx"),
+            *("--python", base_python(), "--no-index", "--from", url),
+            *("spice-coding", "--help"),
+        ],
         env=env,
         cwd=tmp_path,
     )

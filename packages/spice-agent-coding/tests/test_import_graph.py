@@ -227,7 +227,7 @@ LARGEST_CLASSES: Final = {
     "_shell.py:_Shell": "the shell tool: arguments, the launcher's start, the capture, the answer",
     "_proxy.py:CallProxy": "one call's proxy: its socket, its connections and their accounting",
     "_process.py:PosixProcess": "one started call: leader, report, streams, namespace, join",
-    "_launcher.py:PosixLauncher": "the POSIX launcher: the call's plan and parts, the spawn",
+    "_scan.py:_Scanner": "the guard's bounded scan, breadth first, remembering what it read",
     "_containment.py:Containment": "the POSIX sandbox policy: layers, sentence, tools report",
 }
 """The five longest classes with the one concern each owns (review-round4 D3). The line

@@ -41,11 +41,9 @@ import asyncio
 import contextlib
 import marshal
 import os
-import stat
 import subprocess
 import sys
-import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final, final
 
@@ -54,20 +52,20 @@ from spice.agent.process import LaunchError, Spec
 from . import _bwrap, _facts, _hints, _plan
 from . import _orphans as orphans
 from . import _supervisor as supervisor
-from ._cgroup import CallCgroup, Cgroups
+from ._cgroup import Cgroups
 from ._containment import OFF, Containment, describe
-from ._guard import ender, server_guard
+from ._guard import server_guard
 from ._leader import _close_quietly
+from ._prepare import Prepared, Server, mount_points, prepare, sample_rules
 from ._process import (
     DRAIN_BOUND_SECONDS,
     END_BOUND_SECONDS,
     EXIT_BOUND_SECONDS,
     ORPHAN_SWEEP_SECONDS,
-    CallStart,
+    UNCONTAINED_START,
     PosixProcess,
     Started,
     _Bounds,
-    _remove_tree,
     take_over,
 )
 from ._proxy import CallProxy, Proxy, close_call, open_for_call
@@ -83,9 +81,6 @@ CANCELLED_START_SECONDS: Final = (
 The join is bounded by its own phases (end, exit, sweep, drain); this bound is theirs,
 with room for the TMPDIR's removal.
 """
-
-TMPDIR_PREFIX: Final = "spice-call-"
-"""Name prefix of the private temporary directory a contained call gets as ``TMPDIR``."""
 
 _HERE: Final = os.path.dirname(os.path.abspath(__file__))
 SUPERVISOR_MODULES: Final = ("_seccomp", "_landlock", "_tmpdir", "_bridge", "_supervisor")
@@ -241,44 +236,6 @@ class _Ends:
             _close_quietly(fd)
 
 
-def _popen_supervisor(
-    standard: _Standard, descriptors: tuple[int, ...], wrapper: list[str]
-) -> subprocess.Popen[bytes]:
-    """Start the per-call supervisor: its argv, its environment, the descriptors it gets.
-
-    The one place that says how the supervisor is run. It reads the command from
-    ``descriptors[0]`` and reports on ``descriptors[1]`` (see ``_posix._supervisor``); the
-    rest (the lifeline, with namespaces) are passed on as they are. It leads a new
-    session and process group, with the child's standard streams and workdir. With
-    namespaces, ``wrapper`` (the ``bwrap`` argv) leads the group instead and runs the
-    supervisor inside the namespaces, with the same descriptors.
-    """
-    code = _code_fd()
-    spec_fd, report_fd = descriptors[:2]
-    argv = [*wrapper, INTERPRETER, *_SUPERVISOR_FLAGS, str(code), str(spec_fd), str(report_fd)]
-
-    def spawn() -> subprocess.Popen[bytes]:
-        return subprocess.Popen(  # noqa: S603 - argv list, no shell; see PosixLauncher.start
-            argv,
-            executable=argv[0],
-            stdin=standard.stdin,
-            stdout=standard.stdout,
-            stderr=standard.stderr,
-            cwd=standard.cwd,
-            env=_SUPERVISOR_ENVIRONMENT,
-            close_fds=True,
-            pass_fds=(code, *descriptors),
-            start_new_session=True,
-            restore_signals=True,
-        )
-
-    return orphans.started(spawn, _pid_of)
-
-
-def _pid_of(popen: subprocess.Popen[bytes]) -> int:
-    return popen.pid
-
-
 LINK_GAINED: Final = (
     "a module the server runs ({path}) has gained a hard link in a writable place ({link}) "
     "since the server started: nothing was started; remove that link (or restart the "
@@ -295,77 +252,6 @@ PLACE_CHANGED: Final = (
     "started; restart the server after checking it"
 )
 """Why a call is refused when a writable place changed since the start (contract 11.1)."""
-
-
-_MOUNT_POINTS: dict[str, int] = {}
-"""Mount points ``bwrap`` makes for absent protected paths, with the calls that use them.
-
-The last call to end removes one (if it is still empty); while a call uses one, a later
-call's plan counts it as absent too, so that it never binds the mount point itself."""
-
-
-def _planned_kind(path: str) -> _plan.Kind:
-    """``_plan.kind_of``, with this server's live mount points counted as absent."""
-    return _plan.Kind.ABSENT if path in _MOUNT_POINTS else _plan.kind_of(path)
-
-
-def _sample_rules(facts: _plan.StartFacts, containment: Containment) -> dict[str, object]:
-    """The rules of a call's plan as ``tools`` prints them."""
-    namespaces = containment.namespaces.made
-    sample = _plan.plan_call(
-        facts,
-        namespaces=namespaces,
-        allow_network=containment.allow_network,
-        environment=(),
-        temporary=_bwrap.PRIVATE_TMP if namespaces else "a fresh directory per call",
-        kind=_planned_kind,
-        visible=_KEPT_VISIBLE,
-    )
-    return sample.rules()
-
-
-def _take_mount_points(plan: _plan.CallPlan) -> tuple[str, ...]:
-    taken = tuple(mask.path for mask in plan.mount_points)
-    for path in taken:
-        _MOUNT_POINTS[path] = _MOUNT_POINTS.get(path, 0) + 1
-    return taken
-
-
-def _release_mount_points(taken: Iterable[str]) -> None:
-    """Drop this call's use of its mount points; remove each the last user leaves empty."""
-    for path in taken:
-        left = _MOUNT_POINTS.get(path, 1) - 1
-        if left > 0:
-            _MOUNT_POINTS[path] = left
-            continue
-        _MOUNT_POINTS.pop(path, None)
-        with contextlib.suppress(OSError):
-            info = os.lstat(path)
-            if stat.S_ISDIR(info.st_mode):
-                os.rmdir(path)  # only an empty one
-            elif stat.S_ISREG(info.st_mode) and info.st_size == 0:
-                os.unlink(path)
-
-
-def _hinter(
-    scanner: _hints.RefusalScanner,
-    plan: _plan.CallPlan,
-    proxy: CallProxy | None = None,
-    server: Proxy | None = None,
-) -> Callable[[], str | None]:
-    def hint() -> str | None:
-        return _hints.sandbox_hint(
-            scanner,
-            plan.landlock_writable(),
-            plan.hidden,
-            network_denied=not plan.allow_network,
-            refused_hosts=() if proxy is None else tuple(proxy.refused),
-            private_hosts=() if proxy is None else tuple(proxy.private),
-            preset_of=None if server is None else server.policy.preset_of,
-            raw_hosts=() if proxy is None else tuple(proxy.raw),
-        )
-
-    return hint
 
 
 def _scanned(spec: Spec, scanner: _hints.RefusalScanner) -> Spec:
@@ -474,7 +360,7 @@ class PosixLauncher:
             )
         self._facts = facts if containment.confined else None
         self._links = None if self._facts is None else _link_watch(self._facts)
-        self._guard = server_guard(self._facts, lambda: tuple(_MOUNT_POINTS))
+        self._guard = server_guard(self._facts, mount_points)
         proxied = self._facts is not None and containment.proxied  # the call's own network
         self._proxy = Proxy(containment.domains, check_peers=True) if proxied else None
 
@@ -506,7 +392,7 @@ class PosixLauncher:
         if self._cgroups is not None and self._supervised:
             report["bounds"] = self._cgroups.report()
         if self._facts is not None:
-            report["plan"] = _sample_rules(self._facts, self._containment)
+            report["plan"] = sample_rules(self._facts, self._containment, _KEPT_VISIBLE)
         if self._guard.active:
             report["protected"] = self._guard.report()
         return report
@@ -524,165 +410,76 @@ class PosixLauncher:
         report closing without one, is ``LaunchError(process)``: the command may have
         started, and the caller stops and joins it.
         """
-        if not self._supervised:
-            started = _start_direct(spec)
-        else:
-            proxy = await open_for_call(self._proxy)  # with namespaces, no --allow-network
-            try:
-                started = self._spawn_supervisor(spec, proxy)
-            except BaseException:
-                await close_call(proxy)
-                raise
+        proxy = await open_for_call(self._proxy)  # with namespaces, no --allow-network
+        try:
+            started = self._spawn(spec, proxy)
+        except BaseException:
+            await close_call(proxy)
+            raise
         return await take_over(started, self._bounds)  # the process owns the call
 
-    def _spawn_supervisor(self, spec: Spec, proxy: CallProxy | None = None) -> Started:
-        """Spawn the supervisor (in ``bwrap`` with namespaces) for the call's plan;
+    def _spawn(self, spec: Spec, proxy: CallProxy | None) -> Started:
+        """Spawn the call's leader: the per-call supervisor for what ``_prepare`` made (in
+        ``bwrap`` with namespaces), or without a supervisor (not Linux) the command itself;
         ``proxy``: the call's own proxy (its socket bound in, its variables set)."""
         _refuse_changed_start(self._facts, self._links)
         scanner = None if self._facts is None else _hints.RefusalScanner()
         if scanner is not None:
             spec = _scanned(spec, scanner)
+        own = None if self._supervised else _environment(spec.environment)
         ends = _Ends()
-        temporary: str | None = None
-        cgroup: CallCgroup | None = None
-        plan: _plan.CallPlan | None = None
-        taken: tuple[str, ...] = ()
-        guard, began = self._guard, False
+        prepared: Prepared | None = None
+        handed: tuple[int, ...] = ()
         try:
-            if self._cgroups is not None and self._cgroups.made:
-                cgroup = self._cgroups.make()  # the bounds are promised: none, no start
-                ends.child.extend(cgroup.procs)
             standard = ends.standard(spec)
-            report_read, report_write = ends.pipe(parent_reads=True)
-            os.set_blocking(report_read, False)
-            wrapper: list[str] = []
-            workdir = b""
-            lifeline: tuple[int, int] | None = None
-            info: tuple[int, int] | None = None
-            facts = self._facts
-            bwrap = self._containment.namespaces.bwrap if facts is not None else None
-            if facts is not None:
-                protected, began = guard.begin(), True  # the baseline and its record
-                if bwrap is None:
-                    temporary = tempfile.mkdtemp(prefix=TMPDIR_PREFIX)
-                plan = _plan.plan_call(
-                    facts,
-                    namespaces=bwrap is not None,
-                    allow_network=self._containment.allow_network,
-                    environment=spec.environment,
-                    temporary=_bwrap.PRIVATE_TMP if temporary is None else temporary,
-                    kind=_planned_kind,
-                    visible=_KEPT_VISIBLE,
-                    proxy=None if proxy is None or bwrap is None else proxy.path,
-                    protected=protected if bwrap is not None else (),
-                )
-            if plan is not None and bwrap is not None:
-                # bwrap's status pipe: the supervisor reads, only bwrap's monitor writes.
-                lifeline = os.pipe()
-                ends.parent.append(lifeline[0])
-                ends.child.append(lifeline[1])
-                info = ends.pipe(parent_reads=True)  # bwrap's --info-fd: the supervisor's pid
-                os.set_blocking(info[0], False)
-                taken = _take_mount_points(plan)
-                wrapper = plan.bwrap_argv(
-                    bwrap, lifeline[1], info[1], self._containment.namespaces.sized
-                )
-                held = os.fstat(standard.directory)
-                workdir = f"{held.st_dev}:{held.st_ino}".encode()
-            procs = () if cgroup is None else cgroup.procs
-            rlimit = 0 if self._cgroups is None else self._cgroups.rlimit_processes
-            if plan is not None:
-                told = plan.spec(
-                    server=0 if wrapper else os.getpid(),
-                    abi=self._containment.abi,
-                    layers=self._containment.layers,
-                    executable=spec.executable,
-                    arguments=spec.arguments,
-                    workdir=workdir,
-                    lifeline=None if lifeline is None else lifeline[0],
-                    temporary=temporary,
-                    cgroups=procs,
-                    processes=rlimit,
-                )
+            if own is not None:  # the command leads its group
+                argv, environment = [spec.executable, *spec.arguments], own
             else:
-                told = _plan.uncontained_spec(
-                    spec.executable,
-                    spec.arguments,
-                    spec.environment,
-                    allow_network=self._containment.allow_network,
-                    cgroups=procs,
-                    processes=rlimit,
+                server = Server(
+                    self._containment,
+                    self._facts,
+                    self._cgroups,
+                    self._guard,
+                    self._proxy,
+                    _KEPT_VISIBLE,
                 )
-            memory = told.to_memory_file()
-            ends.child.append(memory)
-            popen = _popen_supervisor(
-                standard,
-                (memory, report_write, *(lifeline or ()), *(info or ())[1:], *procs),
-                wrapper,
+                prepared = prepare(
+                    server, spec, standard.directory, proxy, scanner, (ends.parent, ends.child)
+                )
+                # How the supervisor runs: isolated, from the sealed code, reading its spec
+                # from the first descriptor handed and reporting on the second.
+                code = _code_fd()
+                spec_fd, report_fd = prepared.descriptors[:2]
+                argv = [
+                    *prepared.wrapper,
+                    INTERPRETER,
+                    *_SUPERVISOR_FLAGS,
+                    str(code),
+                    str(spec_fd),
+                    str(report_fd),
+                ]
+                environment, handed = _SUPERVISOR_ENVIRONMENT, (code, *prepared.descriptors)
+            popen = orphans.spawn(
+                argv,
+                streams=(standard.stdin, standard.stdout, standard.stderr),
+                cwd=standard.cwd,
+                env=environment,
+                pass_fds=handed,
             )
         except Exception:  # noqa: BLE001 - every start failure is one LaunchError, no OS text
             ends.close_parent()
-            if temporary is not None:
-                _remove_tree(temporary)
-            if cgroup is not None:
-                cgroup.remove()
-            _release_mount_points(taken)
-            if began:
-                guard.end()
+            if prepared is not None:
+                prepared.undo()
             raise LaunchError from None
         finally:
             ends.close_child()
         with contextlib.suppress(OSError):  # entered by the child: let go
             os.close(standard.directory)
-        start = CallStart(
-            report=report_read,
-            temporary=temporary,
-            lifeline=None if lifeline is None else lifeline[0],
-            info=None if info is None else info[0],
-            cgroup=cgroup,
-            proxy=proxy,
-            # The plan's mount points released, then the guard puts back what was changed.
-            after_join=(lambda: _release_mount_points(taken)) if taken else None,
-            hint=None
-            if scanner is None or plan is None
-            else _hinter(scanner, plan, proxy, self._proxy),
-            guard=ender(guard, facts.root)
-            if began and guard.active and facts is not None
-            else None,
-        )
         return Started(
-            popen, spec, standard.stdout_read, standard.stderr_read, standard.stdin_write, start
+            popen,
+            spec,
+            standard.stdout_read,
+            standard.stderr_read,
+            standard.stdin_write,
+            UNCONTAINED_START if prepared is None else prepared.start,
         )
-
-
-def _start_direct(spec: Spec) -> Started:
-    """Without a supervisor (not Linux): the command itself leads its group."""
-    argv = [spec.executable, *spec.arguments]
-    environment = _environment(spec.environment)
-    ends = _Ends()
-    try:
-        standard = ends.standard(spec)
-        # Inline on purpose (see start): fork/exec is short and must not be cut.
-        popen = orphans.started(
-            lambda: subprocess.Popen(  # noqa: S603 - argv list, no shell; see start
-                argv,
-                executable=argv[0],
-                stdin=standard.stdin,
-                stdout=standard.stdout,
-                stderr=standard.stderr,
-                cwd=standard.cwd,
-                env=environment,
-                close_fds=True,
-                start_new_session=True,
-                restore_signals=True,
-            ),
-            _pid_of,
-        )
-    except Exception:  # noqa: BLE001 - every start failure is one LaunchError, no OS text
-        ends.close_parent()
-        raise LaunchError from None
-    finally:
-        ends.close_child()
-    with contextlib.suppress(OSError):  # entered by the child: let go
-        os.close(standard.directory)
-    return Started(popen, spec, standard.stdout_read, standard.stderr_read, standard.stdin_write)

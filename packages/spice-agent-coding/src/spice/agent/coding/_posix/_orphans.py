@@ -31,9 +31,10 @@ import asyncio
 import contextlib
 import os
 import signal
+import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, TypeVar, final
 
@@ -47,6 +48,7 @@ __all__ = [
     "forget",
     "is_leader",
     "leaders",
+    "spawn",
     "started",
     "stats",
     "sweep",
@@ -95,6 +97,40 @@ def started(start: Callable[[], _P], pid_of: Callable[[_P], int]) -> _P:
         made = start()
         _LEADERS.add(pid_of(made))
     return made
+
+
+def spawn(
+    argv: Sequence[str],
+    *,
+    streams: tuple[int, int, int],
+    cwd: str,
+    env: Mapping[str, str],
+    pass_fds: Sequence[int] = (),
+) -> subprocess.Popen[bytes]:
+    """Start ``argv`` (``argv[0]`` an absolute path) as a registered leader: its own session
+    and process group, ``streams`` as stdin, stdout and stderr, ``env`` exactly, every
+    descriptor but ``pass_fds`` closed, default signal dispositions; no shell, and no
+    ``preexec_fn`` (so ``vfork`` where Python can)."""
+    return started(
+        lambda: subprocess.Popen(  # noqa: S603 - an argv list, no shell
+            list(argv),
+            executable=argv[0],
+            stdin=streams[0],
+            stdout=streams[1],
+            stderr=streams[2],
+            cwd=cwd,
+            env=dict(env),
+            close_fds=True,
+            pass_fds=tuple(pass_fds),
+            start_new_session=True,
+            restore_signals=True,
+        ),
+        _pid_of,
+    )
+
+
+def _pid_of(popen: subprocess.Popen[bytes]) -> int:
+    return popen.pid
 
 
 def forget(pid: int) -> None:
