@@ -111,6 +111,17 @@ async def until(condition: Callable[[], bool], bound: float = CONDITION_BOUND_SE
     return bool(condition())
 
 
+def live_children() -> list[ProcStat]:
+    """This process's children that are alive (not gone, not zombies)."""
+    return [p for p in all_processes() if p.ppid == os.getpid() and p.alive]
+
+
+async def children_gone() -> bool:
+    """Wait (bounded) until this process has no live child: a tree the join killed may
+    still be on its way out of the kernel (state ``R``, already ours) when it returns."""
+    return await until(lambda: not live_children())
+
+
 async def group_gone(pgid: int) -> bool:
     """Wait (bounded) until no live process is left in group ``pgid``."""
     return await until(lambda: not alive_in_group(pgid))

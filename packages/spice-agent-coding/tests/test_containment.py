@@ -615,7 +615,7 @@ async def test_a_cancelled_contained_start_leaves_no_process_and_no_tmpdir(
     with pytest.raises(asyncio.CancelledError):
         await starting
     assert [] == _temporaries()
-    assert [] == [p for p in procutil.all_processes() if p.ppid == os.getpid() and p.alive]
+    assert await procutil.children_gone(), procutil.live_children()
 
 
 async def test_a_stop_request_reaches_the_command_as_sigterm(layout: tuple[Path, Path]) -> None:
@@ -692,7 +692,7 @@ async def test_starts_cancelled_at_every_moment_leave_no_process(
             process = await starting
             await process.force_kill()
             await process.wait()
-        assert [] == [p for p in procutil.all_processes() if p.ppid == os.getpid() and p.alive]
+        assert await procutil.children_gone(), procutil.live_children()
     assert [] == _temporaries()
 
 
@@ -722,7 +722,7 @@ async def test_a_start_word_that_comes_after_the_bound_is_never_not_started(
     expected = ("launch_failed", "the command may have started; it was stopped", True)
     assert expected == (content["code"], content["message"], (root / "ran").exists())
     assert [] == _temporaries()
-    assert [] == [p for p in procutil.all_processes() if p.ppid == os.getpid() and p.alive]
+    assert await procutil.children_gone(), procutil.live_children()
 
 
 # -- what must keep working, contained -------------------------------------------------------

@@ -658,7 +658,7 @@ async def test_a_start_cancelled_again_while_it_joins_raises_its_first_cancellat
         async with asyncio.timeout(BOUND):
             await starting
     assert ("first",) == caught.value.args
-    assert [] == [p for p in procutil.all_processes() if p.ppid == os.getpid() and p.alive]
+    assert await procutil.children_gone(), procutil.live_children()
     assert before == procutil.open_descriptors()
 
 
@@ -731,7 +731,7 @@ async def test_a_supervisor_that_fails_before_its_fork_says_so(
     with pytest.raises(LaunchError) as caught:
         await bounded(start=3600.0).start(spec("/bin/true"))
     assert caught.value.process is None
-    assert [] == [p for p in procutil.all_processes() if p.ppid == os.getpid() and p.alive]
+    assert await procutil.children_gone(), procutil.live_children()
     assert before == procutil.open_descriptors()
 
 
