@@ -335,8 +335,8 @@ stress:
 # and the locked dependencies as Windows wheels (scripts/windows/test-windows.sh; Debian's
 # wine64 is installed when missing and this runs as root). Arguments: TEST_WINDOWS_ARGS.
 TEST_WINDOWS_ARGS ?=
-test-windows:
-	scripts/windows/test-windows.sh $(TEST_WINDOWS_ARGS)
+test-windows: pinned-uv
+	UV="$(UV)" scripts/windows/test-windows.sh $(TEST_WINDOWS_ARGS)
 
 # The main job end to end: a sample worktree served over MCP stdio to the real MCP client.
 demo: bootstrap
