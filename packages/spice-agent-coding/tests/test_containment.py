@@ -34,6 +34,8 @@ from spice.agent.coding import PosixLauncher, PosixResolver
 from spice.agent.coding._posix import _bwrap
 from spice.agent.coding._posix import _containment as containment_module
 from spice.agent.coding._posix import _launcher as launcher_module
+from spice.agent.coding._posix import _orphans as orphans
+from spice.agent.coding._posix import _prepare as prepare_module
 from spice.agent.coding._posix import _process as process_module
 from spice.agent.coding._posix._bwrap import Namespaces
 from spice.agent.coding._posix._containment import Containment, resolve_containment
@@ -328,6 +330,37 @@ async def test_a_root_that_vanished_is_a_launch_error_and_nothing_runs(
     assert [] == tree(outside)
     assert before == procutil.open_descriptors()
     assert [] == _temporaries()
+
+
+async def test_a_spawn_that_fails_after_the_start_was_prepared_undoes_all_of_it(
+    layout: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fault (the system refuses the fork after ``_prepare`` made the call's parts): a
+    bare ``LaunchError``; its TMPDIR, descriptors, mount points and the guard's baseline are
+    released, and the next call starts as usual."""
+    root, _ = layout
+    (root / ".git").mkdir()  # an absent protected path's mount point, with namespaces
+    launcher = PosixLauncher(contained(), str(root))
+    spec = Spec("/bin/sh", ("-c", "echo ran > ran"), str(root), (), b"", Collect(), Collect())
+    before = procutil.open_descriptors()
+    real = orphans.spawn
+
+    def refused(*_args: object, **_kwargs: object) -> object:
+        raise OSError(errno.EAGAIN, "no fork")
+
+    monkeypatch.setattr(orphans, "spawn", refused)
+    with pytest.raises(LaunchError) as caught:
+        await launcher.start(spec)
+    assert caught.value.process is None
+    assert not (root / "ran").exists()
+    assert [] == _temporaries()
+    assert before == procutil.open_descriptors()
+    assert () == prepare_module.mount_points()
+    assert 0 == launcher._guard._users  # the baseline let go
+    monkeypatch.setattr(orphans, "spawn", real)
+    outcome, _, _, _ = await run(launcher, root, "/bin/sh", "-c", "echo ran > ran")
+    assert Outcome.exited(0) == outcome
+    assert "ran\n" == (root / "ran").read_text()
 
 
 def _temporaries() -> list[str]:

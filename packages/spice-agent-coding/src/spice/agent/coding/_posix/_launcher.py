@@ -37,7 +37,6 @@ in short:
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import marshal
 import os
@@ -200,7 +199,6 @@ class _Ends:
     """
 
     def __init__(self) -> None:
-        asyncio.get_running_loop()  # a start needs its loop: checked before anything is made
         self.parent: list[int] = []
         self.child: list[int] = []
 

@@ -33,7 +33,15 @@ from ._guard import Guard, ender
 from ._process import CallStart, _remove_tree
 from ._proxy import CallProxy, Proxy
 
-__all__ = ["TMPDIR_PREFIX", "Prepared", "mount_points", "planned_kind", "prepare", "sample_rules"]
+__all__ = [
+    "TMPDIR_PREFIX",
+    "Prepared",
+    "Server",
+    "mount_points",
+    "planned_kind",
+    "prepare",
+    "sample_rules",
+]
 
 TMPDIR_PREFIX: Final = "spice-call-"
 """Name prefix of the private temporary directory a contained call gets as ``TMPDIR``."""
