@@ -30,7 +30,7 @@ from windows_helpers import (
 )
 
 from spice.agent.tool import Call, Result, interruption_of
-from spice.agent.tools.coding import Config, new_replace
+from spice.agent.tools.coding import Config, _commit_windows, new_replace
 from spice.agent.tools.coding._commit import EDIT_NOT_FOUND
 from spice.agent.tools.coding._commit_windows import (
     REFUSED_ATTEMPTS,
@@ -43,6 +43,13 @@ pytestmark = windows_only
 
 REFUSAL_WAIT_SECONDS = 120.0
 """Longest a test waits for the call's first refused attempt (Wine starts slowly)."""
+
+PATIENT_ATTEMPTS = 400
+"""``REPLACE_ATTEMPTS`` for a test that acts on a hold while the call waits: about 200 s of
+waits (0.5 s each past the first few), so the call is still waiting however late the
+test's event loop wakes. With the real 8 attempts all the waits take 1.6 s: a loaded
+machine (CI runs Wine beside other work) woke the test after the call had already given
+up, and the cancellation found a finished call."""
 
 
 async def refused_after(seen: int) -> None:
@@ -70,6 +77,12 @@ async def replace(root: Path, arguments: dict[str, object]) -> dict[str, object]
 
 def leftovers(root: Path) -> list[str]:
     return sorted(p.name for p in root.rglob(".spice-replace-*"))
+
+
+@pytest.fixture
+def patient(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The call keeps retrying until the test releases the hold or cancels (bounded)."""
+    monkeypatch.setattr(_commit_windows, "REPLACE_ATTEMPTS", PATIENT_ATTEMPTS)
 
 
 @pytest.fixture
@@ -349,6 +362,7 @@ async def test_posix_rename_replaces_a_file_another_process_has_open(root: Path)
 # ---- the retry loop: a second Windows process holds the target ------------------------------
 
 
+@pytest.mark.usefixtures("patient")
 async def test_a_hold_that_clears_is_waited_out(root: Path) -> None:
     """Held with share mode 0 (sharing-violation on the check, access-denied on the
     rename), released during the retries: the replace then commits."""
@@ -395,6 +409,7 @@ def test_the_retry_bound_is_a_few_seconds() -> None:
     assert total < 3.0
 
 
+@pytest.mark.usefixtures("patient")
 async def test_every_attempt_repeats_the_digest_check(root: Path) -> None:
     """Held, then changed by the holder itself while the call waits (it writes through its
     handle, then lets go): the next attempt sees the new digest and answers stale, without
@@ -416,6 +431,7 @@ async def test_every_attempt_repeats_the_digest_check(root: Path) -> None:
     assert b"theirs" == (root / "a.txt").read_bytes()
 
 
+@pytest.mark.usefixtures("patient")
 async def test_every_attempt_repeats_the_regular_file_check(root: Path) -> None:
     """Held, then replaced by a directory: the next attempt answers not_regular."""
     holder = Holder(root / "a.txt")
@@ -437,6 +453,7 @@ async def test_every_attempt_repeats_the_regular_file_check(root: Path) -> None:
     assert [] == leftovers(root)
 
 
+@pytest.mark.usefixtures("patient")
 async def test_cancellation_during_the_retries_is_definitive(root: Path) -> None:
     """Cancelled while waiting on a hold: nothing was written, the Interruption says so,
     and the temporary is gone."""
@@ -461,6 +478,7 @@ async def test_cancellation_during_the_retries_is_definitive(root: Path) -> None
     assert [] == leftovers(root)
 
 
+@pytest.mark.usefixtures("patient")
 async def test_a_directory_renamed_while_held_never_redirects_the_write(root: Path) -> None:
     """The call holds ``sub``'s handle while it waits on a hold; ``sub`` is renamed
     meanwhile and a new ``sub`` made in its place. The impostor is never written. On
