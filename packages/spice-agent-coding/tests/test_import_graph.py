@@ -224,7 +224,7 @@ def test_no_module_is_longer_than_the_bound() -> None:
 
 
 LARGEST_CLASSES: Final = {
-    "_shell.py:_Shell": "the shell tool: arguments, the launcher's start, the capture, the answer",
+    "_shell_run.py:CommandRunner": "one command's life: workdir, resolve, start, wait, stop, join",
     "_proxy.py:CallProxy": "one call's proxy: its socket, its connections and their accounting",
     "_process.py:PosixProcess": "one started call: leader, report, streams, namespace, join",
     "_scan.py:_Scanner": "the guard's bounded scan, breadth first, remembering what it read",

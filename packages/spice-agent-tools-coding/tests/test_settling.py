@@ -29,7 +29,7 @@ from replace_helpers import (
 from spice.agent.lifecycle import Cleanup
 from spice.agent.process import LaunchError
 from spice.agent.tool import ExecutionState, Interruption, Result, Tool, interruption_of
-from spice.agent.tools.coding import Config, _replace, _shell, settling
+from spice.agent.tools.coding import Config, _replace, _shell, _shell_run, settling
 from spice.agent.tools.coding._ownership import Timing
 from spice.agent.tools.coding.settling import Settled, deliver_cancellation, settle
 
@@ -224,7 +224,7 @@ async def test_a_shell_start_cancelled_again_and_again_is_waited_for_to_the_end(
     The start then fails without a process, so the answer is definitive; a wait cut
     short by the second cancellation (the old policy) could only say uncertain.
     """
-    recorded = _record_settles(monkeypatch, _shell)
+    recorded = _record_settles(monkeypatch, _shell_run)
     gate = asyncio.Event()
     launcher = FakeLauncher(failure=LaunchError(), gate=gate)
     tool, cleanup = _make_shell(tmp_path, launcher)

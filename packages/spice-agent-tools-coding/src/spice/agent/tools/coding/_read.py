@@ -50,16 +50,8 @@ from ._cached import open_cached_regular
 from ._config import Config
 from ._images import image_type
 from ._platform import clean_path, open_regular, pread, root_supported
-from ._results import (
-    ANSWER_COPIES,
-    ANSWER_ROOM,
-    answer_bytes,
-    answer_fits,
-    attach,
-    encode,
-    failure,
-    report_progress,
-)
+from ._progress import attach, report_progress
+from ._results import ANSWER_COPIES, ANSWER_ROOM, answer_bytes, answer_fits, encode, failure
 from ._root import PathError
 from .settling import deliver_cancellation, settle
 

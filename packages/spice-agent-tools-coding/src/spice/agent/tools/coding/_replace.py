@@ -64,9 +64,10 @@ from ._commit import (
 from ._config import Config
 from ._edits import EditFailure
 from ._platform import root_supported
+from ._progress import attach, report_progress
 from ._replace_arguments import Arguments, Edits, Invalid, Whole, decode, description, schema
 from ._replace_work import Change, Done, Refused, edited, protected, withdrawn
-from ._results import attach, failure, report_progress, success
+from ._results import failure, success
 from ._root import MadeDirectory, PathError, open_directory, open_root, remove_made, split_parent
 from ._where import real_relative
 from .settling import deliver_cancellation, in_thread, settle

@@ -1,24 +1,14 @@
-"""Building a tool's answers, and the rules every tool keeps for progress and cancellation."""
+"""Building a tool's answers: one JSON object, its field order and its bound.
+
+The rules every tool keeps for progress and cancellation are ``_progress``'s."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Mapping
 from typing import Final
 
-from spice.agent.tool import (
-    Call,
-    ExecutionError,
-    ExecutionState,
-    Interruption,
-    Progress,
-    Reporter,
-    Result,
-    RetryDisposition,
-)
-
-from .settling import checkpoint
+from spice.agent.tool import Call, ExecutionError, ExecutionState, Result, RetryDisposition
 
 LARGE_FIELDS: Final = ("content", "diff", "stdout", "stderr")
 """The fields that can be long, in the order they close every content object (contract
@@ -42,7 +32,6 @@ as the structured content a client reads). Round 4 counted three (Claude Code's 
 the Agent SDK) and shortened pages and captures that base64 carries whole; the MCP layer
 now keeps the wire's bound by shaping the text block beside the structured content."""
 
-REPORTER_FAILED: Final = "the progress reporter failed; the call did nothing"
 RESULT_UNENCODABLE: Final = "the tool's result could not be encoded within the answer bound"
 
 
@@ -139,39 +128,3 @@ def _result(
     if not answer_fits(result.content):
         raise ExecutionError(call.id, state, retry, RESULT_UNENCODABLE)
     return result
-
-
-async def report_progress(
-    call: Call, reporter: Reporter | None, message: str, retry: RetryDisposition
-) -> None:
-    """A cancellation checkpoint, then one progress message, before the tool touches anything.
-
-    The checkpoint (``settling.checkpoint``) comes first: a call whose cancellation is
-    scheduled but not yet delivered (a deadline already past) ends here, definitive,
-    with nothing done. A reporter that raises, even ``CancelledError`` while the
-    caller's own task is not being cancelled, is a reporter failure:
-    ``ExecutionError(definitive, retry)`` raised ``from None``. Real caller cancellation
-    propagates with a definitive ``Interruption`` attached (nothing has happened yet).
-    """
-    try:
-        await checkpoint()
-    except asyncio.CancelledError as cancelled:
-        attach(cancelled, Interruption(call.id, ExecutionState.DEFINITIVE, retry))
-        raise
-    if reporter is None:
-        return
-    task = asyncio.current_task()
-    try:
-        await reporter.report(Progress(call.id, message))
-    except asyncio.CancelledError as cancelled:
-        if task is not None and task.cancelling() > 0:
-            attach(cancelled, Interruption(call.id, ExecutionState.DEFINITIVE, retry))
-            raise
-        raise ExecutionError(call.id, ExecutionState.DEFINITIVE, retry, REPORTER_FAILED) from None
-    except Exception:  # noqa: BLE001 - any reporter failure has one meaning
-        raise ExecutionError(call.id, ExecutionState.DEFINITIVE, retry, REPORTER_FAILED) from None
-
-
-def attach(cancelled: BaseException, interruption: Interruption) -> None:
-    """Attach ``interruption`` to a propagating cancellation (``interruption_of`` finds it)."""
-    cancelled.interruption = interruption  # type: ignore[attr-defined]
