@@ -73,9 +73,9 @@ from spice.agent.tools.coding import Config
 from ._audit import AuditLog
 from ._framing import MAXIMUM_FRAME_BYTES
 from ._gate import HttpGate
-from ._guard import Peers, guarded_h11
 from ._http_settings import HttpSettings
 from ._oauth import JwtVerifier, KeysUnavailable, metadata_document, metadata_url
+from ._request_bounds import Peers, guarded_h11
 from ._server import serving
 from ._tokens import ANONYMOUS, SCOPES, TOOL_SCOPES, TokenStore
 

@@ -324,7 +324,7 @@ class PosixProcess:
     lifecycle ``_State``), the supervisor's report (``_Report``: the command's
     start and outcome), the standard streams (``_Streams``) and, with namespaces, the
     namespace addressing (``Namespace``); beside them what the launcher made for the call
-    (``_Made``), which the join releases. The leader stays
+    (``_Owned``), which the join releases. The leader stays
     unreaped (a zombie once it exits) until ``wait`` joins it: while it is unreaped
     its pid, and so its process-group id, cannot be reused, which makes every group
     signal safe. Once the join has reaped it, no signal is sent any more.
@@ -338,7 +338,7 @@ class PosixProcess:
         bounds: _Bounds,
         start: CallStart = UNCONTAINED_START,
     ) -> None:
-        self._made = _Made(start)
+        self._owned = _Owned(start)
         self._proxy = start.proxy
         self._loop = loop
         self._leader = _Leader(loop, popen, self._leader_gone)
@@ -371,18 +371,18 @@ class PosixProcess:
     @property
     def protected_restored(self) -> tuple[tuple[str, ...], int]:
         """After the join: the protected paths put back (at most 16: ``_guard``), and how many."""
-        return self._made.restored[:MAXIMUM_RESTORED], len(self._made.restored)
+        return self._owned.restored[:MAXIMUM_RESTORED], len(self._owned.restored)
 
     @property
     def cleanup_completed(self) -> bool:
         """After the join: whether what the launcher made for the call is gone (its TMPDIR)."""
-        return self._leader.state is _State.JOINED and not self._made.temporary_left
+        return self._leader.state is _State.JOINED and not self._owned.temporary_left
 
     @property
     def sandbox_hint(self) -> str | None:
         """After the join: one sentence naming the flag that would allow what the sandbox
         refused, as the command's output shows it (``_posix._hints``), else ``None``."""
-        hint = self._made.hint
+        hint = self._owned.hint
         return None if hint is None or self._leader.state is not _State.JOINED else hint()
 
     def _running_monitor(self) -> int | None:
@@ -527,7 +527,7 @@ class PosixProcess:
             await close_call(self._proxy)  # every tunnel of the call ends with it
             if leader.pinned:
                 await self._end_group()
-            if not await self._made.end_cgroup(self._bounds.end):
+            if not await self._owned.end_cgroup(self._bounds.end):
                 raise ProcessFailure(Operation.WAIT, retryable=True)
             report = self._report
             if report is not None:
@@ -541,7 +541,7 @@ class PosixProcess:
                     # The supervisor died or ran out of time before it ended its tree, and
                     # what came here is not all gone: not clean, the join is tried again.
                     raise ProcessFailure(Operation.WAIT, retryable=True)
-            await self._made.release()
+            await self._owned.release()
             await self._streams.drain(self._bounds.drain)
             if report is not None:
                 report.close()
@@ -566,7 +566,7 @@ class PosixProcess:
 
 
 @final
-class _Made:
+class _Owned:
     """What the launcher made for one call and the join releases: the call's cgroup, its
     private ``TMPDIR`` (without namespaces), and the launcher's own release (the plan's
     mount points and the files a call must not leave); also the call's ``sandbox_hint``."""

@@ -20,7 +20,7 @@ from http_support import LIST_BODY, WAIT, answer_of, http_server, names_of, writ
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from spice.agent.coding._mcp import _guard, _http
+from spice.agent.coding._mcp import _http, _request_bounds
 from spice.agent.coding._mcp._audit import AuditLog
 from spice.agent.coding._mcp._http_settings import DEFAULT_REQUEST_SECONDS, HttpSettings
 from spice.agent.coding._mcp._tokens import TokenStore
@@ -141,7 +141,7 @@ async def test_one_address_holds_at_most_the_bound_of_connections(
 ) -> None:
     """``MAXIMUM_CONNECTIONS_PER_PEER`` connections from one address stay open; the next one
     is closed as it is accepted; another address is served meanwhile."""
-    bound = _guard.MAXIMUM_CONNECTIONS_PER_PEER
+    bound = _request_bounds.MAXIMUM_CONNECTIONS_PER_PEER
     async with guarded(tmp_path, worktree, 300.0) as (url, token):
         port = int(url.rsplit(":", 1)[1].split("/")[0])
         async with (
@@ -210,7 +210,7 @@ async def test_a_head_over_the_bound_is_refused_and_a_kept_alive_client_is_serve
 
 
 def test_the_peer_count_is_bounded_and_forgets_an_address_that_holds_none() -> None:
-    peers = _guard.Peers(2)
+    peers = _request_bounds.Peers(2)
     assert [True, True, False] == [peers.admit("a") for _ in range(3)]
     assert peers.admit("b")
     peers.release("a")
