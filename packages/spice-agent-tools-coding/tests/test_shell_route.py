@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 from pathlib import Path
 from typing import Final
 
@@ -21,6 +22,7 @@ from spice.agent.tool import Call, ExecutionError, ExecutionState
 from spice.agent.tools.coding import Config
 from spice.agent.tools.coding._arguments import ArgumentError
 from spice.agent.tools.coding._capture import Capture
+from spice.agent.tools.coding._platform import batch_file, is_windows
 from spice.agent.tools.coding._results import ANSWER_ROOM, RESULT_UNENCODABLE
 from spice.agent.tools.coding._shell_answer import Ended, answer
 from spice.agent.tools.coding._shell_arguments import parse
@@ -36,6 +38,8 @@ SHELL_FIELDS: Final = (
     "contained",
 )
 CALL: Final = Call("c", "shell", "{}")
+CONFIG: Final = Config(str(Path(__file__).resolve().parent))
+"""A root that is absolute on every platform (decoding never opens it)."""
 
 ARGV_ITEM: Final = st.text(
     alphabet=st.characters(min_codepoint=1, max_codepoint=0xD7FF),  # no NUL, no surrogate
@@ -59,15 +63,15 @@ def imported(module: str) -> set[str]:
 
 @given(st.lists(ARGV_ITEM, min_size=1, max_size=6))
 def test_the_hints_of_the_argv_are_decided_once_at_decoding(argv: list[str]) -> None:
-    """A glob in the program or in an argument is known from the decoded arguments, so no
-    later step looks at the argv again for a hint; never a batch file off Windows."""
-    arguments = parse(json.dumps({"argv": argv}), Config("/work/tree"))
+    """A glob in the program or in an argument, or a batch file (Windows only), is known from
+    the decoded arguments, so no later step looks at the argv again for it."""
+    arguments = parse(json.dumps({"argv": argv}), CONFIG)
     assert arguments.argv == tuple(argv)
     assert arguments.program_globbed == (not GLOB_CHARACTERS.isdisjoint(argv[0]))
     assert arguments.arguments_globbed == any(
         not GLOB_CHARACTERS.isdisjoint(item) for item in argv[1:]
     )
-    assert arguments.batch_file is False
+    assert arguments.batch_file == (is_windows() and batch_file(argv[0]))
 
 
 @pytest.mark.parametrize(
@@ -75,15 +79,23 @@ def test_the_hints_of_the_argv_are_decided_once_at_decoding(argv: list[str]) -> 
     [(["ls"], False, False), (["*.py"], True, False), (["ls", "*.py"], False, True)],
 )
 def test_a_glob_is_placed_where_it_stands(argv: list[str], program: bool, rest: bool) -> None:
-    arguments = parse(json.dumps({"argv": argv}), Config("/work/tree"))
+    arguments = parse(json.dumps({"argv": argv}), CONFIG)
     assert (program, rest) == (arguments.program_globbed, arguments.arguments_globbed)
 
 
+@pytest.mark.parametrize(
+    ("program", "batch"), [("tool.bat", True), ("TOOL.CMD", True), ("tool.exe", False)]
+)
+def test_a_batch_file_is_known_at_decoding_on_windows_only(program: str, batch: bool) -> None:
+    arguments = parse(json.dumps({"argv": [program, "x"]}), CONFIG)
+    assert arguments.batch_file is (batch and os.name == "nt")
+
+
 def test_the_argv_bound_is_kept_at_decoding_on_both_sides() -> None:
-    at_bound = parse(json.dumps({"argv": ["x"] * MAXIMUM_ARGV_ITEMS}), Config("/work/tree"))
+    at_bound = parse(json.dumps({"argv": ["x"] * MAXIMUM_ARGV_ITEMS}), CONFIG)
     assert MAXIMUM_ARGV_ITEMS == len(at_bound.argv)
     with pytest.raises(ArgumentError):
-        parse(json.dumps({"argv": ["x"] * (MAXIMUM_ARGV_ITEMS + 1)}), Config("/work/tree"))
+        parse(json.dumps({"argv": ["x"] * (MAXIMUM_ARGV_ITEMS + 1)}), CONFIG)
 
 
 # ---- one answer site ------------------------------------------------------------------------
