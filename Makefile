@@ -136,7 +136,7 @@ $(CONFORMANCE)/node_modules/.package-lock.json: $(CONFORMANCE)/package.json $(CO
 
 # A real OAuth 2.1 authorization server (oidc-provider), pinned by
 # scripts/oauth-server/package-lock.json, that the HTTP transport's OAuth tests
-# (packages/spice-agent-coding/tests/test_http_oauth.py) start on loopback: the mcp SDK
+# (packages/spice-agent-coding/tests/mcp/test_http_oauth.py) start on loopback: the mcp SDK
 # client's own flow (discovery, dynamic registration, PKCE) against it. It runs on the
 # system's Node (>= 20). Installed again only when the lock changes; without npm those
 # tests are skipped with that reason.
@@ -206,7 +206,8 @@ lint:
 typecheck:
 	@for p in $(PACKAGES); do \
 	  echo "mypy --strict packages/$$p"; \
-	  MYPYPATH=packages/$$p/src:packages/$$p/tests $(UV_RUN) mypy --strict packages/$$p/src packages/$$p/tests || exit 1; \
+	  MYPYPATH=packages/$$p/src:$$(find packages/$$p/tests -type d -not -name __pycache__ -not -path '*/data*' | paste -sd:) \
+	    $(UV_RUN) mypy --strict packages/$$p/src packages/$$p/tests || exit 1; \
 	done
 
 	@echo "mypy --strict --platform win32 (the modules that run on Windows)"
@@ -253,24 +254,24 @@ UNPRIVILEGED_TESTS := \
   packages/spice-agent-tools-coding/tests/test_read_fanotify.py \
   packages/spice-agent-tools-coding/tests/test_shell.py \
   packages/spice-agent-tools-coding/tests/test_replace_protected.py \
-  packages/spice-agent-coding/tests/test_guard.py
+  packages/spice-agent-coding/tests/posix/test_guard.py
 # These start the environment's interpreter as that user (sys.executable): they need an
 # interpreter that user may execute itself. Where .venv's lies beneath a directory that user
 # cannot search (pyenv under /root), the same locked environment is made once more, from
 # uv's cache, on the first of UNPRIVILEGED_PYTHONS that user can execute.
 UNPRIVILEGED_PYTHONS ?= /usr/bin/python3 /usr/local/bin/python3
 UNPRIVILEGED_SPAWNING_TESTS := \
-  packages/spice-agent-coding/tests/test_shell_posix.py \
-  packages/spice-agent-coding/tests/test_containment.py \
-  packages/spice-agent-coding/tests/test_sandbox_attacks.py \
-  packages/spice-agent-coding/tests/test_sandbox_layers.py \
-  packages/spice-agent-coding/tests/test_posix_bwrap.py \
-  packages/spice-agent-coding/tests/test_allow_write.py \
-  packages/spice-agent-coding/tests/test_sandbox_fs.py \
-  packages/spice-agent-coding/tests/test_sandbox_tools.py \
-  packages/spice-agent-coding/tests/test_seccomp.py \
-  packages/spice-agent-coding/tests/test_caches.py \
-  packages/spice-agent-coding/tests/test_protected_sandbox.py
+  packages/spice-agent-coding/tests/posix/test_shell_posix.py \
+  packages/spice-agent-coding/tests/posix/test_containment.py \
+  packages/spice-agent-coding/tests/posix/test_sandbox_attacks.py \
+  packages/spice-agent-coding/tests/posix/test_sandbox_layers.py \
+  packages/spice-agent-coding/tests/posix/test_posix_bwrap.py \
+  packages/spice-agent-coding/tests/posix/test_allow_write.py \
+  packages/spice-agent-coding/tests/posix/test_sandbox_fs.py \
+  packages/spice-agent-coding/tests/posix/test_sandbox_tools.py \
+  packages/spice-agent-coding/tests/posix/test_seccomp.py \
+  packages/spice-agent-coding/tests/posix/test_caches.py \
+  packages/spice-agent-coding/tests/posix/test_protected_sandbox.py
 test-unprivileged:
 	@if [ "$$(id -u)" != 0 ]; then \
 	  echo "test-unprivileged: skipped: the runner is not root, so the suite already ran unprivileged"; exit 0; \

@@ -38,7 +38,7 @@ from _harness import (
 from spice.agent.coding import PosixLauncher
 from spice.agent.coding._posix._cgroup import resolve_cgroups
 from spice.agent.coding._posix._containment import OFF, resolve_containment
-from spice.agent.coding._posix._landlock import landlock_abi
+from spice.agent.coding._posix._supervisor._landlock import landlock_abi
 from spice.agent.process import Spec
 
 SECTION: Final = "containment"

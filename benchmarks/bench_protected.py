@@ -34,8 +34,8 @@ from _harness import Figure, Settings, Target, main_of, milliseconds, rotate, un
 from spice.agent.coding import PosixLauncher
 from spice.agent.coding._posix import _facts
 from spice.agent.coding._posix._containment import OFF, resolve_containment
-from spice.agent.coding._posix._landlock import landlock_abi
 from spice.agent.coding._posix._scan import RACY_NS, Known
+from spice.agent.coding._posix._supervisor._landlock import landlock_abi
 from spice.agent.process import Spec
 from spice.agent.tools.coding import ProtectedPaths
 

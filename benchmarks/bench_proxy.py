@@ -34,10 +34,10 @@ from typing import Final
 from _harness import Figure, Settings, Target, main_of, milliseconds, rotate, unavailable
 
 from spice.agent.coding import PosixLauncher
-from spice.agent.coding._network import DomainPolicy, parse_patterns
+from spice.agent.coding._netpolicy._domains import DomainPolicy, parse_patterns
 from spice.agent.coding._posix._containment import resolve_containment
-from spice.agent.coding._posix._proxy import Proxy
-from spice.agent.coding._posix._relay import UNIX_SEND_BYTES
+from spice.agent.coding._posix._net._proxy import Proxy
+from spice.agent.coding._posix._net._relay import UNIX_SEND_BYTES
 from spice.agent.process import Spec
 
 SECTION: Final = "proxy"

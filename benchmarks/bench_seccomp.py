@@ -25,8 +25,8 @@ from _harness import Figure, Settings, main_of, milliseconds, rotate, unavailabl
 
 from spice.agent.coding import PosixLauncher
 from spice.agent.coding._posix._containment import resolve_containment
-from spice.agent.coding._posix._landlock import landlock_abi
-from spice.agent.coding._posix._seccomp import available
+from spice.agent.coding._posix._supervisor._landlock import landlock_abi
+from spice.agent.coding._posix._supervisor._seccomp import available
 from spice.agent.process import Spec
 
 SECTION: Final = "seccomp"

@@ -130,16 +130,17 @@ POSIX_ONLY_MODULES: Final[dict[str, str]] = {
 """Test modules (by file name) whose subject exists only on POSIX systems."""
 
 POSIX_ONLY_TESTS: Final[dict[str, str]] = {
-    "packages/spice-agent-coding/tests/test_http_tokens.py::"
+    "packages/spice-agent-coding/tests/mcp/test_http_tokens.py::"
     "test_an_unusable_file_is_refused_at_start": MESSAGES_POSIX,
     "packages/spice-agent-coding/tests/test_refusals_teach_cli.py::"
     "test_a_missing_token_file_names_its_path_and_token_add": MESSAGES_POSIX,
     "packages/spice-agent-coding/tests/test_refusals_teach_cli.py::"
     "test_an_allow_write_refusal_names_the_path_and_why": MESSAGES_POSIX,
-    "packages/spice-agent-coding/tests/test_stdin_exit.py::test_the_console_script_runs_console": (
+    "packages/spice-agent-coding/tests/mcp/test_stdin_exit.py::"
+    "test_the_console_script_runs_console": (
         "the console script is a Python file on POSIX; on Windows an .exe launcher"
     ),
-    "packages/spice-agent-coding/tests/test_unprotect.py::"
+    "packages/spice-agent-coding/tests/settings/test_unprotect.py::"
     "test_the_settings_files_unprotect_joins_the_flags_and_is_refused_by_its_line": (POSIX_PATHS),
     "packages/spice-agent-tools-coding/tests/test_config.py::"
     "test_the_root_is_normalized_lexically": "POSIX path spelling (//, /)",
@@ -166,27 +167,27 @@ POSIX_ONLY_TESTS: Final[dict[str, str]] = {
     "test_a_replace_worker_past_the_bound_is_still_answered_honestly": ROOT,
     "packages/spice-agent-tools-coding/tests/test_settling.py::"
     "test_a_replace_at_loop_shutdown_keeps_its_interruption_and_its_lease": ROOT,
-    "packages/spice-agent-coding/tests/test_mcp_pipes.py::"
+    "packages/spice-agent-coding/tests/mcp/test_mcp_pipes.py::"
     "test_divert_points_the_descriptors_away_while_serving_and_restores_them": (
         "which file a descriptor names, told by st_ino (0 for every pipe on Windows)"
     ),
-    "packages/spice-agent-coding/tests/test_mcp_pipes.py::"
+    "packages/spice-agent-coding/tests/mcp/test_mcp_pipes.py::"
     "test_a_divert_that_fails_at_any_step_leaks_nothing_and_restores_both": (
         "the open descriptors, listed in /proc/self/fd"
     ),
-    "packages/spice-agent-coding/tests/test_mcp_shutdown.py::"
+    "packages/spice-agent-coding/tests/mcp/test_mcp_shutdown.py::"
     "test_a_command_past_the_grace_period_is_stopped_and_the_server_exits_0": SIGNALS,
-    "packages/spice-agent-coding/tests/test_mcp_load.py::"
+    "packages/spice-agent-coding/tests/mcp/test_mcp_load.py::"
     "test_pipelined_large_requests_keep_the_peak_rss_growth_bounded": PEAK_RSS,
-    "packages/spice-agent-coding/tests/test_mcp_load.py::"
+    "packages/spice-agent-coding/tests/mcp/test_mcp_load.py::"
     "test_two_thousand_pipelined_large_requests_keep_the_peak_rss_growth_bounded": PEAK_RSS,
-    "packages/spice-agent-coding/tests/test_mcp_shutdown.py::"
+    "packages/spice-agent-coding/tests/mcp/test_mcp_shutdown.py::"
     "test_a_cancelled_replace_waits_out_its_slow_worker_without_spinning": ROOT,
-    "packages/spice-agent-coding/tests/test_mcp_shutdown.py::"
+    "packages/spice-agent-coding/tests/mcp/test_mcp_shutdown.py::"
     "test_a_cancelled_command_that_ignores_sigterm_is_waited_out_without_spinning": SIGNALS,
     "packages/spice-agent-coding/tests/test_settling_anyio.py::"
     "test_a_tool_cancelled_in_an_anyio_scope_waits_for_its_worker_idle": ROOT,
-    "packages/spice-agent-coding/tests/test_gemini_clients.py::"
+    "packages/spice-agent-coding/tests/mcp/test_gemini_clients.py::"
     "test_without_its_dialect_gemini_cli_declares_what_the_gemini_api_refuses": (
         "the server variant it starts is a /bin/sh wrapper"
     ),

@@ -28,7 +28,7 @@ MEASURED_FLAGS = (
     "-c",
     (
         "import os, sys\n"
-        "from spice.agent.coding._posix import _supervisor as supervisor\n"
+        "from spice.agent.coding._posix._supervisor import _main as supervisor\n"
         "os.close(int(sys.argv.pop(1)))\n"
         "supervisor.supervise(int(sys.argv[1]), int(sys.argv[2]))\n"
     ),

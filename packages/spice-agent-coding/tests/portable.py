@@ -16,7 +16,7 @@ from typing import Final
 
 import pytest
 
-from spice.agent.coding._hostconfig import HOST_VARIABLES
+from spice.agent.coding._netpolicy._hostconfig import HOST_VARIABLES
 from spice.agent.coding._windows._launcher import AUTO_ON_WINDOWS
 from spice.agent.tools.coding._config import DEFAULT_ENVIRONMENT_ALLOWLIST
 

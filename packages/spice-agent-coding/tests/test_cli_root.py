@@ -12,7 +12,7 @@ import pytest
 
 from spice.agent.coding._cli import main
 from spice.agent.coding._sandbox import SLASH_ROOT_NEEDS_OFF
-from spice.agent.coding._settings import EMPTY_ROOT
+from spice.agent.coding._settings._resolve import EMPTY_ROOT
 
 SCRIPT = Path(sys.executable).parent / "spice-coding"
 COMMANDS = {"tools": [], "call": ["read", '{"path": "a.txt"}'], "serve": []}

@@ -295,7 +295,8 @@ async def test_compose_yields_a_dispatcher(tmp_path: Path) -> None:
 
 
 def _imported_modules(module: str) -> set[str]:
-    """The package modules ``module`` imports (``from .x import``), type-checking ones too."""
+    """The package modules ``module`` imports (``from .x import`` or ``from ..x import``,
+    named from the application's top), type-checking ones too."""
     import ast  # noqa: PLC0415
     import importlib.util  # noqa: PLC0415
 
@@ -303,17 +304,18 @@ def _imported_modules(module: str) -> set[str]:
     assert spec is not None
     assert spec.origin is not None
     tree = ast.parse(Path(spec.origin).read_text())
+    depth = module.count(".") + 1
     return {
         node.module or ""
         for node in ast.walk(tree)
-        if isinstance(node, ast.ImportFrom) and node.level == 1
+        if isinstance(node, ast.ImportFrom) and node.level == depth
     }
 
 
 def test_the_composition_root_knows_nothing_of_settings_or_the_sandbox_modes() -> None:
     """``_compose`` imports neither ``_settings`` nor ``_containment`` (one way only)."""
     assert set() == _imported_modules("_compose") & {"_settings", "_containment", "_cli"}
-    assert "_compose" in _imported_modules("_settings")
+    assert "_compose" in _imported_modules("_settings._resolve")
     import spice.agent.coding._compose as composition  # noqa: PLC0415
 
     assert not hasattr(composition, "launcher_for")

@@ -33,10 +33,10 @@ from spice.agent.coding import PosixLauncher, PosixResolver
 from spice.agent.coding import _cli as cli
 from spice.agent.coding._posix import _bwrap
 from spice.agent.coding._posix import _containment as containment_module
-from spice.agent.coding._posix import _landlock as landlock
 from spice.agent.coding._posix._containment import Containment, resolve_containment
-from spice.agent.coding._posix._landlock import landlock_abi
 from spice.agent.coding._posix._launcher import SERVER_DEATH_BOUND_SECONDS
+from spice.agent.coding._posix._supervisor import _landlock as landlock
+from spice.agent.coding._posix._supervisor._landlock import landlock_abi
 from spice.agent.coding._sandbox import AUTO_WITHOUT_LANDLOCK, NO_LANDLOCK, ContainmentUnavailable
 from spice.agent.dispatch import Dispatcher
 from spice.agent.tool import Call
@@ -437,7 +437,7 @@ def test_a_contained_policy_needs_an_abi() -> None:
 @pytest.mark.parametrize("abi", range(8))
 def test_each_abi_reports_every_rule_once_as_enforced_or_missing(abi: int) -> None:
     """What is enforced plus what is missing is every rule; the network flag waives TCP."""
-    from spice.agent.coding._posix._landlock import RULES  # noqa: PLC0415
+    from spice.agent.coding._posix._supervisor._landlock import RULES  # noqa: PLC0415
 
     names = [name for name, _ in RULES]
     if abi == 0:

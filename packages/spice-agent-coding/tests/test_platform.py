@@ -15,7 +15,7 @@ from spice.agent.coding._platform import (
     platform_launcher,
 )
 from spice.agent.coding._sandbox import ContainmentUnavailable
-from spice.agent.coding._settings import Settings
+from spice.agent.coding._settings._resolve import Settings
 from spice.agent.coding._windows._launcher import (
     AUTO_ON_WINDOWS,
     NO_SANDBOX,

@@ -114,9 +114,9 @@ def test_every_module_is_found() -> None:
         "spice.agent.coding._cli",
         "spice.agent.coding._mcp._stdio",
         "spice.agent.coding._posix._launcher",
-        "spice.agent.coding._posix._landlock",
-        "spice.agent.coding._posix._supervisor",
-        "spice.agent.coding._posix._tmpdir",
+        "spice.agent.coding._posix._supervisor._landlock",
+        "spice.agent.coding._posix._supervisor._main",
+        "spice.agent.coding._posix._supervisor._tmpdir",
         "spice.agent.coding._windows._launcher",
         "spice.agent.coding._windows._resolver",
     ):

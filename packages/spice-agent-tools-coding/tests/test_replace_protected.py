@@ -225,11 +225,11 @@ def test_the_walk_up_agrees_with_proc(tmp_path: Path) -> None:
 
 
 def test_the_windows_worker_asks_the_policy_before_its_engine(tmp_path: Path) -> None:
-    """``_replace_windows.work`` refuses a protected path before it opens anything (the
+    """``_windows._replace.work`` refuses a protected path before it opens anything (the
     Windows API is never reached here: the root does not even exist)."""
-    from spice.agent.tools.coding import _replace_windows  # noqa: PLC0415 - one test
     from spice.agent.tools.coding._commit import CommitGate  # noqa: PLC0415
     from spice.agent.tools.coding._replace_arguments import decode  # noqa: PLC0415
+    from spice.agent.tools.coding._windows import _replace as _replace_windows  # noqa: PLC0415 - one test
 
     config = Config(str(tmp_path / "absent"), protected_paths=ProtectedPaths.default())
     for path in (".GIT/Config", ".git./hooks/pre-commit", "sub\\.mcp.json"):

@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING, Final, NoReturn
 from spice.agent.dispatch import Dispatcher
 from spice.agent.tool import MAXIMUM_PAYLOAD_BYTES, Call, Definition, ExecutionError
 
-from ._cache_age import CacheAgeError, add_cache_max_age, resolve_cache_max_age
 from ._compose import compose
 from ._exit import exit_promptly
 from ._mcp._http_settings import HttpSettings
@@ -39,11 +38,12 @@ from ._platform import (
     platform_launcher,
     release_caches,
 )
-from ._protection import protection_report, with_extra
-from ._reload import watching
 from ._sandbox import HELP as SANDBOX_HELP
 from ._sandbox import SERVER_WARNING, ContainmentUnavailable, slash_root_problem
-from ._settings import (
+from ._settings._cache_age import CacheAgeError, add_cache_max_age, resolve_cache_max_age
+from ._settings._protection import protection_report, with_extra
+from ._settings._reload import watching
+from ._settings._resolve import (
     Settings,
     SettingsError,
     add_arguments,
@@ -201,7 +201,7 @@ def tools_json(
     """The ``tools`` output: stable JSON (sorted keys, sorted tools), one document.
 
     ``sandbox`` (the launcher's containment report) and ``protected`` (what no agent may
-    change, what was given back: ``_protection``) sit beside the definitions.
+    change, what was given back: ``_settings._protection``) sit beside the definitions.
     """
     document: dict[str, object] = {"tools": [_definition_json(d) for d in dispatcher.definitions]}
     if sandbox is not None:

@@ -21,7 +21,7 @@ from typing import Final, Protocol, final
 from spice.agent.process import ExecutableResolver, Launcher, Process, Spec
 from spice.agent.tools.coding import ProtectedPaths
 
-from ._network import DomainPolicy
+from ._netpolicy._domains import DomainPolicy
 from ._posix._launcher import PosixLauncher
 from ._posix._resolver import PosixResolver
 from ._sandbox import DEFAULT_MAX_PROCESSES, DEFAULT_MODE, ContainmentUnavailable, SandboxReport
@@ -172,7 +172,8 @@ def harden() -> None:
     killed supervisor come back here and are ended at their call's join. Each step
     answers for itself where the platform has no such thing.
     """
-    from ._posix import _landlock, _launcher  # noqa: PLC0415 - POSIX only (every module imports)
+    from ._posix import _launcher  # noqa: PLC0415 - POSIX only (every module imports)
+    from ._posix._supervisor import _landlock  # noqa: PLC0415 - POSIX only (every module imports)
 
     _landlock.set_dumpable(False)
     _launcher.adopt_orphans()

@@ -4,7 +4,7 @@ Contract 10.1: where the host lets the server make them (root, or unprivileged u
 namespaces), each contained command runs in new user, PID, network, IPC, UTS and mount
 namespaces made by ``bwrap``. This module only finds the executable, asks the host once
 whether the namespaces can be made here, and builds the argument vector: the server
-executes it, and the supervisor (``_posix._supervisor``) runs inside it and applies Landlock
+executes it, and the supervisor (``_posix._supervisor._main``) runs inside it and applies Landlock
 and the rest there.
 
 - ``find_bwrap``: the system's ``bwrap`` on ``PATH`` (resolved), else the one an
@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final, final
 
-from ._landlock import parent_of
+from ._supervisor._landlock import parent_of
 
 __all__ = [
     "PRIVATE_TMP",

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Final, final
 
 from .. import _sandbox
-from . import _tmpdir
+from ._supervisor import _tmpdir
 
 __all__ = [
     "CACHE_APPLICATION",

@@ -20,7 +20,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Final, final
 
-from .._network import DomainPolicy
+from .._netpolicy._domains import DomainPolicy
+from .._netpolicy._upstream import upstream_of
 from .._sandbox import (
     AUTO_WITHOUT_LANDLOCK,
     DEFAULT_MODE,
@@ -30,11 +31,10 @@ from .._sandbox import (
     WORKSPACE,
     ContainmentUnavailable,
 )
-from .._upstream import upstream_of
 from . import _bwrap, _facts
-from . import _landlock as landlock
-from . import _seccomp as seccomp
 from ._bwrap import Namespaces
+from ._supervisor import _landlock as landlock
+from ._supervisor import _seccomp as seccomp
 
 MAXIMUM_SENTENCE_BYTES: Final = 768
 """Bound of the sentence the shell's description gets about what is confined (the

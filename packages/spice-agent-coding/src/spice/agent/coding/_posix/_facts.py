@@ -21,7 +21,7 @@ from typing import Final, final
 
 from spice.agent.tools.coding import ProtectedPaths
 
-from .._hostconfig import read_host_configuration
+from .._netpolicy._hostconfig import read_host_configuration
 from .._sandbox import CREDENTIALS, home_directory
 from ._caches import (
     CACHE_APPLICATION,
@@ -394,7 +394,7 @@ def kept_visible() -> tuple[str, ...]:
 
 def shown_paths(environ: Mapping[str, str], home: str | None) -> tuple[str, ...]:
     """What a command sees read-only even where the home is hidden (contract 12.2): the
-    host's CA files (``_hostconfig``) and the ``PATH`` directories beneath the home (at
+    host's CA files (``_netpolicy._hostconfig``) and the ``PATH`` directories beneath the home (at
     most ``MAXIMUM_PATH_DIRECTORIES``; never the home itself, nor one that holds a place
     where a credential is kept, such as ``~/.config`` or ``~/.local``), real paths that
     exist."""

@@ -129,7 +129,7 @@ class Guard:
         return not self.policy.empty
 
     def report(self) -> dict[str, object]:
-        """How the sandbox holds the protected paths, for ``tools`` (``_protection`` says
+        """How the sandbox holds the protected paths, for ``tools`` (``_settings._protection`` says
         which they are)."""
         if not self.active:
             return {"how": "nothing is protected"}

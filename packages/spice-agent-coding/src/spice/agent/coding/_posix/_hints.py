@@ -21,7 +21,7 @@ from typing import Final, final
 
 from spice.agent.process import Sink
 
-from .._network import RAW_SUFFIX, pattern_allowing
+from .._netpolicy._domains import RAW_SUFFIX, pattern_allowing
 
 __all__ = [
     "MAXIMUM_HINT_BYTES",

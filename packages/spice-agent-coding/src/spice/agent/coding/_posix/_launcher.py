@@ -23,7 +23,7 @@ in short:
 - ``wait`` (the join) kills what is left of the group while the leader still pins it,
   reaps the leader, drains the pipes for at most ``DRAIN_BOUND_SECONDS`` and closes
   them. Nothing in it waits on a pipe held open by a descendant.
-- On Linux the leader is a per-call supervisor (``_posix._supervisor``, run as
+- On Linux the leader is a per-call supervisor (``_posix._supervisor._main``, run as
   ``python -I -S -c``, its code compiled once at start) and the command is its child:
   it owns the whole tree (a child subreaper), ends it on the join's request, on the
   force kill and when the server dies, applies the Landlock policy of ``_containment``
@@ -50,11 +50,11 @@ from spice.agent.process import LaunchError, Spec
 
 from . import _bwrap, _facts, _hints, _plan
 from . import _orphans as orphans
-from . import _supervisor as supervisor
 from ._cgroup import Cgroups
 from ._containment import OFF, Containment, describe
 from ._guard import server_guard
 from ._leader import _close_quietly
+from ._net._proxy import CallProxy, Proxy, close_call, open_for_call
 from ._prepare import Prepared, Server, mount_points, prepare, sample_rules
 from ._process import (
     DRAIN_BOUND_SECONDS,
@@ -67,7 +67,7 @@ from ._process import (
     _Bounds,
     take_over,
 )
-from ._proxy import CallProxy, Proxy, close_call, open_for_call
+from ._supervisor import _main as supervisor
 
 SERVER_DEATH_BOUND_SECONDS: Final = 2.0
 """When the server dies, even by SIGKILL, every command and descendant ends within this."""
@@ -81,8 +81,8 @@ The join is bounded by its own phases (end, exit, sweep, drain); this bound is t
 with room for the TMPDIR's removal.
 """
 
-_HERE: Final = os.path.dirname(os.path.abspath(__file__))
-SUPERVISOR_MODULES: Final = ("_seccomp", "_landlock", "_tmpdir", "_bridge", "_supervisor")
+_HERE: Final = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_supervisor")
+SUPERVISOR_MODULES: Final = ("_seccomp", "_landlock", "_tmpdir", "_bridge", "_main")
 """The modules a supervisor runs, in import order: its helpers, then itself (``__main__``)."""
 
 
@@ -311,7 +311,7 @@ _SLOTS: Final = (
 class PosixLauncher:
     """Starts each child in its own session and process group.
 
-    On Linux each command runs under a small per-call supervisor (``_posix._supervisor``)
+    On Linux each command runs under a small per-call supervisor (``_posix._supervisor._main``)
     that leads the group, owns the command's whole tree (a child subreaper), ends it
     when the server dies, and, when ``containment`` says so, applies the Landlock
     policy between ``fork`` and ``exec`` of the command (writes only beneath ``root``

@@ -38,7 +38,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, TypeVar, final
 
-from . import _landlock as landlock
+from ._supervisor import _landlock as landlock
 
 __all__ = [
     "ROUND_PAUSE_SECONDS",

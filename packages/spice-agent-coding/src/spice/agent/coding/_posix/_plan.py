@@ -44,9 +44,10 @@ from typing import Final, final
 from spice.agent.tools.coding import ProtectedPaths
 
 from .._sandbox import CREDENTIALS, HOME_SHOWN
-from . import _bridge, _bwrap
-from . import _supervisor as supervisor
-from ._proxy import proxy_environment
+from . import _bwrap
+from ._net._proxy import proxy_environment
+from ._supervisor import _bridge
+from ._supervisor import _main as supervisor
 
 __all__ = [
     "CACHE_VARIABLES",
@@ -228,7 +229,7 @@ class CallPlan:
     empty_directory: str | None = None
     empty_file: str | None = None
     proxy: str | None = None
-    """The call's proxy socket on the host (``_posix._proxy``), bound read-only at
+    """The call's proxy socket on the host (``_posix._net._proxy``), bound read-only at
     ``_bridge.SOCKET`` (namespaces without ``--allow-network`` only)."""
     home: str | None = None
     """The hidden home: an empty read-only tmpfs over it (namespaces only)."""

@@ -30,8 +30,8 @@ from . import _bwrap, _hints, _plan
 from ._cgroup import CallCgroup, Cgroups
 from ._containment import Containment
 from ._guard import Guard, ender
+from ._net._proxy import CallProxy, Proxy
 from ._process import CallStart, _remove_tree
-from ._proxy import CallProxy, Proxy
 
 __all__ = [
     "TMPDIR_PREFIX",

@@ -28,13 +28,13 @@ from spice.agent.process import LaunchError, Operation, Outcome, ProcessFailure,
 from spice.agent.tools.coding.settling import settle
 
 from . import _orphans as orphans
-from . import _supervisor as supervisor
-from . import _tmpdir as tmpdir
 from ._cgroup import CallCgroup
 from ._guard import MAXIMUM_RESTORED
 from ._leader import _close_quietly, _Leader, _State
 from ._namespace import Namespace
-from ._proxy import CallProxy, close_call, refused_of
+from ._net._proxy import CallProxy, close_call, refused_of
+from ._supervisor import _main as supervisor
+from ._supervisor import _tmpdir as tmpdir
 
 READ_CHUNK_BYTES: Final = 64 * 1024
 """Bytes read from a child's stdout or stderr per readiness event (and handed to the sink)."""

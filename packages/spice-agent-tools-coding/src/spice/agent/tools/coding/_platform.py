@@ -3,9 +3,9 @@
 - POSIX: ``_root`` (``openat2``, else a no-follow walk beneath a held descriptor) for
   ``read``, ``replace`` and the shell's workdir; ``clean_path`` for names.
 - Windows: ``read`` and ``replace`` open every name beneath a held NT directory handle
-  (``_root_windows``: ``NtCreateFile`` with ``RootDirectory``, no reparse point followed),
-  names are checked by ``_winnames``; ``replace``'s worker is ``_replace_windows``
-  (picked by ``ReplaceTool``); the shell's workdir check is ``_windows_workdir``.
+  (``_windows._root``: ``NtCreateFile`` with ``RootDirectory``, no reparse point followed),
+  names are checked by ``_windows._names``; ``replace``'s worker is ``_windows._replace``
+  (picked by ``ReplaceTool``); the shell's workdir check is ``_windows._workdir``.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import sys
 from collections.abc import Callable
 from typing import Final
 
-from . import _winapi
 from ._root import PathError
+from ._windows import _api as _winapi
 
 __all__ = [
     "BATCH_EXTENSIONS",
@@ -38,8 +38,8 @@ WINDOWS: Final = sys.platform == "win32"
 """Whether ``read`` and ``replace`` take the Windows route in this process."""
 
 if sys.platform == "win32":
-    from ._root_windows import open_regular, pread
-    from ._winnames import clean_windows_path as clean_path
+    from ._windows._names import clean_windows_path as clean_path
+    from ._windows._root import open_regular, pread
 else:
     from ._root import clean_path, open_beneath, open_root
 
@@ -81,7 +81,7 @@ def batch_file(name: str) -> bool:
 def workdir_check(posix: WorkdirCheck) -> WorkdirCheck:
     """The shell's workdir check for this platform (``posix`` is the POSIX one)."""
     if is_windows():
-        from ._windows_workdir import inspect_workdir  # noqa: PLC0415 - Windows only
+        from ._windows._workdir import inspect_workdir  # noqa: PLC0415 - Windows only
 
         return inspect_workdir
     return posix

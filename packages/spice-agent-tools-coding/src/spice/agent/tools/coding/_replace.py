@@ -210,14 +210,14 @@ def _work(config: Config, syscalls: Syscalls, arguments: Arguments, gate: Commit
 def _windows_work(
     config: Config, _syscalls: Syscalls, arguments: Arguments, gate: CommitGate
 ) -> Done:
-    """The Windows worker (``_replace_windows``); ``unsupported_platform`` without its API."""
-    from . import _winapi  # noqa: PLC0415 - the Windows modules load only on this route
+    """The Windows worker (``_windows._replace``); ``unsupported_platform`` without its API."""
+    from ._windows import _api as _winapi  # noqa: PLC0415 - the Windows modules load only on this route
 
     if not _winapi.available():
         body = arguments.body
         change = Change(body.data, body.sha256) if isinstance(body, Whole) else None
         return Done(Outcome("unsupported_platform", UNSUPPORTED), change)
-    from ._replace_windows import work  # noqa: PLC0415 - the Windows modules load only here
+    from ._windows._replace import work  # noqa: PLC0415 - the Windows modules load only here
 
     return work(config, arguments, gate)
 

@@ -1,6 +1,6 @@
 """What a ``replace`` worker hands back, and the rules both engines' workers share.
 
-The POSIX worker (``_replace``) and the Windows worker (``_replace_windows``) differ only
+The POSIX worker (``_replace``) and the Windows worker (``_windows._replace``) differ only
 in how they open names and commit bytes. What they answer, how the edit form turns the
 current file into new bytes, and how a create that could not withdraw the directories
 it made says so, live here once: neither worker imports the other.

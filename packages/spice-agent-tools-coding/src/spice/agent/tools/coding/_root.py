@@ -196,7 +196,7 @@ _LINK_OR_FILE: Final = frozenset({errno.ELOOP, errno.ENOTDIR, errno.EMLINK})
 
 _O_PATH: Final = O_PATH
 # POSIX-only flags are read with a default: this module imports on Windows too, where read
-# and replace take the Windows root (``_root_windows``) and nothing here runs (10.4).
+# and replace take the Windows root (``_windows._root``) and nothing here runs (10.4).
 _DIRECTORY: Final = (
     os.O_RDONLY
     | getattr(os, "O_DIRECTORY", 0)
