@@ -74,6 +74,13 @@ PROTECTED_SENTENCE: Final = (
     ".claude/, .vscode/ ...) are protected: a change is refused or undone after the call."
 )
 """What the shell's description says of the protected paths (contract 12.1)."""
+STAGED_SENTENCE: Final = (
+    "Worktree writes are staged: they land when the call ends (answer: changes), the "
+    "user's edits made meanwhile win (conflicts); git config and hooks in any repository, "
+    ".gitmodules and agent and editor settings (.mcp.json, .claude/, .vscode/ ...) are "
+    "protected: such a change is refused (protected_refused)."
+)
+"""What the shell's description says of a staged worktree (contract 13.1)."""
 BUILD_FILES: Final = "build files and scripts that run later outside (review them)"
 NOT_CONTAINED_WITHOUT_NAMESPACES: Final = (
     "without namespaces and a seccomp filter, other processes, TCP through MPTCP, "
@@ -405,9 +412,10 @@ def resolve_containment(
     )
 
 
-def describe(policy: Containment, *, protected: bool) -> str | None:
+def describe(policy: Containment, *, protected: bool, staged: bool = False) -> str | None:
     """The shell's sandbox sentence; ``protected``: the launcher holds the protected
-    paths (contract 12.1: read-only or put back at the join, on both paths)."""
+    paths (contract 12.1: read-only or put back at the join, on both paths); ``staged``:
+    every call writes the worktree through a stage (contract 13.1)."""
     if not policy.confined:
         return None
     places = "a private $TMPDIR"
@@ -446,9 +454,9 @@ def describe(policy: Containment, *, protected: bool) -> str | None:
         parts.append("network and other processes NOT fully isolated (see tools)")
         isolation = "; " + "; ".join(parts)
     reads = "reads but credentials" if policy.namespaces.made else "reads"
-    git = "" if protected else ".git/config, hooks, "
+    git = "" if protected or staged else ".git/config, hooks, "
     open_ = f"{reads}; hard-linked files; {git}build files (run later, outside)"
-    held = f" {PROTECTED_SENTENCE}" if protected else ""
+    held = f" {STAGED_SENTENCE}" if staged else f" {PROTECTED_SENTENCE}" if protected else ""
     text = (
         "Sandbox: the program and its children may write only beneath the worktree "
         f"root, {places} and /dev/null-like devices{isolation}. Not confined: {open_}."

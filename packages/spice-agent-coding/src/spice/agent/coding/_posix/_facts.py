@@ -32,6 +32,7 @@ from ._caches import (
     user_cache_directory,
 )
 from ._plan import CACHE_DIRECTORIES, Place, StartFacts
+from ._stage._stage import NO_NAMESPACES, StagePlace, stage_place
 
 __all__ = [
     "CACHE_APPLICATION",
@@ -464,6 +465,11 @@ def start_facts(
     if not all(relative_to_home(name) for name in allow_read):
         raise ValueError("allow_read takes normal paths relative to the home")
     policy = ProtectedPaths.default(unprotect=unprotect) if protected is None else protected
+    place = (
+        stage_place(root, source, [p.path for p in places])
+        if bwrap is not None and cache
+        else StagePlace(None, NO_NAMESPACES)
+    )
     return StartFacts(
         places,
         home,
@@ -478,4 +484,6 @@ def start_facts(
         host_variables(source, home),
         policy,
         records_directory(root, source, places) if cache and not policy.empty else None,
+        place.directory,
+        place.reason,
     )

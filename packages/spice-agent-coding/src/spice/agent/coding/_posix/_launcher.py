@@ -67,6 +67,7 @@ from ._process import (
     _Bounds,
     take_over,
 )
+from ._stage._stage import stage_report
 from ._supervisor import _main as supervisor
 
 SERVER_DEATH_BOUND_SECONDS: Final = 2.0
@@ -370,7 +371,8 @@ class PosixLauncher:
     @property
     def containment(self) -> str | None:
         """What the sandbox confines, for the shell's description; ``None`` when off."""
-        return describe(self._containment, protected=self._guard.active)
+        staged = self._facts is not None and self._facts.stages is not None
+        return describe(self._containment, protected=self._guard.active, staged=staged)
 
     @property
     def sandbox(self) -> Containment:
@@ -393,6 +395,8 @@ class PosixLauncher:
             report["plan"] = sample_rules(self._facts, self._containment, _KEPT_VISIBLE)
         if self._guard.active:
             report["protected"] = self._guard.report()
+        if self._facts is not None:
+            report["stage"] = stage_report(self._facts.stages, self._facts.unstaged)
         return report
 
     async def start(self, spec: Spec) -> PosixProcess:
@@ -457,12 +461,16 @@ class PosixLauncher:
                     str(report_fd),
                 ]
                 environment, handed = _SUPERVISOR_ENVIRONMENT, (code, *prepared.descriptors)
+            stage = None if prepared is None else prepared.stage
+            if stage is not None:
+                stage.open()
             popen = orphans.spawn(
                 argv,
                 streams=(standard.stdin, standard.stdout, standard.stderr),
                 cwd=standard.cwd,
                 env=environment,
                 pass_fds=handed,
+                enter=None if stage is None else stage.enter,
             )
         except Exception:  # noqa: BLE001 - every start failure is one LaunchError, no OS text
             ends.close_parent()

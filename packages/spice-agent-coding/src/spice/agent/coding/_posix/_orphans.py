@@ -106,11 +106,14 @@ def spawn(
     cwd: str,
     env: Mapping[str, str],
     pass_fds: Sequence[int] = (),
+    enter: Callable[[], None] | None = None,
 ) -> subprocess.Popen[bytes]:
     """Start ``argv`` (``argv[0]`` an absolute path) as a registered leader: its own session
     and process group, ``streams`` as stdin, stdout and stderr, ``env`` exactly, every
-    descriptor but ``pass_fds`` closed, default signal dispositions; no shell, and no
-    ``preexec_fn`` (so ``vfork`` where Python can)."""
+    descriptor but ``pass_fds`` closed, default signal dispositions; no shell. ``enter``:
+    a staged call's namespaces and overlay (``_stage.Stage.enter``), run in the child
+    before ``execve`` (Popen's ``preexec_fn``: a ``fork``); without it no ``preexec_fn``,
+    so ``vfork`` where Python can."""
     return started(
         lambda: subprocess.Popen(  # noqa: S603 - an argv list, no shell
             list(argv),
@@ -124,6 +127,7 @@ def spawn(
             pass_fds=tuple(pass_fds),
             start_new_session=True,
             restore_signals=True,
+            preexec_fn=enter,  # noqa: PLW1509 - async-signal-safe: syscalls on prepared bytes
         ),
         _pid_of,
     )

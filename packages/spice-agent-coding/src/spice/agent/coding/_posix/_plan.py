@@ -175,7 +175,8 @@ class StartFacts:
     ``protected``: the paths no agent may change (contract 12.1; the same value the
     ``replace`` tool obeys), by default the standard set. ``records``: the server's
     private directory (outside every writable place) where a call's baseline of
-    protected paths is recorded (``_guard``), ``None``: no record is kept.
+    protected paths is recorded (``_guard``), ``None``: no record is kept. ``stages``
+    and ``unstaged``: where each call's stage is made, or why none is.
     """
 
     places: tuple[Place, ...]
@@ -193,6 +194,11 @@ class StartFacts:
     configures in files a command does not see (``.npmrc``'s registry)."""
     protected: ProtectedPaths = ProtectedPaths.default()  # noqa: RUF009 - a frozen value
     records: str | None = None
+    stages: str | None = None
+    """Where the root's stages are made (``_stage.stage_place``): every call on the
+    namespace path is staged (contract 13.1); ``None``: no call is."""
+    unstaged: str | None = None
+    """Why no call is staged, when ``stages`` is ``None`` (said in ``tools`` and answers)."""
 
     @property
     def root(self) -> str:

@@ -32,6 +32,7 @@ from ._containment import Containment
 from ._guard import Guard, ender
 from ._net._proxy import CallProxy, Proxy
 from ._process import CallStart, _remove_tree
+from ._stage._stage import NO_NAMESPACES, Stage
 
 __all__ = [
     "TMPDIR_PREFIX",
@@ -145,8 +146,11 @@ class _Made:
     cgroup: CallCgroup | None = None
     taken: tuple[str, ...] = ()
     guard: Guard | None = None
+    stage: Stage | None = None
 
     def undo(self) -> None:
+        if self.stage is not None:
+            self.stage.remove()
         if self.temporary is not None:
             _remove_tree(self.temporary)
         if self.cgroup is not None:
@@ -168,9 +172,21 @@ class Prepared:
     start: CallStart
     _made: _Made = field(repr=False)
 
+    @property
+    def stage(self) -> Stage | None:
+        """The call's stage (``Stage.enter`` runs in the spawned ``bwrap``), or ``None``."""
+        return self._made.stage
+
     def undo(self) -> None:
         """The spawn failed: release what was made (the caller closes the descriptors)."""
         self._made.undo()
+
+
+def _unstaged(facts: _plan.StartFacts, bwrap: str | None) -> str:
+    """Why a contained call is not staged (the answer's ``staged_reason``)."""
+    if bwrap is None:
+        return NO_NAMESPACES
+    return facts.unstaged or NO_NAMESPACES
 
 
 def _pipe(parent: list[int], child: list[int], *, parent_reads: bool) -> tuple[int, int]:
@@ -219,8 +235,13 @@ def _prepare(
     bwrap = containment.namespaces.bwrap if facts is not None else None
     plan: _plan.CallPlan | None = None
     if facts is not None:
-        protected = server.guard.begin()  # the baseline and its record
-        made.guard = server.guard
+        if bwrap is not None and facts.stages is not None:
+            # Staged (contract 13.1): the commit judges the call's changes; no baseline.
+            made.stage = Stage.make(facts.stages, facts.root)
+            protected: tuple[str, ...] = ()
+        else:
+            protected = server.guard.begin()  # the baseline and its record
+            made.guard = server.guard
         if bwrap is None:
             made.temporary = tempfile.mkdtemp(prefix=TMPDIR_PREFIX)
         plan = _plan.plan_call(
@@ -247,6 +268,8 @@ def _prepare(
         wrapper = plan.bwrap_argv(bwrap, lifeline[1], info[1], containment.namespaces.sized)
         held = os.fstat(directory)
         workdir = f"{held.st_dev}:{held.st_ino}".encode()
+        if made.stage is not None:
+            workdir = made.stage.workdir_identity(held)
     procs = () if made.cgroup is None else made.cgroup.procs
     rlimit = 0 if cgroups is None else cgroups.rlimit_processes
     if plan is not None:
@@ -289,6 +312,8 @@ def _prepare(
         guard=ender(server.guard, facts.root)
         if made.guard is not None and server.guard.active and facts is not None
         else None,
+        stage=None if made.stage is None or facts is None else (made.stage, facts.protected),
+        unstaged=None if facts is None or made.stage is not None else _unstaged(facts, bwrap),
     )
     handed = (memory, report_write, *(lifeline or ()), *(info or ())[1:], *procs)
     return Prepared(tuple(wrapper), handed, start, made)

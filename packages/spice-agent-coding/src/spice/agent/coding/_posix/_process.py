@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Final, final
 
 from spice.agent.process import LaunchError, Operation, Outcome, ProcessFailure, Sink, Spec
+from spice.agent.tools.coding import ProtectedPaths
 from spice.agent.tools.coding.settling import settle
 
 from . import _orphans as orphans
@@ -33,6 +34,9 @@ from ._guard import MAXIMUM_RESTORED
 from ._leader import _close_quietly, _Leader, _State
 from ._namespace import Namespace
 from ._net._proxy import CallProxy, close_call, refused_of
+from ._stage._commit import StageResult
+from ._stage._commit import commit as commit_stage
+from ._stage._stage import Stage
 from ._supervisor import _main as supervisor
 from ._supervisor import _tmpdir as tmpdir
 
@@ -310,6 +314,10 @@ class CallStart:
     after_join: Callable[[], None] | None = None
     hint: Callable[[], str | None] | None = None
     guard: Callable[[], tuple[str, ...]] | None = None
+    stage: tuple[Stage, ProtectedPaths] | None = None
+    """The call's stage and the policy its commit obeys (contract 13.1)."""
+    unstaged: str | None = None
+    """Why a contained call is not staged (its answer says ``staged: false`` and this)."""
 
 
 UNCONTAINED_START: Final = CallStart()
@@ -367,6 +375,17 @@ class PosixProcess:
     def network_refused(self) -> tuple[tuple[str, ...], int]:
         """The proxy's refused ``host:port`` of this call (at most 16) and their count."""
         return refused_of(self._proxy)
+
+    @property
+    def stage_fields(self) -> dict[str, object]:
+        """After the join: what the call's stage changed and what its commit did (the
+        answer's ``staged``, ``changes``, ...); before it, or unstaged, nothing."""
+        staged = self._owned.staged
+        if staged is not None:
+            return staged.fields()
+        if self._owned.unstaged is not None:
+            return {"staged": False, "staged_reason": self._owned.unstaged}
+        return {}
 
     @property
     def protected_restored(self) -> tuple[tuple[str, ...], int]:
@@ -581,6 +600,10 @@ class _Owned:
         """The guard's end of this call (``_guard.Guard.end``): run off the loop at the
         join, after the tree is gone and before the answer; what it put back is kept."""
         self.restored: tuple[str, ...] = ()
+        self.stage = start.stage
+        """The call's stage, committed off the loop at the join once the tree is gone."""
+        self.staged: StageResult | None = None
+        self.unstaged = start.unstaged
 
     async def end_cgroup(self, bound: float) -> bool:
         """End every process left in the call's cgroup, then remove it (bounded, off the
@@ -607,6 +630,9 @@ class _Owned:
         guard, self.guard = self.guard, None
         if guard is not None:
             self.restored = await asyncio.to_thread(guard)
+        stage, self.stage = self.stage, None
+        if stage is not None:
+            self.staged = await asyncio.to_thread(commit_stage, *stage)
 
 
 def _remove_tree(path: str) -> bool:

@@ -23,16 +23,21 @@ Anything else (absent, another type, out of bounds, a property that raises) is n
 from __future__ import annotations
 
 import unicodedata
+from collections.abc import Callable
 from typing import Final
+
+from ._changes import SHOWN_CHANGES
 
 __all__ = [
     "MAXIMUM_HOST_BYTES",
     "MAXIMUM_PATH_BYTES",
     "MAXIMUM_REFUSED_HOSTS",
     "MAXIMUM_RESTORED",
+    "MAXIMUM_STAGE_LISTED",
     "network_fields",
     "protected_fields",
     "sandbox_fields",
+    "stage_fields",
 ]
 
 MAXIMUM_RESTORED: Final = 16
@@ -118,4 +123,67 @@ def protected_fields(process: object) -> dict[str, object]:
 
 def sandbox_fields(process: object) -> dict[str, object]:
     """Every optional field a process says about its sandbox (network, protected paths)."""
-    return {**network_fields(process), **protected_fields(process)}
+    return {**network_fields(process), **protected_fields(process), **stage_fields(process)}
+
+
+MAXIMUM_STAGE_LISTED: Final = 16
+"""Paths a stage's answer names in ``conflicts`` and ``protected_refused``."""
+
+_STAGE_REASON_BYTES: Final = 512
+
+
+def _short_text(value: object, limit: int) -> bool:
+    size = _path_bytes(value)
+    return size is not None and size <= limit
+
+
+def _listed(value: object) -> bool:
+    return (
+        isinstance(value, list)
+        and len(value) <= MAXIMUM_STAGE_LISTED
+        and all(_short_text(item, MAXIMUM_PATH_BYTES) for item in value)
+    )
+
+
+def _count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAXIMUM_COUNT
+
+
+def _changes(value: object) -> bool:
+    if not isinstance(value, dict) or set(value) != {"added", "modified", "deleted", "paths"}:
+        return False
+    paths = value["paths"]
+    return (
+        all(_count(value[key]) for key in ("added", "modified", "deleted"))
+        and isinstance(paths, list)
+        and len(paths) <= SHOWN_CHANGES
+        and all(_short_text(item, MAXIMUM_PATH_BYTES) for item in paths)
+    )
+
+
+_STAGE_CHECKS: Final[dict[str, Callable[[object], bool]]] = {
+    "staged": lambda v: isinstance(v, bool),
+    "staged_reason": lambda v: _short_text(v, _STAGE_REASON_BYTES),
+    "changes": _changes,
+    "changes_applied": lambda v: isinstance(v, bool),
+    "conflicts": _listed,
+    "conflicts_count": _count,
+    "protected_refused": _listed,
+    "protected_refused_count": _count,
+    "stage_failure": lambda v: _short_text(v, _STAGE_REASON_BYTES),
+}
+
+
+def stage_fields(process: object) -> dict[str, object]:
+    """What a process says of its stage (contract 13.1: ``staged``, ``changes``,
+    ``changes_applied``, ``conflicts``, ``protected_refused``), each field checked; a
+    process that says something malformed says nothing."""
+    try:
+        value = getattr(process, "stage_fields", None)
+    except Exception:  # noqa: BLE001 - a failing property is a process saying nothing
+        return {}
+    if not isinstance(value, dict) or not value or "staged" not in value:
+        return {}
+    if not all(key in _STAGE_CHECKS and _STAGE_CHECKS[key](item) for key, item in value.items()):
+        return {}
+    return dict(value)

@@ -536,8 +536,11 @@ def _prepare(spec_fd: int) -> tuple[SupervisorSpec, set[int | signal.Signals], i
     if spec.workdir:
         # Namespaces: bwrap entered the workdir again by its name; a directory swapped
         # meanwhile (a symlink out of the worktree) is caught here and nothing starts.
+        # Through a stage's overlay (``*``) the directory keeps its inode number alone.
         here = os.stat(".")
-        if f"{here.st_dev}:{here.st_ino}".encode() != spec.workdir:
+        device, _, inode = spec.workdir.partition(b":")
+        same = device in (b"*", str(here.st_dev).encode()) and inode == str(here.st_ino).encode()
+        if not same:
             raise OSError(errno.ESTALE, "the working directory changed")
     ruleset: int | None = None
     if spec.abi > 0:
