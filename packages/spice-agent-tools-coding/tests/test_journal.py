@@ -321,7 +321,17 @@ def test_sigkill_leaves_before_or_after(
     before = snapshot(root)
     opened = after_setup(Journal.open(str(root), state_home=str(home)), root)
     child = subprocess.Popen(
-        [sys.executable, "-c", KILLED, str(root), str(stage), str(home), str(point), mode, str(opened)],
+        [
+            sys.executable,
+            "-c",
+            KILLED,
+            str(root),
+            str(stage),
+            str(home),
+            str(point),
+            mode,
+            str(opened),
+        ],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
     )
