@@ -457,18 +457,20 @@ class Journal:
                     item = target.items[index]
                     if item.kept is not None or (target.id, index) in taken:
                         continue
-                    current = _current(root_fd, item.path)
-                    if (current != item.after or (
+                    found = _current(root_fd, item.path)
+                    if isinstance(found, str):  # a device, FIFO or socket: never replaced
+                        refused.append(item.path)
+                        continue
+                    current = found
+                    changed = current != item.after or (
                         target.tool != "undo" and _holds_more(root_fd, item)
-                    )) and not force:
+                    )
+                    if changed and not force:
                         refused.append(item.path)
                         continue
                     source = None
                     if item.saved is not None:
                         source = os.path.join(self._store(target.id), item.saved)
-                    if current == "other":
-                        refused.append(item.path)
-                        continue
                     k = len(plan)
                     op = Op(k, item.path, item.before, source)
                     dir_mode_only = (

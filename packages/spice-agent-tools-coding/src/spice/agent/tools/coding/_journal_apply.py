@@ -155,10 +155,15 @@ class Applier:
         fd, leaf = self._parent(op.path)
         old = _lstat(leaf, fd)
         after = op.after
-        if after is not None and after.kind == "directory" and op.source is None:
-            if old is not None and stat.S_ISDIR(old.st_mode):
-                os.chmod(leaf, after.mode or 0o755, dir_fd=fd)
-                return
+        keeps_directory = old is not None and stat.S_ISDIR(old.st_mode)
+        if (
+            after is not None
+            and after.kind == "directory"
+            and op.source is None
+            and keeps_directory
+        ):
+            os.chmod(leaf, after.mode or 0o755, dir_fd=fd)
+            return
         tmp = temporary_name(self._entry, op.index)
         if after is not None:
             self._prepare(op, after, fd, tmp)
@@ -279,10 +284,14 @@ class Applier:
                 self._return(fd, leaf, item.source, back)
                 self._forget(item.path)
             self._move(self._store_fd, item.saved, fd, leaf)
-        elif item.before is None and current is not None and item.after is not None:
-            if _kind(current) == item.after.kind:
-                self._return(fd, leaf, item.source, back)
-                self._forget(item.path)
+        elif (
+            item.before is None
+            and current is not None
+            and item.after is not None
+            and _kind(current) == item.after.kind
+        ):
+            self._return(fd, leaf, item.source, back)
+            self._forget(item.path)
 
     def _return(self, fd: int, name: str, source: str | None, back: str) -> None:
         if source is not None and _lstat(source, None) is None:
