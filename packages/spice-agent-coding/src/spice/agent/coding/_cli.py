@@ -26,6 +26,7 @@ from spice.agent.tool import MAXIMUM_PAYLOAD_BYTES, Call, Definition, ExecutionE
 
 from ._compose import compose
 from ._exit import exit_promptly
+from ._journal_cli import add_journal_arguments, run_history, run_undo
 from ._mcp._http_settings import HttpSettings
 from ._platform import (
     WINDOWS,
@@ -136,6 +137,8 @@ def _parser() -> argparse.ArgumentParser:
         ("call", "run one call through the dispatcher and print its result as JSON"),
         ("serve", "serve the tools over MCP on stdin/stdout, or streamable HTTP"),
         ("token", "add a bearer token for serve --transport http to a token file"),
+        ("history", "the worktree's journal: every call that changed it, newest first"),
+        ("undo", "put back every path a call changed (default: the newest not undone)"),
         (
             "cache",
             (
@@ -163,6 +166,8 @@ def _parser() -> argparse.ArgumentParser:
                 action="store_true",
                 help="clean: every worktree's cache that no running server holds",
             )
+        if name in ("history", "undo"):
+            add_journal_arguments(sub, name)
         if name == "call":
             sub.add_argument("tool", metavar="TOOL", help="the tool's name")
             sub.add_argument(
@@ -522,6 +527,10 @@ def run(argv: Sequence[str] | None = None) -> int:
         return EXIT_ERROR
     if options.command == "cache":
         return _clean_cache(settings.config.root)
+    if options.command == "history":
+        return run_history(root, options)
+    if options.command == "undo":
+        return run_undo(root, options)
     try:
         launcher = watching(
             flags, os.environ, settings, platform_launcher(settings.sandbox_request())

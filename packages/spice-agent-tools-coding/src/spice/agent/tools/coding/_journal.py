@@ -1,0 +1,668 @@
+"""The worktree's journal: every call's changes applied under it, and taken back (13.2).
+
+``Journal.open`` finds (or makes) the journal of a worktree beneath the state home and
+refuses an unsafe or newer one (``JournalError``: one fixed line naming the place).
+``commit`` applies a judged list of changes: the entry is written and synced first
+(``pending``), each path is applied (``_journal_apply``), the entry is marked ``done``.
+``recover`` takes back every entry a killed server left ``pending``: the worktree ends
+as before it, never between. ``undo`` returns paths to their state before a call, in an
+entry of its own (tool ``undo``), so an undo can be undone. A lock (``flock`` on the
+journal's ``lock``) serialises commits, undos and recoveries; its wait is bounded.
+
+The user's edits win: a path whose change time is at or after ``opened_ns`` (a time of
+the file system's clock at the stage's opening: ``Journal.opening``), or, for a deleted
+directory, anything beneath it, or a path that appeared for an addition, is not
+written; the call's version is kept in the store and the path is in ``conflicts``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import stat
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Final, final
+
+from ._changes import Change, Judged
+from ._journal_apply import Applier, Op, Refusal
+from ._journal_records import (
+    PRIVATE_DIRECTORY,
+    Item,
+    JournalError,
+    Record,
+    State,
+    atomic_json,
+    checked_place,
+    journal_directory,
+    locked,
+    read_json,
+    state_at,
+    state_home,
+)
+from ._root import PathError, open_root
+
+__all__ = [
+    "MAX_AGE_DAYS",
+    "MAX_BYTES",
+    "MAX_ENTRIES",
+    "WALK_LIMIT",
+    "Committed",
+    "History",
+    "Journal",
+    "JournalError",
+    "Summary",
+    "Undone",
+]
+
+MAX_BYTES: Final = 1024**3
+"""``--journal-max-bytes``: what the stores of all entries hold at most (1 GiB)."""
+MAX_AGE_DAYS: Final = 7
+"""``--journal-max-age``: entries older than this many days go."""
+MAX_ENTRIES: Final = 10_000
+"""Entries a journal keeps at most (the oldest go first)."""
+WALK_LIMIT: Final = 1_000_000
+"""Entries beneath a deleted directory looked at for another writer's change; beyond,
+the directory counts as changed (the user's edits win)."""
+DAY_NS: Final = 86_400 * 1_000_000_000
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Committed:
+    """What a commit did: its entry (``None`` when nothing changed), the changes applied,
+    the paths left to the user (``conflicts``) and those that could not be applied
+    (``failed``), and whether some bytes were copied rather than renamed."""
+
+    entry: int | None
+    applied: tuple[Change, ...]
+    conflicts: tuple[str, ...] = ()
+    failed: tuple[str, ...] = ()
+    copied: bool = False
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Summary:
+    """One entry as ``history`` shows it."""
+
+    id: int
+    tool: str
+    call_id: str | None
+    time_ns: int
+    paths: tuple[str, ...]
+    undone: bool
+
+    def json(self) -> dict[str, object]:
+        return {
+            "id": self.id,
+            "tool": self.tool,
+            "call_id": self.call_id,
+            "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.time_ns / 1e9)),
+            "paths": list(self.paths),
+            "undone": self.undone,
+        }
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class History:
+    """The entries, newest first, and how many of the oldest the bounds dropped."""
+
+    entries: tuple[Summary, ...]
+    dropped: int
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Undone:
+    """What an undo did: its own entry, the paths taken back, and those left (changed
+    since the call; taken back with ``force``)."""
+
+    entry: int | None
+    restored: tuple[str, ...]
+    refused: tuple[str, ...]
+
+
+def _shown(item: Item) -> str:
+    letter = {"added": "A", "modified": "M", "deleted": "D"}[item.action]
+    kind = (item.after or item.before or State("file", None, None)).kind
+    return f"{letter} {item.path}{'/' if kind == 'directory' else ''}"
+
+
+@final
+class Journal:
+    """The journal of one worktree; see the module docstring."""
+
+    def __init__(self, root: str, directory: str, shown: str, max_bytes: int, max_age: int) -> None:
+        self.root = root
+        self.directory = directory
+        self._shown = shown
+        self._max_bytes = max_bytes
+        self._max_age_days = max_age
+
+    @classmethod
+    def open(
+        cls,
+        root: str,
+        *,
+        state_home: str | None = None,
+        max_bytes: int = MAX_BYTES,
+        max_age_days: int = MAX_AGE_DAYS,
+    ) -> Journal:
+        """The journal of ``root``; ``JournalError`` for an unusable or unsafe one."""
+        real_root = os.path.realpath(root)
+        home = state_home if state_home is not None else _default_home()
+        shown = journal_directory(home, real_root)
+        directory = checked_place(shown, real_root)
+        meta = os.path.join(directory, "journal.json")
+        if os.path.lexists(meta):
+            value = read_json(meta, shown)
+            if not isinstance(value, dict) or value.get("root") != real_root:
+                raise JournalError(
+                    "journal_unusable", f"the journal {shown} names another worktree"
+                )
+        else:
+            fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                for name in ("entries", "store"):
+                    with contextlib.suppress(FileExistsError):
+                        os.mkdir(name, PRIVATE_DIRECTORY, dir_fd=fd)
+                atomic_json(fd, "journal.json", {"format": 1, "root": real_root})
+            finally:
+                os.close(fd)
+        return cls(real_root, directory, shown, max_bytes, max_age_days)
+
+    # -- reading -------------------------------------------------------------------
+
+    def _ids(self) -> list[int]:
+        try:
+            names = os.listdir(os.path.join(self.directory, "entries"))
+        except OSError:
+            raise JournalError(
+                "journal_unusable", f"the journal {self._shown} cannot be read"
+            ) from None
+        ids = []
+        for name in names:
+            stem = name.removesuffix(".json")
+            if name.endswith(".json") and stem.isdigit():
+                ids.append(int(stem))
+        return sorted(ids)
+
+    def _read(self, number: int) -> Record:
+        try:
+            return Record.parse(read_json(self._entry_path(number), self._shown))
+        except ValueError:
+            raise JournalError(
+                "journal_unusable", f"the journal {self._shown} holds an unreadable record"
+            ) from None
+
+    def _entry_path(self, number: int) -> str:
+        return os.path.join(self.directory, "entries", f"{number:012d}.json")
+
+    def _store(self, number: int) -> str:
+        return os.path.join(self.directory, "store", str(number))
+
+    def _dropped(self) -> tuple[int, int]:
+        path = os.path.join(self.directory, "dropped.json")
+        if not os.path.lexists(path):
+            return 0, 0
+        value = read_json(path, self._shown)
+        if not isinstance(value, dict):
+            return 0, 0
+        count, through = value.get("count", 0), value.get("through", 0)
+        return (count, through) if isinstance(count, int) and isinstance(through, int) else (0, 0)
+
+    def _done(self) -> list[Record]:
+        return [record for record in map(self._read, self._ids()) if record.phase == "done"]
+
+    @staticmethod
+    def _undone_items(records: Iterable[Record]) -> set[tuple[int, int]]:
+        return {item.undoes for record in records for item in record.items if item.undoes}
+
+    def history(self) -> History:
+        """The entries, newest first, and how many of the oldest the bounds dropped."""
+        records = self._done()
+        taken = self._undone_items(records)
+        entries = []
+        for record in reversed(records):
+            applied = [i for i, item in enumerate(record.items) if not item.conflict]
+            undone = bool(applied) and all((record.id, i) in taken for i in applied)
+            paths = tuple(_shown(item) for item in record.items)
+            entries.append(
+                Summary(record.id, record.tool, record.call_id, record.time_ns, paths, undone)
+            )
+        return History(tuple(entries), self._dropped()[0])
+
+    def size(self) -> int:
+        """Bytes the journal holds (records and stores)."""
+        total = 0
+        for top, _dirs, files, top_fd in os.fwalk(self.directory, follow_symlinks=False):
+            del top
+            for name in files:
+                with contextlib.suppress(OSError):
+                    total += os.stat(name, dir_fd=top_fd, follow_symlinks=False).st_size
+        return total
+
+    def opening(self) -> int:
+        """A time of the file system's clock, now: what a stage's ``opened_ns`` is."""
+        path = os.path.join(self.directory, ".opening")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            os.fchmod(fd, 0o600)
+            return os.fstat(fd).st_ctime_ns
+        finally:
+            os.close(fd)
+
+    # -- writing -------------------------------------------------------------------
+
+    def commit(
+        self,
+        tool: str,
+        call_id: str | None,
+        judged: Judged,
+        opened_ns: int,
+        *,
+        dry_run: bool = False,
+    ) -> Committed:
+        """Apply what ``judged`` keeps under a new entry (none when nothing changes)."""
+        if dry_run or not judged.kept:
+            return Committed(None, ())
+        with locked(self.directory, self._shown):
+            self._recover_locked()
+            root_fd = self._open_root()
+            try:
+                return self._commit(tool, call_id, judged, opened_ns, root_fd)
+            finally:
+                os.close(root_fd)
+
+    def _open_root(self) -> int:
+        try:
+            return open_root(self.root)
+        except PathError:
+            raise JournalError("root_unavailable", "the worktree cannot be opened") from None
+
+    def _next_id(self) -> int:
+        ids = self._ids()
+        return max([*ids, self._dropped()[1]], default=0) + 1
+
+    def _commit(
+        self, tool: str, call_id: str | None, judged: Judged, opened_ns: int, root_fd: int
+    ) -> Committed:
+        number = self._next_id()
+        store = self._store(number)
+        os.mkdir(store, PRIVATE_DIRECTORY)
+        store_fd = os.open(store, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        applier = Applier(root_fd, store_fd, number)
+        try:
+            ops, items, conflicted = self._plan(applier, judged, opened_ns)
+            record = Record(number, tool, call_id, time.time_ns(), "pending", tuple(items))
+            self._write(record)
+            failed: list[str] = []
+            applied: list[Change] = []
+            final: list[Item] = []
+            for (op, change), item in zip(ops, items, strict=True):
+                if item.kept is not None:
+                    with contextlib.suppress(OSError, Refusal):
+                        applier.keep(op, item.kept)
+                    final.append(_without_source(item))
+                    continue
+                if any(_beneath(change.path, path) for path in failed):
+                    failed.append(change.path)
+                    continue
+                try:
+                    applier.apply(op, item.saved)
+                except (OSError, Refusal):
+                    with contextlib.suppress(OSError):
+                        applier.rollback(item, op.index, f"r{op.index}")
+                    failed.append(change.path)
+                    continue
+                applied.append(change)
+                final.append(_without_source(item))
+            applier.close()
+            copied = applier.copied
+        except BaseException:
+            applier.close(sync=False)
+            raise
+        finally:
+            os.close(store_fd)
+        if not applied:
+            self._discard(number)
+            return Committed(None, (), tuple(conflicted), tuple(failed), copied)
+        self._write(
+            Record(number, tool, call_id, record.time_ns, "done", tuple(final), _tree_size(store))
+        )
+        self._prune()
+        return Committed(number, tuple(applied), tuple(conflicted), tuple(failed), copied)
+
+    def _plan(
+        self, applier: Applier, judged: Judged, opened_ns: int
+    ) -> tuple[list[tuple[Op, Change]], list[Item], list[str]]:
+        ops: list[tuple[Op, Change]] = []
+        items: list[Item] = []
+        conflicted: list[str] = []
+        for index, change in enumerate(judged.kept):
+            data = judged.rewritten.get(change.path)
+            after = None if change.kind is None else _after_state(change, data)
+            op = Op(index, change.path, after, change.source, data, change.link)
+            ancestor = any(_beneath(change.path, path) for path in conflicted)
+            current = applier.exists(change.path)
+            if change.action == "added":
+                conflict = ancestor or current is not None
+            else:
+                conflict = ancestor or applier.changed_since(change.path, opened_ns, WALK_LIMIT)
+            before: State | None = None
+            if change.before is not None:
+                before = _before_state(applier, root_path=change.path, root=self.root)
+            dir_mode_only = (
+                before is not None
+                and before.kind == "directory"
+                and after is not None
+                and after.kind == "directory"
+            )
+            saved = None if before is None or dir_mode_only else f"b{index}"
+            if conflict:
+                conflicted.append(change.path)
+                items.append(Item(change.path, before, after, None, f"c{index}", change.source))
+            else:
+                items.append(Item(change.path, before, after, saved, None, change.source))
+            ops.append((op, change))
+        return ops, items, conflicted
+
+    def _write(self, record: Record) -> None:
+        fd = os.open(os.path.join(self.directory, "entries"), os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            atomic_json(fd, f"{record.id:012d}.json", record.json())
+        finally:
+            os.close(fd)
+
+    def _discard(self, number: int) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self._entry_path(number))
+        shutil.rmtree(self._store(number), ignore_errors=True)
+
+    # -- recovery ------------------------------------------------------------------
+
+    def recover(self) -> tuple[int, ...]:
+        """Take back every entry a killed server left pending; the ids taken back."""
+        with locked(self.directory, self._shown):
+            return self._recover_locked()
+
+    def _recover_locked(self) -> tuple[int, ...]:
+        pending = [r for r in map(self._read, self._ids()) if r.phase == "pending"]
+        if not pending:
+            return ()
+        root_fd = self._open_root()
+        try:
+            for record in reversed(pending):
+                store = self._store(record.id)
+                os.makedirs(store, PRIVATE_DIRECTORY, exist_ok=True)
+                store_fd = os.open(store, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+                applier = Applier(root_fd, store_fd, record.id)
+                try:
+                    for index in reversed(range(len(record.items))):
+                        item = record.items[index]
+                        if item.kept is None:
+                            applier.rollback(item, index, f"r{index}")
+                finally:
+                    applier.close()
+                    os.close(store_fd)
+                self._discard(record.id)
+        finally:
+            os.close(root_fd)
+        return tuple(record.id for record in pending)
+
+    # -- undo ----------------------------------------------------------------------
+
+    def undo(
+        self, entry: int | None = None, *, to: int | None = None, force: bool = False
+    ) -> Undone:
+        """Return every path of entry ``entry`` (default: the newest not undone), or of
+        every entry from the newest down to ``to``, to its state before the call."""
+        with locked(self.directory, self._shown):
+            self._recover_locked()
+            records = self._done()
+            known = {record.id: record for record in records}
+            for asked in (entry, to):
+                if asked is not None and asked not in known:
+                    raise JournalError(
+                        "unknown_entry", f"no entry {asked} in the journal {self._shown}"
+                    )
+            taken = self._undone_items(records)
+            targets = _targets(records, taken, entry, to)
+            root_fd = self._open_root()
+            try:
+                return self._undo(targets, taken, force, root_fd)
+            finally:
+                os.close(root_fd)
+
+    def _undo(
+        self, targets: list[Record], taken: set[tuple[int, int]], force: bool, root_fd: int
+    ) -> Undone:
+        number = self._next_id()
+        store = self._store(number)
+        os.mkdir(store, PRIVATE_DIRECTORY)
+        store_fd = os.open(store, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        applier = Applier(root_fd, store_fd, number)
+        restored: list[str] = []
+        refused: list[str] = []
+        final: list[Item] = []
+        record: Record | None = None
+        try:
+            plan: list[tuple[Op, Item]] = []
+            for target in targets:
+                for index in reversed(range(len(target.items))):
+                    item = target.items[index]
+                    if item.kept is not None or (target.id, index) in taken:
+                        continue
+                    found = _current(root_fd, item.path)
+                    if isinstance(found, str):  # a device, FIFO or socket: never replaced
+                        refused.append(item.path)
+                        continue
+                    current = found
+                    changed = current != item.after or (
+                        target.tool != "undo" and _holds_more(root_fd, item)
+                    )
+                    if changed and not force:
+                        refused.append(item.path)
+                        continue
+                    source = None
+                    if item.saved is not None:
+                        source = os.path.join(self._store(target.id), item.saved)
+                    k = len(plan)
+                    op = Op(k, item.path, item.before, source)
+                    dir_mode_only = (
+                        current is not None
+                        and current.kind == "directory"
+                        and item.before is not None
+                        and item.before.kind == "directory"
+                        and source is None
+                    )
+                    saved = None if current is None or dir_mode_only else f"b{k}"
+                    plan.append(
+                        (
+                            op,
+                            Item(
+                                item.path,
+                                current,
+                                item.before,
+                                saved,
+                                None,
+                                source,
+                                (target.id, index),
+                            ),
+                        )
+                    )
+            if plan:
+                record = Record(
+                    number, "undo", None, time.time_ns(), "pending", tuple(i for _, i in plan)
+                )
+                self._write(record)
+                for op, item in plan:
+                    try:
+                        applier.apply(op, item.saved)
+                    except (OSError, Refusal):
+                        with contextlib.suppress(OSError):
+                            applier.rollback(item, op.index, f"r{op.index}")
+                        refused.append(item.path)
+                        continue
+                    restored.append(item.path)
+                    final.append(_without_source(item))
+            applier.close()
+        except BaseException:
+            applier.close(sync=False)
+            raise
+        finally:
+            os.close(store_fd)
+        if not final or record is None:
+            self._discard(number)
+            return Undone(None, (), tuple(refused))
+        self._write(
+            Record(number, "undo", None, record.time_ns, "done", tuple(final), _tree_size(store))
+        )
+        self._prune()
+        return Undone(number, tuple(restored), tuple(refused))
+
+    # -- bounds --------------------------------------------------------------------
+
+    def _prune(self) -> None:
+        """Drop the oldest entries beyond the bounds (bytes, age, count)."""
+        records = self._done()
+        total = sum(record.size for record in records)
+        oldest_kept = time.time_ns() - self._max_age_days * DAY_NS
+        count, through = self._dropped()
+        dropped = 0
+        for position, record in enumerate(records):
+            left = len(records) - position
+            if total <= self._max_bytes and record.time_ns >= oldest_kept and left <= MAX_ENTRIES:
+                break
+            self._discard(record.id)
+            total -= record.size
+            dropped += 1
+            through = max(through, record.id)
+        if dropped:
+            fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                atomic_json(fd, "dropped.json", {"count": count + dropped, "through": through})
+            finally:
+                os.close(fd)
+
+
+def _default_home() -> str:
+    home = state_home()
+    if home is None:
+        raise JournalError("journal_unusable", "no state directory is known for this user")
+    return home
+
+
+def _beneath(path: str, ancestor: str) -> bool:
+    return path.startswith(ancestor + "/")
+
+
+def _without_source(item: Item) -> Item:
+    return Item(item.path, item.before, item.after, item.saved, item.kept, None, item.undoes)
+
+
+def _after_state(change: Change, data: bytes | None) -> State:
+    import hashlib  # noqa: PLC0415
+
+    assert change.kind is not None  # noqa: S101 - checked by the caller
+    if change.kind == "directory":
+        return State("directory", change.mode, None)
+    if data is not None:
+        return State("file", change.mode, hashlib.sha256(data).hexdigest())
+    source = change.source
+    if source is None:
+        raise Refusal
+    if change.kind == "symlink":
+        return State("symlink", None, hashlib.sha256(os.fsencode(os.readlink(source))).hexdigest())
+    fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    try:
+        from ._journal_records import digest_fd  # noqa: PLC0415
+
+        return State("file", change.mode, digest_fd(fd))
+    finally:
+        os.close(fd)
+
+
+def _before_state(applier: Applier, *, root_path: str, root: str) -> State | None:
+    del applier
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        found = _current(fd, root_path)
+    finally:
+        os.close(fd)
+    return found if isinstance(found, State) else None
+
+
+def _current(root_fd: int, path: str) -> State | str | None:
+    from ._root import open_directory  # noqa: PLC0415
+
+    parent, _, leaf = path.rpartition("/")
+    if not parent:
+        return state_at(root_fd, leaf)
+    try:
+        fd = open_directory(root_fd, parent, follow_symlinks=False)
+    except PathError:
+        return None
+    try:
+        return state_at(fd, leaf)
+    finally:
+        os.close(fd)
+
+
+def _holds_more(root_fd: int, item: Item) -> bool:
+    """A directory the call added that now holds entries another writer put there."""
+    if item.before is not None or item.after is None or item.after.kind != "directory":
+        return False
+    try:
+        fd = os.open(item.path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=root_fd)
+    except OSError:
+        return False
+    try:
+        return bool(os.listdir(fd))
+    finally:
+        os.close(fd)
+
+
+def _targets(
+    records: list[Record], taken: set[tuple[int, int]], entry: int | None, to: int | None
+) -> list[Record]:
+    def open_items(record: Record) -> bool:
+        return any(
+            item.kept is None and (record.id, i) not in taken for i, item in enumerate(record.items)
+        )
+
+    newest_first = list(reversed(records))
+    if entry is not None and to is None:
+        return [record for record in newest_first if record.id == entry]
+    if to is not None:
+        chosen = [r for r in newest_first if r.id >= to and (entry is None or r.id <= entry)]
+        return [record for record in chosen if open_items(record)]
+    for record in newest_first:
+        if open_items(record):
+            return [record]
+    return []
+
+
+def _tree_size(path: str) -> int:
+    total = 0
+    for _top, _dirs, files, top_fd in os.fwalk(path, follow_symlinks=False):
+        for name in files:
+            with contextlib.suppress(OSError):
+                status = os.stat(name, dir_fd=top_fd, follow_symlinks=False)
+                if stat.S_ISREG(status.st_mode):
+                    total += status.st_size
+    return total
+
+
+def settings_bounds(values: Mapping[str, object]) -> tuple[int, int]:
+    """``(max_bytes, max_age_days)`` from settings values, the defaults where unset."""
+    max_bytes = values.get("journal_max_bytes", MAX_BYTES)
+    max_age = values.get("journal_max_age", MAX_AGE_DAYS)
+    return (
+        max_bytes if isinstance(max_bytes, int) else MAX_BYTES,
+        max_age if isinstance(max_age, int) else MAX_AGE_DAYS,
+    )
