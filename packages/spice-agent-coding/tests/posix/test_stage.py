@@ -28,7 +28,7 @@ from spice.agent.coding._posix._containment import Containment, resolve_containm
 from spice.agent.coding._posix._stage import _upper
 from spice.agent.coding._posix._stage._stage import Stage, stage_place
 from spice.agent.coding._posix._supervisor._landlock import landlock_abi
-from spice.agent.process import Spec
+from spice.agent.process import LaunchError, Spec
 from spice.agent.tools.coding._sandbox_fields import stage_fields
 
 BOUND: Final = 60.0
@@ -329,3 +329,64 @@ def test_the_stage_is_on_the_worktrees_device_or_says_why(root: Path, home: Path
     assert relative.directory is not None
     assert relative.directory.startswith(str(home))
     assert sys.platform.startswith("linux")
+
+
+async def test_a_staged_call_is_journaled_and_undone_byte_for_byte(
+    policy: Containment, root: Path, home: Path
+) -> None:
+    """Contract 13.2 through a real staged call: its answer's ``call_id`` is the journal's
+    entry, and undoing it puts back every path, mode for mode."""
+    _tree(root)
+    (root / "run.sh").write_text("#!/bin/sh\n")
+    (root / "run.sh").chmod(0o755)
+    before = _snapshot(root)
+    chosen = _launcher(policy, root, home)
+    _, fields = await _run(chosen, root, home, "rm -rf pkg run.sh; echo z > a.txt; mkdir n")
+    assert fields["changes_applied"] is True
+    entry = fields["call_id"]
+    assert isinstance(entry, int)
+    journal = chosen._facts.journal if chosen._facts is not None else None
+    assert journal is not None
+    assert [summary.id for summary in journal.history().entries] == [entry]
+    undone = journal.undo(entry)
+    assert undone.refused == ()
+    assert _snapshot(root) == before
+
+
+def _snapshot(root: Path) -> dict[str, tuple[int, bytes | str | None]]:
+    """Every path beneath ``root``: its mode and its bytes (a link's target)."""
+    seen: dict[str, tuple[int, bytes | str | None]] = {}
+    for path in sorted(root.rglob("*")):
+        info = path.lstat()
+        if stat.S_ISLNK(info.st_mode):
+            content: bytes | str | None = os.readlink(path)
+        elif stat.S_ISREG(info.st_mode):
+            content = path.read_bytes()
+        else:
+            content = None
+        seen[str(path.relative_to(root))] = (info.st_mode, content)
+    return seen
+
+
+async def test_a_journal_that_cannot_be_written_refuses_the_call_before_it_runs(
+    policy: Containment, root: Path, home: Path, visible_path: Path
+) -> None:
+    """Issue 44's bad input: the journal's place is writable by others; the call is refused
+    with one line naming the place, and its command never runs."""
+    state = home / ".local" / "state"
+    state.mkdir(parents=True)
+    state.chmod(0o777)  # another user could write where the journal lies
+    facts = _facts.start_facts(
+        str(root), (), bwrap=policy.namespaces.bwrap, environ={"HOME": str(home)}, cache=True
+    )
+    assert facts.journal is None
+    assert facts.journal_refusal is not None
+    assert str(state) in facts.journal_refusal
+    chosen = PosixLauncher(policy, str(root), facts=facts)
+    marker = visible_path / "ran"
+    out, err = Collect(), Collect()
+    spec = Spec("/bin/sh", ("-c", f"touch {marker}"), str(root), (), b"", out, err)
+    with pytest.raises(LaunchError) as refused:
+        await chosen.start(spec)
+    assert refused.value.reason == facts.journal_refusal
+    assert not marker.exists()

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from typing import Final, final
 
 from spice.agent.tools.coding import ProtectedPaths
+from spice.agent.tools.coding._journal import Journal, JournalError
+from spice.agent.tools.coding._journal_records import state_home
 
 from .._netpolicy._hostconfig import read_host_configuration
 from .._sandbox import CREDENTIALS, home_directory
@@ -470,6 +472,7 @@ def start_facts(
         if bwrap is not None and cache
         else StagePlace(None, NO_NAMESPACES)
     )
+    journal, refusal = _journal(root, source) if place.staged else (None, None)
     return StartFacts(
         places,
         home,
@@ -486,4 +489,17 @@ def start_facts(
         records_directory(root, source, places) if cache and not policy.empty else None,
         place.directory,
         place.reason,
+        journal,
+        refusal,
     )
+
+
+def _journal(root: str, environ: Mapping[str, str]) -> tuple[Journal | None, str | None]:
+    """The worktree's journal, recovered (what a killed server left is taken back), or
+    the one line that says why it cannot be written."""
+    try:
+        journal = Journal.open(root, state_home=state_home(environ) or "")
+        journal.recover()
+    except JournalError as error:
+        return None, error.message
+    return journal, None

@@ -462,8 +462,6 @@ class PosixLauncher:
                 ]
                 environment, handed = _SUPERVISOR_ENVIRONMENT, (code, *prepared.descriptors)
             stage = None if prepared is None else prepared.stage
-            if stage is not None:
-                stage.open()
             popen = orphans.spawn(
                 argv,
                 streams=(standard.stdin, standard.stdout, standard.stderr),
@@ -472,11 +470,13 @@ class PosixLauncher:
                 pass_fds=handed,
                 enter=None if stage is None else stage.enter,
             )
-        except Exception:  # noqa: BLE001 - every start failure is one LaunchError, no OS text
+        except Exception as error:  # noqa: BLE001 - every start failure is one LaunchError
             ends.close_parent()
             if prepared is not None:
                 prepared.undo()
-            raise LaunchError from None
+            # The launcher's own refusal keeps its reason (a fixed line); no OS text.
+            reason = error.reason if isinstance(error, LaunchError) else None
+            raise LaunchError(reason=reason) from None
         finally:
             ends.close_child()
         with contextlib.suppress(OSError):  # entered by the child: let go

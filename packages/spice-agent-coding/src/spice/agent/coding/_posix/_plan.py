@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from typing import Final, final
 
 from spice.agent.tools.coding import ProtectedPaths
+from spice.agent.tools.coding._journal import Journal
 
 from .._sandbox import CREDENTIALS, HOME_SHOWN
 from . import _bwrap
@@ -199,6 +200,11 @@ class StartFacts:
     namespace path is staged (contract 13.1); ``None``: no call is."""
     unstaged: str | None = None
     """Why no call is staged, when ``stages`` is ``None`` (said in ``tools`` and answers)."""
+    journal: Journal | None = None
+    """The worktree's journal, every staged commit's (contract 13.2)."""
+    journal_refusal: str | None = None
+    """Why the journal cannot be written: every staged call is refused with it, before its
+    command runs (one line naming the place)."""
 
     @property
     def root(self) -> str:

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Final, final
 
-from spice.agent.process import Spec
+from spice.agent.process import LaunchError, Spec
 
 from . import _bwrap, _hints, _plan
 from ._cgroup import CallCgroup, Cgroups
@@ -32,6 +32,7 @@ from ._containment import Containment
 from ._guard import Guard, ender
 from ._net._proxy import CallProxy, Proxy
 from ._process import CallStart, _remove_tree
+from ._stage._commit import StagedCall
 from ._stage._stage import NO_NAMESPACES, Stage
 
 __all__ = [
@@ -182,6 +183,18 @@ class Prepared:
         self._made.undo()
 
 
+JOURNAL_UNUSABLE: Final = "the worktree's journal cannot be written"
+
+
+def _staged(
+    stage: Stage | None, facts: _plan.StartFacts | None, *, dry_run: bool
+) -> StagedCall | None:
+    """What the join commits for a staged call (``None`` when the call is not staged)."""
+    if stage is None or facts is None or facts.journal is None:
+        return None
+    return StagedCall(stage, facts.protected, facts.journal, dry_run=dry_run)
+
+
 def _unstaged(facts: _plan.StartFacts, bwrap: str | None) -> str:
     """Why a contained call is not staged (the answer's ``staged_reason``)."""
     if bwrap is None:
@@ -203,14 +216,20 @@ def prepare(
     proxy: CallProxy | None,
     scanner: _hints.RefusalScanner | None,
     descriptors: tuple[list[int], list[int]],
+    *,
+    dry_run: bool = False,
 ) -> Prepared:
     """Make a supervised call's start (see the module docstring) for ``spec``, whose
     workdir is held open as ``directory``; ``descriptors``: the caller's ``parent`` and
-    ``child`` lists. Raises whatever failed, after undoing what it made."""
+    ``child`` lists; ``dry_run``: the call's stage is listed at the join, not applied.
+    Raises whatever failed, after undoing what it made (``LaunchError`` with its reason
+    when the worktree's journal cannot be written)."""
     parent, child = descriptors
     made = _Made()
     try:
-        return _prepare(server, spec, directory, proxy, scanner, parent, child, made)
+        return _prepare(
+            server, spec, directory, proxy, scanner, parent, child, made, dry_run=dry_run
+        )
     except BaseException:
         made.undo()
         raise
@@ -225,6 +244,8 @@ def _prepare(
     parent: list[int],
     child: list[int],
     made: _Made,
+    *,
+    dry_run: bool,
 ) -> Prepared:
     containment, facts, cgroups = server.containment, server.facts, server.cgroups
     if cgroups is not None and cgroups.made:
@@ -237,7 +258,10 @@ def _prepare(
     if facts is not None:
         if bwrap is not None and facts.stages is not None:
             # Staged (contract 13.1): the commit judges the call's changes; no baseline.
+            if facts.journal is None:
+                raise LaunchError(reason=facts.journal_refusal or JOURNAL_UNUSABLE)
             made.stage = Stage.make(facts.stages, facts.root)
+            made.stage.opened_ns = facts.journal.opening()
             protected: tuple[str, ...] = ()
         else:
             protected = server.guard.begin()  # the baseline and its record
@@ -312,7 +336,7 @@ def _prepare(
         guard=ender(server.guard, facts.root)
         if made.guard is not None and server.guard.active and facts is not None
         else None,
-        stage=None if made.stage is None or facts is None else (made.stage, facts.protected),
+        stage=_staged(made.stage, facts, dry_run=dry_run),
         unstaged=None if facts is None or made.stage is not None else _unstaged(facts, bwrap),
     )
     handed = (memory, report_write, *(lifeline or ()), *(info or ())[1:], *procs)

@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from typing import Final, final
 
 from spice.agent.process import LaunchError, Operation, Outcome, ProcessFailure, Sink, Spec
-from spice.agent.tools.coding import ProtectedPaths
 from spice.agent.tools.coding.settling import settle
 
 from . import _orphans as orphans
@@ -34,9 +33,8 @@ from ._guard import MAXIMUM_RESTORED
 from ._leader import _close_quietly, _Leader, _State
 from ._namespace import Namespace
 from ._net._proxy import CallProxy, close_call, refused_of
-from ._stage._commit import StageResult
+from ._stage._commit import StagedCall, StageResult
 from ._stage._commit import commit as commit_stage
-from ._stage._stage import Stage
 from ._supervisor import _main as supervisor
 from ._supervisor import _tmpdir as tmpdir
 
@@ -314,8 +312,8 @@ class CallStart:
     after_join: Callable[[], None] | None = None
     hint: Callable[[], str | None] | None = None
     guard: Callable[[], tuple[str, ...]] | None = None
-    stage: tuple[Stage, ProtectedPaths] | None = None
-    """The call's stage and the policy its commit obeys (contract 13.1)."""
+    stage: StagedCall | None = None
+    """The call's stage, the policy its commit obeys and the journal (contract 13.1)."""
     unstaged: str | None = None
     """Why a contained call is not staged (its answer says ``staged: false`` and this)."""
 
@@ -632,7 +630,7 @@ class _Owned:
             self.restored = await asyncio.to_thread(guard)
         stage, self.stage = self.stage, None
         if stage is not None:
-            self.staged = await asyncio.to_thread(commit_stage, *stage)
+            self.staged = await asyncio.to_thread(commit_stage, stage)
 
 
 def _remove_tree(path: str) -> bool:

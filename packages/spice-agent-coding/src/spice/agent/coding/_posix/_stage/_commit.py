@@ -2,31 +2,28 @@
 
 After every process of the call is gone, the stage's upper layer is read into the exact
 list of changes (``_upper``), the one protected-paths policy judges it, and what it keeps
-is applied to the worktree path by path, each atomically by a rename from the upper
-(never following a link the call made: every parent is opened relative to the one above
-it without following links). A worktree path that another writer changed after the
-stage opened (its change time is later: no process can set it) is not overwritten: it is
-listed in ``conflicts`` (the user's edits win). What the policy refuses is listed in
+is applied under the worktree's journal (``tools.coding._journal``: written first, each
+path renamed from the upper, what it replaced kept for ``undo``). A worktree path that
+another writer changed after the stage opened is not overwritten: it is listed in
+``conflicts`` (the user's edits win). What the policy refuses is listed in
 ``protected_refused``. A dry run reads and judges, and applies nothing.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-import shutil
-import stat
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final, final
 
 from spice.agent.tools.coding import ProtectedPaths
 from spice.agent.tools.coding._changes import Change, Judged, shown_changes
+from spice.agent.tools.coding._journal import Journal, JournalError
 
 from ._stage import Stage
 from ._upper import StageTooLarge, View
 
-__all__ = ["MAXIMUM_LISTED", "StageResult", "commit", "judge_protected"]
+__all__ = ["MAXIMUM_LISTED", "StageResult", "StagedCall", "commit", "judge_protected"]
 
 MAXIMUM_LISTED: Final = 16
 """Paths an answer names in ``conflicts`` and in ``protected_refused`` (a count says all)."""
@@ -46,6 +43,8 @@ class StageResult:
     refused: tuple[str, ...] = ()
     failure: str | None = None
     dry_run: bool = False
+    failed: tuple[str, ...] = ()
+    entry: int | None = None
 
     def fields(self) -> dict[str, object]:
         """The answer's ``staged`` fields."""
@@ -54,6 +53,13 @@ class StageResult:
             "changes": shown_changes(self.changes),
             "changes_applied": self.applied,
         }
+        if self.entry is not None:
+            said["call_id"] = self.entry
+        if self.dry_run:
+            said["dry_run"] = True
+        if self.failed:
+            said["changes_failed"] = list(self.failed[:MAXIMUM_LISTED])
+            said["changes_failed_count"] = len(self.failed)
         if self.conflicts:
             said["conflicts"] = list(self.conflicts[:MAXIMUM_LISTED])
             said["conflicts_count"] = len(self.conflicts)
@@ -95,13 +101,22 @@ def _holds_protected(policy: ProtectedPaths, root: str, path: str) -> bool:
     return False
 
 
-def commit(
-    stage: Stage,
-    policy: ProtectedPaths,
-    *,
-    dry_run: bool = False,
-) -> StageResult:
-    """Read, judge and (unless ``dry_run``) apply the stage; the stage is removed after."""
+@final
+@dataclass(frozen=True, slots=True)
+class StagedCall:
+    """What a staged call's join commits: its stage, the policy, the worktree's journal,
+    and whether it is a dry run (its changes listed, none applied)."""
+
+    stage: Stage
+    policy: ProtectedPaths
+    journal: Journal
+    dry_run: bool = False
+
+
+def commit(call: StagedCall) -> StageResult:
+    """Read, judge and (unless a dry run) apply the stage under the journal; the stage
+    is removed after, whatever happened."""
+    stage, dry_run = call.stage, call.dry_run
     try:
         try:
             read = stage.read()
@@ -109,136 +124,22 @@ def commit(
             return StageResult(failure=TOO_LARGE, dry_run=dry_run)
         except OSError:
             return StageResult(failure=UNREADABLE, dry_run=dry_run)
-        judged = judge_protected(policy, stage.lower, read.changes, View(stage.lower, stage.upper))
+        view = View(stage.lower, stage.upper)
+        judged = judge_protected(call.policy, stage.lower, read.changes, view)
         refused = (*judged.refused, *read.refused)
         if dry_run or not judged.kept:
             return StageResult(judged.kept, applied=False, refused=refused, dry_run=dry_run)
-        conflicts = _apply(stage.lower, judged, stage.opened_ns)
-        return StageResult(judged.kept, applied=True, conflicts=conflicts, refused=refused)
+        try:
+            done = call.journal.commit("shell", None, judged, stage.opened_ns)
+        except JournalError as error:
+            return StageResult(judged.kept, refused=refused, failure=error.message)
+        return StageResult(
+            judged.kept,
+            applied=bool(done.applied),
+            conflicts=done.conflicts,
+            refused=refused,
+            failed=done.failed,
+            entry=done.entry,
+        )
     finally:
         stage.remove()
-
-
-_DIRECTORY: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-
-
-@contextlib.contextmanager
-def _parent(root: int, path: str) -> Iterator[tuple[int, str]]:
-    """The directory holding ``path`` (opened beneath ``root`` without following a link)
-    and the last name; ``OSError`` when a parent is missing or is not a directory."""
-    *parents, name = path.split("/")
-    fd = os.dup(root)
-    try:
-        for part in parents:
-            inner = os.open(part, _DIRECTORY, dir_fd=fd)
-            os.close(fd)
-            fd = inner
-        yield fd, name
-    finally:
-        os.close(fd)
-
-
-def _changed_since(directory: int, name: str, opened_ns: int, *, whole: bool) -> bool:
-    """Whether another writer changed ``name`` after ``opened_ns`` (``whole``: anything
-    beneath it too, for a directory the call deletes)."""
-    try:
-        info = os.lstat(name, dir_fd=directory)
-    except FileNotFoundError:
-        return False
-    if info.st_ctime_ns > opened_ns:
-        return True
-    if whole and stat.S_ISDIR(info.st_mode):
-        return _tree_changed_since(directory, name, opened_ns)
-    return False
-
-
-def _tree_changed_since(directory: int, name: str, opened_ns: int) -> bool:
-    try:
-        fd = os.open(name, _DIRECTORY, dir_fd=directory)
-    except OSError:
-        return True
-    try:
-        for entry in os.scandir(fd):
-            info = entry.stat(follow_symlinks=False)
-            if info.st_ctime_ns > opened_ns:
-                return True
-            if stat.S_ISDIR(info.st_mode) and _tree_changed_since(fd, entry.name, opened_ns):
-                return True
-        return False
-    finally:
-        os.close(fd)
-
-
-def _remove(directory: int, name: str) -> None:
-    try:
-        info = os.lstat(name, dir_fd=directory)
-    except FileNotFoundError:
-        return
-    if stat.S_ISDIR(info.st_mode):
-        shutil.rmtree(name, dir_fd=directory)
-    else:
-        os.unlink(name, dir_fd=directory)
-
-
-def _apply(root_path: str, judged: Judged, opened_ns: int) -> tuple[str, ...]:
-    """Apply the kept changes in order; the paths left for the user's edits."""
-    conflicts: list[str] = []
-    skipped: list[str] = []
-    root = os.open(root_path, _DIRECTORY)
-    try:
-        for change in judged.kept:
-            if any(change.path.startswith(top + "/") for top in skipped):
-                continue
-            try:
-                with _parent(root, change.path) as (directory, name):
-                    whole = change.action == "deleted"
-                    if change.action != "added" and _changed_since(
-                        directory, name, opened_ns, whole=whole
-                    ):
-                        conflicts.append(change.path)
-                        skipped.append(change.path)
-                        continue
-                    if change.action == "added" and os.path.lexists(
-                        f"/proc/self/fd/{directory}/{name}"
-                    ):
-                        conflicts.append(change.path)
-                        skipped.append(change.path)
-                        continue
-                    _apply_one(directory, name, change)
-            except OSError:
-                conflicts.append(change.path)
-                skipped.append(change.path)
-    finally:
-        os.close(root)
-    return tuple(conflicts)
-
-
-def _apply_one(directory: int, name: str, change: Change) -> None:
-    if change.action == "deleted":
-        _remove(directory, name)
-        return
-    if change.kind == "directory":
-        try:
-            info = os.lstat(name, dir_fd=directory)
-        except FileNotFoundError:
-            info = None
-        if info is not None and not stat.S_ISDIR(info.st_mode):
-            os.unlink(name, dir_fd=directory)
-            info = None
-        if info is None:
-            os.mkdir(name, 0o700, dir_fd=directory)
-        if change.mode is not None:
-            fd = os.open(name, _DIRECTORY, dir_fd=directory)
-            try:
-                os.fchmod(fd, change.mode)
-            finally:
-                os.close(fd)
-        return
-    assert change.source is not None  # noqa: S101 - a file or link has its source
-    try:
-        info = os.lstat(name, dir_fd=directory)
-    except FileNotFoundError:
-        info = None
-    if info is not None and stat.S_ISDIR(info.st_mode):
-        shutil.rmtree(name, dir_fd=directory)
-    os.rename(change.source, name, dst_dir_fd=directory)

@@ -26,12 +26,12 @@ import os
 import shutil
 import stat
 import tempfile
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, final
 
-from ..._sandbox import home_directory
+from spice.agent.tools.coding._journal_records import state_home
+
 from .._caches import ROOT_HASH_CHARACTERS
 from ._upper import UpperRead, read_upper
 
@@ -92,14 +92,9 @@ _mount.argtypes = (
 
 def state_base(environ: Mapping[str, str]) -> str | None:
     """``<state>/spice-coding`` (``$XDG_STATE_HOME`` when absolute, else
-    ``~/.local/state``), ``None`` without a home."""
-    chosen = environ.get("XDG_STATE_HOME", "")
-    if chosen and os.path.isabs(chosen):
-        return os.path.join(chosen, STATE_APPLICATION)
-    home = home_directory(environ)
-    if home is None:
-        return None
-    return os.path.join(home, ".local", "state", STATE_APPLICATION)
+    ``~/.local/state``: the journal's own rule), ``None`` without a home."""
+    home = state_home(environ)
+    return None if home is None else os.path.join(home, STATE_APPLICATION)
 
 
 def _beneath(path: str, top: str) -> bool:
@@ -234,6 +229,8 @@ class Stage:
         self.upper = os.path.join(path, "upper")
         self.work = os.path.join(path, "work")
         self.opened_ns = 0
+        """When the stage opened, on the file system's clock (``Journal.opening``): a
+        worktree path whose change time is not earlier was changed by another writer."""
         uid, gid = os.getuid(), os.getgid()
         self._maps = (f"{uid} {uid} 1\n".encode(), f"{gid} {gid} 1\n".encode())
         self._options = (
@@ -259,11 +256,6 @@ class Stage:
             stage.remove()
             raise
         return stage
-
-    def open(self) -> None:
-        """Note the stage's opening (just before the spawn): a worktree path whose change
-        time is later was changed by another writer while the call ran."""
-        self.opened_ns = time.time_ns()
 
     def workdir_identity(self, held: os.stat_result) -> bytes:
         """What the supervisor finds the held working directory to be through the
