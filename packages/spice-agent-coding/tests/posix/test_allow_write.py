@@ -161,10 +161,19 @@ def test_a_directory_swapped_for_a_link_by_a_command_is_refused_at_the_next_star
     allowed = ["--root", str(root), "--allow-write", str(root / "x" / "sub")]
     swap = f"mv x y && mkdir x && ln -s {outside} x/sub"
     arguments = json.dumps({"argv": ["/bin/sh", "-c", swap]})
-    assert 0 == _cli.main([*allowed, "--sandbox", "workspace", "call", "shell", arguments])
+    code = _cli.main([*allowed, "--sandbox", "workspace", "call", "shell", arguments])
     answer = json.loads(capsys.readouterr().out)
-    assert (True, True) == (answer["ok"], answer["contained"])
     escape = json.dumps({"argv": ["/bin/sh", "-c", f"echo escaped > {outside}/AWR"]})
+    if answer.get("staged") is True:
+        # A staged worktree cannot move a directory that holds a mount (the --allow-write
+        # bind): the swap fails inside, and nothing is changed outside.
+        assert (1, False) == (code, answer["ok"])
+        _cli.main([*allowed, "--sandbox", "workspace", "call", "shell", escape])
+        capsys.readouterr()
+        assert [] == os.listdir(outside)
+        assert (root / "x" / "sub").is_dir()
+        return
+    assert (0, True, True) == (code, answer["ok"], answer["contained"])
     code = _cli.main([*allowed, "--sandbox", "workspace", "call", "shell", escape])
     err = capsys.readouterr().err
     assert (2, 1) == (code, len(err.strip().splitlines()))

@@ -75,10 +75,9 @@ PROTECTED_SENTENCE: Final = (
 )
 """What the shell's description says of the protected paths (contract 12.1)."""
 STAGED_SENTENCE: Final = (
-    "Worktree writes are staged: they land when the call ends (answer: changes), the "
-    "user's edits made meanwhile win (conflicts); git config and hooks in any repository, "
-    ".gitmodules and agent and editor settings (.mcp.json, .claude/, .vscode/ ...) are "
-    "protected: such a change is refused (protected_refused)."
+    "Worktree writes are staged: they land when the call ends (see changes), the user's "
+    "edits made meanwhile win (conflicts), and changes to git config and hooks, "
+    ".gitmodules and agent or editor settings are refused (protected_refused)."
 )
 """What the shell's description says of a staged worktree (contract 13.1)."""
 BUILD_FILES: Final = "build files and scripts that run later outside (review them)"

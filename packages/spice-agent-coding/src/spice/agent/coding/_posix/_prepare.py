@@ -186,6 +186,10 @@ class Prepared:
 JOURNAL_UNUSABLE: Final = "the worktree's journal cannot be written"
 
 
+def _beneath(path: str, top: str) -> bool:
+    return path == top or path.startswith(top.rstrip("/") + "/")
+
+
 def _staged(
     stage: Stage | None, facts: _plan.StartFacts | None, *, dry_run: bool
 ) -> StagedCall | None:
@@ -256,16 +260,19 @@ def _prepare(
     bwrap = containment.namespaces.bwrap if facts is not None else None
     plan: _plan.CallPlan | None = None
     if facts is not None:
+        protected: tuple[str, ...] = ()
         if bwrap is not None and facts.stages is not None:
-            # Staged (contract 13.1): the commit judges the call's changes; no baseline.
+            # Staged (contract 13.1): the commit judges the worktree's changes.
             if facts.journal is None:
                 raise LaunchError(reason=facts.journal_refusal or JOURNAL_UNUSABLE)
             made.stage = Stage.make(facts.stages, facts.root)
             made.stage.opened_ns = facts.journal.opening()
-            protected: tuple[str, ...] = ()
-        else:
+        if made.stage is None or len(facts.places) > 1:
+            # Unstaged, or --allow-write places (written directly): the guard's baseline.
             protected = server.guard.begin()  # the baseline and its record
             made.guard = server.guard
+            if made.stage is not None:  # the worktree's are judged at the commit
+                protected = tuple(p for p in protected if not _beneath(p, facts.root))
         if bwrap is None:
             made.temporary = tempfile.mkdtemp(prefix=TMPDIR_PREFIX)
         plan = _plan.plan_call(
