@@ -1,0 +1,115 @@
+"""A stage for the rename tests: an overlay in a user namespace, a command under the stage's
+seccomp filter, and this process serving its notifications as the supervisor does.
+
+Run as ``unshare -rm python stage_renames_support.py [options] ROOT -- COMMAND...`` where
+``ROOT`` holds ``lower/`` (and gets ``upper/``, ``work/``, ``merged/``). The command runs
+in ``merged/`` with no capability; this process exits with its status (128+N for a signal).
+Options: ``--tmpfs-upper SIZE`` (the upper and work on a tmpfs of that size: a full disk),
+``--landlock DIR`` (the command's and the helpers' only writable place), ``--other-mount``
+(a tmpfs mounted at ``merged/other``: a second mount for cross-mount renames).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import sys
+
+from spice.agent.coding._posix._supervisor import _landlock as landlock
+from spice.agent.coding._posix._supervisor import _renames as renames
+from spice.agent.coding._posix._supervisor import _seccomp as seccomp
+
+
+def _mount(root: str, tmpfs_upper: str | None, other: bool) -> str:
+    import subprocess  # noqa: PLC0415
+
+    layers = os.path.join(root, "layers")
+    os.makedirs(layers, exist_ok=True)
+    if tmpfs_upper:
+        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={tmpfs_upper}", "tmpfs", layers], check=True)
+    for name in ("upper", "work"):
+        os.makedirs(os.path.join(layers, name), exist_ok=True)
+    merged = os.path.join(root, "merged")
+    os.makedirs(merged, exist_ok=True)
+    options = (
+        f"lowerdir={root}/lower,upperdir={layers}/upper,workdir={layers}/work,userxattr"
+    )
+    subprocess.run(["mount", "-t", "overlay", "overlay", "-o", options, merged], check=True)
+    if other:
+        os.makedirs(os.path.join(merged, "other"), exist_ok=True)
+        subprocess.run(["mount", "-t", "tmpfs", "tmpfs", os.path.join(merged, "other")], check=True)
+    return merged
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--tmpfs-upper")
+    parser.add_argument("--landlock")
+    parser.add_argument("--other-mount", action="store_true")
+    parser.add_argument("--no-stage", action="store_true")
+    parser.add_argument("root")
+    parser.add_argument("command", nargs=argparse.REMAINDER)
+    options = parser.parse_args()
+    command = options.command[1:] if options.command[:1] == ["--"] else options.command
+    merged = _mount(options.root, options.tmpfs_upper, options.other_mount)
+    os.chdir(merged)
+    ruleset = None
+    if options.landlock:
+        abi = landlock.landlock_abi()
+        ruleset = landlock.build_ruleset(
+            abi, [os.fsencode(options.landlock), b"/dev/null", b"/tmp"], True
+        )
+    landlock.prctl(landlock.PR_SET_NO_NEW_PRIVS, 1)
+    landlock.drop_capabilities()
+    sys.stdout.flush()
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    child = os.fork()
+    if child == 0:
+        ours.close()
+        try:
+            if ruleset is not None:
+                landlock.restrict_self(ruleset)
+            program = seccomp.build(os.getpid(), allow_network=True, stage=not options.no_stage)
+            if options.no_stage:
+                seccomp.install(program)
+                listener = os.open("/dev/null", os.O_RDONLY)
+            else:
+                listener = renames.install(program)
+            socket.send_fds(theirs, [b"L"], [listener])
+            os.close(listener)
+            theirs.close()
+            os.execvp(command[0], command)  # noqa: S606
+        except BaseException as failure:  # noqa: BLE001
+            print("cannot start:", type(failure).__name__, failure, file=sys.stderr)
+        os._exit(127)
+    theirs.close()
+    _, fds, _, _ = socket.recv_fds(ours, 1, 1)
+    listener = fds[0]
+    status = None
+    while True:
+        if not options.no_stage and renames.wait(listener):
+            renames.serve(listener, ruleset)
+        renames.overdue()
+        while True:
+            try:
+                pid, code = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                pid = 0
+            if pid == 0:
+                break
+            renames.reaped(listener, pid)
+            if pid == child:
+                status = code
+        if status is not None and not landlock.children(os.getpid()):
+            break
+    sys.stdout.flush()
+    if os.WIFSIGNALED(status):
+        os._exit(128 + os.WTERMSIG(status))
+    os._exit(os.WEXITSTATUS(status))
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    main()
