@@ -28,19 +28,30 @@ def _mount(root: str, tmpfs_upper: str | None, other: bool) -> str:
     layers = os.path.join(root, "layers")
     os.makedirs(layers, exist_ok=True)
     if tmpfs_upper:
-        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={tmpfs_upper}", "tmpfs", layers], check=True)
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={tmpfs_upper}", "tmpfs", layers], check=True
+        )
     for name in ("upper", "work"):
         os.makedirs(os.path.join(layers, name), exist_ok=True)
     merged = os.path.join(root, "merged")
     os.makedirs(merged, exist_ok=True)
-    options = (
-        f"lowerdir={root}/lower,upperdir={layers}/upper,workdir={layers}/work,userxattr"
-    )
+    options = f"lowerdir={root}/lower,upperdir={layers}/upper,workdir={layers}/work,userxattr"
     subprocess.run(["mount", "-t", "overlay", "overlay", "-o", options, merged], check=True)
     if other:
         os.makedirs(os.path.join(merged, "other"), exist_ok=True)
         subprocess.run(["mount", "-t", "tmpfs", "tmpfs", os.path.join(merged, "other")], check=True)
     return merged
+
+
+def _kill_while_copying(command: int) -> None:
+    """The seam: the helper's first file copy kills the command first (a stop mid-copy)."""
+    copy = renames.copy_file
+
+    def killing(source: int, target: int, name: bytes, found: os.stat_result) -> None:
+        os.kill(command, signal.SIGKILL)
+        copy(source, target, name, found)
+
+    renames.copy_file = killing  # type: ignore[assignment]
 
 
 def main() -> None:
@@ -49,17 +60,24 @@ def main() -> None:
     parser.add_argument("--landlock")
     parser.add_argument("--other-mount", action="store_true")
     parser.add_argument("--no-stage", action="store_true")
+    parser.add_argument("--entries-max", type=int)
+    parser.add_argument("--bytes-max", type=int)
+    parser.add_argument("--kill-while-copying", action="store_true")
     parser.add_argument("root")
     parser.add_argument("command", nargs=argparse.REMAINDER)
     options = parser.parse_args()
     command = options.command[1:] if options.command[:1] == ["--"] else options.command
+    if options.entries_max is not None:
+        renames.TREE_ENTRIES_MAX = options.entries_max  # type: ignore[misc]
+    if options.bytes_max is not None:
+        renames.TREE_BYTES_MAX = options.bytes_max  # type: ignore[misc]
     merged = _mount(options.root, options.tmpfs_upper, options.other_mount)
     os.chdir(merged)
     ruleset = None
     if options.landlock:
         abi = landlock.landlock_abi()
         ruleset = landlock.build_ruleset(
-            abi, [os.fsencode(options.landlock), b"/dev/null", b"/tmp"], True
+            abi, [os.fsencode(options.landlock), b"/dev/null", b"/tmp"], allow_network=True
         )
     landlock.prctl(landlock.PR_SET_NO_NEW_PRIVS, 1)
     landlock.drop_capabilities()
@@ -85,6 +103,8 @@ def main() -> None:
             print("cannot start:", type(failure).__name__, failure, file=sys.stderr)
         os._exit(127)
     theirs.close()
+    if options.kill_while_copying:
+        _kill_while_copying(child)
     _, fds, _, _ = socket.recv_fds(ours, 1, 1)
     listener = fds[0]
     status = None

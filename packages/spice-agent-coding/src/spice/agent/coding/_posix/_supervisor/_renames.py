@@ -186,7 +186,11 @@ def available() -> bool:
     number = ctypes.c_long(table.numbers["seccomp"])
     try:
         _check(
-            int(_libc.syscall(number, ctypes.c_ulong(SECCOMP_GET_ACTION_AVAIL), 0, ctypes.byref(action)))
+            int(
+                _libc.syscall(
+                    number, ctypes.c_ulong(SECCOMP_GET_ACTION_AVAIL), 0, ctypes.byref(action)
+                )
+            )
         )
         _check(int(_libc.syscall(number, ctypes.c_ulong(SECCOMP_GET_NOTIF_SIZES), 0, sizes)))
     except OSError:
@@ -207,7 +211,7 @@ def install(program: bytes) -> int:
     if rest or not 0 < count <= seccomp.MAXIMUM_INSTRUCTIONS:
         raise ValueError("not a filter program")
     buffer = ctypes.create_string_buffer(program, len(program))
-    fprog = seccomp._Fprog(count, ctypes.cast(buffer, ctypes.c_void_p))  # noqa: SLF001 - sibling
+    fprog = seccomp._Fprog(count, ctypes.cast(buffer, ctypes.c_void_p))
     landlock.prctl(landlock.PR_SET_NO_NEW_PRIVS, 1)
     listener = _check(
         int(
@@ -462,7 +466,9 @@ def _helper(
         if ruleset is not None:
             landlock.restrict_self(ruleset)
         deadline = time.monotonic() + NOTIFICATION_SECONDS
-        error = rename(*plan, proceed=lambda: valid(listener, ident) and time.monotonic() < deadline)
+        error = rename(
+            *plan, proceed=lambda: valid(listener, ident) and time.monotonic() < deadline
+        )
     except BaseException:  # noqa: BLE001 - the helper answers whatever happened
         error = errno.EXDEV
     respond(listener, ident, error)
@@ -475,6 +481,11 @@ def _always() -> bool:
 
 class _Stop(Exception):
     """The caller is gone or the deadline passed: undo, answer ``EXDEV``."""
+
+
+def _require(check: Callable[[], bool]) -> None:
+    if not check():
+        raise _Stop
 
 
 def _renameat2(old_dir: int, old: bytes, new_dir: int, new: bytes, flags: int) -> int:
@@ -517,8 +528,7 @@ def rename(
         temporary = f"{TEMPORARY_PREFIX}{os.getpid()}".encode()
         try:
             _copy_tree(source, new_dir, temporary, check)
-            if not check():
-                raise _Stop
+            _require(check)
             os.rename(temporary, new, src_dir_fd=new_dir, dst_dir_fd=new_dir)
         except _Stop:
             _remove_quietly(new_dir, temporary)
@@ -625,8 +635,7 @@ def _finish_directory(source: int, target: int) -> None:
 def _copy_entries(source: int, target: int, where: bytes, copy: _Copy) -> None:
     """Copy every entry of ``source`` into ``target`` (``where`` beneath the copy's root)."""
     for entry in os.scandir(source):
-        if not copy.check():
-            raise _Stop
+        _require(copy.check)
         name = os.fsencode(entry.name)
         found = entry.stat(follow_symlinks=False)
         key = (found.st_dev, found.st_ino)
@@ -669,7 +678,9 @@ def copy_file(source: int, target: int, name: bytes, found: os.stat_result) -> N
     reading = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=source)
     try:
         writing = os.open(
-            name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
+            name,
+            os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+            0o600,
             dir_fd=target,
         )
         try:
@@ -682,8 +693,12 @@ def copy_file(source: int, target: int, name: bytes, found: os.stat_result) -> N
                     else:
                         moved = os.sendfile(writing, reading, None, min(left, 1 << 30))
                 except OSError as failure:
-                    if ranged and failure.errno in {errno.EXDEV, errno.EINVAL, errno.ENOSYS,
-                                                    errno.EOPNOTSUPP}:
+                    if ranged and failure.errno in {
+                        errno.EXDEV,
+                        errno.EINVAL,
+                        errno.ENOSYS,
+                        errno.EOPNOTSUPP,
+                    }:
                         ranged = False
                         continue
                     raise
@@ -714,10 +729,8 @@ def _remove_quietly(parent: int, name: bytes) -> None:
 
 def _restore(copy: int, parent: int, name: bytes) -> None:
     """Put back under ``parent``/``name`` whatever of the copy the removal took away."""
-    try:
+    with landlock.suppress(FileExistsError):
         os.mkdir(name, 0o700, dir_fd=parent)
-    except FileExistsError:
-        pass
     with _opened(parent, name) as here:
         present = set(os.listdir(here))
         for entry in os.scandir(copy):
@@ -734,3 +747,40 @@ def _restore(copy: int, parent: int, name: bytes) -> None:
                     os.chmod(entry_name, stat.S_IMODE(found.st_mode), dir_fd=here)
         made = os.fstat(copy)
         os.chmod(here, stat.S_IMODE(made.st_mode))
+
+
+# -- handing the listener over -----------------------------------------------------------
+
+
+def handoff() -> tuple[int, int]:
+    """A close-on-exec ``AF_UNIX`` pair made before the fork: (the supervisor's end, the
+    command's end). The command sends its listener on its end before ``execve``."""
+    import socket  # noqa: PLC0415 - only with a stage
+
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    return ours.detach(), theirs.detach()
+
+
+def send_listener(end: int, listener: int) -> None:
+    """In the command's fork: hand ``listener`` over ``end``, then close ``end``."""
+    import socket  # noqa: PLC0415 - only with a stage
+
+    with socket.socket(fileno=end) as channel:
+        socket.send_fds(channel, [b"L"], [listener])
+
+
+def take_listener(pair: tuple[int, int]) -> int | None:
+    """In the supervisor, after the command started: its listener (``None``: none came)."""
+    import socket  # noqa: PLC0415 - only with a stage
+
+    os.close(pair[1])
+    with socket.socket(fileno=pair[0]) as channel:
+        channel.settimeout(0)
+        try:
+            _, fds, _, _ = socket.recv_fds(channel, 1, 1)
+        except OSError:
+            return None
+    if not fds:
+        return None
+    os.set_inheritable(fds[0], False)  # noqa: FBT003 - os's positional-only flag
+    return fds[0]

@@ -359,8 +359,8 @@ def build(
     ``own_pid`` is the pid that may be named besides 0 (the command's own; it must be
     positive). ``private_network``: ``AF_INET`` and ``AF_INET6`` sockets pass too (the
     command's own network namespace). ``stage``: ``STAGE_RENAMES`` go to the listener
-    (``SECCOMP_RET_USER_NOTIF``: install with ``_renames.install``). Raises ``Unsupported`` where the architecture is
-    not known.
+    (``SECCOMP_RET_USER_NOTIF``: install with ``_renames.install``). Raises
+    ``Unsupported`` where the architecture is not known.
     """
     if own_pid <= 0:
         raise ValueError("own_pid must be a positive pid")
