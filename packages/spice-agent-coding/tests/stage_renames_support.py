@@ -17,9 +17,28 @@ import signal
 import socket
 import sys
 
-from spice.agent.coding._posix._supervisor import _landlock as landlock
-from spice.agent.coding._posix._supervisor import _renames as renames
-from spice.agent.coding._posix._supervisor import _seccomp as seccomp
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from spice.agent.coding._posix._supervisor import _landlock as landlock
+    from spice.agent.coding._posix._supervisor import _renames as renames
+    from spice.agent.coding._posix._supervisor import _seccomp as seccomp
+else:  # by name, as the supervisor loads them: any interpreter, no package imported
+    sys.path.insert(
+        0,
+        os.path.join(
+            os.path.dirname(os.path.abspath(__file__)),
+            "..",
+            "src",
+            "spice",
+            "agent",
+            "coding",
+            "_posix",
+            "_supervisor",
+        ),
+    )
+    import _landlock as landlock
+    import _renames as renames
+    import _seccomp as seccomp
 
 
 def _mount(root: str, tmpfs_upper: str | None, other: bool) -> str:
@@ -76,9 +95,7 @@ def main() -> None:
     ruleset = None
     if options.landlock:
         abi = landlock.landlock_abi()
-        ruleset = landlock.build_ruleset(
-            abi, [os.fsencode(options.landlock), b"/dev/null", b"/tmp"], allow_network=True
-        )
+        ruleset = landlock.build_ruleset(abi, [os.fsencode(options.landlock)], allow_network=True)
     landlock.prctl(landlock.PR_SET_NO_NEW_PRIVS, 1)
     landlock.drop_capabilities()
     sys.stdout.flush()
