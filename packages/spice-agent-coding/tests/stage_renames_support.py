@@ -70,7 +70,7 @@ def _kill_while_copying(command: int) -> None:
         os.kill(command, signal.SIGKILL)
         copy(source, target, name, found)
 
-    renames.copy_file = killing  # type: ignore[assignment]
+    renames.copy_file = killing
 
 
 def main() -> None:

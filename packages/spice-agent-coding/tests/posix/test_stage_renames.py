@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from spice.agent.coding._posix._supervisor import _landlock as landlock
 from spice.agent.coding._posix._supervisor import _renames as renames
 from spice.agent.coding._posix._supervisor import _seccomp as seccomp
 
@@ -193,7 +194,8 @@ def test_git_mv_of_a_tracked_directory_works(
         _python('import os; os.rename("pkg", "pkg2")'),
         "mv pkg pkg2",
         _python(
-            'import os; d = os.open(".", os.O_RDONLY); os.rename("pkg", "pkg2", src_dir_fd=d, dst_dir_fd=d)'
+            'import os; d = os.open(".", os.O_RDONLY); '
+            'os.rename("pkg", "pkg2", src_dir_fd=d, dst_dir_fd=d)'
         ),
         _python('import os; os.rename(os.path.abspath("pkg"), os.path.abspath("pkg2"))'),
     ],
@@ -299,8 +301,6 @@ def test_a_rename_off_the_overlay_keeps_exdev(root: Path, new: str) -> None:
 def test_landlock_binds_the_helper_as_it_binds_the_command(root: Path) -> None:
     """The helper enters the command's ruleset: only ``lib/`` is writable, so moving
     ``pkg`` into it is refused (removing ``pkg`` is not the command's to do)."""
-    from spice.agent.coding._posix._supervisor import _landlock as landlock
-
     if landlock.landlock_abi() < 2:
         pytest.skip("no Landlock here")
     _tree(root)
