@@ -12,6 +12,7 @@ full upper, an unreadable file).
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import os
 import shutil
@@ -23,10 +24,14 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from procutil import Collect
 
+from spice.agent.coding import PosixLauncher
+from spice.agent.coding._posix._containment import Containment
 from spice.agent.coding._posix._supervisor import _landlock as landlock
 from spice.agent.coding._posix._supervisor import _renames as renames
 from spice.agent.coding._posix._supervisor import _seccomp as seccomp
+from spice.agent.process import Outcome, Spec
 
 SUPPORT = Path(__file__).resolve().parents[1] / "stage_renames_support.py"
 NOBODY = 65534
@@ -402,3 +407,37 @@ def test_an_unreadable_file_answers_eacces_and_leaves_nothing(root: Path) -> Non
     upper = root / "layers" / "upper"
     assert not (upper / "pkg2").exists()
     assert not list(upper.glob(renames.TEMPORARY_PREFIX + "*"))
+
+
+# -- the real supervisor -----------------------------------------------------------------
+
+
+async def test_the_supervisor_serves_its_commands_renames(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With ``STAGE`` the supervisor's command runs under the listener (``Seccomp: 2``)
+    and every rename is answered (here on no overlay: the kernel's, by ``CONTINUE``); a
+    supervisor that served none would leave the command blocked past the bound."""
+    if landlock.landlock_abi() < 1 or not seccomp.available():
+        pytest.skip("needs Landlock and seccomp")
+    staged = Containment.layers.fget  # type: ignore[attr-defined]
+    monkeypatch.setattr(Containment, "layers", property(lambda self: staged(self) | landlock.STAGE))
+    policy = Containment("workspace", "workspace", landlock.landlock_abi(), seccomp=True)
+    (tmp_path / "d" / "inner").mkdir(parents=True)
+    script = (
+        "mv d e && mv e/inner e/moved && mkdir f && "
+        f'{sys.executable} -c \'import os; os.rename("f", "g")\' && '
+        "ls && grep Seccomp: /proc/self/status"
+    )
+    out, err = Collect(), Collect()
+    spec = Spec("/bin/sh", ("-c", script), str(tmp_path), ("PATH=/usr/bin:/bin",), b"", out, err)
+    process = await PosixLauncher(policy, str(tmp_path)).start(spec)
+    try:
+        async with asyncio.timeout(60):
+            await process.wait_exit()
+    finally:
+        async with asyncio.timeout(60):
+            await process.wait()
+    assert process.result() == Outcome.exited(0), err.data
+    assert out.data.decode().split() == ["e", "g", "Seccomp:", "2"]
+    assert (tmp_path / "e" / "moved").is_dir()

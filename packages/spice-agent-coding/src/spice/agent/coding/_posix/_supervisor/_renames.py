@@ -45,6 +45,7 @@ import os
 import select
 import signal
 import stat
+import sys
 import time
 
 if __package__:
@@ -754,33 +755,43 @@ def _restore(copy: int, parent: int, name: bytes) -> None:
 
 def handoff() -> tuple[int, int]:
     """A close-on-exec ``AF_UNIX`` pair made before the fork: (the supervisor's end, the
-    command's end). The command sends its listener on its end before ``execve``."""
-    import socket  # noqa: PLC0415 - only with a stage
+    command's end). The command sends its listener on its end before ``execve``.
+    ``_socket``, not ``socket`` (which imports ``enum``: milliseconds of every start)."""
+    import _socket  # noqa: PLC0415 - only with a stage
 
-    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    ours, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
     return ours.detach(), theirs.detach()
 
 
 def send_listener(end: int, listener: int) -> None:
-    """In the command's fork: hand ``listener`` over ``end``, then close ``end``."""
-    import socket  # noqa: PLC0415 - only with a stage
+    """In the command's fork: hand ``listener`` over ``end`` (``SCM_RIGHTS``), close ``end``."""
+    import _socket  # noqa: PLC0415 - only with a stage
 
-    with socket.socket(fileno=end) as channel:
-        socket.send_fds(channel, [b"L"], [listener])
+    channel = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM, 0, end)
+    try:
+        rights = listener.to_bytes(4, sys.byteorder, signed=True)  # one C int
+        channel.sendmsg([b"L"], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, rights)])
+    finally:
+        channel.close()
 
 
 def take_listener(pair: tuple[int, int]) -> int | None:
     """In the supervisor, after the command started: its listener (``None``: none came)."""
-    import socket  # noqa: PLC0415 - only with a stage
+    import _socket  # noqa: PLC0415 - only with a stage
 
     os.close(pair[1])
-    with socket.socket(fileno=pair[0]) as channel:
-        channel.settimeout(0)
+    channel = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM, 0, pair[0])
+    try:
+        channel.setblocking(False)  # noqa: FBT003 - the C method's positional flag
         try:
-            _, fds, _, _ = socket.recv_fds(channel, 1, 1)
+            _, ancillary, _, _ = channel.recvmsg(1, _socket.CMSG_SPACE(4))
         except OSError:
             return None
-    if not fds:
-        return None
-    os.set_inheritable(fds[0], False)  # noqa: FBT003 - os's positional-only flag
-    return fds[0]
+    finally:
+        channel.close()
+    for level, kind, data in ancillary:
+        if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS and len(data) >= 4:
+            listener = int.from_bytes(data[:4], sys.byteorder, signed=True)
+            os.set_inheritable(listener, False)  # noqa: FBT003 - os's positional-only flag
+            return listener
+    return None
