@@ -12,6 +12,7 @@ Options: ``--tmpfs-upper SIZE`` (the upper and work on a tmpfs of that size: a f
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import signal
 import socket
@@ -73,6 +74,24 @@ def _kill_while_copying(command: int) -> None:
     renames.copy_file = killing
 
 
+def _fail_removal() -> None:
+    """The seam: the source's removal takes ``m.py``, then fails (``EIO``), once."""
+    remove = renames._remove_tree
+    first = [True]
+
+    def failing(parent: int, name: bytes) -> None:
+        if first.pop() if first else False:
+            here = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=parent)
+            try:
+                os.unlink("m.py", dir_fd=here)
+            finally:
+                os.close(here)
+            raise OSError(errno.EIO, "injected")
+        remove(parent, name)
+
+    renames._remove_tree = failing
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--tmpfs-upper")
@@ -82,12 +101,18 @@ def main() -> None:
     parser.add_argument("--entries-max", type=int)
     parser.add_argument("--bytes-max", type=int)
     parser.add_argument("--kill-while-copying", action="store_true")
+    parser.add_argument("--fail-removal", action="store_true")
+    parser.add_argument("--notification-seconds", type=float)
     parser.add_argument("root")
     parser.add_argument("command", nargs=argparse.REMAINDER)
     options = parser.parse_args()
     command = options.command[1:] if options.command[:1] == ["--"] else options.command
     if options.entries_max is not None:
         renames.TREE_ENTRIES_MAX = options.entries_max  # type: ignore[misc]
+    if options.notification_seconds is not None:
+        renames.NOTIFICATION_SECONDS = options.notification_seconds
+    if options.fail_removal:
+        _fail_removal()
     if options.bytes_max is not None:
         renames.TREE_BYTES_MAX = options.bytes_max  # type: ignore[misc]
     merged = _mount(options.root, options.tmpfs_upper, options.other_mount)

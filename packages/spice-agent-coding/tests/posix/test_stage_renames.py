@@ -441,3 +441,25 @@ async def test_the_supervisor_serves_its_commands_renames(
     assert process.result() == Outcome.exited(0), err.data
     assert out.data.decode().split() == ["e", "g", "Seccomp:", "2"]
     assert (tmp_path / "e" / "moved").is_dir()
+
+
+def test_a_failed_removal_puts_the_source_back(root: Path) -> None:
+    """The source's removal fails part-way (injected): what it took comes back from the
+    copy, the copy goes, the errno is answered."""
+    _tree(root)
+    result = _stage(root, _renameat2("pkg", "pkg2") + "; ls -A; cat pkg/m.py", "--fail-removal")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.split("\n")
+    assert lines[0] == f"errno {errno.EIO}"
+    assert "pkg2" not in lines
+    assert lines[-2] == "x"  # m.py is back
+    assert not list((root / "layers" / "upper").glob(renames.TEMPORARY_PREFIX + "*"))
+
+
+def test_past_the_notification_deadline_the_answer_is_exdev(root: Path) -> None:
+    _tree(root)
+    result = _stage(root, _renameat2("pkg", "pkg2"), "--notification-seconds", "0")
+    assert result.stdout.split() == ["errno", str(errno.EXDEV)], result.stderr
+    upper = root / "layers" / "upper"
+    assert not (upper / "pkg2").exists()
+    assert not list(upper.glob(renames.TEMPORARY_PREFIX + "*"))
