@@ -110,7 +110,7 @@ def main() -> None:
     if options.entries_max is not None:
         renames.TREE_ENTRIES_MAX = options.entries_max  # type: ignore[misc]
     if options.notification_seconds is not None:
-        renames.NOTIFICATION_SECONDS = options.notification_seconds
+        renames.NOTIFICATION_SECONDS = options.notification_seconds  # type: ignore[misc]
     if options.fail_removal:
         _fail_removal()
     if options.bytes_max is not None:
