@@ -83,7 +83,7 @@ with room for the TMPDIR's removal.
 """
 
 _HERE: Final = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_supervisor")
-SUPERVISOR_MODULES: Final = ("_seccomp", "_landlock", "_tmpdir", "_bridge", "_main")
+SUPERVISOR_MODULES: Final = ("_seccomp", "_landlock", "_renames", "_tmpdir", "_bridge", "_main")
 """The modules a supervisor runs, in import order: its helpers, then itself (``__main__``)."""
 
 

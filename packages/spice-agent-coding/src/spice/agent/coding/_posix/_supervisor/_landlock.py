@@ -24,7 +24,7 @@ else:  # the supervisor: ``BOOTSTRAP`` put the module, compiled at start, in sys
 # ``collections.abc`` and ``contextlib`` are left out at run time (annotations are strings).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
+    from collections.abc import Callable, Iterable, Sequence
     from types import TracebackType
     from typing import Final
 
@@ -480,16 +480,25 @@ PRIVATE_NETWORK: Final = 1 << 6
 the filter allows ``AF_INET``/``AF_INET6`` and Landlock leaves TCP alone."""
 PROXY_BRIDGE: Final = 1 << 5
 """Not a layer: the supervisor bridges ``127.0.0.1:3128`` to the proxy (``_bridge``)."""
+STAGE: Final = 1 << 8
+"""Not a layer: the command sees the worktree through a stage (an overlay), so its filter
+sends renames to the supervisor (``_renames``), which carries out those the overlay refuses."""
 _REQUESTABLE: Final = LAYER_SECCOMP | LAYER_CAPABILITIES
 
 
-def apply_layers(ruleset: int | None, requested: int, allow_network: bool) -> int:
+def apply_layers(
+    ruleset: int | None,
+    requested: int,
+    allow_network: bool,
+    listen: Callable[[bytes], None] | None = None,
+) -> int:
     """Put this process under Landlock (``ruleset``), then the ``requested`` layers.
 
     Landlock first (it sets ``no_new_privs``), then capabilities, then the seccomp
     filter (last: nothing after it needs a refused call). Returns the ``LAYER_*`` bits
     applied; raises ``OSError`` (or ``seccomp.Unsupported``) when a requested layer
-    cannot be applied, so the caller never runs the command without it.
+    cannot be applied, so the caller never runs the command without it. With ``STAGE``
+    the filter is installed by ``listen`` (which hands its listener to the supervisor).
     """
     applied = 0
     if ruleset is not None:
@@ -504,8 +513,14 @@ def apply_layers(ruleset: int | None, requested: int, allow_network: bool) -> in
             allow_network,
             bool(requested & PRIVATE_IPC),
             private_network=bool(requested & PRIVATE_NETWORK),
+            stage=bool(requested & STAGE),
         )
-        seccomp.install(program)
+        if requested & STAGE:
+            if listen is None:
+                raise OSError(errno.EPERM, "a stage needs a listener")
+            listen(program)
+        else:
+            seccomp.install(program)
         applied |= LAYER_SECCOMP
     if requested & _REQUESTABLE & ~applied:
         raise OSError(errno.EPERM, "a requested layer was not applied")

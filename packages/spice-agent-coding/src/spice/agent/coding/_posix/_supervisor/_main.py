@@ -1,7 +1,7 @@
 """The per-call supervisor, and the spec and report it speaks with the launcher.
 
 Standard library only and free of package imports but its siblings ``_seccomp``,
-``_landlock``, ``_tmpdir`` and ``_bridge`` (held to the same rule), on purpose: this
+``_landlock``, ``_renames``, ``_tmpdir`` and ``_bridge`` (held to the same rule), on purpose: this
 module's code is run by the launcher once per command, ``python -I -S -c BOOTSTRAP
 CODE_FD SPEC_FD REPORT_FD``: the five modules compiled once when the server started and
 kept in a sealed memory file (``CODE_FD``), never read again from a path a command could
@@ -56,17 +56,19 @@ import time
 if __package__:
     from . import _bridge as bridge
     from . import _landlock as landlock
+    from . import _renames as renames
     from . import _tmpdir as tmpdir
 else:  # the supervisor: ``BOOTSTRAP`` put the modules, compiled at start, in sys.modules
     import _bridge as bridge  # type: ignore[import-not-found,no-redef]
     import _landlock as landlock  # type: ignore[import-not-found,no-redef]
+    import _renames as renames  # type: ignore[import-not-found,no-redef]
     import _tmpdir as tmpdir  # type: ignore[import-not-found,no-redef]
 
 # Every command pays this module's imports (the supervisor's start): ``typing``,
 # ``collections.abc`` and ``contextlib`` are left out at run time (annotations are strings).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
+    from collections.abc import Callable, Iterable, Sequence
     from typing import Final, NoReturn
 
 
@@ -342,6 +344,7 @@ def _child(
     status: int,
     mask: Iterable[int],
     parent: int,
+    handoff: int | None = None,
 ) -> NoReturn:
     """In the forked child: the command's last preparations, then ``execve``.
 
@@ -357,7 +360,7 @@ def _child(
         _bound(spec)
         if spec.workdir:  # inside the namespaces: the command's own session and group
             os.setsid()
-        applied = landlock.apply_layers(ruleset, spec.layers, spec.allow_network)
+        applied = landlock.apply_layers(ruleset, spec.layers, spec.allow_network, _handing(handoff))
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         os.write(status, bytes((_LAYERS_RECORD, applied)))
         os.execve(spec.executable, spec.argv, spec.environ)  # noqa: S606 - the point
@@ -365,6 +368,22 @@ def _child(
         with landlock.suppress(OSError):
             os.write(status, b"F")
     os._exit(_CANNOT_START)
+
+
+def _handing(handoff: int | None) -> Callable[[bytes], None] | None:
+    """With a stage: install the filter with its listener and hand that to the supervisor
+    (``SCM_RIGHTS`` on ``handoff``), keeping no copy."""
+    if handoff is None:
+        return None
+
+    def listen(program: bytes) -> None:
+        listener = renames.install(program)
+        try:
+            renames.send_listener(handoff, listener)
+        finally:
+            os.close(listener)
+
+    return listen
 
 
 def _bound(spec: SupervisorSpec) -> None:
@@ -395,6 +414,23 @@ class _Supervisor:
         self.command = 0
         self.status: int | None = None
         self.announced = False
+        self.listener: int | None = None
+        """With a stage: the command's rename listener (``_renames``)."""
+        self.ruleset: int | None = None
+
+    def wait(self) -> signal.struct_siginfo | None:
+        """The next watched signal within ``WATCH_SECONDS``; with a stage, serving the
+        command's renames meanwhile (each bounded: ``_renames.serve``)."""
+        if self.listener is None:
+            return signal.sigtimedwait(_WATCHED, WATCH_SECONDS)
+        deadline = time.monotonic() + WATCH_SECONDS
+        while True:
+            received = signal.sigtimedwait(_WATCHED, 0)
+            if received is not None or time.monotonic() >= deadline:
+                return received
+            if renames.wait(self.listener):
+                renames.serve(self.listener, self.ruleset)
+            renames.overdue()
 
     def reap(self) -> None:
         """Collect every exited child; remember the command's status."""
@@ -405,6 +441,8 @@ class _Supervisor:
                 return
             if pid == 0:
                 return
+            if self.listener is not None:
+                renames.reaped(self.listener, pid)
             if pid == self.command and self.status is None:
                 self.status = status
 
@@ -468,7 +506,7 @@ class _Supervisor:
         """
         me = os.getpid()
         while os.getppid() == self.spec.server and not bwrap_gone(self.spec):
-            received = signal.sigtimedwait(_WATCHED, WATCH_SECONDS)
+            received = self.wait()
             if received is None:
                 continue
             if received.si_signo == signal.SIGCHLD:
@@ -567,6 +605,7 @@ def supervise(spec_fd: int, report: int) -> NoReturn:
         # The proxy's port on the call's loopback, taken before the command exists.
         listener = bridge.listen() if spec.layers & landlock.PROXY_BRIDGE else None
         status_read, status_write = os.pipe()
+        handoff = renames.handoff() if spec.layers & landlock.STAGE else None
         parent = os.getpid()
         command = os.fork()
     except BaseException:  # noqa: BLE001 - before the fork, any failure means "not started"
@@ -574,19 +613,22 @@ def supervise(spec_fd: int, report: int) -> NoReturn:
         os._exit(_CANNOT_START)
     if command == 0:
         os.close(status_read)
-        _child(spec, ruleset, status_write, mask, parent)
+        _child(spec, ruleset, status_write, mask, parent, handoff and handoff[1])
     os.close(status_write)
     os.close(spec_fd)
     for fd in spec.cgroups:
         os.close(fd)
     if listener is not None:
         bridge.start(listener)
-    if ruleset is not None:
-        os.close(ruleset)
     said = _read_all(status_read)
     os.close(status_read)
     supervisor = _Supervisor(spec, report)
     supervisor.command = command
+    if handoff is not None:  # the helpers enter the command's Landlock domain's rules
+        supervisor.listener = renames.take_listener(handoff)
+        supervisor.ruleset = ruleset
+    elif ruleset is not None:
+        os.close(ruleset)
     if len(said) != 2 or said[0] != _LAYERS_RECORD:  # "F", or "L" then "F": not started
         with landlock.suppress(ChildProcessError):
             os.waitpid(command, 0)

@@ -76,6 +76,9 @@ MAXIMUM_INSTRUCTIONS: Final = 4096
 SECCOMP_RET_KILL_PROCESS: Final = 0x80000000
 SECCOMP_RET_ERRNO: Final = 0x00050000
 SECCOMP_RET_ALLOW: Final = 0x7FFF0000
+SECCOMP_RET_USER_NOTIF: Final = 0x7FC00000
+STAGE_RENAMES: Final = ("rename", "renameat", "renameat2")
+"""With a stage: the calls sent to the supervisor (``_renames``; ``rename`` on x86_64 only)."""
 RET_EPERM: Final = SECCOMP_RET_ERRNO | 1
 """``EPERM`` (1 on every Linux architecture)."""
 
@@ -147,6 +150,9 @@ _X86_64: Final = {
     "perf_event_open": 298,
     "userfaultfd": 323,
     "seccomp": 317,
+    "rename": 82,
+    "renameat": 264,
+    "renameat2": 316,
 }
 _AARCH64: Final = {  # asm-generic/unistd.h; there is no mknod
     "socket": 198,
@@ -183,6 +189,8 @@ _AARCH64: Final = {  # asm-generic/unistd.h; there is no mknod
     "perf_event_open": 241,
     "userfaultfd": 282,
     "seccomp": 277,
+    "renameat": 38,
+    "renameat2": 276,
 }
 
 
@@ -344,13 +352,15 @@ def build(
     private_ipc: bool = False,
     table: Architecture | None = None,
     private_network: bool = False,
+    stage: bool = False,
 ) -> bytes:
     """The filter's instructions (``struct sock_filter[]``) for ``table`` (default: ours).
 
     ``own_pid`` is the pid that may be named besides 0 (the command's own; it must be
     positive). ``private_network``: ``AF_INET`` and ``AF_INET6`` sockets pass too (the
-    command's own network namespace). Raises ``Unsupported`` where the architecture is
-    not known.
+    command's own network namespace). ``stage``: ``STAGE_RENAMES`` go to the listener
+    (``SECCOMP_RET_USER_NOTIF``: install with ``_renames.install``). Raises
+    ``Unsupported`` where the architecture is not known.
     """
     if own_pid <= 0:
         raise ValueError("own_pid must be a positive pid")
@@ -377,6 +387,9 @@ def build(
         program.jeq(numbers[name], "pid_in_0")
     program.jeq(numbers["setpriority"], "setpriority")
     program.jeq(numbers["ioprio_set"], "ioprio_set")
+    for name in STAGE_RENAMES if stage else ():
+        if name in numbers:
+            program.jeq(numbers[name], "notify")
     program.ret(SECCOMP_RET_ALLOW)  # every other system call of this architecture
     # Classic BPF jumps only forward: the checks of arguments, then the three answers.
     if not allow_network:
@@ -413,6 +426,9 @@ def build(
     program.ret(RET_EPERM)
     program.label("kill")
     program.ret(SECCOMP_RET_KILL_PROCESS)
+    if stage:
+        program.label("notify")
+        program.ret(SECCOMP_RET_USER_NOTIF)
     return program.assemble()
 
 
