@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from spice.agent.coding import _gitconfig
-from spice.agent.coding._gitconfig import filtered, ordinary_url
+from spice.agent.tools.coding import _gitconfig
+from spice.agent.tools.coding._gitconfig import filtered, ordinary_url
 from spice.agent.coding._posix import _guard, _scan
 from spice.agent.coding._posix._guard import SHOWN_BYTES, Guard, shown
 from spice.agent.coding._posix._putback import put_back

@@ -19,7 +19,7 @@ from typing import Final
 
 from spice.agent.tools.coding import ProtectedPaths
 
-from .._gitconfig import filtered
+from spice.agent.tools.coding._gitconfig import filtered
 from ._scan import Entry, Snapshot
 
 __all__ = ["put_back"]

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Final, final
 
 from spice.agent.tools.coding import ProtectedPaths
+from spice.agent.tools.coding._protected import PLAIN_SETTINGS, fold
 
 __all__ = [
     "ENTRY_BYTES",
@@ -228,7 +229,13 @@ class _Scanner:
             return []
         if is_directory and not git and ProtectedPaths.names_git_directory(name):
             return [("walk", item.path, child, 1)]
-        candidate = git or not name.isascii() or name.startswith(".") or "~" in name
+        candidate = (
+            git
+            or not name.isascii()
+            or name.startswith(".")
+            or "~" in name
+            or fold(name) in PLAIN_SETTINGS
+        )
         if candidate and self.policy.protects(place, child):
             return [("record", item.path, child, 0)]
         if not is_directory:
