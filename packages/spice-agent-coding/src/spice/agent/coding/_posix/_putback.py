@@ -18,8 +18,8 @@ import threading
 from typing import Final
 
 from spice.agent.tools.coding import ProtectedPaths
-
 from spice.agent.tools.coding._gitconfig import filtered
+
 from ._scan import Entry, Snapshot
 
 __all__ = ["put_back"]
