@@ -7,7 +7,9 @@ import asyncio
 import hashlib
 import json
 import os
+import shutil
 import signal
+import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -279,9 +281,15 @@ async def test_closing_stdin_mid_call_shuts_down_cleanly(worktree: Path) -> None
     assert b"stopped: the client closed stdin" in err
 
 
-@pytest.mark.parametrize("number", [signal.SIGTERM, signal.SIGINT])
-async def test_a_signal_mid_call_shuts_down_cleanly(worktree: Path, number: int) -> None:
-    """SIGTERM or SIGINT during ``sleep 60``: calls cancelled, Cleanup runs, exit 0."""
+ENDING_SIGNALS: Final = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")
+"""Every signal that ends the server goes through the join (contract 13.1, R6-4)."""
+
+
+@pytest.mark.parametrize("name", ENDING_SIGNALS)
+async def test_a_signal_mid_call_shuts_down_cleanly(worktree: Path, name: str) -> None:
+    """SIGTERM, SIGINT, SIGHUP or SIGQUIT during ``sleep 60``: calls cancelled, Cleanup
+    runs, exit 0 (R6-4: SIGHUP ended the server at once, before the join)."""
+    number = getattr(signal, name)
     async with raw_server(worktree) as server:
         await server.handshake()
         await server.call(2, "shell", {"argv": ["sleep", "60"]})
@@ -323,3 +331,40 @@ async def test_an_empty_session_exits_0(worktree: Path) -> None:
         server.process.stdin.close()
         code, lines, _ = await server.finish()
     assert (0, []) == (code, lines)
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+@pytest.mark.parametrize("name", ENDING_SIGNALS)
+async def test_a_signal_goes_through_the_join_that_puts_back_a_plant(
+    tmp_path: Path, name: str
+) -> None:
+    """R6-4: a call plants ``.git/commondir`` (to a copy whose config runs a program) and
+    ignores the signals; the signal ends the server through the join, which removes the
+    ``commondir``: the user's ``git status`` afterwards writes no marker."""
+    worktree = tmp_path / "tree"
+    worktree.mkdir()
+    environment = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "GIT_CONFIG_NOSYSTEM": "1"}
+    await asyncio.to_thread(
+        subprocess.run, ["git", "init", "-q"], cwd=worktree, env=environment, check=True
+    )
+    marker = tmp_path / "MARKER"
+    plant = (
+        "mkdir .git/objects/pack/.e && cp -a .git/refs .git/HEAD .git/config "
+        ".git/objects/pack/.e/ && ln -s ../.. .git/objects/pack/.e/objects && "
+        f"git config -f .git/objects/pack/.e/config core.fsmonitor 'touch {marker}; false' && "
+        'printf %s "$PWD/.git/objects/pack/.e" > .git/commondir && '
+        "trap '' TERM INT HUP QUIT && sleep 60"
+    )
+    commondir = worktree / ".git" / "commondir"
+    async with raw_server(worktree) as server:
+        await server.handshake()
+        await server.call(2, "shell", {"argv": ["/bin/sh", "-c", plant]})
+        await until(commondir.exists)
+        server.process.send_signal(getattr(signal, name))
+        code, _, err = await server.finish()
+    assert 0 == code, err
+    assert not commondir.exists()
+    await asyncio.to_thread(
+        subprocess.run, ["git", "status"], cwd=worktree, env=environment, capture_output=True
+    )
+    assert not marker.exists()

@@ -12,13 +12,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from spice.agent.coding import _gitconfig
-from spice.agent.coding._gitconfig import filtered, ordinary_url
 from spice.agent.coding._posix import _guard, _scan
 from spice.agent.coding._posix._guard import SHOWN_BYTES, Guard, shown
 from spice.agent.coding._posix._putback import put_back
 from spice.agent.coding._posix._scan import ENTRY_BYTES, GIT_DEPTH, SCAN_DEPTH, Known, scan
-from spice.agent.tools.coding import ProtectedPaths
+from spice.agent.tools.coding import ProtectedPaths, _gitconfig
+from spice.agent.tools.coding._gitconfig import filtered, ordinary_url
 
 STANDARD = ProtectedPaths.default()
 

@@ -252,3 +252,42 @@ def test_the_settings_files_unprotect_joins_the_flags_and_is_refused_by_its_line
     assert str(path) in str(refused.value)
     assert "unprotect" in str(refused.value)
     assert "is not protected" in str(refused.value)
+
+
+@pytest.mark.parametrize("named_by", ["flag", "file"])
+def test_unprotect_never_follows_a_link_a_call_made(
+    worktree: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], named_by: str
+) -> None:
+    """R6-5: ``.vscode -> .git`` made by a call; ``--unprotect .vscode`` (flag or settings
+    file) is refused at start, exit 2, one line, and never gives ``.git`` back. A real
+    ``.vscode`` directory there is given back (positive), and so is a link outside every
+    writable place (``--unprotect`` of a path beneath a link the user made elsewhere)."""
+    (worktree / ".vscode").symlink_to(".git")
+    if named_by == "flag":
+        flags = Flags(root=str(worktree), unprotect=(".vscode",))
+        argv = ["--root", str(worktree), "--unprotect", ".vscode", "tools"]
+    else:
+        directory = tmp_path / "config"
+        directory.mkdir(mode=0o700)
+        path = directory / "settings.toml"
+        path.write_text(f'unprotect = ["{worktree / ".vscode"}"]\n')
+        path.chmod(0o600)
+        flags = Flags(root=str(worktree), settings=str(path))
+        argv = ["--root", str(worktree), "--settings", str(path), "tools"]
+    with pytest.raises(SettingsError, match="symbolic link inside a writable place") as refused:
+        resolve_settings(flags, {"HOME": str(tmp_path)})
+    assert "\n" not in str(refused.value)
+    if named_by == "file":
+        assert "unprotect" in str(refused.value)
+    code, out, err = run_main(capsys, *argv)
+    assert (2, "") == (code, out)
+    assert 1 == err.count("\n")
+    # Beneath the link too (``.vscode/x`` through ``.vscode -> .git``).
+    with pytest.raises(UnprotectError, match="symbolic link"):
+        policy_of([".vscode/config"], str(worktree))
+    (worktree / ".vscode").unlink()
+    (worktree / ".vscode").mkdir()
+    policy = resolve_settings(flags, {"HOME": str(tmp_path)}).config.protected_paths
+    assert not policy.protects(str(worktree), ".vscode/tasks.json")
+    assert policy.protects(str(worktree), ".git/config")
+    assert all(not path.endswith("/.git") for path in policy.unprotect)

@@ -418,8 +418,15 @@ def _token(settings: Settings, options: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+ENDING_SIGNALS: Final = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")
+"""The POSIX signals that stop ``serve`` through the joins (stdin's end does too)."""
+
+
 def _stop_on_signals(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> Callable[[], None]:
-    """Set ``stop`` on SIGTERM or SIGINT; returns the undo.
+    """Set ``stop`` on every signal that ends the server (``ENDING_SIGNALS``: SIGTERM,
+    SIGINT, SIGHUP, SIGQUIT), so that each goes through the calls' joins (13.1: a SIGHUP
+    ended the server before the join that puts back what a call planted); returns the
+    undo.
 
     Windows has no ``add_signal_handler``: there ``serve`` stops on stdin's end, on
     Ctrl+Break (``SIGBREAK``, through ``signal.signal``), and on Ctrl+C as ``asyncio.run``
@@ -427,7 +434,7 @@ def _stop_on_signals(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> Ca
     their kill-on-close jobs.
     """
     if not WINDOWS:
-        numbers = (signal.SIGTERM, signal.SIGINT)
+        numbers = tuple(getattr(signal, name) for name in ENDING_SIGNALS)
         for number in numbers:
             loop.add_signal_handler(number, stop.set)
 

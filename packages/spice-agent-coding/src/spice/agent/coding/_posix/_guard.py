@@ -174,7 +174,7 @@ class Guard:
             if baseline is None:
                 return ()
             try:
-                now = scan(self.places, self.policy, self._ignored(), self._known)
+                now = scan(self.places, self.policy, self._ignored(), self._known, baseline.entries)
                 return tuple(put_back(baseline, now))
             finally:
                 # The call is over whatever happened (the put-back handles every OS error
@@ -220,7 +220,8 @@ class Guard:
             decoded = _decode(_read_bounded(path))
             if decoded is not None:
                 places, baseline = decoded
-                restored += put_back(baseline, scan(places, self.policy, self._ignored()))
+                now = scan(places, self.policy, self._ignored(), also=baseline.entries)
+                restored += put_back(baseline, now)
             with contextlib.suppress(OSError):
                 os.unlink(path)
         return restored

@@ -4,6 +4,12 @@
 what ``_gitconfig``'s allow-list keeps) and gives a changed or removed path its bytes and
 mode again. Nothing is followed: each directory is opened from ``/`` with ``O_NOFOLLOW``,
 and a link or file where a directory was is removed first.
+
+A server that is not root owns what its command made, but the mode bits bind it (a
+``chmod 555 .git`` kept it from removing a planted ``commondir``): a directory it owns
+that it cannot write or enter is given the owner's ``rwx`` for the change through its
+descriptor, and its mode back afterwards (``_opened``). A path that could not be put
+back is never listed as put back.
 """
 
 from __future__ import annotations
@@ -12,14 +18,14 @@ import contextlib
 import errno
 import hashlib
 import os
-import shutil
 import stat
 import threading
+from collections.abc import Iterator
 from typing import Final
 
 from spice.agent.tools.coding import ProtectedPaths
+from spice.agent.tools.coding._gitconfig import filtered
 
-from .._gitconfig import filtered
 from ._scan import Entry, Snapshot
 
 __all__ = ["put_back"]
@@ -43,6 +49,44 @@ def _is_git_config(path: str) -> bool:
     )
 
 
+_OWNER: Final = 0o700
+"""The bits a directory the server owns gets while the put-back changes it."""
+
+
+def _enterable(name: str, fd: int) -> None:
+    """Give the directory ``name`` beneath ``fd`` the owner's bits when the server owns it
+    and it is a directory, not a link (a command made it unreadable: ``chmod 000``). Its
+    mode is not put back: the owner could not enter it otherwise either."""
+    info = os.lstat(name, dir_fd=fd)
+    if stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid():
+        os.chmod(name, stat.S_IMODE(info.st_mode) | _OWNER, dir_fd=fd)
+
+
+def _step(name: str, fd: int) -> int:
+    try:
+        return os.open(name, _STEP, dir_fd=fd)
+    except PermissionError:
+        _enterable(name, fd)
+        return os.open(name, _STEP, dir_fd=fd)
+
+
+@contextlib.contextmanager
+def _writable(fd: int) -> Iterator[None]:
+    """The directory ``fd`` writable for the server while the block runs, when it owns
+    it and the mode bits say no; its mode again afterwards."""
+    info = os.fstat(fd)
+    mode = stat.S_IMODE(info.st_mode)
+    change = os.geteuid() != 0 and info.st_uid == os.geteuid() and mode & _OWNER != _OWNER
+    if change:
+        os.fchmod(fd, mode | _OWNER)
+    try:
+        yield
+    finally:
+        if change:
+            with contextlib.suppress(OSError):
+                os.fchmod(fd, mode)
+
+
 def _open_directory(path: str, *, create: bool) -> int:
     """The directory ``path`` opened from ``/`` without following a link; with ``create``
     a missing one is made and a link or file where it should be is removed first."""
@@ -52,13 +96,14 @@ def _open_directory(path: str, *, create: bool) -> int:
             if not name:
                 continue
             try:
-                step = os.open(name, _STEP, dir_fd=fd)
+                step = _step(name, fd)
             except OSError as error:
                 if not create or error.errno not in {errno.ENOENT, errno.ELOOP, errno.ENOTDIR}:
                     raise
-                if error.errno != errno.ENOENT:
-                    os.unlink(name, dir_fd=fd)
-                os.mkdir(name, 0o755, dir_fd=fd)
+                with _writable(fd):
+                    if error.errno != errno.ENOENT:
+                        os.unlink(name, dir_fd=fd)
+                    os.mkdir(name, 0o755, dir_fd=fd)
                 step = os.open(name, _STEP, dir_fd=fd)
             os.close(fd)
             fd = step
@@ -66,6 +111,23 @@ def _open_directory(path: str, *, create: bool) -> int:
         os.close(fd)
         raise
     return fd
+
+
+def _rmtree(name: str, parent: int) -> None:
+    """Remove the directory ``name`` beneath ``parent`` with all it holds, never following
+    a link, each directory the server owns made writable first (``_writable``)."""
+    fd = _step(name, parent)
+    try:
+        with _writable(fd):
+            for entry in os.listdir(fd):
+                info = os.lstat(entry, dir_fd=fd)
+                if stat.S_ISDIR(info.st_mode):
+                    _rmtree(entry, fd)
+                else:
+                    os.unlink(entry, dir_fd=fd)
+    finally:
+        os.close(fd)
+    os.rmdir(name, dir_fd=parent)
 
 
 def _remove(path: str) -> bool:
@@ -77,10 +139,11 @@ def _remove(path: str) -> bool:
         return True  # no real directory leads there: nothing is at this path
     try:
         info = os.lstat(name, dir_fd=fd)
-        if stat.S_ISDIR(info.st_mode):
-            shutil.rmtree(name, dir_fd=fd)
-        else:
-            os.unlink(name, dir_fd=fd)
+        with _writable(fd):
+            if stat.S_ISDIR(info.st_mode):
+                _rmtree(name, fd)
+            else:
+                os.unlink(name, dir_fd=fd)
     except FileNotFoundError:
         return True
     except OSError:
@@ -98,49 +161,56 @@ def _write(path: str, entry: Entry) -> bool:
     except OSError:
         return False
     try:
-        with contextlib.suppress(FileNotFoundError):
-            info = os.lstat(name, dir_fd=fd)
-            wrong = stat.S_ISDIR(info.st_mode) != (entry.kind == "directory")
-            if wrong and stat.S_ISDIR(info.st_mode):
-                shutil.rmtree(name, dir_fd=fd)
-            elif wrong:
-                os.unlink(name, dir_fd=fd)
-        if entry.kind == "directory":
-            with contextlib.suppress(FileExistsError):
-                os.mkdir(name, entry.mode, dir_fd=fd)
-            os.chmod(name, entry.mode, dir_fd=fd, follow_symlinks=False)
-            return True
-        temporary = f"{_TEMPORARY}{os.getpid()}-{threading.get_ident()}"
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temporary, dir_fd=fd)
-        if entry.kind == "link":
-            assert entry.data is not None  # noqa: S101 - a link keeps its target
-            os.symlink(entry.data, temporary, dir_fd=fd)
-        else:
-            assert entry.data is not None  # noqa: S101 - checked by the caller
-            made = os.open(
-                temporary,
-                os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                0o600,
-                dir_fd=fd,
-            )
-            try:
-                view = memoryview(entry.data)
-                while view:
-                    view = view[os.write(made, view) :]
-                os.fchmod(made, entry.mode)
-            finally:
-                os.close(made)
-        os.replace(temporary, name, src_dir_fd=fd, dst_dir_fd=fd)
-        return True
+        with _writable(fd):
+            return _write_in(fd, name, entry)
     except OSError:
         return False
     finally:
         os.close(fd)
 
 
+def _write_in(fd: int, name: str, entry: Entry) -> bool:
+    """``_write`` in the open (writable) parent ``fd``."""
+    with contextlib.suppress(FileNotFoundError):
+        info = os.lstat(name, dir_fd=fd)
+        wrong = stat.S_ISDIR(info.st_mode) != (entry.kind == "directory")
+        if wrong and stat.S_ISDIR(info.st_mode):
+            _rmtree(name, fd)
+        elif wrong:
+            os.unlink(name, dir_fd=fd)
+    if entry.kind == "directory":
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(name, entry.mode, dir_fd=fd)
+        os.chmod(name, entry.mode, dir_fd=fd, follow_symlinks=False)
+        return True
+    temporary = f"{_TEMPORARY}{os.getpid()}-{threading.get_ident()}"
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(temporary, dir_fd=fd)
+    if entry.kind == "link":
+        assert entry.data is not None  # noqa: S101 - a link keeps its target
+        os.symlink(entry.data, temporary, dir_fd=fd)
+    else:
+        assert entry.data is not None  # noqa: S101 - checked by the caller
+        made = os.open(
+            temporary,
+            os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+            0o600,
+            dir_fd=fd,
+        )
+        try:
+            view = memoryview(entry.data)
+            while view:
+                view = view[os.write(made, view) :]
+            os.fchmod(made, entry.mode)
+        finally:
+            os.close(made)
+    os.replace(temporary, name, src_dir_fd=fd, dst_dir_fd=fd)
+    return True
+
+
 def put_back(baseline: Snapshot, now: Snapshot) -> list[str]:
-    """Make the protected paths of ``now`` what ``baseline`` had; the paths put back.
+    """Make the protected paths of ``now`` what ``baseline`` had; the paths put back (one
+    that could not be is not among them).
 
     A path the call made is removed, but a git directory's new ``config``, which keeps
     what the allow-list keeps; a changed or removed one gets its bytes and mode again
@@ -155,21 +225,18 @@ def put_back(baseline: Snapshot, now: Snapshot) -> list[str]:
         if _is_git_config(path) and entry.kind == "file" and entry.data is not None:
             kept = filtered(entry.data.decode("utf-8", "replace")).encode()
             if kept != entry.data:
-                _write(
-                    path, Entry("file", entry.mode & 0o666, kept, hashlib.sha256(kept).hexdigest())
-                )
-                restored.append(path)
+                safe = Entry("file", entry.mode & 0o666, kept, hashlib.sha256(kept).hexdigest())
+                if _write(path, safe):
+                    restored.append(path)
             continue
-        _remove(path)
-        removed.append(path)
-        restored.append(path)
+        if _remove(path):
+            removed.append(path)
+            restored.append(path)
     for path in sorted(baseline.entries):
         entry = baseline.entries[path]
         if entry.same(now.entries.get(path)) or entry.kind == "other":
             continue
-        if entry.kind == "file" and entry.data is None:
-            _remove(path)
-        else:
-            _write(path, entry)
-        restored.append(path)
+        lost = entry.kind == "file" and entry.data is None  # its bytes were not kept
+        if _remove(path) if lost else _write(path, entry):
+            restored.append(path)
     return restored

@@ -1,13 +1,24 @@
 """The scan of the join's guard: which protected paths exist beneath the writable places.
 
-``scan`` walks each place, not following a symbolic link, ``SCAN_DEPTH`` levels outside git
-directories and ``GIT_DEPTH`` inside them, never into a git directory's objects (but
-``objects/info/alternates``), refs or logs, ``SCAN_ENTRIES`` entries in all; each
-protected path it meets (``ProtectedPaths``) is kept as an ``Entry`` with its bytes
-(``ENTRY_BYTES`` each, ``SNAPSHOT_BYTES`` in all; a larger one keeps its digest). With
-``Known`` it remembers what it read: a directory whose status and change time are those
-of its last listing is not listed again, a file whose status is unchanged is not read
-again (a command cannot set a change time), unless the change lies within ``RACY_NS``.
+``scan`` walks each place, not following a symbolic link, breadth first to ``SCAN_DEPTH``
+levels outside git directories and ``GIT_DEPTH`` inside them, never into a git
+directory's objects (but ``objects/info/alternates``), refs or logs; each protected path
+it meets (``ProtectedPaths``) is kept as an ``Entry`` with its bytes (``ENTRY_BYTES``
+each, ``SNAPSHOT_BYTES`` in all; a larger one keeps its digest).
+
+No bound an agent can fill skips a git directory's files (contract 13.1): each place's
+own ``.git`` is looked up by name before anything is listed, and in every git directory
+met the files that run or redirect (``config``, ``commondir``, ``hooks/``, ...) are looked
+up by name, not found by a listing; git directories are walked before the rest with
+their own bounds (``GIT_ENTRIES`` entries, ``GIT_RECORDS`` kept), and the protected trees
+met outside them (``.claude/``) are recorded only after every git directory, within
+``SCAN_ENTRIES`` and ``SNAPSHOT_ENTRIES``. ``also`` names paths looked up by name
+whatever the bounds (the baseline's, so a join compares every one of them).
+
+With ``Known`` it remembers what it read: a directory whose status and change time are
+those of its last listing is not listed again, a file whose status is unchanged is not
+read again (a command cannot set a change time), unless the change lies within
+``RACY_NS``.
 """
 
 from __future__ import annotations
@@ -23,10 +34,18 @@ from dataclasses import dataclass, field
 from typing import Final, final
 
 from spice.agent.tools.coding import ProtectedPaths
+from spice.agent.tools.coding._protected import (
+    GIT_DIRECTORY_FILES,
+    GIT_DIRECTORY_TREES,
+    PLAIN_SETTINGS,
+    fold,
+)
 
 __all__ = [
     "ENTRY_BYTES",
     "GIT_DEPTH",
+    "GIT_ENTRIES",
+    "GIT_RECORDS",
     "RACY_NS",
     "SCAN_DEPTH",
     "SCAN_ENTRIES",
@@ -38,15 +57,27 @@ __all__ = [
     "scan",
 ]
 
-SCAN_DEPTH: Final = 4
+SCAN_DEPTH: Final = 64
 """Directory levels below a writable place the scan looks at outside git directories
-(``a/b/c/.mcp.json`` is seen; a protected name deeper is not)."""
+(breadth first: the entry bound cuts the deepest first)."""
 
 GIT_DEPTH: Final = 16
 """Directory levels the scan looks at inside a git directory (submodules nest)."""
 
 SCAN_ENTRIES: Final = 50_000
-"""Directory entries one scan reads in all; beyond it the scan is incomplete."""
+"""Directory entries one scan reads in all outside git directories; beyond it the scan is
+incomplete."""
+
+GIT_ENTRIES: Final = 50_000
+"""Directory entries one scan reads in all inside git directories (a budget of their own:
+a flood outside them never cuts them)."""
+
+GIT_RECORDS: Final = 4096
+"""Protected entries inside git directories one baseline keeps (beside
+``SNAPSHOT_ENTRIES``)."""
+
+_PROBED: Final = (*GIT_DIRECTORY_FILES, *GIT_DIRECTORY_TREES)
+"""What is looked up by name in every git directory the scan meets."""
 
 ENTRY_BYTES: Final = 1024 * 1024
 """A protected file's bytes kept; a larger one keeps its digest and is removed if changed."""
@@ -82,6 +113,8 @@ class Known:
     entries: dict[str, tuple[Status, Entry | None]] = field(default_factory=dict)
     directories: dict[str, tuple[Status, list[Action]]] = field(default_factory=dict)
 
+
+DOT_GIT: Final = ".git"
 
 _GIT_SKIPPED: Final = frozenset({"objects", "refs", "logs", "lfs", "rr-cache", "svn"})
 """Directories of a git directory the scan never enters (``objects/info`` is looked at)."""
@@ -131,31 +164,61 @@ class _Scanner:
         self.ignored = ignored
         self.snapshot = Snapshot()
         self.read = 0
+        self.git_read = 0
+        self.git_records = 0
+        self.visited: set[str] = set()
+        self.deferred: collections.deque[str] = collections.deque()
+        self.expanded: set[str] = set()
         self.known: dict[str, tuple[Status, Entry | None]] = {} if known is None else known.entries
         self.directories = {} if known is None else known.directories
         self.seen: dict[str, tuple[Status, Entry | None]] = {}
         self.seen_directories: dict[str, tuple[Status, list[Action]]] = {}
         self.now = time.time_ns()
 
-    def _budget(self, entries: int = 1) -> bool:
-        self.read += entries
-        if self.read > SCAN_ENTRIES:
+    def _budget(self, entries: int = 1, *, git: bool = False) -> bool:
+        if git:
+            self.git_read += entries
+            exceeded = self.git_read > GIT_ENTRIES
+        else:
+            self.read += entries
+            exceeded = self.read > SCAN_ENTRIES
+        if exceeded:
             self.snapshot.complete = False
-            return False
-        return True
+        return not exceeded
 
     def run(self, places: Sequence[str]) -> None:
-        """Every place, breadth first and git directories before the rest: the bounds cut
-        the deepest and the last directories, never a place's own ``.git`` or settings."""
+        """Every place, breadth first: each place's own ``.git`` and every git directory
+        before the rest, then the protected trees met, then the plain directories; the
+        bounds cut the deepest and the last, never a git directory's files."""
         git: collections.deque[Visit] = collections.deque()
-        plain: collections.deque[Visit] = collections.deque(
-            (place, place, "", 0, 0) for place in places
-        )
-        while git or plain:
-            visit = git.popleft() if git else plain.popleft()
+        plain: collections.deque[Visit] = collections.deque()
+        for place in places:
+            own = os.path.join(place, DOT_GIT)
+            try:
+                info = os.lstat(own)
+            except OSError:
+                info = None
+            if info is not None and stat.S_ISDIR(info.st_mode):
+                git.append((place, own, DOT_GIT, 1, 1))
+            elif info is not None and self.policy.protects(place, DOT_GIT):
+                self.record(own, top=True)
+            plain.append((place, place, "", 0, 0))
+        plain_open = True
+        while git or self.deferred or (plain and plain_open):
+            if git:
+                visit = git.popleft()
+            elif self.deferred:
+                self.record(self.deferred.popleft(), top=True)
+                continue
+            else:
+                visit = plain.popleft()
+            if visit[1] in self.visited:
+                continue
+            self.visited.add(visit[1])
             for walk in self.visit(*visit):
                 if walk is None:
-                    return  # the entry bound: the scan is incomplete
+                    plain_open = plain_open and bool(visit[4])
+                    continue  # this budget is spent: what it would walk is not
                 (git if walk[4] else plain).append(walk)
 
     def visit(
@@ -177,16 +240,20 @@ class _Scanner:
             actions = self._list(place, directory, relative, depth, git)
         self.seen_directories[directory] = (status, actions)
         walks: list[Visit | None] = []
+        if git:
+            self._probe(place, directory, relative)
         for action, path, child, level in actions:
-            if not self._budget(level if action == "file" else 1):
+            if not self._budget(level if action == "file" else 1, git=bool(git)):
                 walks.append(None)
                 break
             if path in self.ignored or action == "file":
                 continue
             if action == "truncated":
                 self.snapshot.complete = False
+            elif action == "record" and git:
+                self.record(path, top=True, git=True)
             elif action == "record":
-                self.record(path, top=True)
+                self.deferred.append(path)
             elif action == "alternates":
                 self._alternates(place, path, child)
             else:
@@ -228,7 +295,13 @@ class _Scanner:
             return []
         if is_directory and not git and ProtectedPaths.names_git_directory(name):
             return [("walk", item.path, child, 1)]
-        candidate = git or not name.isascii() or name.startswith(".") or "~" in name
+        candidate = (
+            git
+            or not name.isascii()
+            or name.startswith(".")
+            or "~" in name
+            or fold(name) in PLAIN_SETTINGS
+        )
         if candidate and self.policy.protects(place, child):
             return [("record", item.path, child, 0)]
         if not is_directory:
@@ -245,24 +318,68 @@ class _Scanner:
             return [("walk", item.path, child, 0)]
         return [("file", item.path, child, 0)]
 
+    def _probe(self, place: str, directory: str, relative: str) -> None:
+        """Look up by name, not by a listing, what runs or redirects in a git directory."""
+        for name in _PROBED:
+            path = os.path.join(directory, *name.split("/"))
+            if path in self.ignored or not self.policy.protects(place, f"{relative}/{name}"):
+                continue
+            with contextlib.suppress(OSError):
+                os.lstat(path)
+                self.record(path, top=True, git=True)
+
     def _alternates(self, place: str, objects: str, relative: str) -> None:
         path = os.path.join(objects, "info", "alternates")
         if self.policy.protects(place, f"{relative}/info/alternates"):
             with contextlib.suppress(FileNotFoundError, NotADirectoryError):
                 os.lstat(path)
-                self.record(path, top=True)
+                self.record(path, top=True, git=True)
 
-    def record(self, path: str, *, top: bool) -> None:
+    def _room(self, git: bool | None) -> bool:
+        """Whether one more entry may be kept (``None``: unbounded, a path named by
+        ``also``)."""
+        if git is None:
+            return True
+        if git:
+            self.git_records += 1
+            kept = self.git_records <= GIT_RECORDS
+        else:
+            kept = len(self.snapshot.entries) - self.git_records < SNAPSHOT_ENTRIES
+        if not kept:
+            self.snapshot.complete = False
+        return kept
+
+    def record(self, path: str, *, top: bool, git: bool | None = False) -> None:
+        """Keep ``path`` (``git``: counted inside git directories; ``None``: named by
+        ``also``, kept whatever the bounds, its children left to the walk); a directory's
+        entries are kept too, each once."""
+        if path in self.ignored:
+            return
+        entry = self.snapshot.entries.get(path)
+        if entry is None:
+            if not self._room(git):
+                return
+            entry = self._keep(path, top=top)
+        if entry is None or entry.kind != "directory" or git is None:
+            return
+        if path in self.expanded:
+            return
+        self.expanded.add(path)
+        try:
+            names = sorted(os.listdir(path))
+        except OSError:
+            return
+        for name in names:
+            if not self._budget(git=git):
+                return
+            self.record(os.path.join(path, name), top=False, git=git)
+
+    def _keep(self, path: str, *, top: bool) -> Entry | None:
         snapshot = self.snapshot
-        if path in snapshot.entries or path in self.ignored:
-            return
-        if len(snapshot.entries) >= SNAPSHOT_ENTRIES:
-            snapshot.complete = False
-            return
         try:
             info = os.lstat(path)
         except OSError:
-            return
+            return None
         key = (
             info.st_dev,
             info.st_ino,
@@ -279,20 +396,12 @@ class _Scanner:
         else:
             entry = self._entry(path, info)
         if entry is None:
-            return
+            return None
         self.seen[path] = (key, entry)
         snapshot.entries[path] = entry
         if top:
             snapshot.tops.append(path)
-        if entry.kind == "directory":
-            try:
-                names = sorted(os.listdir(path))
-            except OSError:
-                return
-            for name in names:
-                if not self._budget():
-                    return
-                self.record(os.path.join(path, name), top=False)
+        return entry
 
     def _entry(self, path: str, info: os.stat_result) -> Entry | None:
         mode = stat.S_IMODE(info.st_mode)
@@ -334,15 +443,19 @@ def scan(
     policy: ProtectedPaths,
     ignored: Iterable[str] = (),
     known: Known | None = None,
+    also: Iterable[str] = (),
 ) -> Snapshot:
     """The protected paths beneath ``places`` now (see the module docstring); ``ignored``:
     paths never looked at (the launcher's live mount points). ``known``: what an earlier
     scan read, by path and status (device, inode, mode, size, times): an entry whose
     status is the same, and whose change time is older than ``RACY_NS``, is taken from
-    there instead of being read again; it is replaced by what this scan saw."""
+    there instead of being read again; it is replaced by what this scan saw. ``also``:
+    paths looked up by name first, whatever the bounds (a baseline's)."""
     scanner = _Scanner(policy, frozenset(ignored), known)
     if policy.empty:
         return scanner.snapshot
+    for path in sorted(also):
+        scanner.record(path, top=False, git=None)
     scanner.run(places)
     for path in policy.extra:
         if any(path == place or path.startswith(place.rstrip("/") + "/") for place in places):

@@ -16,6 +16,7 @@ from typing import Final
 from spice.agent.tools.coding import ProtectedPaths
 
 from ._file import FileRules
+from ._values import link_in_writable_place
 
 __all__ = [
     "MAXIMUM_UNPROTECT",
@@ -43,7 +44,18 @@ STANDARD_NAMES: Final = (
     "every .git that is a file, every .gitmodules",
     (
         ".mcp.json, .claude/, .gemini/, .codex/, .cursor/, .vscode/, .idea/, .envrc, "
-        ".direnv/ at any depth"
+        ".direnv/, opencode.json, .opencode/, .zed/, .continue/, .amazonq/, .kiro/, .roo/, "
+        ".windsurf/, .aider.conf.yml, .devcontainer/, .nvim.lua, .exrc, mise.toml, "
+        ".mise.toml at any depth"
+    ),
+    (
+        "hooks: .husky/, .githooks/, .pre-commit-config.yaml, lefthook.yml (and its "
+        "spellings) at any depth, and the directory the repository's core.hooksPath names"
+    ),
+    (
+        "in every directory git would open as a repository (HEAD, objects/, refs/; any "
+        "name, any depth): hooks/, info/, commondir, gitdir, objects/info/alternates, a "
+        "rebase or sequencer todo that runs exec, and a config key off the allow-list"
     ),
 )
 """The standard set as ``tools`` names it."""
@@ -77,6 +89,13 @@ def _given_back(raw: str, root: str, places: Sequence[str], standard: ProtectedP
             f"{UNPROTECT_FLAG} {_named(raw)} lies outside the worktree and every "
             "--allow-write directory"
         )
+    real = tuple(os.path.realpath(place) for place in (root, *places))
+    link = link_in_writable_place(path, real)
+    if link is not None:
+        raise UnprotectError(
+            f"{UNPROTECT_FLAG} {_named(link)} is a symbolic link inside a writable place "
+            "(a command could have made it): name the path it points to"
+        )
     place = max(holding, key=len)
     relative = os.path.relpath(path, place).replace(os.sep, "/")
     if path == place or not standard.protects(place, relative):
@@ -94,7 +113,8 @@ def policy_of(
 ) -> ProtectedPaths:
     """The standard set with the application's ``extra`` files, less each ``--unprotect``
     path (absolute, or relative to the root); ``UnprotectError`` for one that is not
-    protected or lies outside the root and the writable ``places``."""
+    protected, lies outside the root and the writable ``places``, or is reached through a
+    symbolic link inside one of them (13.1: a link a call made is never followed)."""
     raw = list(unprotect)
     if len(raw) > MAXIMUM_UNPROTECT:
         raise UnprotectError(f"{UNPROTECT_FLAG} is given more than {MAXIMUM_UNPROTECT} times")

@@ -46,6 +46,7 @@ __all__ = [
     "deny_read",
     "filed_writes",
     "from_file",
+    "link_in_writable_place",
     "max_memory",
     "max_processes",
 ]
@@ -147,7 +148,7 @@ def allow_write(
             chosen.append(real)
     places = tuple(p for p in (os.path.realpath(root), *chosen, *others) if p != os.sep)
     for item in raw:
-        link = _link_in_writable_place(item, places)
+        link = link_in_writable_place(item, places)
         if link is not None:
             shown = link[:_SHOWN_CHARACTERS].encode("unicode_escape").decode("ascii")
             raise SettingsError(
@@ -172,7 +173,7 @@ def _writable_problem(item: str) -> str | None:
     return None
 
 
-def _link_in_writable_place(path: str, places: tuple[str, ...]) -> str | None:
+def link_in_writable_place(path: str, places: tuple[str, ...]) -> str | None:
     """The first symbolic link on the way to ``path`` whose own directory lies beneath one
     of ``places`` (real paths), else ``None``. Reads the links' metadata only."""
     parts = os.path.normpath(path).split(os.sep)[1:]

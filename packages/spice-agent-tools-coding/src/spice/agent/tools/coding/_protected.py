@@ -10,7 +10,8 @@ depth beneath a place (the worktree root or an ``--allow-write`` directory):
   ``GIT_DIRECTORY_TREES``);
 - every ``.git`` itself where it is a file (a gitdir redirect: a path whose last
   component is ``.git``) and every ``.gitmodules``;
-- the agent and editor settings of ``SETTINGS`` (``.mcp.json``, ``.claude/``, ...);
+- the agent and editor settings and hook managers' files of ``SETTINGS`` (``.mcp.json``,
+  ``.claude/``, ``opencode.json``, ``.husky/``, ``lefthook.yml``, ...);
 - the absolute paths the application adds (``extra``: its own files);
 
 less each path given back (``unprotect``, with everything beneath it).
@@ -40,6 +41,7 @@ __all__ = [
     "GIT_DIRECTORY_FILES",
     "GIT_DIRECTORY_TREES",
     "MAXIMUM_EXTRA_PATHS",
+    "PLAIN_SETTINGS",
     "PROTECTED",
     "SETTINGS",
     "ProtectedPaths",
@@ -69,10 +71,41 @@ SETTINGS: Final = (
     ".idea",
     ".envrc",
     ".direnv",
+    # contract 13.1: more agents' and editors' settings
+    "opencode.json",
+    ".opencode",
+    ".zed",
+    ".continue",
+    ".amazonq",
+    ".kiro",
+    ".roo",
+    ".windsurf",
+    ".aider.conf.yml",
+    ".devcontainer",
+    ".nvim.lua",
+    ".exrc",
+    "mise.toml",
+    ".mise.toml",
+    # hook managers: their files say what runs at the user's next commit
+    ".husky",
+    ".githooks",
+    ".pre-commit-config.yaml",
+    "lefthook.yml",
+    "lefthook.yaml",
+    ".lefthook.yml",
+    ".lefthook.yaml",
+    "lefthook-local.yml",
+    "lefthook-local.yaml",
 )
 """Names protected (with everything beneath them) wherever they appear: the agents' and
-editors' settings, which run programs when a tool next opens the worktree, and
-``.gitmodules`` (it names where git clones and checks out)."""
+editors' settings, which run programs when a tool next opens the worktree, the hook
+managers' files and usual ``core.hooksPath`` directories (``.husky/``, ``.githooks/``,
+``.pre-commit-config.yaml``, ``lefthook.yml``: they say what the user's next ``git
+commit`` runs), and ``.gitmodules`` (it names where git clones and checks out)."""
+
+PLAIN_SETTINGS: Final = frozenset(name for name in SETTINGS if not name.startswith("."))
+"""The names of ``SETTINGS`` that do not begin with a dot (a scan that looks only at
+dotted names looks at these too)."""
 
 DOT_GIT: Final = ".git"
 

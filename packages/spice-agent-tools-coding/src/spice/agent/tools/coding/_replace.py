@@ -65,7 +65,9 @@ from ._config import Config
 from ._edits import EditFailure
 from ._platform import root_supported
 from ._progress import attach, report_progress
+from ._protected import PROTECTED
 from ._replace_arguments import Arguments, Edits, Invalid, Whole, decode, description, schema
+from ._replace_judge import refused_by_judge
 from ._replace_work import Change, Done, Refused, edited, protected, withdrawn
 from ._results import failure, success
 from ._root import MadeDirectory, PathError, open_directory, open_root, remove_made, split_parent
@@ -241,7 +243,8 @@ def _write_beneath(
     except PathError as error:
         return Done(Outcome(error.code, error.message), change)
     try:
-        refused = _protected_beneath(config, root_fd, dir_fd, leaf)
+        where = real_relative(root_fd, dir_fd) if not config.protected_paths.empty else "."
+        refused = _protected_beneath(config, where, leaf)
         if refused is not None:
             return Done(refused, change)
         limit = config.max_write_bytes
@@ -256,6 +259,10 @@ def _write_beneath(
             change = edited
             syscalls.checkpoint(Checkpoint.EDITS_APPLIED)
         assert change is not None  # noqa: S101 - the content form set it in _work
+        assert where is not None  # noqa: S101 - _protected_beneath refused an unplaced one
+        relative = leaf if where == "." else f"{where}/{leaf}"
+        if refused_by_judge(config, root_fd, relative, change.data, creating, len(made)):
+            return Done(Outcome("path_unavailable", PROTECTED), change)
         request = Request(leaf, change.data, change.sha256, arguments.expected, limit)
         outcome = write_file(syscalls, dir_fd, request, gate)
         if outcome.created and outcome.durable and parent != ".":
@@ -266,12 +273,12 @@ def _write_beneath(
             os.close(dir_fd)
 
 
-def _protected_beneath(config: Config, root_fd: int, dir_fd: int, leaf: str) -> Outcome | None:
-    """The policy asked again by where the opened directory really lies (a symbolic link
-    on the way may lead into a protected one); one that cannot be told is refused."""
+def _protected_beneath(config: Config, where: str | None, leaf: str) -> Outcome | None:
+    """The policy asked again by where the opened directory really lies (``where``: a
+    symbolic link on the way may lead into a protected one); one that cannot be told is
+    refused."""
     if config.protected_paths.empty:
         return None
-    where = real_relative(root_fd, dir_fd)
     if where is None:
         return Outcome("path_unavailable", UNPLACED)
     return protected(config, leaf if where == "." else f"{where}/{leaf}")

@@ -1,6 +1,8 @@
 """A new repository's ``config`` kept only where it runs nothing (contract 12.1).
 
-A contained command may make a repository (``git init``, ``git remote add``); at the join
+The product's git-directory rule (``_gitdir``, contract 13.1) and the application's
+join both keep a git directory's ``config`` by it. A contained command may make a
+repository (``git init``, ``git remote add``); at the join
 its ``config`` is rewritten from the entries an allow-list keeps (``ALLOWED``): git's
 defaults that run nothing, ``user.*``, ``init.defaultbranch``, a remote's ``url``,
 ``pushurl``, ``fetch``, ``push``, ``tagopt``, ``prune`` and ``mirror`` (a URL only on an
@@ -20,10 +22,20 @@ from __future__ import annotations
 import re
 from typing import Final
 
-__all__ = ["ALLOWED", "MAXIMUM_CONFIG_BYTES", "filtered", "ordinary_url"]
+__all__ = [
+    "ALLOWED",
+    "MAXIMUM_CONFIG_BYTES",
+    "MAXIMUM_HOOKS_PATHS",
+    "filtered",
+    "hooks_paths",
+    "ordinary_url",
+]
 
 MAXIMUM_CONFIG_BYTES: Final = 1024 * 1024
 """A new repository's ``config`` larger than this is dropped whole."""
+
+MAXIMUM_HOOKS_PATHS: Final = 16
+"""``core.hooksPath`` values one config yields at most (git obeys the last)."""
 
 ALLOWED: Final = {
     "core": frozenset(
@@ -131,3 +143,37 @@ def filtered(text: str) -> str:
         lines.append(f"[{name}]" if sub is None else f'[{name} "{sub}"]')
         lines += [f"\t{entry}" for entry in entries]
     return "".join(f"{line}\n" for line in lines)
+
+
+def _unquoted(raw: str) -> str | None:
+    """A value in git's simplest quoting: one pair of double quotes around it, or none;
+    ``None`` for an escape or a quote inside (such a value is not read)."""
+    value = raw.strip()
+    if len(value) >= 2 and value[0] == value[-1] == '"':
+        value = value[1:-1]
+    return value if _SAFE_VALUE.match(value) else None
+
+
+def hooks_paths(text: str) -> tuple[str, ...]:
+    """The ``core.hooksPath`` values of ``text`` (a repository's ``config``), in order, at
+    most ``MAXIMUM_HOOKS_PATHS``; a value the small reader cannot read is skipped (the
+    caller protects the usual hooks directories whatever this says).
+
+    >>> hooks_paths('[core]\\n\\thooksPath = .githooks\\n')
+    ('.githooks',)
+    """
+    found: list[str] = []
+    core = False
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("["):
+            header = _HEADER.match(stripped)
+            core = header is not None and header.group(1).lower() == "core" and not header.group(2)
+            continue
+        entry = _ENTRY.match(stripped) if core else None
+        if entry is None or entry.group(1).lower() != "hookspath" or entry.group(2) is None:
+            continue
+        value = _unquoted(entry.group(2))
+        if value and len(found) < MAXIMUM_HOOKS_PATHS:
+            found.append(value)
+    return tuple(found)
