@@ -32,9 +32,11 @@ from spice.agent.coding._mcp._outputs import output_schema
 from spice.agent.coding._posix import _bwrap, _facts
 from spice.agent.coding._posix._bwrap import Namespaces
 from spice.agent.coding._posix._containment import Containment, resolve_containment
+from spice.agent.coding._posix._stage._stage import stage_place
 from spice.agent.coding._posix._supervisor._landlock import landlock_abi
 from spice.agent.process import Outcome, Spec
 from spice.agent.tools.coding import ProtectedPaths
+from spice.agent.tools.coding._sandbox_fields import stage_fields
 
 PYTHON: Final = os.path.realpath(sys.executable)
 BOUND: Final = 60.0
@@ -44,6 +46,18 @@ NAMESPACES: Final = _bwrap.resolve_namespaces(tempfile.gettempdir())
 GIT: Final = shutil.which("git")
 
 pytestmark = pytest.mark.skipif(ABI < 1 or GIT is None, reason="needs Landlock and git")
+
+
+def _stage_here() -> bool:
+    """Whether this kernel lets the server mount a stage (``_stage.stage_place``'s probe)."""
+    with tempfile.TemporaryDirectory(dir="/var/tmp") as base:
+        root = Path(base) / "root"
+        root.mkdir()
+        place = stage_place(str(root), {"HOME": base}, [str(root)])
+        return place.staged
+
+
+STAGED: Final = NAMESPACES.made and _stage_here()
 
 
 @pytest.fixture(params=("namespaces", "fallback"))
@@ -114,8 +128,27 @@ async def run(
     finally:
         async with asyncio.timeout(BOUND):
             await process.wait()
-    restored = process.protected_restored
-    return process.result(), out.data.decode() + err.data.decode(), restored
+    return process.result(), out.data.decode() + err.data.decode(), held(process)
+
+
+def held(process: object) -> tuple[tuple[str, ...], int]:
+    """What the call's policy held back: on a staged call (contract 13.1) the changes its
+    commit refused, else what the join's guard put back; the paths (at most 16) and how
+    many."""
+    fields = stage_fields(process)
+    if fields.get("staged") is True:
+        refused = fields.get("protected_refused", [])
+        count = fields.get("protected_refused_count", 0)
+        assert isinstance(refused, list)
+        assert isinstance(count, int)
+        return tuple(str(path) for path in refused), count
+    restored: tuple[tuple[str, ...], int] = process.protected_restored
+    return restored
+
+
+def staged(policy: Containment) -> bool:
+    """Whether calls under ``policy`` are staged here (namespaces and an overlay)."""
+    return policy.namespaces.made and STAGED
 
 
 def _init(path: Path, home: Path) -> None:
@@ -248,7 +281,8 @@ async def test_a_new_repository_keeps_what_runs_nothing(
     assert outcome.successful, text
     assert "DONE" in text
     assert ".git/hooks" in restored[0]
-    assert ".git/config" in restored[0]
+    if not staged(policy):  # a staged commit keeps the config by the allow-list: no refusal
+        assert ".git/config" in restored[0]
     log = git(root, home, "log", "--format=%s")
     assert log.stdout.split() == ["contained"]
     remote = git(root, home, "remote", "get-url", "origin")
@@ -284,7 +318,7 @@ async def test_mcp_json_and_claude_settings_are_put_back_by_their_bytes(
     assert not (root / ".claude").exists()
     assert not (root / "pkg" / ".mcp.json").exists()
     assert (root / "pkg").is_dir()  # what is not protected stays
-    if policy.namespaces.made:
+    if policy.namespaces.made and not staged(policy):  # .mcp.json was read-only
         assert set(restored[0]) == {".claude", "pkg/.mcp.json"}
     else:
         assert set(restored[0]) == {".mcp.json", ".claude", "pkg/.mcp.json"}
@@ -435,6 +469,19 @@ def _search_path(visible_path: Path, namespaces: bool) -> str:
     return str(tools)
 
 
+def _stages(home: Path) -> list[Path]:
+    """The call stages beneath ``home``'s state directory (contract 13.1)."""
+    return sorted((home / ".local" / "state" / "spice-coding" / "stages").glob("*/call-*"))
+
+
+def _planted_in(root: Path, home: Path, staged_here: bool) -> bool:
+    """Whether the plant is in place: in the worktree, or in the call's stage."""
+    names = (Path(".git") / "commondir", Path(".mcp.json"))
+    if not staged_here:
+        return all((root / name).exists() for name in names)
+    return any(all((stage / "upper" / name).exists() for name in names) for stage in _stages(home))
+
+
 @pytest.mark.parametrize("path", ["namespaces", "fallback"])
 def test_a_real_server_killed_mid_call_leaves_nothing_a_later_git_obeys(
     path: str, superproject: Path, home: Path, marker: Path, visible_path: Path
@@ -445,6 +492,7 @@ def test_a_real_server_killed_mid_call_leaves_nothing_a_later_git_obeys(
     ``git status`` runs nothing."""
     if path == "namespaces" and not NAMESPACES.made:
         pytest.skip(f"no namespaces here: {NAMESPACES.reason}")
+    staged_here = path == "namespaces" and STAGED
     environment = {
         "PATH": _search_path(visible_path, path == "namespaces"),
         "HOME": str(home),
@@ -465,14 +513,18 @@ def test_a_real_server_killed_mid_call_leaves_nothing_a_later_git_obeys(
     ) as first:
         try:
             for _ in range(int(BOUND / 0.05)):
-                if commondir.exists() and (superproject / ".mcp.json").exists():
+                if _planted_in(superproject, home, staged_here):
                     break
                 assert first.poll() is None, "the server ended before the plant"
                 time.sleep(0.05)
         finally:
             first.kill()
             first.wait(BOUND)
-    assert commondir.read_text() == "../evil\n"  # the kill left it
+    if staged_here:  # the plant lives in the killed call's stage: never in the worktree
+        assert not commondir.exists()
+        assert _stages(home)
+    else:
+        assert commondir.read_text() == "../evil\n"  # the kill left it
     second = subprocess.run(
         [*server, "--sandbox", "workspace", "tools"],
         cwd=superproject,
@@ -484,6 +536,7 @@ def test_a_real_server_killed_mid_call_leaves_nothing_a_later_git_obeys(
     assert second.returncode == 0, second.stderr
     assert not commondir.exists()
     assert not (superproject / ".mcp.json").exists()
+    assert not _stages(home)  # the next start removed the killed server's stage
     assert git(superproject, home, "status").returncode == 0
     assert not _ran(marker)
 
@@ -519,8 +572,18 @@ def test_the_shell_answer_names_what_was_put_back(
     )
     answer = json.loads(done.stdout)
     assert (answer["ok"], answer["contained"]) == (True, True), answer
-    assert (answer["protected_restored"], answer["protected_restored_count"]) == ([".mcp.json"], 1)
+    if answer.get("staged") is True:
+        assert (answer["protected_refused"], answer["protected_refused_count"]) == (
+            [".mcp.json"],
+            1,
+        )
+    else:
+        assert (answer["protected_restored"], answer["protected_restored_count"]) == (
+            [".mcp.json"],
+            1,
+        )
     assert not (root / ".mcp.json").exists()
     declared = output_schema("shell")["properties"]
     assert isinstance(declared, dict)
     assert {"protected_restored", "protected_restored_count"} <= set(declared)
+    assert {"protected_refused", "protected_refused_count", "staged", "changes"} <= set(declared)

@@ -390,3 +390,40 @@ async def test_a_journal_that_cannot_be_written_refuses_the_call_before_it_runs(
         await chosen.start(spec)
     assert refused.value.reason == facts.journal_refusal
     assert not marker.exists()
+
+
+@pytest.mark.skipif(GIT is None, reason="needs git")
+async def test_git_mv_of_a_tracked_directory_works_in_a_stage(
+    policy: Containment, root: Path, home: Path
+) -> None:
+    """Contract 13.1: renaming a directory that existed before the call works as outside
+    (an unprivileged overlay answers EXDEV; the supervisor carries the rename out), with
+    real git, ``mv`` and ``os.rename``; the worktree outside has the result after."""
+    assert GIT is not None
+    env = _environment(home)
+    _tree(root)
+    for arguments in (("init", "-q", "-b", "main"), ("add", "."), ("commit", "-q", "-m", "a")):
+        subprocess.run(  # noqa: ASYNC221 - before the call, nothing else runs
+            [GIT, *arguments], cwd=root, env=env, check=True, capture_output=True
+        )
+    script = (
+        "git mv pkg pkg2 && mv lib lib2 && "
+        'python3 -c \'import os; os.rename("empty", "empty2")\' && '
+        "git add -A && git commit -q -m moved && echo DONE"
+    )
+    text, fields = await _run(_launcher(policy, root, home), root, home, script)
+    assert "DONE" in text, text
+    assert fields["changes_applied"] is True
+    assert (root / "pkg2" / "sub" / "s").read_text() == "s\n"
+    assert (root / "lib2" / "l.py").read_text() == "l\n"
+    assert (root / "empty2").is_dir()
+    assert not (root / "pkg").exists()
+    status = subprocess.run(  # noqa: ASYNC221 - after the call: the user's git, outside
+        [GIT, "status", "--porcelain"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert status.stdout == ""

@@ -32,6 +32,10 @@ PROTECTED_RESTORED_CHARS: Final = 2 * 2048 + 16 * 3 + 64
 """The shell's ``protected_restored`` (at most 16 paths of 2,048 bytes in all, no control
 character: at most 2 characters a byte once escaped, quoted and separated) and
 ``protected_restored_count`` with their names."""
+STAGE_CHARS: Final = 2 * (8192 + 3 * 4096) + 96 * 3 + 2 * 512 + 512
+"""The shell's stage fields: ``changes.paths`` (8,192 bytes in all) and three lists of 4,096
+bytes (``conflicts``, ``protected_refused``, ``changes_failed``), printable text at most 2
+characters a byte once escaped, quoted and separated, two short reasons, and their names."""
 """Room for the fixed keys and small values (numbers, booleans, digests) of any answer."""
 DIFF_BYTES: Final = 16 * 1024
 """Longest ``diff`` of a ``replace`` answer (contract 9.2)."""
@@ -103,6 +107,27 @@ _FIELDS: Final[Mapping[str, Mapping[str, Mapping[str, object]]]] = {
         "network_refused_count": _INTEGER,
         "protected_restored": {"type": "array", "items": {"type": "string"}, "maxItems": 16},
         "protected_restored_count": _INTEGER,
+        "staged": _BOOLEAN,
+        "staged_reason": _STRING,
+        "dry_run": _BOOLEAN,
+        "call_id": _INTEGER,
+        "changes": {
+            "type": "object",
+            "properties": {
+                "added": _INTEGER,
+                "modified": _INTEGER,
+                "deleted": _INTEGER,
+                "paths": {"type": "array", "items": {"type": "string"}, "maxItems": 32},
+            },
+        },
+        "changes_applied": _BOOLEAN,
+        "changes_failed": {"type": "array", "items": {"type": "string"}, "maxItems": 16},
+        "changes_failed_count": _INTEGER,
+        "conflicts": {"type": "array", "items": {"type": "string"}, "maxItems": 16},
+        "conflicts_count": _INTEGER,
+        "protected_refused": {"type": "array", "items": {"type": "string"}, "maxItems": 16},
+        "protected_refused_count": _INTEGER,
+        "stage_failure": _STRING,
         "sandbox_hint": _STRING,
         "encoding": _STRING,
         "stdout": _STRING,
@@ -148,7 +173,7 @@ def largest_answer_chars(name: str, config: Config) -> int:
     if variable is None:
         return ANSWER_CHARS
     if name == "shell":
-        fixed += NETWORK_REFUSED_CHARS + PROTECTED_RESTORED_CHARS
+        fixed += NETWORK_REFUSED_CHARS + PROTECTED_RESTORED_CHARS + STAGE_CHARS
     return min(ANSWER_CHARS, fixed + ESCAPED_CHARS_PER_BYTE * variable)
 
 

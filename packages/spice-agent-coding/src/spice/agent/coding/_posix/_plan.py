@@ -440,6 +440,7 @@ def plan_call(
     visible: Sequence[str] | None = None,
     proxy: str | None = None,
     protected: Sequence[str] = (),
+    staged: bool = False,
 ) -> CallPlan:
     """The plan of one contained call (pure but for ``kind``; see the module docstring).
 
@@ -451,7 +452,8 @@ def plan_call(
     allow-list let through (``_proxy.proxy_environment``). ``protected``: the
     protected paths that exist at the call's start (``_guard``), bound read-only on
     themselves (namespaces; at most ``MAXIMUM_PROTECTED_BINDS``, the join puts back the
-    rest).
+    rest). ``staged``: the worktree is seen through the call's stage, whose commit judges
+    its protected paths: nothing beneath the root is bound or masked for them.
     """
     writable = tuple(place.path for place in facts.places)
     if facts.cache is not None and not namespaces:
@@ -486,6 +488,8 @@ def plan_call(
     inside = _inside_writable(writable)
     pinned: list[str] = []
     for place in writable:
+        if staged and place == facts.root:
+            continue  # the stage's commit judges the worktree's changes (contract 13.1)
         dot_git = os.path.join(place, ".git")
         found = kind(dot_git)
         if found is Kind.FILE:  # a linked worktree's pointer: not redirected elsewhere

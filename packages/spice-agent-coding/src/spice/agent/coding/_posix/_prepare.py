@@ -34,6 +34,7 @@ from ._net._proxy import CallProxy, Proxy
 from ._process import CallStart, _remove_tree
 from ._stage._commit import StagedCall
 from ._stage._stage import NO_NAMESPACES, Stage
+from ._supervisor import _landlock as landlock
 
 __all__ = [
     "TMPDIR_PREFIX",
@@ -285,6 +286,7 @@ def _prepare(
             visible=server.visible,
             proxy=None if proxy is None or bwrap is None else proxy.path,
             protected=protected if bwrap is not None else (),
+            staged=made.stage is not None,
         )
     wrapper: list[str] = []
     workdir = b""
@@ -307,7 +309,9 @@ def _prepare(
         told = plan.spec(
             server=0 if wrapper else os.getpid(),
             abi=containment.abi,
-            layers=containment.layers,
+            # A stage's overlay refuses to rename a lower directory: the supervisor carries
+            # such renames out for the command (``_renames``).
+            layers=containment.layers | (landlock.STAGE if made.stage is not None else 0),
             executable=spec.executable,
             arguments=spec.arguments,
             workdir=workdir,

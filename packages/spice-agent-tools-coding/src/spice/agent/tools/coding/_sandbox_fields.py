@@ -129,6 +129,12 @@ def sandbox_fields(process: object) -> dict[str, object]:
 MAXIMUM_STAGE_LISTED: Final = 16
 """Paths a stage's answer names in ``conflicts`` and ``protected_refused``."""
 
+LISTED_PATH_BYTES: Final = 4096
+"""UTF-8 bytes of all the paths of one of a stage's lists (``conflicts``, ...) together."""
+
+CHANGED_PATH_BYTES: Final = 8192
+"""UTF-8 bytes of all of ``changes.paths`` together (at most ``SHOWN_CHANGES`` of them)."""
+
 _STAGE_REASON_BYTES: Final = 512
 
 
@@ -137,12 +143,16 @@ def _short_text(value: object, limit: int) -> bool:
     return size is not None and size <= limit
 
 
+def _paths(value: object, most: int, total: int) -> bool:
+    """A list of at most ``most`` printable texts of ``total`` UTF-8 bytes in all."""
+    if not isinstance(value, list) or len(value) > most:
+        return False
+    sizes = [_path_bytes(item) for item in value]
+    return None not in sizes and sum(size or 0 for size in sizes) <= total
+
+
 def _listed(value: object) -> bool:
-    return (
-        isinstance(value, list)
-        and len(value) <= MAXIMUM_STAGE_LISTED
-        and all(_short_text(item, MAXIMUM_PATH_BYTES) for item in value)
-    )
+    return _paths(value, MAXIMUM_STAGE_LISTED, LISTED_PATH_BYTES)
 
 
 def _count(value: object) -> bool:
@@ -152,12 +162,8 @@ def _count(value: object) -> bool:
 def _changes(value: object) -> bool:
     if not isinstance(value, dict) or set(value) != {"added", "modified", "deleted", "paths"}:
         return False
-    paths = value["paths"]
-    return (
-        all(_count(value[key]) for key in ("added", "modified", "deleted"))
-        and isinstance(paths, list)
-        and len(paths) <= SHOWN_CHANGES
-        and all(_short_text(item, MAXIMUM_PATH_BYTES) for item in paths)
+    return all(_count(value[key]) for key in ("added", "modified", "deleted")) and _paths(
+        value["paths"], SHOWN_CHANGES, CHANGED_PATH_BYTES
     )
 
 

@@ -11,19 +11,20 @@ another writer changed after the stage opened is not overwritten: it is listed i
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final, final
 
 from spice.agent.tools.coding import ProtectedPaths
-from spice.agent.tools.coding._changes import Change, Judged, shown_changes
+from spice.agent.tools.coding._changes import Change, shown_changes
 from spice.agent.tools.coding._journal import Journal, JournalError
+from spice.agent.tools.coding._judge import judge
+from spice.agent.tools.coding._sandbox_fields import CHANGED_PATH_BYTES, LISTED_PATH_BYTES
 
 from ._stage import Stage
 from ._upper import StageTooLarge, View
 
-__all__ = ["MAXIMUM_LISTED", "StageResult", "StagedCall", "commit", "judge_protected"]
+__all__ = ["MAXIMUM_LISTED", "StageResult", "StagedCall", "commit"]
 
 MAXIMUM_LISTED: Final = 16
 """Paths an answer names in ``conflicts`` and in ``protected_refused`` (a count says all)."""
@@ -48,9 +49,11 @@ class StageResult:
 
     def fields(self) -> dict[str, object]:
         """The answer's ``staged`` fields."""
+        shown = shown_changes(self.changes)
+        shown["paths"] = _fitting(shown["paths"], CHANGED_PATH_BYTES)
         said: dict[str, object] = {
             "staged": True,
-            "changes": shown_changes(self.changes),
+            "changes": shown,
             "changes_applied": self.applied,
         }
         if self.entry is not None:
@@ -58,47 +61,17 @@ class StageResult:
         if self.dry_run:
             said["dry_run"] = True
         if self.failed:
-            said["changes_failed"] = list(self.failed[:MAXIMUM_LISTED])
+            said["changes_failed"] = _fitting(self.failed[:MAXIMUM_LISTED], LISTED_PATH_BYTES)
             said["changes_failed_count"] = len(self.failed)
         if self.conflicts:
-            said["conflicts"] = list(self.conflicts[:MAXIMUM_LISTED])
+            said["conflicts"] = _fitting(self.conflicts[:MAXIMUM_LISTED], LISTED_PATH_BYTES)
             said["conflicts_count"] = len(self.conflicts)
         if self.refused:
-            said["protected_refused"] = list(self.refused[:MAXIMUM_LISTED])
+            said["protected_refused"] = _fitting(self.refused[:MAXIMUM_LISTED], LISTED_PATH_BYTES)
             said["protected_refused_count"] = len(self.refused)
         if self.failure is not None:
             said["stage_failure"] = self.failure
         return said
-
-
-def judge_protected(
-    policy: ProtectedPaths, root: str, changes: Sequence[Change], view: View
-) -> Judged:
-    """The protected-paths policy over a list of changes: a change to a protected path,
-    or a deleted directory that holds one, is refused."""
-    _ = view
-    kept: list[Change] = []
-    refused: list[str] = []
-    for change in changes:
-        if refused and change.path.startswith(refused[-1] + "/"):
-            continue  # beneath a refused directory: refused with it
-        whole = change.action == "deleted" and change.before == "directory"
-        if policy.protects(root, change.path) or (
-            whole and _holds_protected(policy, root, change.path)
-        ):
-            refused.append(change.path)
-        else:
-            kept.append(change)
-    return Judged(tuple(kept), tuple(refused))
-
-
-def _holds_protected(policy: ProtectedPaths, root: str, path: str) -> bool:
-    for top, directories, files in os.walk(os.path.join(root, path)):
-        for name in (*directories, *files):
-            relative = os.path.relpath(os.path.join(top, name), root)
-            if policy.protects(root, relative):
-                return True
-    return False
 
 
 @final
@@ -125,8 +98,8 @@ def commit(call: StagedCall) -> StageResult:
         except OSError:
             return StageResult(failure=UNREADABLE, dry_run=dry_run)
         view = View(stage.lower, stage.upper)
-        judged = judge_protected(call.policy, stage.lower, read.changes, view)
-        refused = (*judged.refused, *read.refused)
+        judged = judge(call.policy, stage.lower, read.changes, view)
+        refused = _outermost((*judged.refused, *read.refused))
         if dry_run or not judged.kept:
             return StageResult(judged.kept, applied=False, refused=refused, dry_run=dry_run)
         try:
@@ -143,3 +116,29 @@ def commit(call: StagedCall) -> StageResult:
         )
     finally:
         stage.remove()
+
+
+def _outermost(paths: Sequence[str]) -> tuple[str, ...]:
+    """``paths`` without those beneath another of them (a refused directory takes its
+    subtree: the answer names the directory)."""
+    kept: list[str] = []
+    for path in sorted(paths, key=lambda p: p.split("/")):
+        if not any(path.startswith(top + "/") for top in kept):
+            kept.append(path)
+    return tuple(kept)
+
+
+def _fitting(paths: object, total: int) -> list[str]:
+    """The first of ``paths`` whose UTF-8 bytes fit ``total`` together (the counts beside
+    them stay whole); a path that is not printable text is left out."""
+    kept: list[str] = []
+    used = 0
+    for path in paths if isinstance(paths, (list, tuple)) else ():
+        if not isinstance(path, str) or not path.isprintable():
+            continue
+        size = len(path.encode("utf-8", "surrogateescape"))
+        if used + size > total:
+            break
+        kept.append(path)
+        used += size
+    return kept

@@ -16,7 +16,9 @@ What the upper holds, and the change it is:
   are unchanged, by a ``touch`` or an open for writing, is no change);
 - a directory: added where the lower has none, modified where its mode or kind differs,
   and read further down;
-- any other node (a FIFO, a socket, a device): never applied, listed as refused.
+- any other node (a FIFO, a socket, a device): never applied, listed as refused;
+- a directory rename the supervisor was carrying out when the call ended
+  (``RENAME_LEFTOVER``): never applied.
 
 Files of the upper that share an inode were made as hard links of one another by the
 call: they share ``Change.link``. The overlay's own ``user.overlay.*`` attributes never
@@ -34,6 +36,8 @@ from dataclasses import dataclass
 from typing import Final, final
 
 from spice.agent.tools.coding._changes import Change, Kind, sorted_changes
+
+from .._supervisor._renames import TEMPORARY_PREFIX
 
 __all__ = [
     "COMPARED_BYTES",
@@ -53,6 +57,9 @@ COMPARED_BYTES: Final = 1 << 20
 """A copied-up file is compared with its lower in reads of this size."""
 
 OPAQUE: Final = "user.overlay.opaque"
+RENAME_LEFTOVER: Final = TEMPORARY_PREFIX
+"""The supervisor's copy of a directory it renames for the command; one left by an ended
+call is never applied."""
 """The attribute an unprivileged overlay (``userxattr``) marks an opaque directory with."""
 
 
@@ -162,6 +169,8 @@ class _Reader:
         names = sorted(os.listdir(upper))
         for name in names:
             self._count()
+            if name.startswith(RENAME_LEFTOVER):
+                continue  # a rename the supervisor was carrying out when the call ended
             path = f"{prefix}{name}"
             info = os.lstat(name, dir_fd=upper)
             below = _lstat(lower, name)
