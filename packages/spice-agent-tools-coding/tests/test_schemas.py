@@ -62,7 +62,7 @@ STRICT_KEYWORDS: Final = frozenset(
 OPTIONAL: Final = {
     "read": ("offset", "limit"),
     "replace": ("content", "create", "edits", "encoding", "expected_sha256"),
-    "shell": ("workdir", "timeout_seconds"),
+    "shell": ("workdir", "timeout_seconds", "dry_run"),
 }
 
 

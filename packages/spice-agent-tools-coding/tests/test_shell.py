@@ -112,7 +112,7 @@ def test_schema_states_every_bound(tmp_path: Path) -> None:
     schema = json.loads(tool.definition.input_schema)
     assert ["argv"] == schema["required"]
     assert schema["additionalProperties"] is False
-    assert {"argv", "workdir", "timeout_seconds"} == set(schema["properties"])
+    assert {"argv", "workdir", "timeout_seconds", "dry_run"} == set(schema["properties"])
     argv = schema["properties"]["argv"]
     assert (1, 128) == (argv["minItems"], argv["maxItems"])
     assert {"type": "string"} == argv["items"]

@@ -427,3 +427,55 @@ async def test_git_mv_of_a_tracked_directory_works_in_a_stage(
         check=False,
     )
     assert status.stdout == ""
+
+
+async def test_a_dry_run_lists_the_changes_and_applies_none(
+    policy: Containment, root: Path, home: Path
+) -> None:
+    """Contract 13.2's ``dry_run``: the command runs on its stage, the answer lists what it
+    changed, the worktree is identical after, and the journal has no entry."""
+    _tree(root)
+    before = _snapshot(root)
+    chosen = _launcher(policy, root, home)
+    assert chosen.staged
+    out, err = Collect(), Collect()
+    environment = tuple(f"{k}={v}" for k, v in _environment(home).items())
+    script = "rm -rf pkg; echo new > n.txt; echo more >> a.txt"
+    spec = Spec("/bin/sh", ("-c", script), str(root), environment, b"", out, err)
+    process = await chosen.start_dry_run(spec)
+    async with asyncio.timeout(BOUND):
+        await process.wait_exit()
+        await process.wait()
+    fields = stage_fields(process)
+    assert fields["dry_run"] is True
+    assert fields["changes_applied"] is False
+    assert fields["changes"] == {
+        "added": 1,
+        "modified": 1,
+        "deleted": 1,
+        "paths": ["M a.txt", "A n.txt", "D pkg/"],
+    }
+    assert "call_id" not in fields
+    assert _snapshot(root) == before
+    journal = chosen._facts.journal if chosen._facts is not None else None
+    assert journal is not None
+    assert journal.history().entries == ()
+
+
+async def test_a_dry_run_where_calls_are_not_staged_is_refused_before_it_runs(
+    policy: Containment, root: Path, home: Path, visible_path: Path
+) -> None:
+    facts = _facts.start_facts(
+        str(root), (), bwrap=policy.namespaces.bwrap, environ={"HOME": str(home)}, cache=True
+    )
+    unstaged = PosixLauncher(
+        policy, str(root), facts=dataclasses.replace(facts, stages=None, unstaged="test")
+    )
+    assert not unstaged.staged
+    marker = visible_path / "ran"
+    spec = Spec("/bin/sh", ("-c", f"touch {marker}"), str(root), (), b"", Collect(), Collect())
+    with pytest.raises(LaunchError) as refused:
+        await unstaged.start_dry_run(spec)
+    assert refused.value.reason is not None
+    assert "dry_run" in refused.value.reason
+    assert not marker.exists()

@@ -135,6 +135,10 @@ _KEPT_VISIBLE: Final = tuple(
 """The server's own environment and interpreter where they lie beneath ``/tmp`` (a
 checkout or a venv there): kept visible, read-only, on each call's private ``/tmp``."""
 
+DRY_RUN_UNSTAGED: Final = (
+    "dry_run needs a staged worktree, and this server runs commands unstaged (see tools)"
+)
+
 _SUPERVISOR_FLAGS: tuple[str, ...] = ("-I", "-S", "-c", supervisor.BOOTSTRAP)
 """Isolated (no PYTHON* variables, no user site), without ``site``, the bootstrap."""
 
@@ -412,15 +416,30 @@ class PosixLauncher:
         report closing without one, is ``LaunchError(process)``: the command may have
         started, and the caller stops and joins it.
         """
+        return await self._start(spec, dry_run=False)
+
+    @property
+    def staged(self) -> bool:
+        """Whether every contained call writes the worktree through a stage (13.1)."""
+        return self._facts is not None and self._facts.stages is not None
+
+    async def start_dry_run(self, spec: Spec) -> PosixProcess:
+        """``start`` on a stage whose changes the join lists and never applies (contract
+        13.2's ``dry_run``); ``LaunchError`` with the reason where calls are not staged."""
+        if not self.staged:
+            raise LaunchError(reason=DRY_RUN_UNSTAGED)
+        return await self._start(spec, dry_run=True)
+
+    async def _start(self, spec: Spec, *, dry_run: bool) -> PosixProcess:
         proxy = await open_for_call(self._proxy)  # with namespaces, no --allow-network
         try:
-            started = self._spawn(spec, proxy)
+            started = self._spawn(spec, proxy, dry_run=dry_run)
         except BaseException:
             await close_call(proxy)
             raise
         return await take_over(started, self._bounds)  # the process owns the call
 
-    def _spawn(self, spec: Spec, proxy: CallProxy | None) -> Started:
+    def _spawn(self, spec: Spec, proxy: CallProxy | None, *, dry_run: bool = False) -> Started:
         """Spawn the call's leader: the per-call supervisor for what ``_prepare`` made (in
         ``bwrap`` with namespaces), or without a supervisor (not Linux) the command itself;
         ``proxy``: the call's own proxy (its socket bound in, its variables set)."""
@@ -446,7 +465,13 @@ class PosixLauncher:
                     _KEPT_VISIBLE,
                 )
                 prepared = prepare(
-                    server, spec, standard.directory, proxy, scanner, (ends.parent, ends.child)
+                    server,
+                    spec,
+                    standard.directory,
+                    proxy,
+                    scanner,
+                    (ends.parent, ends.child),
+                    dry_run=dry_run,
                 )
                 # How the supervisor runs: isolated, from the sealed code, reading its spec
                 # from the first descriptor handed and reporting on the second.

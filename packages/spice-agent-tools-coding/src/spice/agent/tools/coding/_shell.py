@@ -36,7 +36,7 @@ from ._progress import report_progress
 from ._shell_answer import Ended, answer
 from ._shell_arguments import parse, schema
 from ._shell_description import shell_description
-from ._shell_launcher import launcher_contained, launcher_containment
+from ._shell_launcher import launcher_contained, launcher_containment, launcher_dry_runs
 from ._shell_problems import PROBLEMS as _PROBLEMS
 from ._shell_run import CommandRunner
 
@@ -56,7 +56,9 @@ def _definition(config: Config, launcher: Launcher) -> Definition:
     """``shell``'s definition: its description states the bounds and the launcher's text."""
     return Definition(
         NAME,
-        shell_description(config, launcher_containment(launcher)),
+        shell_description(
+            config, launcher_containment(launcher), dry_run=launcher_dry_runs(launcher)
+        ),
         schema(config),
         Effect.MUTATING,
         ReplaySafety.UNSAFE,

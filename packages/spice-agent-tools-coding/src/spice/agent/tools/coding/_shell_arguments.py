@@ -10,7 +10,14 @@ import math
 from dataclasses import dataclass
 from typing import final
 
-from ._arguments import ArgumentError, decode_object, take_number, take_string, take_string_list
+from ._arguments import (
+    ArgumentError,
+    decode_object,
+    take_boolean,
+    take_number,
+    take_string,
+    take_string_list,
+)
 from ._config import Config, absolute
 from ._paths import ABSOLUTE_ELSEWHERE
 from ._platform import batch_file, clean_path, is_windows
@@ -60,6 +67,13 @@ def schema(config: Config) -> dict[str, object]:
                     f"default {timeout}."
                 ),
             },
+            "dry_run": {
+                "type": ["boolean", "null"],
+                "description": (
+                    "true: run the command on a stage of the worktree and answer what it "
+                    "would add, modify or delete (changes), applying nothing; default false."
+                ),
+            },
         },
         "required": ["argv"],
         "additionalProperties": False,
@@ -81,12 +95,14 @@ class ShellArguments:
     """argv[0] holds a glob character (a ``command_not_found`` gets the glob hint)."""
     arguments_globbed: bool
     """An argument holds a glob character (a ``command_failed`` gets the glob hint)."""
+    dry_run: bool = False
+    """The command's changes are listed, none applied (a staged launcher's)."""
 
 
 def parse(arguments: str, config: Config) -> ShellArguments:
     """The call's arguments, checked against every rule the schema states, or
     ``ArgumentError`` naming the first rule broken."""
-    values = decode_object(arguments, frozenset({"argv", "workdir", "timeout_seconds"}))
+    values = decode_object(arguments, frozenset({"argv", "workdir", "timeout_seconds", "dry_run"}))
     if "argv" not in values:
         raise ArgumentError("argv is required")
     argv = take_string_list(values, "argv")
@@ -128,4 +144,5 @@ def parse(arguments: str, config: Config) -> ShellArguments:
         batch_file=is_windows() and batch_file(argv[0]),
         program_globbed=globbed(argv[:1]),
         arguments_globbed=globbed(argv[1:]),
+        dry_run=take_boolean(values, "dry_run") is True,
     )

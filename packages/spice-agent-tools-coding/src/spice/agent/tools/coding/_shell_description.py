@@ -57,13 +57,24 @@ def _environment_sentence(allowlist: tuple[str, ...], budget: int) -> str:
     return lead + listing + end
 
 
-def shell_description(config: Config, containment: str | None = None) -> str:
+DRY_RUN: Final = (
+    "dry_run: true runs the command on a stage of the worktree and answers what it would "
+    "add, modify or delete (changes) without applying anything: use it first for a command "
+    "whose effects you are unsure of. "
+)
+"""What the description says of ``dry_run`` where the launcher can do it (contract 13.2)."""
+
+
+def shell_description(
+    config: Config, containment: str | None = None, *, dry_run: bool = False
+) -> str:
     """The tool's description, with the configured bounds and allowlist in numbers and names.
 
     ``containment`` is the launcher's own text about what it confines (see
     ``launcher_containment``); without one the description says the program is not
-    confined. The whole text stays within ``MAXIMUM_MESSAGE_BYTES``: the list of
-    variable names is shortened ("and N more") when it would not fit.
+    confined. ``dry_run``: the launcher can run a command dry (``launcher_dry_runs``).
+    The whole text stays within ``MAXIMUM_MESSAGE_BYTES``: the list of variable names is
+    shortened ("and N more") when it would not fit.
     """
     timeout = _number(config.command_timeout)
     head = (
@@ -87,7 +98,7 @@ def shell_description(config: Config, containment: str | None = None) -> str:
         if containment
         else UNCONFINED
     )
-    tail = (
+    tail = (DRY_RUN if dry_run else "") + (
         "A non-zero exit is answered with ok false, code command_failed, its exit_code and "
         f"the output: read it. {confinement} A call can have effects even when it fails, "
         "times out or is cancelled. Optional arguments may be null, which means the default."

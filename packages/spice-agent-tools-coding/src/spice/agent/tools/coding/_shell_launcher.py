@@ -8,7 +8,34 @@ of the expected type and shape, and a missing or failing one counts as saying no
 from __future__ import annotations
 
 import unicodedata
-from typing import Final
+from typing import Final, Protocol, runtime_checkable
+
+from spice.agent.process import Process, Spec
+
+
+@runtime_checkable
+class DryRunLauncher(Protocol):
+    """A launcher that can run a command on a stage and list its changes without applying
+    them (contract 13.2's ``dry_run``): ``staged`` says whether its calls are staged now."""
+
+    @property
+    def staged(self) -> bool:
+        """Whether this launcher's calls are staged (a dry run is possible)."""
+        ...
+
+    async def start_dry_run(self, spec: Spec) -> Process:
+        """``start``, with the call's changes listed at the join and none applied."""
+        ...
+
+
+def launcher_dry_runs(launcher: object) -> bool:
+    """Whether ``launcher`` can run a command dry now (a ``DryRunLauncher`` whose calls
+    are staged); a failing property counts as no."""
+    try:  # the protocol's check reads the property too
+        return isinstance(launcher, DryRunLauncher) and launcher.staged is True
+    except Exception:  # noqa: BLE001 - a failing property is a launcher saying nothing
+        return False
+
 
 MAXIMUM_CONTAINMENT_BYTES: Final = 768
 """Longest text a launcher's optional ``containment`` attribute may give the description."""

@@ -29,6 +29,9 @@ PROBLEMS: Final = {
         '"unittest"], not ["python3 -m unittest"]'
     ),
     "launch_failed": "the command could not be started",
+    "dry_run_unavailable": (
+        "dry_run needs a staged worktree, and this server runs commands unstaged (see tools)"
+    ),
     "workdir_unavailable": "the workdir is not an existing directory",
     "workdir_changed": "the workdir changed before the command could start",
     "exited": "the command exited with a non-zero status",

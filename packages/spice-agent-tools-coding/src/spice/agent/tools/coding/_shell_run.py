@@ -48,7 +48,13 @@ from ._root import PathError, open_directory, open_root
 from ._sandbox_fields import sandbox_fields
 from ._shell_answer import Ended
 from ._shell_arguments import ShellArguments
-from ._shell_launcher import launcher_text, process_cleaned_up, process_hint
+from ._shell_launcher import (
+    DryRunLauncher,
+    launcher_dry_runs,
+    launcher_text,
+    process_cleaned_up,
+    process_hint,
+)
 from ._shell_problems import GLOB_HINT
 from ._shell_problems import PROBLEMS as _PROBLEMS
 from .settling import deliver_cancellation, settle
@@ -188,6 +194,9 @@ class CommandRunner:
         launcher's, read once by the call (a contained command's failure gets its hint)."""
         if arguments.batch_file:
             return Ended(arguments.workdir, ("invalid_arguments", _PROBLEMS["batch_file"]))
+        if arguments.dry_run and not launcher_dry_runs(self._launcher):
+            unavailable = _PROBLEMS["dry_run_unavailable"]
+            return Ended(arguments.workdir, ("invalid_arguments", unavailable))
         ticket = self._owner.admit()
         if isinstance(ticket, str):
             return Ended(arguments.workdir, (ticket, _PROBLEMS[ticket]))
@@ -210,7 +219,7 @@ class CommandRunner:
         if isinstance(prepared, Ended):
             return prepared
         ticket.starting = True  # from here the start task, not the call, settles the slot
-        starting = self._owner.spawn(self._start(prepared, ticket))
+        starting = self._owner.spawn(self._start(prepared, ticket, dry_run=arguments.dry_run))
         try:
             started = await asyncio.shield(starting)
         except asyncio.CancelledError as cancelled:
@@ -263,10 +272,19 @@ class CommandRunner:
             self._capabilities,
         )
 
-    async def _start(self, spec: Spec, ticket: Ticket) -> _Started:
-        """Start through the launcher and own what it returns at once (a spawned task)."""
+    async def _start(self, spec: Spec, ticket: Ticket, *, dry_run: bool) -> _Started:
+        """Start through the launcher and own what it returns at once (a spawned task);
+        ``dry_run``: through its dry start (``DryRunLauncher``), checked before."""
         try:
-            process = await self._launcher.start(spec)
+            launcher = self._launcher
+            if not dry_run:
+                process = await launcher.start(spec)
+            elif launcher_dry_runs(launcher):
+                assert isinstance(launcher, DryRunLauncher)  # noqa: S101 - just checked
+                process = await launcher.start_dry_run(spec)
+            else:  # never started for real: run() refused this already
+                ticket.release_slot()
+                return _Started(None, partial=False, reason=_PROBLEMS["dry_run_unavailable"])
         except LaunchError as error:
             partial: object = error.process
             if partial is None:
