@@ -218,6 +218,18 @@ def put_back(baseline: Snapshot, now: Snapshot) -> list[str]:
     """
     restored: list[str] = []
     removed: list[str] = []
+    for tree in sorted(now.overfull - baseline.overfull):
+        # Its entries were not all seen: the whole tree goes, and what the baseline had
+        # beneath it is written again below (a tree the baseline could not keep whole
+        # either cannot be judged and is left).
+        if _remove(tree):
+            removed.append(tree)
+            restored.append(tree)
+            now.entries = {
+                path: entry
+                for path, entry in now.entries.items()
+                if path != tree and not path.startswith(f"{tree}/")
+            }
     for path in sorted(now.entries):
         if path in baseline.entries or any(path.startswith(f"{gone}/") for gone in removed):
             continue
@@ -239,4 +251,4 @@ def put_back(baseline: Snapshot, now: Snapshot) -> list[str]:
         lost = entry.kind == "file" and entry.data is None  # its bytes were not kept
         if _remove(path) if lost else _write(path, entry):
             restored.append(path)
-    return restored
+    return list(dict.fromkeys(restored))
