@@ -284,3 +284,36 @@ def test_a_chmod_does_not_defeat_a_non_root_servers_put_back(scratch: Path) -> N
     git(root, "status")
     git(root / "nested", "commit", "-q", "--allow-empty", "-m", "x")
     assert not marker.exists()
+
+
+@pytest.mark.parametrize("state", ["rebase-merge/git-rebase-todo", "sequencer/todo"])
+def test_a_planted_rebase_with_exec_is_put_back(tmp_path: Path, state: str) -> None:
+    """R6-7: a call plants an in-progress rebase (or cherry-pick) whose todo runs
+    ``exec``: the state directory goes; ``git status`` and ``git rebase --continue``
+    outside run nothing. A todo without a command stays (the call's own rebase)."""
+    root = _repository(tmp_path / "r")
+    (root / "a").write_text("a\n")
+    assert git(root, "add", "a").returncode == 0
+    assert git(root, "commit", "-qm", "a").returncode == 0
+    head = git(root, "rev-parse", "HEAD").stdout.strip()
+    marker = tmp_path / "marker"
+    guard = _guard(root)
+    guard.begin()
+    directory = root / ".git" / state.partition("/")[0]
+    directory.mkdir()
+    for name, text in (("head-name", "refs/heads/master"), ("onto", head), ("orig-head", head)):
+        (directory / name).write_text(text + "\n")
+    (directory / "interactive").touch()
+    (root / ".git" / state).write_text(f"exec touch {marker}\n")
+    restored = guard.end()
+    assert not directory.exists()
+    assert str(directory) in restored
+    git(root, "status")
+    git(root, "rebase", "--continue")
+    git(root, "cherry-pick", "--continue")
+    assert not marker.exists()
+    guard.begin()
+    directory.mkdir()
+    (root / ".git" / state).write_text(f"pick {head} a\n")
+    assert guard.end() == ()
+    assert (root / ".git" / state).exists()

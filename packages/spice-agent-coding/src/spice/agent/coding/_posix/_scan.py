@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Final, final
 
 from spice.agent.tools.coding import ProtectedPaths
+from spice.agent.tools.coding._gitdir import TODOS
 from spice.agent.tools.coding._protected import (
     GIT_DIRECTORY_FILES,
     GIT_DIRECTORY_TREES,
@@ -342,6 +343,11 @@ class _Scanner:
             with contextlib.suppress(OSError):
                 os.lstat(path)
                 self.record(path, top=True, git=True)
+        for state, todo in TODOS:
+            # an in-progress rebase's or sequencer's todo list: kept to be judged (13.1)
+            path = os.path.join(directory, state, todo)
+            if path not in self.ignored and os.path.lexists(path) and self._room(git=True):
+                self._keep(path, top=False)
 
     def _alternates(self, place: str, objects: str, relative: str) -> None:
         path = os.path.join(objects, "info", "alternates")
