@@ -23,6 +23,7 @@ import pytest
 
 from spice.agent.coding._posix import _scan
 from spice.agent.coding._posix._guard import Guard
+from spice.agent.coding._settings._protection import policy_of
 from spice.agent.tools.coding import ProtectedPaths
 
 GIT: Final = shutil.which("git")
@@ -317,3 +318,28 @@ def test_a_planted_rebase_with_exec_is_put_back(tmp_path: Path, state: str) -> N
     (root / ".git" / state).write_text(f"pick {head} a\n")
     assert guard.end() == ()
     assert (root / ".git" / state).exists()
+
+
+def test_the_repositorys_own_hooks_path_is_put_back(tmp_path: Path) -> None:
+    """R6-6 on the fallback: ``core.hooksPath = tools/hooks`` (a name no list knows); the
+    application's policy protects it, so the join puts back an edited hook and ``git
+    commit`` outside runs only the user's. Without the setting nothing is added."""
+    root = _repository(tmp_path / "r")
+    hook = root / "tools" / "hooks" / "pre-commit"
+    hook.parent.mkdir(parents=True)
+    hook.write_text("#!/bin/sh\nexit 0\n")
+    hook.chmod(0o755)
+    assert policy_of([], str(root)).extra == ()
+    assert git(root, "config", "core.hooksPath", "tools/hooks").returncode == 0
+    policy = policy_of([], str(root))
+    assert policy.protects(str(root), "tools/hooks/pre-commit")
+    assert not policy.protects(str(root), "tools/other")
+    marker = tmp_path / "marker"
+    guard = Guard([str(root)], policy)
+    guard.begin()
+    hook.write_text(f"#!/bin/sh\ntouch {marker}\n")
+    assert str(hook) in guard.end()
+    (root / "a").write_text("a\n")
+    git(root, "add", "a")
+    assert git(root, "commit", "-qm", "a").returncode == 0
+    assert not marker.exists()
