@@ -199,7 +199,7 @@ _UNPRIVILEGED_CALL: Final = textwrap.dedent(
     import json, os, subprocess, sys
     from spice.agent.coding._posix._guard import Guard
     from spice.agent.tools.coding import ProtectedPaths
-    root, marker = sys.argv[1], sys.argv[2]
+    root, marker = sys.argv[-2], sys.argv[-1]
     guard = Guard([root], ProtectedPaths.default())
     guard.begin()
     # The call: R6-3's plant, then chmod 555 on the directories that hold it.
@@ -250,7 +250,9 @@ def scratch() -> Iterator[Path]:
         shutil.rmtree(made, ignore_errors=True)
 
 
-def test_a_chmod_does_not_defeat_a_non_root_servers_put_back(scratch: Path) -> None:
+def test_a_chmod_does_not_defeat_a_non_root_servers_put_back(
+    scratch: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """R6-3, as uid 65534 (a server that is not root, owning its worktree): a
     ``commondir`` in a ``chmod 555`` ``.git``, a hook in a ``chmod 555`` ``hooks/``, and a
     ``chmod 000`` ``.claude``: all put back, listed only when done; ``git`` afterwards
@@ -268,14 +270,24 @@ def test_a_chmod_does_not_defeat_a_non_root_servers_put_back(scratch: Path) -> N
         "GIT_CONFIG_NOSYSTEM": "1",
         "PYTHONDONTWRITEBYTECODE": "1",
     }
-    command = _as_unprivileged([sys.executable, "-c", _UNPRIVILEGED_CALL, str(root), str(marker)])
-    done = subprocess.run(
-        command, env=environment, capture_output=True, text=True, timeout=BOUND, check=False
-    )
-    if done.returncode != 0 and "Permission denied" in done.stderr and "python" in done.stderr:
-        pytest.skip("the unprivileged user cannot run this interpreter")
-    assert done.returncode == 0, done.stderr
-    answer = json.loads(done.stdout)
+    if os.geteuid() != 0:
+        # Already unprivileged (``make test-unprivileged``): the call runs in this process.
+        monkeypatch.setattr(sys, "argv", [sys.argv[0], str(root), str(marker)])
+        monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+        exec(_UNPRIVILEGED_CALL, {"__name__": "call"})  # noqa: S102 - the test's own code
+        output = capsys.readouterr().out
+    else:
+        command = _as_unprivileged(
+            [sys.executable, "-c", _UNPRIVILEGED_CALL, str(root), str(marker)]
+        )
+        done = subprocess.run(
+            command, env=environment, capture_output=True, text=True, timeout=BOUND, check=False
+        )
+        if done.returncode != 0 and "Permission denied" in done.stderr and "python" in done.stderr:
+            pytest.skip("the unprivileged user cannot run this interpreter")
+        assert done.returncode == 0, done.stderr
+        output = done.stdout
+    answer = json.loads(output)
     assert answer["uid"] != 0
     assert not (root / ".git" / "commondir").exists()
     assert not (root / "nested" / ".git" / "hooks" / "pre-commit").exists()
