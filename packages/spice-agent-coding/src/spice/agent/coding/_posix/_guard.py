@@ -31,7 +31,16 @@ from spice.agent.tools.coding import ProtectedPaths
 
 from ._plan import StartFacts
 from ._putback import put_back
-from ._scan import GIT_DEPTH, SCAN_DEPTH, SCAN_ENTRIES, Entry, Known, Snapshot, scan
+from ._scan import (
+    GIT_DEPTH,
+    GIT_ENTRIES,
+    SCAN_DEPTH,
+    SCAN_ENTRIES,
+    Entry,
+    Known,
+    Snapshot,
+    scan,
+)
 
 __all__ = [
     "MAXIMUM_RESTORED",
@@ -141,8 +150,11 @@ class Guard:
                 "objects, refs, index, logs, HEAD and the config keys that run nothing"
             ),
             "scan": (
-                f"{SCAN_DEPTH} levels below each writable place, {GIT_DEPTH} inside git "
-                f"directories, {SCAN_ENTRIES} entries in all"
+                "each place's .git and settings, and every git directory's config, "
+                "commondir, gitdir, hooks, info, alternates and todo lists, looked up by "
+                f"name first; then {SCAN_DEPTH} levels below each writable place, breadth "
+                f"first, {GIT_DEPTH} inside git directories, {SCAN_ENTRIES} entries outside "
+                f"them and {GIT_ENTRIES} inside"
             ),
             "record": self.records
             or "none (no private directory outside the writable places): a call cut short "

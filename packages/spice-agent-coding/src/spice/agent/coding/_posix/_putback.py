@@ -9,7 +9,9 @@ A server that is not root owns what its command made, but the mode bits bind it 
 ``chmod 555 .git`` kept it from removing a planted ``commondir``): a directory it owns
 that it cannot write or enter is given the owner's ``rwx`` for the change through its
 descriptor, and its mode back afterwards (``_opened``). A path that could not be put
-back is never listed as put back.
+back is never listed as put back. An in-progress rebase's or sequencer's todo list that
+came to run a command (``exec``) is put back, its state directory removed when the call
+made it (contract 13.1); one that runs nothing is left.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Final
 
 from spice.agent.tools.coding import ProtectedPaths
 from spice.agent.tools.coding._gitconfig import filtered
+from spice.agent.tools.coding._gitdir import TODOS, runs_a_command
 
 from ._scan import Entry, Snapshot
 
@@ -38,6 +41,41 @@ _STEP: Final = (
     | getattr(os, "O_CLOEXEC", 0)
 )
 _TEMPORARY: Final = ".spice-guard-"
+
+
+_TODOS: Final = frozenset(f"/{state}/{todo}" for state, todo in TODOS)
+
+
+def _is_todo(path: str) -> bool:
+    """Whether ``path`` is a git directory's rebase or sequencer todo list."""
+    return any(path.endswith(tail) for tail in _TODOS)
+
+
+def _runs(entry: Entry | None) -> bool:
+    """Whether a todo list runs a command (or cannot be told: not a file kept whole)."""
+    if entry is None:
+        return False
+    return entry.kind != "file" or entry.data is None or runs_a_command(entry.data)
+
+
+def _todos(baseline: Snapshot, now: Snapshot) -> list[str]:
+    """A todo list that runs a command where the baseline's did not: put back (its
+    state directory removed when the call made it); one that runs nothing is the call's
+    own rebase or cherry-pick, left as it is. The paths put back."""
+    restored: list[str] = []
+    for path in sorted(set(now.entries) | set(baseline.entries)):
+        if not _is_todo(path):
+            continue
+        before, after = baseline.entries.get(path), now.entries.get(path)
+        if not _runs(after) or _runs(before):
+            continue
+        if before is None:
+            state = os.path.dirname(path)
+            if _remove(state):
+                restored.append(state)
+        elif _write(path, before):
+            restored.append(path)
+    return restored
 
 
 def _is_git_config(path: str) -> bool:
@@ -216,11 +254,25 @@ def put_back(baseline: Snapshot, now: Snapshot) -> list[str]:
     what the allow-list keeps; a changed or removed one gets its bytes and mode again
     (one larger than ``ENTRY_BYTES`` is removed, its bytes were not kept).
     """
-    restored: list[str] = []
+    restored = _todos(baseline, now)
     removed: list[str] = []
+    for tree in sorted(now.overfull - baseline.overfull):
+        # Its entries were not all seen: the whole tree goes, and what the baseline had
+        # beneath it is written again below (a tree the baseline could not keep whole
+        # either cannot be judged and is left).
+        if _remove(tree):
+            removed.append(tree)
+            restored.append(tree)
+            now.entries = {
+                path: entry
+                for path, entry in now.entries.items()
+                if path != tree and not path.startswith(f"{tree}/")
+            }
     for path in sorted(now.entries):
         if path in baseline.entries or any(path.startswith(f"{gone}/") for gone in removed):
             continue
+        if _is_todo(path):
+            continue  # judged by _todos
         entry = now.entries[path]
         if _is_git_config(path) and entry.kind == "file" and entry.data is not None:
             kept = filtered(entry.data.decode("utf-8", "replace")).encode()
@@ -234,9 +286,9 @@ def put_back(baseline: Snapshot, now: Snapshot) -> list[str]:
             restored.append(path)
     for path in sorted(baseline.entries):
         entry = baseline.entries[path]
-        if entry.same(now.entries.get(path)) or entry.kind == "other":
+        if entry.same(now.entries.get(path)) or entry.kind == "other" or _is_todo(path):
             continue
         lost = entry.kind == "file" and entry.data is None  # its bytes were not kept
         if _remove(path) if lost else _write(path, entry):
             restored.append(path)
-    return restored
+    return list(dict.fromkeys(restored))

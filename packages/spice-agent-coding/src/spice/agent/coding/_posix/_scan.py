@@ -34,10 +34,12 @@ from dataclasses import dataclass, field
 from typing import Final, final
 
 from spice.agent.tools.coding import ProtectedPaths
+from spice.agent.tools.coding._gitdir import TODOS
 from spice.agent.tools.coding._protected import (
     GIT_DIRECTORY_FILES,
     GIT_DIRECTORY_TREES,
     PLAIN_SETTINGS,
+    SETTINGS,
     fold,
 )
 
@@ -142,13 +144,16 @@ class Entry:
 @final
 @dataclass(slots=True)
 class Snapshot:
-    """The protected paths found (absolute), the outermost of them, and whether the scan
-    saw everything within its bounds."""
+    """The protected paths found (absolute), the outermost of them, whether the scan saw
+    everything within its bounds, and the protected directories it could not keep whole
+    (``overfull``: a join removes such a tree and puts back what the baseline had)."""
 
     entries: dict[str, Entry] = field(default_factory=dict)
     tops: list[str] = field(default_factory=list)
     complete: bool = True
     kept_bytes: int = 0
+    overfull: set[str] = field(default_factory=set)
+    """Protected directories whose entries were not all kept (a bound cut them)."""
 
 
 def _digest(data: bytes) -> str:
@@ -203,6 +208,17 @@ class _Scanner:
             elif info is not None and self.policy.protects(place, DOT_GIT):
                 self.record(own, top=True)
             plain.append((place, place, "", 0, 0))
+            for name in SETTINGS:
+                path = os.path.join(place, name)
+                # each place's own settings, by name and before any listing; their
+                # entries after the git directories
+                if (
+                    self.policy.protects(place, name)
+                    and os.path.lexists(path)
+                    and self._room(git=False)
+                    and self._keep(path, top=True) is not None
+                ):
+                    self.deferred.append(path)
         plain_open = True
         while git or self.deferred or (plain and plain_open):
             if git:
@@ -327,6 +343,11 @@ class _Scanner:
             with contextlib.suppress(OSError):
                 os.lstat(path)
                 self.record(path, top=True, git=True)
+        for state, todo in TODOS:
+            # an in-progress rebase's or sequencer's todo list: kept to be judged (13.1)
+            path = os.path.join(directory, state, todo)
+            if path not in self.ignored and os.path.lexists(path) and self._room(git=True):
+                self._keep(path, top=False)
 
     def _alternates(self, place: str, objects: str, relative: str) -> None:
         path = os.path.join(objects, "info", "alternates")
@@ -335,14 +356,14 @@ class _Scanner:
                 os.lstat(path)
                 self.record(path, top=True, git=True)
 
-    def _room(self, git: bool | None) -> bool:
+    def _room(self, git: bool | None, *, peek: bool = False) -> bool:
         """Whether one more entry may be kept (``None``: unbounded, a path named by
-        ``also``)."""
+        ``also``); ``peek``: only ask."""
         if git is None:
             return True
         if git:
-            self.git_records += 1
-            kept = self.git_records <= GIT_RECORDS
+            self.git_records += 0 if peek else 1
+            kept = self.git_records + (1 if peek else 0) <= GIT_RECORDS
         else:
             kept = len(self.snapshot.entries) - self.git_records < SNAPSHOT_ENTRIES
         if not kept:
@@ -370,7 +391,8 @@ class _Scanner:
         except OSError:
             return
         for name in names:
-            if not self._budget(git=git):
+            if not self._budget(git=git) or not self._room(git, peek=True):
+                self.snapshot.overfull.add(path)
                 return
             self.record(os.path.join(path, name), top=False, git=git)
 

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from typing import Final
 
 from spice.agent.tools.coding import ProtectedPaths
+from spice.agent.tools.coding._gitdir import hooks_directories
 
 from ._file import FileRules
 from ._values import link_in_writable_place
@@ -24,6 +25,7 @@ __all__ = [
     "UNPROTECT_FLAG",
     "UnprotectError",
     "add_unprotect",
+    "hooks_paths_of",
     "policy_of",
     "protection_report",
     "settings_policy",
@@ -122,8 +124,21 @@ def policy_of(
     given = [_given_back(path, root, places, standard) for path in raw]
     # The sandbox names the places by their real paths: both spellings are given back.
     return ProtectedPaths.default(
-        extra=extra, unprotect=[*given, *(os.path.realpath(path) for path in given)]
+        extra=[*extra, *hooks_paths_of((root, *places))],
+        unprotect=[*given, *(os.path.realpath(path) for path in given)],
     )
+
+
+def hooks_paths_of(places: Sequence[str]) -> list[str]:
+    """The directories each place's own repository names by ``core.hooksPath`` (13.1),
+    absolute, as given and as real paths: protected like ``.git/hooks`` by every
+    writer, the join's put-back included."""
+    found: list[str] = []
+    for place in places:
+        for relative in hooks_directories(place):
+            path = os.path.join(place, *relative.split("/"))
+            found += [path, os.path.realpath(path)]
+    return list(dict.fromkeys(found))
 
 
 def settings_policy(
