@@ -275,6 +275,7 @@ UNPRIVILEGED_SPAWNING_TESTS := \
   packages/spice-agent-coding/tests/posix/test_caches.py \
   packages/spice-agent-coding/tests/posix/test_protected_sandbox.py \
   packages/spice-agent-coding/tests/posix/test_stage.py \
+  packages/spice-agent-coding/tests/posix/test_stage_attacks.py \
   packages/spice-agent-coding/tests/posix/test_stage_renames.py
 test-unprivileged:
 	@if [ "$$(id -u)" != 0 ]; then \

@@ -80,6 +80,8 @@ _MS_NODEV: Final = 4
 _libc: Final = ctypes.CDLL(None, use_errno=True)
 _unshare: Final = _libc.unshare
 _mount: Final = _libc.mount
+_prctl: Final = _libc.prctl
+_PR_SET_DUMPABLE: Final = 4
 _unshare.argtypes = (ctypes.c_int,)
 _mount.argtypes = (
     ctypes.c_char_p,
@@ -269,6 +271,10 @@ class Stage:
     def enter(self) -> None:
         """In the spawned process, before ``execve``: the user and mount namespaces and
         the overlay on the worktree (see the module docstring). Raises ``OSError``."""
+        # A hardened server is not dumpable, so its /proc/self is root's: this child, about
+        # to run bwrap (which makes it dumpable again anyway), may write its maps.
+        if _prctl(_PR_SET_DUMPABLE, 1, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl")
         if _unshare(_CLONE_NEWUSER | _CLONE_NEWNS) != 0:
             raise OSError(ctypes.get_errno(), "unshare")
         _write(b"/proc/self/setgroups", b"deny")
