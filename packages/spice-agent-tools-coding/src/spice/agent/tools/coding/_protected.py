@@ -197,10 +197,17 @@ def _git_tail(rest: Sequence[str]) -> bool:
     return False
 
 
+@functools.lru_cache(maxsize=FOLD_CACHE)
+def _setting(part: str) -> bool:
+    """Whether the folded component may name one of ``SETTINGS`` (a commit asks about the
+    same directory names for each of its paths)."""
+    return any(_same(part, name) for name in SETTINGS)
+
+
 def _standard_match(parts: Sequence[str]) -> bool:
     """The 12.1 default set, on folded components relative to a place."""
     for index, part in enumerate(parts):
-        if any(_same(part, name) for name in SETTINGS):
+        if _setting(part):
             return True
         if _same(part, DOT_GIT) and (index == len(parts) - 1 or _git_tail(parts[index + 1 :])):
             return True

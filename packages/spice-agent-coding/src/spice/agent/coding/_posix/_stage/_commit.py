@@ -31,6 +31,7 @@ MAXIMUM_LISTED: Final = 16
 
 TOO_LARGE: Final = "the call changed more entries than a stage's commit reads"
 UNREADABLE: Final = "the call's stage could not be read"
+UNSYNCED: Final = "the call's stage could not be written to disk: nothing was applied"
 
 
 @final
@@ -102,6 +103,10 @@ def commit(call: StagedCall) -> StageResult:
         refused = _outermost((*judged.refused, *read.refused))
         if dry_run or not judged.kept:
             return StageResult(judged.kept, applied=False, refused=refused, dry_run=dry_run)
+        try:
+            stage.sync()
+        except OSError:
+            return StageResult(judged.kept, refused=refused, failure=UNSYNCED)
         try:
             done = call.journal.commit("shell", None, judged, stage.opened_ns)
         except JournalError as error:

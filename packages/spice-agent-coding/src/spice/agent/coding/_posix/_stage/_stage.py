@@ -11,7 +11,10 @@ call is staged and ``tools`` and every answer say ``staged: false``.
 The overlay is mounted in the spawned ``bwrap``'s own process, between ``fork`` and
 ``execve`` (``Stage.enter``, run as Popen's ``preexec_fn``): a new user namespace that
 maps the server's own user and group to themselves, a new mount namespace made private,
-and ``overlay`` with ``userxattr`` on the worktree's path. ``bwrap`` then makes its
+and ``overlay`` with ``userxattr`` on the worktree's path, ``volatile``: a copy-up does
+not wait on a sync (measured: 1,000 appends to existing files 2.5 s with syncs, 0.35 s
+without); the commit syncs the stage once before it renames (``Stage.sync``), and a stage
+a crash left is discarded whole anyway. ``bwrap`` then makes its
 namespaces inside those, and its ``--bind`` of the worktree binds the overlay: nothing
 the command writes reaches the worktree, and nothing of the stage is visible outside.
 When the call's last process is gone the namespace and its mount go with it; the upper
@@ -81,6 +84,7 @@ _libc: Final = ctypes.CDLL(None, use_errno=True)
 _unshare: Final = _libc.unshare
 _mount: Final = _libc.mount
 _prctl: Final = _libc.prctl
+_syncfs: Final = _libc.syncfs
 _PR_SET_DUMPABLE: Final = 4
 _unshare.argtypes = (ctypes.c_int,)
 _mount.argtypes = (
@@ -242,7 +246,7 @@ class Stage:
             + _escaped(self.upper)
             + b",workdir="
             + _escaped(self.work)
-            + b",userxattr"
+            + b",userxattr,volatile"
         )
         self._target = os.fsencode(lower)
 
@@ -285,6 +289,17 @@ class Stage:
         flags = _MS_NOSUID | _MS_NODEV
         if _mount(b"overlay", self._target, b"overlay", flags, self._options) != 0:
             raise OSError(ctypes.get_errno(), "mount")
+
+    def sync(self) -> None:
+        """Write what the call wrote to disk, once for the whole stage (the overlay is
+        ``volatile``: no copy-up waits on a sync), before the commit renames it into the
+        worktree. ``OSError`` when the file system cannot."""
+        fd = os.open(self.upper, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            if _syncfs(fd) != 0:
+                raise OSError(ctypes.get_errno(), "syncfs")
+        finally:
+            os.close(fd)
 
     def read(self) -> UpperRead:
         """The call's changes (after its last process is gone)."""
