@@ -53,6 +53,7 @@ MODULES: Final = (
     "bench_pipelining",
     "bench_containment",
     "bench_protected",
+    "bench_reload",
     "bench_orphans",
     "bench_seccomp",
     "bench_proxy",

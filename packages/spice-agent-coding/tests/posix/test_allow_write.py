@@ -220,7 +220,7 @@ async def test_a_contained_command_writes_an_allowed_directory_and_nothing_besid
         out,
         err,
     )
-    process = await PosixLauncher(policy, str(root)).start(spec)
+    process = await PosixLauncher.build(policy, str(root)).start(spec)
     async with asyncio.timeout(60):
         await process.wait_exit()
         await process.wait()
