@@ -59,7 +59,7 @@ class _Server:
 
     def __init__(self, root: Path, settings: Path) -> None:
         environment = {name: os.environ[name] for name in _ENVIRONMENT if name in os.environ}
-        self.process = subprocess.Popen(  # noqa: S603 - our own console script
+        self.process = subprocess.Popen(
             [str(spice_coding()), "--root", str(root), "--settings", str(settings), "serve"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
