@@ -27,6 +27,7 @@ from spice.agent.tool import MAXIMUM_PAYLOAD_BYTES, Call, Definition, ExecutionE
 from ._compose import compose
 from ._exit import exit_promptly
 from ._mcp._http_settings import HttpSettings
+from ._netpolicy._loopback import is_loopback
 from ._platform import (
     WINDOWS,
     PlatformLauncher,
@@ -343,7 +344,7 @@ async def _serve_http_on(
 
     store, audit, oauth = auth
     _start_logging()
-    for warning in _http_warnings(http, launcher.contained, not _http.is_loopback(http.host)):
+    for warning in _http_warnings(http, launcher.contained, not is_loopback(http.host)):
         _err(warning)
     served = _http.Served(
         http, store, audit, launcher.contained or http.allow_uncontained_shell, oauth

@@ -25,6 +25,8 @@ from __future__ import annotations
 import unicodedata
 from typing import Final
 
+from spice.agent.process import MAXIMUM_REFUSED_HOSTS
+
 __all__ = [
     "MAXIMUM_HOST_BYTES",
     "MAXIMUM_PATH_BYTES",
@@ -42,8 +44,8 @@ MAXIMUM_PATH_BYTES: Final = 2048
 """The put-back paths named in an answer have at most this many UTF-8 bytes in all (the
 count counts every one)."""
 
-MAXIMUM_REFUSED_HOSTS: Final = 16
-"""At most this many refused ``host:port`` in an answer (the count says how many in all)."""
+# MAXIMUM_REFUSED_HOSTS: at most this many refused ``host:port`` in an answer (the count
+# says how many in all); the contract's bound, owned by ``spice.agent.process``.
 
 MAXIMUM_HOST_BYTES: Final = 262
 """A ``host:port`` has at most this many bytes (a 253-character name, ``:``, 5 digits)."""
