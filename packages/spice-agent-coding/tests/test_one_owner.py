@@ -18,8 +18,7 @@ from spice.agent.coding._posix import _containment
 from spice.agent.coding._posix._net import _admission
 from spice.agent.coding._posix._supervisor import _bridge
 from spice.agent.process import MAXIMUM_REFUSED_HOSTS
-from spice.agent.tools.coding import Config
-from spice.agent.tools.coding import _sandbox_fields
+from spice.agent.tools.coding import Config, _sandbox_fields
 
 
 @pytest.mark.parametrize("value", ["", None])
