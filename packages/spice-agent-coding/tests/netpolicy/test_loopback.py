@@ -13,7 +13,8 @@ from spice.agent.coding import _cli
 from spice.agent.coding._mcp import _http, _oauth
 from spice.agent.coding._netpolicy._loopback import is_loopback
 from spice.agent.coding._settings import _resolve
-from spice.agent.coding._settings._resolve import SettingsError, resolve_http
+from spice.agent.coding._settings._resolve import resolve_http
+from spice.agent.coding._settings._values import SettingsError
 
 
 @pytest.mark.parametrize(

@@ -46,13 +46,13 @@ from ._settings._protection import protection_report, with_extra
 from ._settings._reload import watching
 from ._settings._resolve import (
     Settings,
-    SettingsError,
     add_arguments,
     add_serve_arguments,
     flags_of,
     resolve_http,
     resolve_settings,
 )
+from ._settings._values import SettingsError
 
 if TYPE_CHECKING:
     import socket

@@ -33,7 +33,8 @@ from .._platform import PlatformLauncher, SandboxRequest, platform_launcher
 from .._sandbox import ContainmentUnavailable, SandboxReport
 from ._file import FileRules, SettingsFile, SettingsFileError
 from ._protection import with_extra
-from ._resolve import Flags, Settings, SettingsError, resolve_settings
+from ._resolve import Flags, Settings, resolve_settings
+from ._values import SettingsError
 
 __all__ = ["WatchingLauncher", "kept_extra", "watching"]
 
