@@ -57,3 +57,14 @@ def test_the_reported_proxy_is_where_the_bridge_listens(monkeypatch: pytest.Monk
     assert report["proxy"] == (
         f"http://{_bridge.ADDRESS}:{_bridge.PORT} inside the call (HTTP_PROXY, HTTPS_PROXY)"
     )
+
+
+def test_the_posix_launcher_has_the_optional_parts_the_shell_reads() -> None:
+    """The product reads a launcher's parts by protocol (``_optional``): the application's
+    launcher has them (its process's are checked by every contained shell test)."""
+    from spice.agent.coding import PosixLauncher  # noqa: PLC0415
+    from spice.agent.tools.coding import _optional  # noqa: PLC0415
+
+    launcher = PosixLauncher()
+    assert isinstance(launcher, _optional.SaysContained)
+    assert isinstance(launcher, _optional.DescribesContainment)

@@ -27,6 +27,8 @@ from typing import Final
 
 from spice.agent.process import MAXIMUM_REFUSED_HOSTS
 
+from ._optional import reports_network_refused, reports_protected_restored
+
 __all__ = [
     "MAXIMUM_HOST_BYTES",
     "MAXIMUM_PATH_BYTES",
@@ -70,7 +72,7 @@ def _printable_host(value: object) -> bool:
 def network_fields(process: object) -> dict[str, object]:
     """``network_refused`` and ``network_refused_count`` of ``process``, or nothing."""
     try:
-        value = getattr(process, "network_refused", None)
+        value = process.network_refused if reports_network_refused(process) else None
     except Exception:  # noqa: BLE001 - a failing property is a process saying nothing
         return {}
     if not isinstance(value, tuple) or len(value) != 2:
@@ -100,7 +102,7 @@ def _path_bytes(value: object) -> int | None:
 def protected_fields(process: object) -> dict[str, object]:
     """``protected_restored`` and ``protected_restored_count`` of ``process``, or nothing."""
     try:
-        value = getattr(process, "protected_restored", None)
+        value = process.protected_restored if reports_protected_restored(process) else None
     except Exception:  # noqa: BLE001 - a failing property is a process saying nothing
         return {}
     if not isinstance(value, tuple) or len(value) != 2:
