@@ -91,15 +91,15 @@ async def _measure(settings: Settings, name: str, argv: list[str], cwd: Path) ->
     reason = ""
     cgroups = resolve_cgroups()
     if landlock_abi() >= 1:
-        contained = PosixLauncher(resolve_containment("workspace"), str(cwd))
+        contained = PosixLauncher.build(resolve_containment("workspace"), str(cwd))
         policy = resolve_containment("workspace", root=str(cwd))
         if policy.namespaces.made:
-            namespaced = PosixLauncher(policy, str(cwd))
+            namespaced = PosixLauncher.build(policy, str(cwd))
             if cgroups.made and name == "true":
-                bounded = PosixLauncher(policy, str(cwd), cgroups)
+                bounded = PosixLauncher.build(policy, str(cwd), cgroups)
     else:
         reason = "the kernel has no Landlock"
-    off = PosixLauncher(OFF, str(cwd))
+    off = PosixLauncher.build(OFF, str(cwd))
     repeats = settings.repeats if name == "true" else settings.slow_repeats
     floor_s, off_s, contained_s, namespaced_s, bounded_s = await rotate(
         [

@@ -129,7 +129,7 @@ def _contained(root: Path, protected: ProtectedPaths) -> PosixLauncher:
     facts = _facts.start_facts(  # as serve makes them: the private cache and records
         str(root), bwrap=policy.namespaces.bwrap, protected=protected, cache=True
     )
-    return PosixLauncher(policy, str(root), facts=facts)
+    return PosixLauncher.build(policy, str(root), facts=facts)
 
 
 async def _run(settings: Settings) -> list[Figure]:
@@ -140,7 +140,7 @@ async def _run(settings: Settings) -> list[Figure]:
     try:
         root = _worktree(base)
         _settle(root)
-        off = PosixLauncher(OFF, str(root))
+        off = PosixLauncher.build(OFF, str(root))
         guarded = _contained(root, ProtectedPaths.default())
         cold = _contained(root, ProtectedPaths.default())
         bare = _contained(root, ProtectedPaths())

@@ -193,7 +193,7 @@ async def _contained(settings: Settings, port: int, scratch: str) -> Figure:
     containment = resolve_containment("workspace", root=root, domains=domains)
     if not containment.proxied:
         return unavailable(SECTION, CONTAINED, "no namespaces here (the proxy needs them)")
-    launcher = PosixLauncher(containment, root)
+    launcher = PosixLauncher.build(containment, root)
     python = PYTHON
 
     async def contained() -> float:

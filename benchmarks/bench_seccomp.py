@@ -59,8 +59,10 @@ async def _measure(settings: Settings, name: str, argv: list[str], cwd: Path) ->
         return unavailable(SECTION, subject, "the kernel has no Landlock")
     if not available():
         return unavailable(SECTION, subject, "no seccomp filter on this machine")
-    alone = PosixLauncher(resolve_containment("workspace", seccomp_probe=lambda: False), str(cwd))
-    layered = PosixLauncher(resolve_containment("workspace"), str(cwd))
+    alone = PosixLauncher.build(
+        resolve_containment("workspace", seccomp_probe=lambda: False), str(cwd)
+    )
+    layered = PosixLauncher.build(resolve_containment("workspace"), str(cwd))
     repeats = settings.repeats if name == "true" else settings.slow_repeats
     alone_s, layered_s = await rotate(
         [_launched(alone, argv, cwd), _launched(layered, argv, cwd)], settings.warmup, repeats

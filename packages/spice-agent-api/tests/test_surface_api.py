@@ -43,6 +43,7 @@ PUBLIC_SURFACE: dict[str, set[str]] = {
     },
     "spice.agent.dispatch": {"Dispatcher", "Interceptor", "Proceed"},
     "spice.agent.process": {
+        "MAXIMUM_REFUSED_HOSTS",
         "ExecutableNotFound",
         "ExecutableResolver",
         "LaunchError",

@@ -38,7 +38,8 @@ from dist_support import (
 )
 
 from spice.agent.coding import _cli
-from spice.agent.coding._settings._resolve import SettingsError, flags_of, resolve_settings
+from spice.agent.coding._settings._resolve import flags_of, resolve_settings
+from spice.agent.coding._settings._values import SettingsError
 
 pytestmark = pytest.mark.skipif(
     sys.platform == "win32", reason="the image and the pod are Linux; make dist runs on POSIX"

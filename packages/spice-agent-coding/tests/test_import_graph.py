@@ -227,7 +227,7 @@ LARGEST_CLASSES: Final = {
     "_shell_run.py:CommandRunner": "one command's life: workdir, resolve, start, wait, stop, join",
     "_proxy.py:CallProxy": "one call's proxy: its socket, its connections and their accounting",
     "_process.py:PosixProcess": "one started call: leader, report, streams, namespace, join",
-    "_scan.py:_Scanner": "the guard's bounded scan, breadth first, remembering what it read",
+    "_launcher.py:PosixLauncher": "holds what its one builder read (build); starts each call",
     "_containment.py:Containment": "the POSIX sandbox policy: layers, sentence, tools report",
 }
 """The five longest classes with the one concern each owns (review-round4 D3). The line

@@ -169,7 +169,7 @@ async def shell(request: pytest.FixtureRequest, root: Path) -> AsyncIterator[Dis
     """The product's shell over the launcher in each mode."""
     mode = str(request.param)
     policy = resolve_containment(mode)
-    tool, cleanup = new_shell(Config(root), PosixResolver(), PosixLauncher(policy, str(root)))
+    tool, cleanup = new_shell(Config(root), PosixResolver(), PosixLauncher.build(policy, str(root)))
     yield Dispatcher([tool])
     async with asyncio.timeout(BOUND):
         await cleanup()
@@ -471,6 +471,20 @@ def test_a_launcher_refuses_a_contained_policy_without_a_root() -> None:
         PosixLauncher(policy, "relative")
     with pytest.raises(TypeError):
         PosixLauncher("workspace")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="root"):
+        PosixLauncher.build(policy)
+    with pytest.raises(TypeError):
+        PosixLauncher.build("workspace")  # type: ignore[arg-type]
+
+
+def test_the_constructor_holds_what_it_is_given_and_the_builder_reads(tmp_path: Path) -> None:
+    """A contained launcher's facts and guard come from ``build`` (which reads the worktree):
+    the constructor refuses to stand without them rather than read anything itself."""
+    policy = Containment("workspace", "workspace", 1)
+    with pytest.raises(ValueError, match="facts and guard"):
+        PosixLauncher(policy, str(tmp_path))
+    built = PosixLauncher.build(policy, str(tmp_path))
+    assert "plan" in built.report()  # its facts, read by the builder
 
 
 def test_the_server_death_bound_is_the_contracts() -> None:

@@ -161,6 +161,16 @@ def test_from_environment_without_the_variable_is_refused() -> None:
         Config.from_environment({"SPICE_AGENT_WORKTREE": "relative"})
 
 
+def test_an_empty_worktree_variable_counts_as_unset() -> None:
+    """One rule for both the library and the application (``Config.root_in``): an empty
+    value is no root, said as the variable not set (not as a bad path)."""
+    with pytest.raises(ValueError, match="SPICE_AGENT_WORKTREE is not set"):
+        Config.from_environment({"SPICE_AGENT_WORKTREE": ""})
+    assert Config.root_in({"SPICE_AGENT_WORKTREE": ""}) is None
+    assert Config.root_in({}) is None
+    assert Config.root_in({"SPICE_AGENT_WORKTREE": W_T}) == W_T
+
+
 def test_from_environment_defaults_to_the_process_environment(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

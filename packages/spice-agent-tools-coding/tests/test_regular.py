@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from replace_helpers import Recording
 
-from spice.agent.tools.coding import _cached, _commit, _openat2, _regular, _root
+from spice.agent.tools.coding import _cached, _commit, _decision, _openat2, _regular, _root
 from spice.agent.tools.coding._regular import OS_CALLS, Refusal, Refused, Regular, open_regular
 
 linux_only = pytest.mark.skipif(sys.platform != "linux", reason="openat2 exists only on Linux")
@@ -145,7 +145,7 @@ def test_every_route_opens_through_open_regular(
         assert _root.fast_path_available()
         assert ["opened"] * 2 == seen
         found = _commit.inspect(_commit.POSIX, directory, "file.txt", 100)
-        assert isinstance(found, _commit.Current)
+        assert isinstance(found, _decision.Current)
         assert ["opened"] * 3 == seen
     finally:
         os.close(root)

@@ -23,13 +23,8 @@ from replace_helpers import (
     temporaries,
 )
 
-from spice.agent.tools.coding._commit import (
-    POSIX,
-    Checkpoint,
-    CommitGate,
-    Request,
-    write_file,
-)
+from spice.agent.tools.coding._commit import POSIX, Checkpoint, CommitGate, write_file
+from spice.agent.tools.coding._decision import Request
 
 OLD = b"#!/bin/sh\necho old\n"
 NEW = "#!/bin/sh\necho new\n"

@@ -9,6 +9,7 @@ import pytest
 
 from spice.agent.coding._mcp import _http
 from spice.agent.coding._mcp._http_settings import HttpSettings
+from spice.agent.coding._netpolicy._loopback import is_loopback
 
 
 def test_the_listening_socket_is_tcp_with_nagle_off() -> None:
@@ -92,7 +93,7 @@ ANY_ADDRESS = "0.0.0.0"  # noqa: S104 - a text judged here, never bound
 )
 def test_loopback_is_judged_by_address(host: str, loopback: bool) -> None:
     """Only loopback addresses (and the name localhost) count as loopback."""
-    assert loopback == _http.is_loopback(host)
+    assert loopback == is_loopback(host)
 
 
 async def _post(guard: _http._Body, body: bytes, declared: bool = True) -> int:

@@ -39,6 +39,21 @@ from spice.agent.coding._mcp._http import MAXIMUM_BODY_BYTES
 pytestmark = pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads /proc")
 
 
+def commands_inside(directory: Path, argv: tuple[str, ...]) -> list[int]:
+    """The processes inside ``directory`` (``processes_inside``) running ``argv`` (its first
+    word matched by name: the launcher runs the resolved path)."""
+    found: list[int] = []
+    for pid in processes_inside(directory):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as file:
+                words = os.fsdecode(file.read()).split("\0")[:-1]
+        except OSError:
+            continue
+        if words[1:] == list(argv[1:]) and words and os.path.basename(words[0]) == argv[0]:
+            found.append(pid)
+    return found
+
+
 @pytest.fixture
 def worktree(tmp_path: Path) -> Path:
     tree = tmp_path / "tree"
@@ -687,7 +702,10 @@ async def test_a_call_still_running_after_the_grace_is_answered_that_the_server_
         sdk_client(server.url, server.tokens["full"], mode) as client,
     ):
         call = asyncio.ensure_future(client.call_tool("shell", {"argv": ["sleep", "60"]}))
-        await until(lambda: processes_inside(worktree))
+        # The command itself runs (not only its supervisor, whose directory is the worktree
+        # from its fork): the call is past its start, so the grace and the answer never
+        # race a start that load slowed down (issue 43).
+        await until(lambda: commands_inside(worktree, ("sleep", "60")))
         server.process.send_signal(signal.SIGTERM)
         with pytest.raises(MCPError) as raised:
             async with asyncio.timeout(WAIT):

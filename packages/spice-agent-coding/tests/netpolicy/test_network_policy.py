@@ -31,9 +31,9 @@ from spice.agent.coding._settings._resolve import (
     ALLOW_DOMAINS_VARIABLE,
     ALLOW_PRIVATE_ADDRESS_VARIABLE,
     Flags,
-    SettingsError,
     resolve_settings,
 )
+from spice.agent.coding._settings._values import SettingsError
 
 
 def policy(*texts: str, private: bool = False) -> DomainPolicy:

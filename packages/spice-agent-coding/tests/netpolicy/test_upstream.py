@@ -333,7 +333,7 @@ async def test_allowed_hosts_go_through_the_upstream_which_resolves_their_names(
     monkeypatch.delenv("NO_PROXY", raising=False)
     monkeypatch.delenv("no_proxy", raising=False)
     allowed = policy(f"{MIRROR}:{target.plain}", f"{MIRROR}:{target.tls}", private=False)
-    launcher = PosixLauncher(allowed, str(root))
+    launcher = PosixLauncher.build(allowed, str(root))
     plain = await shell(
         allowed, root, [PYTHON, "-I", "-c", PLAIN, f"http://{MIRROR}:{target.plain}/x"], launcher
     )
@@ -359,7 +359,7 @@ async def test_a_refused_host_never_reaches_the_upstream_and_no_proxy_goes_direc
     monkeypatch.setenv("HTTP_PROXY", upstream)
     monkeypatch.setenv("NO_PROXY", TARGET_HOST)
     allowed = policy(f"{TARGET_HOST}:{target.plain}", private=True)
-    launcher = PosixLauncher(allowed, str(root))
+    launcher = PosixLauncher.build(allowed, str(root))
     refused = await shell(
         allowed, root, [PYTHON, "-I", "-c", PLAIN, f"http://{MIRROR}:{target.plain}/x"], launcher
     )

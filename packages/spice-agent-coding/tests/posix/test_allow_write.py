@@ -21,13 +21,11 @@ from spice.agent.coding._posix import _bwrap
 from spice.agent.coding._posix._bwrap import Namespaces
 from spice.agent.coding._posix._containment import resolve_containment
 from spice.agent.coding._posix._supervisor._landlock import landlock_abi
-from spice.agent.coding._settings._resolve import (
+from spice.agent.coding._settings._resolve import Settings, flags_of, resolve_settings
+from spice.agent.coding._settings._values import (
     ALLOW_WRITE_VARIABLE,
     MAXIMUM_ALLOW_WRITE,
-    Settings,
     SettingsError,
-    flags_of,
-    resolve_settings,
 )
 from spice.agent.process import Outcome, Spec
 
@@ -229,7 +227,7 @@ async def test_a_contained_command_writes_an_allowed_directory_and_nothing_besid
         out,
         err,
     )
-    process = await PosixLauncher(policy, str(root)).start(spec)
+    process = await PosixLauncher.build(policy, str(root)).start(spec)
     async with asyncio.timeout(60):
         await process.wait_exit()
         await process.wait()

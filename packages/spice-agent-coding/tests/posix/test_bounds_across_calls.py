@@ -151,7 +151,7 @@ async def test_r5_9_concurrent_calls_hold_no_more_than_the_server_bound(
     """Six calls, each bounded at 24 processes, each holding as many as it may: all of
     them together stay within the server's 96 (and the six commands themselves, which
     the kernel moves in even past the bound: they held 144 before)."""
-    launcher = PosixLauncher(policy, str(root), bounded)
+    launcher = PosixLauncher.build(policy, str(root), bounded)
     mark = f"MARK-SERVER-{os.getpid()}-{id(root)}"
     outs = [Collect() for _ in range(6)]
     processes = []

@@ -28,12 +28,8 @@ from spice.agent.coding._posix._cgroup import (
     resolve_cgroups,
 )
 from spice.agent.coding._sandbox import DEFAULT_MAX_PROCESSES, MIN_MEMORY_BYTES
-from spice.agent.coding._settings._resolve import (
-    MAXIMUM_PROCESSES,
-    Flags,
-    SettingsError,
-    resolve_settings,
-)
+from spice.agent.coding._settings._resolve import Flags, resolve_settings
+from spice.agent.coding._settings._values import MAXIMUM_PROCESSES, SettingsError
 
 UNDER_LOAD = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 """Hypothesis without its per-example deadline: the machine is shared (no timing assertions)."""

@@ -155,7 +155,7 @@ def test_a_contained_launcher_says_so_and_what_it_confines(
     tmp_path: Path, sandbox_path: str
 ) -> None:
     """``contained`` only with namespaces (or seccomp); the sentence names what stays open."""
-    launcher = PosixLauncher(contained(), str(tmp_path))
+    launcher = PosixLauncher.build(contained(), str(tmp_path))
     sentence = launcher.containment
     expected = sandbox_path == "namespaces" or launcher.sandbox.seccomp
     assert launcher.contained is expected
@@ -207,7 +207,7 @@ async def test_writes_inside_the_root_and_in_tmpdir_work(
         "attempt(lambda: open('/dev/null', 'w').write('gone'))\n"
         "attempt(lambda: open('/dev/stdout', 'w').write(''))\n"
     )
-    lines = await python(PosixLauncher(contained(), str(root)), root, code)
+    lines = await python(PosixLauncher.build(contained(), str(root)), root, code)
     across = "EXDEV" if sandbox_path == "namespaces" else "ok"
     assert [*["ok"] * 7, across, "ok", "ok"] == lines
     moved = ["from-tmp.txt"] if across == "ok" else []
@@ -237,7 +237,7 @@ async def test_each_way_of_writing_outside_the_root_fails_and_leaves_nothing(
         "attempt(lambda: os.remove(os.path.join(o, 'existing.txt')))\n"
         "attempt(lambda: os.symlink('x', os.path.join(o, 'sym')))\n"
     )
-    lines = await python(PosixLauncher(contained(), str(root)), root, code)
+    lines = await python(PosixLauncher.build(contained(), str(root)), root, code)
     assert len(lines) == 11
     assert "ok" not in lines
     assert set(lines) <= {"EACCES", "EPERM", "EXDEV", "EROFS"}
@@ -253,7 +253,7 @@ async def test_an_outside_file_hard_linked_in_cannot_be_written_through_the_link
     root, outside = layout
     (outside / "victim.txt").write_text("keep")
     code = f"import os\nattempt(lambda: os.link({str(outside / 'victim.txt')!r}, 'in.txt'))\n"
-    lines = await python(PosixLauncher(contained(), str(root)), root, code)
+    lines = await python(PosixLauncher.build(contained(), str(root)), root, code)
     assert lines[0] in {"EXDEV", "EACCES", "EPERM"}
     assert [] == tree(root)
     assert "keep" == (outside / "victim.txt").read_text()
@@ -286,7 +286,7 @@ async def test_the_calls_tmpdir_is_private_and_gone_after_the_join(
         "os.makedirs(os.path.join(t, 'a', 'b'))\n"
         "open(os.path.join(t, 'a', 'b', 'f'), 'w').write('x' * 1000)\n"
     )
-    launcher = PosixLauncher(contained(), str(root))
+    launcher = PosixLauncher.build(contained(), str(root))
     first = (await run(launcher, root, PYTHON, "-c", script))[1].strip().split(maxsplit=2)
     second = (await run(launcher, root, PYTHON, "-c", script))[1].strip().split(maxsplit=2)
     assert [] == os.listdir(tempfile.gettempdir())
@@ -319,7 +319,7 @@ async def test_a_root_that_vanished_is_a_launch_error_and_nothing_runs(
 ) -> None:
     """The ruleset cannot name a missing root: the command is never started uncontained."""
     root, outside = layout
-    launcher = PosixLauncher(contained(), str(root))
+    launcher = PosixLauncher.build(contained(), str(root))
     shutil.rmtree(root)
     before = procutil.open_descriptors()
     with pytest.raises(LaunchError) as caught:
@@ -340,7 +340,7 @@ async def test_a_spawn_that_fails_after_the_start_was_prepared_undoes_all_of_it(
     released, and the next call starts as usual."""
     root, _ = layout
     (root / ".git").mkdir()  # an absent protected path's mount point, with namespaces
-    launcher = PosixLauncher(contained(), str(root))
+    launcher = PosixLauncher.build(contained(), str(root))
     spec = Spec("/bin/sh", ("-c", "echo ran > ran"), str(root), (), b"", Collect(), Collect())
     before = procutil.open_descriptors()
     real = orphans.spawn
@@ -546,7 +546,7 @@ async def test_loopback_tcp_connect_and_bind_are_refused_by_landlock_alone(
     root, _ = layout
     port = listener.getsockname()[1]
     landlock_only = resolve_containment("workspace", seccomp_probe=lambda: False)
-    lines = await python(PosixLauncher(landlock_only, str(root)), root, connect_code(port))
+    lines = await python(PosixLauncher.build(landlock_only, str(root)), root, connect_code(port))
     assert ["EACCES", "EACCES"] == lines
     with pytest.raises(BlockingIOError):
         listener.accept()
@@ -562,7 +562,7 @@ async def test_the_hosts_loopback_is_out_of_reach_and_a_bind_is_private(
     root, _ = layout
     port = listener.getsockname()[1]
     policy = contained()
-    lines = await python(PosixLauncher(policy, str(root)), root, connect_code(port))
+    lines = await python(PosixLauncher.build(policy, str(root)), root, connect_code(port))
     if policy.namespaces.made:
         assert ["ECONNREFUSED", "ok"] == lines
     else:
@@ -580,7 +580,7 @@ async def test_allow_network_lets_tcp_through(
     root, outside = layout
     port = listener.getsockname()[1]
     code = connect_code(port) + f"attempt(lambda: open({str(outside / 'x')!r}, 'w'))\n"
-    launcher = PosixLauncher(contained(allow_network=True), str(root))
+    launcher = PosixLauncher.build(contained(allow_network=True), str(root))
     assert await python(launcher, root, code) in (["ok", "ok", "EACCES"], ["ok", "ok", "EROFS"])
     accepted, _ = listener.accept()
     accepted.close()
@@ -601,7 +601,7 @@ async def test_the_command_cannot_signal_the_server_or_its_supervisor(
         "attempt(lambda: os.kill(os.getppid(), signal.SIGCONT))\n"
         "attempt(lambda: os.kill(os.getpid(), 0))\n"
     )
-    lines = await python(PosixLauncher(contained(), str(root)), root, code)
+    lines = await python(PosixLauncher.build(contained(), str(root)), root, code)
     # In a PID namespace the server's pid names nothing (ESRCH); the parent is bwrap's init.
     assert lines in (["EPERM", "EPERM", "ok"], ["ESRCH", "EPERM", "ok"])
     assert ["ok", "ok", "ok"] == await python(PosixLauncher(), root, code)
@@ -626,7 +626,7 @@ async def test_abstract_unix_sockets_outside_the_call_are_unreachable(
             "attempt(connect)\n"
         )
         # A network namespace has its own abstract socket names: nothing listens there.
-        lines = await python(PosixLauncher(contained(), str(root)), root, code)
+        lines = await python(PosixLauncher.build(contained(), str(root)), root, code)
         assert lines in (["EPERM"], ["ECONNREFUSED"])
     finally:
         server.close()
@@ -640,7 +640,7 @@ async def test_a_cancelled_contained_start_leaves_no_process_and_no_tmpdir(
 ) -> None:
     """Cancelled while the supervisor starts: CancelledError, nothing left behind."""
     root, _ = layout
-    launcher = PosixLauncher(contained(), str(root))
+    launcher = PosixLauncher.build(contained(), str(root))
     spec = Spec("/bin/sleep", ("60",), str(root), (), b"", Collect(), Collect())
     starting = asyncio.ensure_future(launcher.start(spec))
     await asyncio.sleep(0)
@@ -659,7 +659,7 @@ async def test_a_stop_request_reaches_the_command_as_sigterm(layout: tuple[Path,
     out = Collect()
     script = 'trap "echo stopped; exit 7" TERM; echo ready; sleep 60 & wait'
     spec = Spec("/bin/sh", ("-c", script), str(root), ("PATH=/usr/bin:/bin",), b"", out, Collect())
-    process = await PosixLauncher(contained(), str(root)).start(spec)
+    process = await PosixLauncher.build(contained(), str(root)).start(spec)
     try:
         assert await procutil.until(lambda: b"ready" in out.data, BOUND)
         await process.request_stop()
@@ -685,7 +685,7 @@ async def test_a_stop_request_reaches_the_commands_whole_group(layout: tuple[Pat
         'trap "wait; echo stopped; exit 7" TERM; echo ready; wait'
     )
     spec = Spec("/bin/sh", ("-c", script), str(root), ("PATH=/usr/bin:/bin",), b"", out, Collect())
-    process = await PosixLauncher(contained(), str(root)).start(spec)
+    process = await PosixLauncher.build(contained(), str(root)).start(spec)
     try:
         assert await procutil.until(
             lambda: {"ready", "sub-ready"} <= set(out.data.decode().split()), BOUND
@@ -714,7 +714,7 @@ async def test_starts_cancelled_at_every_moment_leave_no_process(
     the namespaces (before the supervisor's death signal exists): whatever the moment,
     the join leaves no process of the call (the supervisor sees its lifeline end)."""
     root, _ = layout
-    launcher = PosixLauncher(contained(), str(root))
+    launcher = PosixLauncher.build(contained(), str(root))
     spec = Spec("/bin/sleep", ("60",), str(root), (), b"", Collect(), Collect())
     for turns in range(CANCEL_MOMENTS):
         starting = asyncio.ensure_future(launcher.start(spec))
@@ -748,7 +748,7 @@ async def test_a_start_word_that_comes_after_the_bound_is_never_not_started(
 
     monkeypatch.setattr(PosixProcess, "_until_started", just_late)
     config = Config(root)
-    tool, cleanup = new_shell(config, PosixResolver(), PosixLauncher(contained(), str(root)))
+    tool, cleanup = new_shell(config, PosixResolver(), PosixLauncher.build(contained(), str(root)))
     content = await shell_call(Dispatcher([tool]), ["/usr/bin/touch", "ran"])
     async with asyncio.timeout(BOUND):
         await cleanup()
@@ -766,7 +766,7 @@ async def shell(layout: tuple[Path, Path]) -> AsyncIterator[tuple[Dispatcher, Pa
     """The product's shell tool over the contained launcher."""
     root, _ = layout
     config = Config(root, environment_allowlist=("HOME", "LANG", "PATH", "TMPDIR"))
-    tool, cleanup = new_shell(config, PosixResolver(), PosixLauncher(contained(), str(root)))
+    tool, cleanup = new_shell(config, PosixResolver(), PosixLauncher.build(contained(), str(root)))
     yield Dispatcher([tool]), root
     async with asyncio.timeout(BOUND):
         await cleanup()
@@ -909,7 +909,7 @@ async def test_no_new_privs_is_set_only_in_the_contained_mode(layout: tuple[Path
     """Landlock needs no_new_privs (setuid programs gain nothing); off keeps the server's."""
     root, _ = layout
     argv = ("/bin/grep", "NoNewPrivs", "/proc/self/status")
-    contained_out = (await run(PosixLauncher(contained(), str(root)), root, *argv))[1]
+    contained_out = (await run(PosixLauncher.build(contained(), str(root)), root, *argv))[1]
     off_out = (await run(PosixLauncher(), root, *argv))[1]
     ours = _no_new_privs()
     assert (["NoNewPrivs:", "1"], ["NoNewPrivs:", ours]) == (
@@ -935,7 +935,7 @@ async def test_dev_shm_is_private_and_writable_only_with_namespaces(
     name = f"/dev/shm/spice-test-{os.getpid()}"
     code = f"attempt(lambda: open('{name}', 'w').write('x'))\n"
     expected = ["ok"] if sandbox_path == "namespaces" else ["EACCES"]
-    assert expected == await python(PosixLauncher(contained(), str(root)), root, code)
+    assert expected == await python(PosixLauncher.build(contained(), str(root)), root, code)
     assert not os.path.exists(name)  # noqa: ASYNC240 - one stat after the command
 
 

@@ -13,7 +13,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from spice.agent.coding._posix import _guard, _scan
-from spice.agent.coding._posix._guard import SHOWN_BYTES, Guard, shown
+from spice.agent.coding._posix._facts import place_of
+from spice.agent.coding._posix._guard import SHOWN_BYTES, Guard, server_guard, shown
+from spice.agent.coding._posix._plan import StartFacts
 from spice.agent.coding._posix._putback import put_back
 from spice.agent.coding._posix._scan import ENTRY_BYTES, GIT_DEPTH, SCAN_DEPTH, Known, scan
 from spice.agent.tools.coding import ProtectedPaths, _gitconfig
@@ -364,3 +366,63 @@ def test_a_second_server_adopts_a_running_servers_baseline(tmp_path: Path) -> No
     assert mcp.read_bytes() == b"{}"
     assert not (root / ".envrc").exists()
     assert kept.read_bytes() == b"mine"
+
+
+# -- one guard per process and root, across a reload's rebuild -------------------------------
+
+
+def _facts_of(root: Path, records: Path, policy: ProtectedPaths = STANDARD) -> StartFacts:
+    return StartFacts((place_of(str(root)),), protected=policy, records=str(records))
+
+
+def test_a_rebuilt_launchers_guard_is_the_servers_one(tmp_path: Path) -> None:
+    """A reload builds the launcher again: its guard is the one already guarding this root
+    (one record per process), so the old launcher's last join never drops the record of a
+    call the new one started; a server killed then still has its plant put back."""
+    root = tmp_path / "root"
+    mcp = _tree(root, ".mcp.json", b"{}")
+    records = tmp_path / "records"
+    before = server_guard(_facts_of(root, records), tuple)
+    after = server_guard(_facts_of(root, records), tuple)  # the reload's rebuild
+    before.begin()  # a call of the old launcher, still running
+    after.begin()  # a call of the new launcher
+    assert before.end() == ()  # the old launcher's call ends first
+    assert len(os.listdir(records)) == 1  # the running call's record is kept
+    mcp.write_bytes(b"planted")  # the running call plants; then the server is killed
+    record = records / os.listdir(records)[0]
+    record.rename(records / "999999999-0.json")  # as a dead server's record
+    Guard([str(root)], STANDARD, str(records)).repair()  # the next server's start
+    assert mcp.read_bytes() == b"{}"
+    assert after.end() == ()  # the join of the killed server's call, never reached
+
+
+def test_a_guard_follows_the_newest_policy_once_its_calls_ended(tmp_path: Path) -> None:
+    """The shared guard keeps the baseline's places and policy while a call runs (a join
+    compares like with like) and takes the rebuilt launcher's once the last call ended."""
+    root = tmp_path / "root"
+    other = tmp_path / "other"
+    _tree(root, ".mcp.json", b"{}")
+    envrc = _tree(other, ".envrc", b"mine")
+    records = tmp_path / "records"
+    guard = server_guard(_facts_of(root, records), tuple)
+    guard.begin()
+    wider = StartFacts(
+        (place_of(str(root)), place_of(str(other))), protected=STANDARD, records=str(records)
+    )
+    assert server_guard(wider, tuple) is guard
+    assert guard.places == (str(root),)  # a call runs: its baseline's places stay
+    assert guard.end() == ()  # and the other place's existing .envrc is not "made"
+    assert envrc.read_bytes() == b"mine"
+    assert set(guard.places) == {str(root), str(other)}  # the last join: the newest places
+    none = _facts_of(root, records, ProtectedPaths())
+    assert server_guard(none, tuple) is guard
+    assert not guard.active  # nothing runs: at once
+
+
+def test_guards_of_two_roots_are_two(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    first = server_guard(_facts_of(tmp_path / "a", tmp_path / "records"), tuple)
+    second = server_guard(_facts_of(tmp_path / "b", tmp_path / "records"), tuple)
+    assert first is not second
+    assert server_guard(None, tuple) is not server_guard(None, tuple)  # uncontained: none

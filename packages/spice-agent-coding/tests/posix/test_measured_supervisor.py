@@ -60,7 +60,7 @@ async def _run(root: Path) -> bytes:
     policy = dataclasses.replace(resolve_containment("workspace"), namespaces=NAMESPACES)
     out = Collect()
     spec = Spec("/bin/echo", ("started",), str(root), (), b"", out, Collect())
-    process = await PosixLauncher(policy, str(root)).start(spec)
+    process = await PosixLauncher.build(policy, str(root)).start(spec)
     async with asyncio.timeout(BOUND):
         await process.wait_exit()
         await process.wait()

@@ -685,7 +685,7 @@ def test_a_contained_launcher_needs_the_supervisor(monkeypatch: pytest.MonkeyPat
 
     monkeypatch.setattr(launcher_module, "_supervisor_available", lambda: False)
     with pytest.raises(ValueError, match="supervisor"):
-        PosixLauncher(Containment("workspace", "workspace", 1), "/")
+        PosixLauncher.build(Containment("workspace", "workspace", 1), "/")
     assert PosixLauncher().contained is False
 
 

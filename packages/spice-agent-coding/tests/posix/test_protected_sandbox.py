@@ -111,7 +111,7 @@ def launcher(policy: Containment, root: Path, home: Path, **options: object) -> 
         cache=True,
         **options,  # type: ignore[arg-type]
     )
-    return PosixLauncher(policy, str(root), facts=facts)
+    return PosixLauncher.build(policy, str(root), facts=facts)
 
 
 async def run(

@@ -15,7 +15,8 @@ import shutil
 import socket
 import sys
 import tempfile
-from typing import Final
+from collections.abc import Awaitable
+from typing import Final, TypeVar
 
 import procutil
 import pytest
@@ -43,10 +44,11 @@ async def ask(
     call: CallProxy, head: bytes
 ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, bytes]:
     """Connect to the call's socket, send ``head``, read the status line."""
-    reader, writer = await asyncio.open_unix_connection(call.path)
-    writer.write(head)
-    await writer.drain()
-    status = await reader.readline()
+    async with asyncio.timeout(WAIT_BOUND_SECONDS):
+        reader, writer = await asyncio.open_unix_connection(call.path)
+        writer.write(head)
+        await writer.drain()
+        status = await reader.readline()
     return reader, writer, status
 
 
@@ -55,12 +57,20 @@ async def tunnel(
 ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     reader, writer, status = await ask(call, f"CONNECT {authority} HTTP/1.1\r\n\r\n".encode())
     assert status == b"HTTP/1.1 200 Connection established\r\n"
-    assert await reader.readline() == b"\r\n"
+    assert await bounded(reader.readline()) == b"\r\n"
     return reader, writer
 
 
+T = TypeVar("T")
+
 WAIT_BOUND_SECONDS: Final = 30.0
 """How long a test waits for an end it expects (a hang guard, never a timing assertion)."""
+
+
+async def bounded(awaitable: Awaitable[T]) -> T:
+    """``awaitable`` within ``WAIT_BOUND_SECONDS`` (every wait here is bounded: D13)."""
+    async with asyncio.timeout(WAIT_BOUND_SECONDS):
+        return await awaitable
 
 
 def present(path: str) -> bool:
@@ -84,7 +94,7 @@ async def test_a_tunnel_to_an_allowed_host_carries_bytes_both_ways() -> None:
             await writer.drain()
             assert await reader.readexactly(4) == b"ping"
             writer.write_eof()  # a half-close goes through: the echo ends, so does the tunnel
-            assert await reader.read() == b""
+            assert await bounded(reader.read()) == b""
             writer.close()
         finally:
             await call.close()
@@ -101,7 +111,7 @@ async def test_a_plain_request_goes_in_origin_form_with_the_checked_host() -> No
             ).encode()
             reader, writer, status = await ask(call, head)
             assert status == b"HTTP/1.1 200 OK\r\n"
-            rest = await reader.read()
+            rest = await bounded(reader.read())
             assert rest.endswith(
                 f"GET /simple/?x=1 HTTP/1.1|Host: 127.0.0.1:{server.port}".encode()
             )
@@ -118,7 +128,7 @@ async def test_the_proxy_streams_and_holds_back_a_reader_that_does_not_read() ->
         try:
             reader, writer = await tunnel(call, f"localhost:{server.port}")
             assert len(await reader.readexactly(65536)) == 65536
-            await server.first.wait()
+            await bounded(server.first.wait())
             before = -1
             while before != server.sent:  # until the upstream is held back
                 before = server.sent
@@ -163,11 +173,16 @@ async def test_a_reply_reaches_the_client_when_the_server_closes_mid_upload() ->
 
             uploading = asyncio.ensure_future(upload())
             reply = b""
-            while chunk := await loop.sock_recv(client, 65536):
-                reply += chunk
+            async with asyncio.timeout(WAIT_BOUND_SECONDS):  # bounded (D13)
+                try:
+                    while chunk := await loop.sock_recv(client, 65536):
+                        reply += chunk
+                except ConnectionResetError:
+                    pass  # the proxy closed with our upload unread: the reply came first
             assert reply == b"REPLY"
             uploading.cancel()
-            await asyncio.wait({uploading})
+            async with asyncio.timeout(WAIT_BOUND_SECONDS):
+                await asyncio.wait({uploading})
         finally:
             client.close()
             await call.close()
@@ -193,7 +208,7 @@ async def test_a_host_not_allowed_is_refused_recorded_and_never_resolved(
         ):
             reader, writer, status = await ask(call, head)
             assert status.startswith(b"HTTP/1.1 403 ")
-            assert b"--allow-domain" in await reader.read()
+            assert b"--allow-domain" in await bounded(reader.read())
             writer.close()
     finally:
         await call.close()
@@ -295,7 +310,7 @@ async def test_a_refused_plain_request_logs_its_host_and_port_only(
         )
         reader, writer, status = await ask(call, head)
         assert status.startswith(b"HTTP/1.1 403 ")
-        assert b"SECRET" not in await reader.read()
+        assert b"SECRET" not in await bounded(reader.read())
         writer.close()
     finally:
         await call.close()
@@ -404,7 +419,7 @@ async def test_a_calls_end_closes_every_tunnel_and_leaves_nothing() -> None:
         await call.close()
         async with asyncio.timeout(WAIT_BOUND_SECONDS):  # bounded: 107 s once under load (D13)
             for reader, writer in opened:
-                assert await reader.read() == b""  # the client's side ends
+                assert await bounded(reader.read()) == b""  # the client's side ends
                 writer.close()
                 await writer.wait_closed()
             while server.closed < 3:
@@ -431,9 +446,11 @@ async def test_a_cancelled_end_still_ends_the_calls_transfers() -> None:
         with pytest.raises(asyncio.CancelledError):
             await closing
         assert call.active == 0
-        await server.ended.wait()
-        while await reader.read(RELAY_CHUNK_BYTES):
-            pass
+        async with asyncio.timeout(WAIT_BOUND_SECONDS):  # bounded (D13)
+            await server.ended.wait()
+            with contextlib.suppress(ConnectionResetError):  # ended with bytes unread
+                while await reader.read(RELAY_CHUNK_BYTES):
+                    pass
         writer.close()
         assert call.directory is not None
         assert not present(call.directory)
@@ -453,7 +470,7 @@ async def test_without_splice_the_copying_relay_carries_the_same_bytes(
             reader, writer = await tunnel(call, f"localhost:{server.port}")
             writer.write(data)
             writer.write_eof()
-            assert await reader.read() == data
+            assert await bounded(reader.read()) == data
             writer.close()
         finally:
             await call.close()
@@ -481,11 +498,11 @@ async def test_a_client_that_says_nothing_is_dropped_at_the_head_bound(
     try:
         reader, writer = await asyncio.open_unix_connection(call.path)
         writer.write(b"CONNECT pypi.org:443 HTTP/1.1\r\n")  # no blank line, ever
-        assert await reader.read() == b""  # closed without an answer
+        assert await bounded(reader.read()) == b""  # closed without an answer
         writer.close()
         reader, writer = await asyncio.open_unix_connection(call.path)
         writer.write_eof()  # ends before a head
-        assert await reader.read() == b""
+        assert await bounded(reader.read()) == b""
         writer.close()
     finally:
         await call.close()

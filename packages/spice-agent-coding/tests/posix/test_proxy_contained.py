@@ -60,7 +60,7 @@ async def shell(
     containment: Containment, root: Path, argv: list[str], launcher: PosixLauncher | None = None
 ) -> dict[str, object]:
     """One ``shell`` call through the real tool; its answer's content."""
-    used = PosixLauncher(containment, str(root)) if launcher is None else launcher
+    used = PosixLauncher.build(containment, str(root)) if launcher is None else launcher
     tool, cleanup = new_shell(
         Config(str(root), environment_allowlist=ALLOWLIST), PosixResolver(), used
     )
@@ -249,7 +249,7 @@ async def started(launcher: PosixLauncher, root: Path, code: str, out: Lines) ->
 
 async def test_nothing_the_command_binds_is_reachable_from_the_host(root: Path) -> None:
     out = Lines()
-    launcher = PosixLauncher(policy(), str(root))
+    launcher = PosixLauncher.build(policy(), str(root))
     process = await started(launcher, root, LISTEN, out)
     try:
         port = int(out.data.split()[0])
@@ -278,7 +278,7 @@ def descriptors() -> frozenset[tuple[int, str]]:
 async def test_a_calls_end_closes_its_tunnels_and_leaves_no_descriptor(root: Path) -> None:
     async with loopback(echo) as server:
         authority = f"127.0.0.1:{server.port}"
-        launcher = PosixLauncher(policy(authority + "/tcp"), str(root))
+        launcher = PosixLauncher.build(policy(authority + "/tcp"), str(root))
         baseline = descriptors()
         out = Lines()
         process = await started(launcher, root, HOLD.replace("sys.argv[1]", repr(authority)), out)
@@ -323,7 +323,7 @@ async def test_a_call_cancelled_mid_transfer_leaves_nothing(root: Path) -> None:
 
     async with loopback(endless_http) as server:
         authority = f"127.0.0.1:{server.port}"
-        launcher = PosixLauncher(policy(authority + "/tcp"), str(root))
+        launcher = PosixLauncher.build(policy(authority + "/tcp"), str(root))
         calling = asyncio.ensure_future(
             shell(
                 policy(authority + "/tcp"),
@@ -528,7 +528,7 @@ async def test_r5_10_a_fallback_command_of_another_server_reaches_no_calls_proxy
         pytest.skip(f"no namespaces here: {NAMESPACES.reason}")
     async with loopback(http_host) as registry:
         authority = f"127.0.0.1:{registry.port}"
-        first = PosixLauncher(policy(authority), str(root))
+        first = PosixLauncher.build(policy(authority), str(root))
         out = Lines()
         holder = await started(
             first, root, "import time\nprint('ready', flush=True)\ntime.sleep(120)\n", out

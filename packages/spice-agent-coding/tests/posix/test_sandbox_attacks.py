@@ -65,7 +65,7 @@ def root(tmp_path: Path) -> Path:
 async def run_python(policy: Containment, root: Path, code: str) -> tuple[Outcome, str]:
     out, err = Collect(), Collect()
     spec = Spec(PYTHON, ("-I", "-c", code), str(root), ("PATH=/usr/bin:/bin",), b"", out, err)
-    process = await PosixLauncher(policy, str(root)).start(spec)
+    process = await PosixLauncher.build(policy, str(root)).start(spec)
     try:
         async with asyncio.timeout(BOUND):
             await process.wait_exit()
@@ -185,7 +185,7 @@ async def test_n2_a_setsid_chain_ends_with_its_call(policy: Containment, root: P
         out,
         err,
     )
-    process = await PosixLauncher(policy, str(root)).start(spec)
+    process = await PosixLauncher.build(policy, str(root)).start(spec)
     async with asyncio.timeout(BOUND):
         while b"deep" not in out.data:  # noqa: ASYNC110 - polling a sink, bounded
             await asyncio.sleep(0.05)
@@ -221,7 +221,7 @@ def test_n2_a_setsid_chain_ends_when_the_server_is_killed(
         "    argv = ('-I', '-c', sys.argv[5], sys.argv[6], sys.argv[7])\n"
         "    spec = Spec(sys.argv[4], argv, sys.argv[2], ('PATH=/usr/bin:/bin',), b'', out,\n"
         "                Collect())\n"
-        "    await PosixLauncher(policy, sys.argv[2]).start(spec)\n"
+        "    await PosixLauncher.build(policy, sys.argv[2]).start(spec)\n"
         "    while b'deep' not in out.data: await asyncio.sleep(0.05)\n"
         "    print('ready', flush=True)\n"
         "    await asyncio.sleep(60)\n"
@@ -377,7 +377,7 @@ async def test_n2_the_answer_says_clean_only_when_no_process_of_the_call_is_left
     mark = f"MARK-N2T-{os.getpid()}-{time.monotonic_ns()}"
     (root / "deep.py").write_text(CHAIN_CODE)
     config = Config(root, environment_allowlist=("PATH",))
-    tool, cleanup = new_shell(config, PosixResolver(), PosixLauncher(policy, str(root)))
+    tool, cleanup = new_shell(config, PosixResolver(), PosixLauncher.build(policy, str(root)))
     arguments = {"argv": [PYTHON, "deep.py", str(CHAIN), mark], "timeout_seconds": 2}
     try:
         async with asyncio.timeout(BOUND):

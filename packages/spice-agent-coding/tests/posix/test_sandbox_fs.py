@@ -97,7 +97,7 @@ def launcher(
         cache=cache,
         **options,  # type: ignore[arg-type]
     )
-    return PosixLauncher(policy, str(root), facts=facts)
+    return PosixLauncher.build(policy, str(root), facts=facts)
 
 
 async def run(

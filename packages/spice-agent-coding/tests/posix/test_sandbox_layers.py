@@ -273,7 +273,7 @@ async def test_a_contained_command_holds_nothing_and_runs_filtered(layout: Path)
     """Through the supervisor: sets empty, Seccomp 2, NoNewPrivs 1; the start says so."""
     policy = resolve_containment("workspace")
     outcome, out, layers = await run(
-        PosixLauncher(policy, str(layout)), layout, "/bin/cat", "/proc/self/status"
+        PosixLauncher.build(policy, str(layout)), layout, "/bin/cat", "/proc/self/status"
     )
     assert Outcome.exited(0) == outcome
     fields = status_fields(out, (*CAPABILITY_LINES, "Seccomp:", "NoNewPrivs:"))
@@ -319,11 +319,11 @@ async def test_a_filter_the_kernel_refuses_fails_the_start_and_nothing_runs(
     policy = Containment("workspace", "workspace", ABI, seccomp=True)
     marker = layout / "ran"
     with pytest.raises(LaunchError):
-        await run(PosixLauncher(policy, str(layout)), layout, "/usr/bin/touch", str(marker))
+        await run(PosixLauncher.build(policy, str(layout)), layout, "/usr/bin/touch", str(marker))
     assert not marker.exists()
     landlock_only = Containment("workspace", "workspace", ABI, seccomp=False)
     outcome, _, _ = await run(
-        PosixLauncher(landlock_only, str(layout)), layout, "/usr/bin/touch", str(marker)
+        PosixLauncher.build(landlock_only, str(layout)), layout, "/usr/bin/touch", str(marker)
     )
     assert Outcome.exited(0) == outcome  # the same supervisor without the layer starts it
     assert marker.exists()
@@ -344,7 +344,7 @@ async def test_landlock_alone_no_longer_lets_root_make_a_device(layout: Path) ->
         "        print(error.errno)\n"
     )
     outcome, out, _ = await run(
-        PosixLauncher(landlock_only, str(layout)), layout, PYTHON, "-I", "-c", code
+        PosixLauncher.build(landlock_only, str(layout)), layout, PYTHON, "-I", "-c", code
     )
     assert Outcome.exited(0) == outcome
     assert ["13", "13", "ok"] == out.split()  # EACCES, EACCES, a FIFO is made
@@ -358,7 +358,7 @@ async def test_landlock_alone_no_longer_lets_root_make_a_device(layout: Path) ->
 async def shell(layout: Path) -> AsyncIterator[tuple[Dispatcher, Path]]:
     """The product's shell tool over the contained launcher (the real kernel's policy)."""
     config = Config(layout, environment_allowlist=("HOME", "LANG", "PATH", "TMPDIR"))
-    launcher = PosixLauncher(resolve_containment("workspace"), str(layout))
+    launcher = PosixLauncher.build(resolve_containment("workspace"), str(layout))
     tool, cleanup = new_shell(config, PosixResolver(), launcher)
     yield Dispatcher([tool]), layout
     async with asyncio.timeout(BOUND):
@@ -463,7 +463,9 @@ async def test_allow_network_lets_a_contained_command_make_inet_sockets(layout: 
     """With --allow-network the filter lets every family through (files stay confined)."""
     policy = resolve_containment("workspace", allow_network=True)
     code = "import socket\nsocket.socket(socket.AF_INET, socket.SOCK_DGRAM).close()\nprint('ok')"
-    outcome, out, _ = await run(PosixLauncher(policy, str(layout)), layout, PYTHON, "-c", code)
+    outcome, out, _ = await run(
+        PosixLauncher.build(policy, str(layout)), layout, PYTHON, "-c", code
+    )
     assert (Outcome.exited(0), "ok\n") == (outcome, out)
 
 
@@ -487,7 +489,7 @@ async def test_a_contained_command_cannot_read_the_servers_environment(layout: P
     )
     policy = resolve_containment("workspace")
     outcome, out, _ = await run(
-        PosixLauncher(policy, str(layout)), layout, PYTHON, "-I", "-c", code, str(os.getpid())
+        PosixLauncher.build(policy, str(layout)), layout, PYTHON, "-I", "-c", code, str(os.getpid())
     )
     assert Outcome.exited(0) == outcome
     assert ["13", "13"] == out.split()  # EACCES, EACCES

@@ -59,7 +59,7 @@ async def test_r4_7_no_descriptor_of_the_calls_cgroup_survives_execve(
 ) -> None:
     """With a cgroup per call the command moved itself in through descriptors of its
     ``cgroup.procs`` files: none of them is left in the command."""
-    launcher = PosixLauncher(policy, str(root), _bounded(BOMB_PROCESSES, 1024**3))
+    launcher = PosixLauncher.build(policy, str(root), _bounded(BOMB_PROCESSES, 1024**3))
     out = await _run(launcher, root, DESCRIPTORS)
     found: dict[str, str] = json.loads(out.data)
     assert set(found) == {"0", "1", "2"}, found
@@ -114,7 +114,7 @@ async def test_r4_4_a_fork_bomb_is_held_to_its_process_bound(
     """A fork bomb under ``--max-processes 64``: its forks are refused at the bound, another
     call starts and answers meanwhile, and nothing of it is left after its call."""
     cgroups = _bounded(BOMB_PROCESSES, 1024**3)
-    launcher = PosixLauncher(policy, str(root), cgroups)
+    launcher = PosixLauncher.build(policy, str(root), cgroups)
     mark = f"MARK-BOMB-{os.getpid()}-{id(root)}"
     out = Collect()
     spec = Spec(
@@ -141,7 +141,7 @@ async def test_r4_3_a_memory_hog_is_killed_as_the_command_and_the_server_lives(
 ) -> None:
     """Four times ``--max-memory`` asked for: the command is what the kernel kills (an
     ended command is ``signaled``), and this process, the server, lives on."""
-    launcher = PosixLauncher(policy, str(root), _bounded(BOMB_PROCESSES, HOG_MEMORY))
+    launcher = PosixLauncher.build(policy, str(root), _bounded(BOMB_PROCESSES, HOG_MEMORY))
     code = f"data = bytearray({4 * HOG_MEMORY})\nprint('kept', flush=True)\n"
     out, err = Collect(), Collect()
     spec = Spec(PYTHON, ("-I", "-c", code), str(root), (), b"", out, err)
@@ -161,7 +161,7 @@ async def test_r4_3_the_private_shared_memory_is_charged_to_the_call(
     server."""
     if not policy.namespaces.made:
         pytest.skip("without namespaces /dev/shm is the host's (not the call's)")
-    launcher = PosixLauncher(policy, str(root), _bounded(BOMB_PROCESSES, HOG_MEMORY))
+    launcher = PosixLauncher.build(policy, str(root), _bounded(BOMB_PROCESSES, HOG_MEMORY))
     code = (
         "import os\n"
         "chunk = b'x' * (1 << 20)\n"

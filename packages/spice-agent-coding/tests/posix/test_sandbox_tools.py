@@ -70,7 +70,7 @@ async def call(path_kind: str, root: Path, argv: list[str], allow: tuple[str, ..
         resolve_containment("workspace", allow_write=allow), namespaces=made
     )
     config = Config(root, environment_allowlist=("HOME", "LANG", "PATH", "TMPDIR"))
-    tool, cleanup = new_shell(config, PosixResolver(), PosixLauncher(policy, str(root)))
+    tool, cleanup = new_shell(config, PosixResolver(), PosixLauncher.build(policy, str(root)))
     try:
         request = Call("c", "shell", json.dumps({"argv": argv, "timeout_seconds": 120}))
         async with asyncio.timeout(BOUND):

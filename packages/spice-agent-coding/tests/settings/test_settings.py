@@ -20,21 +20,23 @@ from spice.agent.coding._sandbox import DEFAULT_MODE as DEFAULT_SANDBOX
 from spice.agent.coding._sandbox import MODES as SANDBOX_MODES
 from spice.agent.coding._sandbox import SANDBOX_ENVIRONMENT_VARIABLE as SANDBOX_VARIABLE
 from spice.agent.coding._settings._resolve import (
-    ALLOW_ENV_VARIABLE,
     ALLOW_NETWORK_VARIABLE,
     COMMAND_TIMEOUT_VARIABLE,
     MAX_EDIT_BYTES_VARIABLE,
     MAX_OUTPUT_BYTES_VARIABLE,
     MAX_READ_BYTES_VARIABLE,
     MAX_WRITE_BYTES_VARIABLE,
+    Flags,
+    Settings,
+    flags_of,
+    resolve_settings,
+)
+from spice.agent.coding._settings._values import (
+    ALLOW_ENV_VARIABLE,
     MAXIMUM_ALLOWED_NAMES,
     MAXIMUM_NAME_LENGTH,
     MAXIMUM_VALUE_LENGTH,
-    Flags,
-    Settings,
     SettingsError,
-    flags_of,
-    resolve_settings,
 )
 from spice.agent.tools.coding import Config, ProtectedPaths
 

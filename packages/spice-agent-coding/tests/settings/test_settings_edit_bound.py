@@ -15,10 +15,10 @@ from spice.agent.coding import _cli
 from spice.agent.coding._cli import main
 from spice.agent.coding._settings._resolve import (
     MAX_EDIT_BYTES_VARIABLE,
-    SettingsError,
     flags_of,
     resolve_settings,
 )
+from spice.agent.coding._settings._values import SettingsError
 from spice.agent.tools.coding import Config
 
 FLAG = "--max-edit-bytes"

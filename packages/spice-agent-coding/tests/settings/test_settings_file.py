@@ -37,7 +37,8 @@ from spice.agent.coding._settings._file import (
     placement_problem,
 )
 from spice.agent.coding._settings._reload import WatchingLauncher, watching
-from spice.agent.coding._settings._resolve import Flags, SettingsError, resolve_settings
+from spice.agent.coding._settings._resolve import Flags, resolve_settings
+from spice.agent.coding._settings._values import SettingsError
 from spice.agent.process import LaunchError, Spec
 
 SCRIPT: Final = Path(sys.executable).parent / "spice-coding"

@@ -14,14 +14,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from spice.agent.coding import _cli
-from spice.agent.coding._settings._resolve import (
+from spice.agent.coding._settings._resolve import Settings, flags_of, resolve_settings
+from spice.agent.coding._settings._values import (
     MAXIMUM_ALLOW_READ,
     MAXIMUM_DENY_READ,
     MAXIMUM_PATH_LENGTH,
-    Settings,
     SettingsError,
-    flags_of,
-    resolve_settings,
 )
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="the POSIX sandbox's read rules")

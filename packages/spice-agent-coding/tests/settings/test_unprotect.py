@@ -26,7 +26,8 @@ from spice.agent.coding._settings._protection import (
     protection_report,
 )
 from spice.agent.coding._settings._reload import kept_extra
-from spice.agent.coding._settings._resolve import Flags, SettingsError, resolve_settings
+from spice.agent.coding._settings._resolve import Flags, resolve_settings
+from spice.agent.coding._settings._values import SettingsError
 from spice.agent.tools.coding import ProtectedPaths
 
 

@@ -31,7 +31,7 @@ from windows_helpers import (
 
 from spice.agent.tool import Call, Result, interruption_of
 from spice.agent.tools.coding import Config, new_replace
-from spice.agent.tools.coding._commit import EDIT_NOT_FOUND
+from spice.agent.tools.coding._decision import EDIT_NOT_FOUND
 from spice.agent.tools.coding._windows import _commit as _commit_windows
 from spice.agent.tools.coding._windows._commit import (
     REFUSED_ATTEMPTS,

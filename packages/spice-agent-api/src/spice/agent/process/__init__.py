@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ._platform import MAXIMUM_REFUSED_HOSTS as MAXIMUM_REFUSED_HOSTS
 from ._platform import ExecutableNotFound as ExecutableNotFound
 from ._platform import ExecutableResolver as ExecutableResolver
 from ._platform import Launcher as Launcher
@@ -16,6 +17,7 @@ from ._values import Sink as Sink
 from ._values import Spec as Spec
 
 __all__ = [
+    "MAXIMUM_REFUSED_HOSTS",
     "ExecutableNotFound",
     "ExecutableResolver",
     "LaunchError",

@@ -11,9 +11,14 @@ Failures::
 from __future__ import annotations
 
 import enum
-from typing import Protocol, final, runtime_checkable
+from typing import Final, Protocol, final, runtime_checkable
 
 from ._values import Lookup, Outcome, Spec
+
+MAXIMUM_REFUSED_HOSTS: Final = 16
+"""A process's ``network_refused`` names at most this many ``host:port``; its count counts
+every refusal. The one owner of the bound: the launcher keeps no more, the shell's answer
+carries no more, and the answer's size bound counts this many."""
 
 
 @final
@@ -67,8 +72,8 @@ class Process(Protocol):
 
     Two more optional attributes, read after the join the same way (absent: no field):
     ``network_refused: tuple[tuple[str, ...], int]``, the ``host:port`` its sandbox's
-    network refused (at most 16) and how many refusals there were, which become the
-    result's ``network_refused`` and ``network_refused_count``; and ``sandbox_hint:
+    network refused (at most ``MAXIMUM_REFUSED_HOSTS``) and how many refusals there were,
+    which become the result's ``network_refused`` and ``network_refused_count``; and ``sandbox_hint:
     str | None``, one sentence (at most 512 bytes) naming the setting that would have let
     the command through, which a result of a command that failed carries.
     """

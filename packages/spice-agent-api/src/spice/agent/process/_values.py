@@ -17,6 +17,13 @@ MAXIMUM_EXIT_CODE: Final = 2**32 - 1
 class Sink(Protocol):
     """Receives a child's output in bounded chunks.
 
+    A failing sink (its ``write`` raises) is the sink's own failure, never the process's:
+    the launcher gives that sink nothing more (the rest of that stream is cut), goes on
+    reading the pipe to its end (so the child never blocks on a full pipe) and delivers
+    the other stream as before; the process's outcome and its join are unchanged. Whoever
+    owns the sink saw it raise and says in its answer that the output was cut. Every
+    platform's launcher follows this rule.
+
     >>> class Collect:
     ...     def __init__(self) -> None:
     ...         self.data = bytearray()
@@ -25,7 +32,7 @@ class Sink(Protocol):
     """
 
     def write(self, data: bytes) -> None:
-        """Take one chunk; must not block."""
+        """Take one chunk; must not block (raising cuts this stream: see the class)."""
         ...
 
 

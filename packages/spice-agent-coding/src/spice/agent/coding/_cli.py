@@ -28,6 +28,7 @@ from ._compose import compose
 from ._exit import exit_promptly
 from ._journal_cli import add_journal_arguments, run_history, run_undo
 from ._mcp._http_settings import HttpSettings
+from ._netpolicy._loopback import is_loopback
 from ._platform import (
     WINDOWS,
     PlatformLauncher,
@@ -46,13 +47,13 @@ from ._settings._protection import protection_report, with_extra
 from ._settings._reload import watching
 from ._settings._resolve import (
     Settings,
-    SettingsError,
     add_arguments,
     add_serve_arguments,
     flags_of,
     resolve_http,
     resolve_settings,
 )
+from ._settings._values import SettingsError
 
 if TYPE_CHECKING:
     import socket
@@ -348,7 +349,7 @@ async def _serve_http_on(
 
     store, audit, oauth = auth
     _start_logging()
-    for warning in _http_warnings(http, launcher.contained, not _http.is_loopback(http.host)):
+    for warning in _http_warnings(http, launcher.contained, not is_loopback(http.host)):
         _err(warning)
     served = _http.Served(
         http, store, audit, launcher.contained or http.allow_uncontained_shell, oauth

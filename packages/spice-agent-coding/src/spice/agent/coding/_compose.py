@@ -27,9 +27,6 @@ from spice.agent.tools.coding.settling import outlast
 
 from ._platform import default_launcher, default_resolver
 
-ROOT_ENVIRONMENT_VARIABLE: Final = "SPICE_AGENT_WORKTREE"
-"""Where the worktree root comes from when no flag names it."""
-
 CLEANUP_TIMEOUT_SECONDS: Final = 10.0
 """How long one ``Cleanup`` may take on the way out before it is abandoned."""
 
@@ -51,7 +48,7 @@ def resolve_config(
     source = os.environ if environ is None else environ
     chosen: str | os.PathLike[str] | None = root
     if chosen is None or os.fspath(chosen) == "":
-        chosen = source.get(ROOT_ENVIRONMENT_VARIABLE) or None
+        chosen = Config.root_in(source)  # the product's rule: empty counts as unset
     try:
         return Config(os.path.abspath(os.curdir if chosen is None else chosen))
     except (OSError, ValueError, TypeError):

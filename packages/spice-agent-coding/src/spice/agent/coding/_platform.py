@@ -142,26 +142,23 @@ def platform_launcher(
         allow_write=request.allow_write,
         domains=request.domains,
     )
-    facts = None
-    if containment.confined:
-        from ._posix._facts import CacheUnavailable, start_facts  # noqa: PLC0415 - POSIX only
+    from ._posix._facts import CacheUnavailable  # noqa: PLC0415 - POSIX only
 
-        try:
-            facts = start_facts(
-                request.root,
-                containment.allow_write,
-                bwrap=containment.namespaces.bwrap,
-                deny_read=request.deny_read,
-                allow_read=request.allow_read,
-                cache=True,
-                protected=request.protected,
-            )
-        except CacheUnavailable as error:
-            raise ContainmentUnavailable(str(error)) from None
-        except OSError:
-            raise ContainmentUnavailable(PLACE_UNAVAILABLE) from None
     bounds = resolve_cgroups(request.max_processes, request.max_memory)
-    return PosixLauncher(containment, request.root, bounds, facts)
+    try:
+        return PosixLauncher.build(
+            containment,
+            request.root,
+            bounds,
+            deny_read=request.deny_read,
+            allow_read=request.allow_read,
+            cache=True,
+            protected=request.protected,
+        )
+    except CacheUnavailable as error:
+        raise ContainmentUnavailable(str(error)) from None
+    except OSError:
+        raise ContainmentUnavailable(PLACE_UNAVAILABLE) from None
 
 
 def harden() -> None:

@@ -29,7 +29,6 @@ import asyncio
 import collections
 import contextlib
 import errno
-import ipaddress
 import logging
 import math
 import os
@@ -70,6 +69,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from spice.agent.dispatch import Dispatcher
 from spice.agent.tools.coding import Config
 
+from .._netpolicy._loopback import is_loopback
 from ._audit import AuditLog
 from ._framing import MAXIMUM_FRAME_BYTES
 from ._gate import HttpGate
@@ -431,16 +431,6 @@ class _Anonymous(AuthenticationBackend):
     async def authenticate(self, conn: HTTPConnection) -> tuple[AuthCredentials, BaseUser] | None:
         token = AccessToken(token="", client_id=ANONYMOUS, scopes=list(SCOPES))
         return AuthCredentials(list(SCOPES)), AuthenticatedUser(token)
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` (an address literal, or ``localhost``) is a loopback address."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _authority(host: str, port: int) -> str:

@@ -41,7 +41,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import hashlib
-import ipaddress
 import logging
 import os
 import stat
@@ -56,6 +55,7 @@ import jwt
 import orjson
 from mcp.server.auth.provider import AccessToken
 
+from .._netpolicy._loopback import is_loopback
 from ._private import access_problem, inside
 from ._tokens import SCOPES, scopes_of
 
@@ -130,15 +130,6 @@ class KeysUnavailable(Exception):
     """No keys may be used now (the last good ones expired): the request is answered 503."""
 
 
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def secure_url(url: str) -> bool:
     """Whether ``url`` is ``https://HOST...``, or ``http://`` on a loopback address, with no
     user, query or fragment."""
@@ -149,7 +140,7 @@ def secure_url(url: str) -> bool:
         return False
     if not host or parts.username is not None or parts.query or parts.fragment:
         return False
-    return parts.scheme == "https" or (parts.scheme == "http" and _is_loopback(host))
+    return parts.scheme == "https" or (parts.scheme == "http" and is_loopback(host))
 
 
 def check_audience(uri: str) -> None:

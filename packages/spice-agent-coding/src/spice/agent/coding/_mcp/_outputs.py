@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Final
 
+from spice.agent.process import MAXIMUM_REFUSED_HOSTS
 from spice.agent.tool import MAXIMUM_MESSAGE_BYTES
 from spice.agent.tools.coding import MAXIMUM_ANSWER_BYTES, Config
 
@@ -25,9 +26,10 @@ PATH_BYTES: Final = 4096
 SMALL_FIELDS_CHARS: Final = 2048
 HINT_BYTES: Final = 512
 """The longest ``sandbox_hint`` a shell answer carries (the launcher's sentence)."""
-NETWORK_REFUSED_CHARS: Final = 16 * (262 + 3) + 64
-"""The shell's ``network_refused`` (16 ``host:port`` of name characters, nothing to escape,
-quoted and separated) and ``network_refused_count`` with their names."""
+NETWORK_REFUSED_CHARS: Final = MAXIMUM_REFUSED_HOSTS * (262 + 3) + 64
+"""The shell's ``network_refused`` (``MAXIMUM_REFUSED_HOSTS`` ``host:port`` of name
+characters, nothing to escape, quoted and separated) and ``network_refused_count`` with
+their names."""
 PROTECTED_RESTORED_CHARS: Final = 2 * 2048 + 16 * 3 + 64
 """The shell's ``protected_restored`` (at most 16 paths of 2,048 bytes in all, no control
 character: at most 2 characters a byte once escaped, quoted and separated) and

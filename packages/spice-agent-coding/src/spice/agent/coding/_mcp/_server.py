@@ -16,7 +16,7 @@ import asyncio
 import importlib.metadata
 import itertools
 import json
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from typing import Any, Final, Protocol, final
 
 from mcp.server import Server, ServerRequestContext
@@ -319,8 +319,7 @@ def serving(
         for dialect in Dialect
     }
     schemas = {tool.name: tool.input_schema for tool in listings[Dialect.PORTABLE].tools}
-    ids: Iterable[int] = itertools.count(1)
-    counter = iter(ids)
+    counter = itertools.count(1)
     calls = CallTasks()
 
     async def list_tools(

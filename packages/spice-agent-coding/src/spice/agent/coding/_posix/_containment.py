@@ -33,6 +33,7 @@ from .._sandbox import (
 )
 from . import _bwrap, _facts
 from ._bwrap import Namespaces
+from ._supervisor import _bridge as bridge
 from ._supervisor import _landlock as landlock
 from ._supervisor import _seccomp as seccomp
 
@@ -268,7 +269,9 @@ class Containment:
         if self.domains.configured:
             report["configured_by_host"] = self.domains.describe_configured()
         if self.proxied:
-            report["proxy"] = "http://127.0.0.1:3128 inside the call (HTTP_PROXY, HTTPS_PROXY)"
+            report["proxy"] = (
+                f"http://{bridge.ADDRESS}:{bridge.PORT} inside the call (HTTP_PROXY, HTTPS_PROXY)"
+            )
             upstream = upstream_of(os.environ)
             if upstream.active:
                 report["upstream"] = upstream.report()

@@ -14,6 +14,10 @@ The baseline is also written to a record outside every writable place (the serve
 private state directory) before the first call starts, and removed after the last join.
 A record left by a server that died (its pid gone or reused) is applied by the next
 server's start or call (``repair``): nothing a killed call planted stays.
+
+The record is named after the process, so a process has one guard per root
+(``server_guard``): a launcher built again on a settings file's change shares it, and takes
+its places and policy once the calls running under the old ones have ended (``follow``).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import json
 import logging
 import os
 import threading
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 from typing import Final, final
 
@@ -125,6 +130,7 @@ class Guard:
         self.records = records
         self._ignored = ignored
         self._lock = threading.Lock()
+        self._next: tuple[tuple[str, ...], ProtectedPaths, str | None] | None = None
         self._users = 0
         self._baseline: Snapshot | None = None
         self._known = Known()
@@ -177,6 +183,20 @@ class Guard:
             baseline = self._baseline
             return tuple(path for path in baseline.tops if baseline.entries[path].kind != "link")
 
+    def follow(self, places: Sequence[str], policy: ProtectedPaths, records: str | None) -> None:
+        """A launcher built again for this root: its places, policy and records directory,
+        at once when no call runs, else once the last running call has ended (its join
+        compares with a baseline taken under the old ones)."""
+        with self._lock:
+            self._next = (tuple(places), policy, records)
+            if self._users == 0:
+                self._take_next_locked()
+
+    def _take_next_locked(self) -> None:
+        if self._next is not None:
+            self.places, self.policy, self.records = self._next
+            self._next = None
+
     def end(self) -> tuple[str, ...]:
         """A call's join: put back what differs from the baseline; the paths put back."""
         if not self.active:
@@ -195,6 +215,7 @@ class Guard:
                 if self._users == 0:
                     self._baseline = None
                     self._drop_record()
+                    self._take_next_locked()
 
     def repair(self) -> tuple[str, ...]:
         """At start: apply the records of servers that died, then read what is protected
@@ -357,13 +378,26 @@ def shown(paths: Iterable[str], root: str) -> tuple[str, ...]:
     return tuple(shown)
 
 
+_GUARDS: Final[weakref.WeakValueDictionary[str, Guard]] = weakref.WeakValueDictionary()
+"""This process's guard of each root, while a launcher holds it."""
+_GUARDS_LOCK: Final = threading.Lock()
+
+
 def server_guard(facts: StartFacts | None, ignored: Callable[[], Iterable[str]]) -> Guard:
-    """The server's guard of protected paths (uncontained: one that guards nothing); what
-    the call of a killed server planted is put back here, at start (its record)."""
+    """The process's guard of the root's protected paths (uncontained: one that guards
+    nothing): made on the root's first launcher, shared by the ones built again (it
+    ``follow``s their facts); what the call of a killed server planted is put back here,
+    at start (its record)."""
     if facts is None:
         return Guard((), ProtectedPaths())
     places = [place.path for place in facts.places]
-    guard = Guard(places, facts.protected, facts.records, ignored=ignored)
+    with _GUARDS_LOCK:
+        guard = _GUARDS.get(facts.root)
+        if guard is None:
+            guard = Guard(places, facts.protected, facts.records, ignored=ignored)
+            _GUARDS[facts.root] = guard
+        else:
+            guard.follow(places, facts.protected, facts.records)
     guard.repair()
     return guard
 

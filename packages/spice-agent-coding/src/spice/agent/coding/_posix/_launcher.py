@@ -42,17 +42,18 @@ import marshal
 import os
 import subprocess
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, final
 
 from spice.agent.process import LaunchError, Spec
+from spice.agent.tools.coding import ProtectedPaths
 
 from . import _bwrap, _facts, _hints, _plan
 from . import _orphans as orphans
 from ._cgroup import Cgroups
 from ._containment import OFF, Containment, describe
-from ._guard import server_guard
+from ._guard import Guard, server_guard
 from ._leader import _close_quietly
 from ._net._proxy import CallProxy, Proxy, close_call, open_for_call
 from ._prepare import Prepared, Server, mount_points, prepare, sample_rules
@@ -298,6 +299,9 @@ def _refuse_changed_start(facts: _plan.StartFacts | None, links: _facts.LinkWatc
         )
 
 
+_NO_GUARD: Final = server_guard(None, tuple)
+"""The guard of an uncontained launcher: it guards nothing (and holds nothing)."""
+
 _SLOTS: Final = (
     "_bounds",
     "_cgroups",
@@ -343,29 +347,80 @@ class PosixLauncher:
         containment: Containment = OFF,
         root: str | None = None,
         cgroups: Cgroups | None = None,
+        *,
         facts: _plan.StartFacts | None = None,
+        links: _facts.LinkWatch | None = None,
+        guard: Guard | None = None,
+        proxy: Proxy | None = None,
     ) -> None:
+        """Hold what it is given (nothing is read or scanned here): a contained launcher's
+        facts, link watch, guard and proxy come from ``PosixLauncher.build``."""
         if not isinstance(containment, Containment):
             raise TypeError("containment must be a Containment")
         if containment.confined and (root is None or not os.path.isabs(root)):
             raise ValueError("a contained launcher needs the absolute worktree root")
+        self._supervised = _supervisor_available()
+        if containment.confined and not self._supervised:
+            raise ValueError("containment needs the supervisor, which is unavailable here")
+        if containment.confined and (facts is None or guard is None):
+            raise ValueError("a contained launcher needs its facts and guard (build it)")
         self._containment = containment
         self._root = root
         self._cgroups = cgroups
-        self._supervised = _supervisor_available()
         self._bounds = _Bounds()
-        if containment.confined and not self._supervised:
-            raise ValueError("containment needs the supervisor, which is unavailable here")
-        if containment.confined and facts is None and root is not None:
-            # Without the CLI's facts: no private caches, the rest as the CLI's.
-            facts = _facts.start_facts(
-                root, containment.allow_write, bwrap=containment.namespaces.bwrap
-            )
         self._facts = facts if containment.confined else None
-        self._links = None if self._facts is None else _link_watch(self._facts)
-        self._guard = server_guard(self._facts, mount_points)
-        proxied = self._facts is not None and containment.proxied  # the call's own network
-        self._proxy = Proxy(containment.domains, check_peers=True) if proxied else None
+        self._links = links if containment.confined else None
+        self._guard = guard if guard is not None and containment.confined else _NO_GUARD
+        self._proxy = proxy if containment.confined else None
+
+    @classmethod
+    def build(
+        cls,
+        containment: Containment = OFF,
+        root: str | None = None,
+        cgroups: Cgroups | None = None,
+        facts: _plan.StartFacts | None = None,
+        *,
+        deny_read: Sequence[str] = (),
+        allow_read: Sequence[str] = (),
+        cache: bool = False,
+        environ: Mapping[str, str] | None = None,
+        protected: ProtectedPaths | None = None,
+    ) -> PosixLauncher:
+        """The one builder of a launcher: for a contained one, its start facts (unless
+        given; the keywords are ``_facts.start_facts``'s: without ``cache`` no private cache),
+        the watch of the server's linked modules (a walk of the writable places), the
+        process's guard of the root (its repair of a dead server's record and its scan)
+        and the calls' proxy. Blocking (a large worktree takes its time): a running
+        server calls it off the event loop (``_settings._reload``).
+
+        Raises what ``start_facts`` raises (``OSError``, ``CacheUnavailable``).
+        """
+        if not isinstance(containment, Containment):
+            raise TypeError("containment must be a Containment")
+        if not containment.confined or root is None or not _supervisor_available():
+            return cls(containment, root, cgroups)  # the constructor says what is wrong
+        if facts is None:
+            facts = _facts.start_facts(
+                root,
+                containment.allow_write,
+                bwrap=containment.namespaces.bwrap,
+                deny_read=deny_read,
+                allow_read=allow_read,
+                cache=cache,
+                environ=environ,
+                protected=protected,
+            )
+        proxy = Proxy(containment.domains, check_peers=True) if containment.proxied else None
+        return cls(
+            containment,
+            root,
+            cgroups,
+            facts=facts,
+            links=_link_watch(facts),
+            guard=server_guard(facts, mount_points),
+            proxy=proxy,  # the call's own network
+        )
 
     @property
     def contained(self) -> bool:

@@ -90,7 +90,7 @@ class _OutputPump:
         if self._sink is not None:
             try:
                 self._sink.write(data)
-            except Exception:  # noqa: BLE001 - a failing sink is dropped; the pipe keeps draining
+            except Exception:  # noqa: BLE001 - the Sink's rule: this stream is cut, the pipe drains
                 self._sink = None
 
     def close(self) -> None:

@@ -8,7 +8,10 @@ settings again, from the start's flags and environment and the file's new rules,
 
 - where the sandbox they ask for differs (writable places, read rules, domains, bounds),
   builds the launcher again from them (``_platform.platform_launcher``), exactly as a
-  start would;
+  start would, in a worker thread: the build reads the worktree (the facts, the guard's
+  repair and scan, the walk for links) and the event loop meanwhile answers every other
+  request. Calls through this launcher wait for it (one rebuild at a time); one cancelled
+  meanwhile leaves the launcher as it was, and the next call looks again;
 - sets the command's environment to the new allow-list: names the file adds are taken
   from the server's environment, names it took away are dropped.
 
@@ -19,6 +22,7 @@ message (``LaunchError``), and the next call looks again: nothing is silently wi
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import Callable, Mapping
 from typing import final
@@ -29,7 +33,8 @@ from .._platform import PlatformLauncher, SandboxRequest, platform_launcher
 from .._sandbox import ContainmentUnavailable, SandboxReport
 from ._file import FileRules, SettingsFile, SettingsFileError
 from ._protection import with_extra
-from ._resolve import Flags, Settings, SettingsError, resolve_settings
+from ._resolve import Flags, Settings, resolve_settings
+from ._values import SettingsError
 
 __all__ = ["WatchingLauncher", "kept_extra", "watching"]
 
@@ -70,6 +75,7 @@ class WatchingLauncher:
         "_file",
         "_flags",
         "_launcher",
+        "_lock",
         "_rules",
         "_settings",
         "_start",
@@ -92,6 +98,7 @@ class WatchingLauncher:
         self._file = file
         self._build = build
         self._rules: FileRules | None = None
+        self._lock = asyncio.Lock()
 
     @property
     def contained(self) -> bool:
@@ -112,14 +119,20 @@ class WatchingLauncher:
         report["rules"] = [f"{rule} ({origin})" for rule, origin in self._settings.origins]
         return report
 
-    def _follow(self) -> None:
-        """Apply the file's rules if they changed; ``LaunchError`` when they cannot be."""
+    async def _follow(self) -> None:
+        """Apply the file's rules if they changed (the rebuild in a worker thread);
+        ``LaunchError`` when they cannot be. A cancellation leaves everything as it was."""
         try:
             rules = self._file.current()
         except SettingsFileError as error:
             raise LaunchError(reason=str(error)) from None
         if rules is self._rules:
             return
+        settings, launcher = await asyncio.to_thread(self._rebuilt)
+        self._settings, self._launcher, self._rules = settings, launcher, rules
+
+    def _rebuilt(self) -> tuple[Settings, PlatformLauncher]:
+        """The settings the file's rules make and the launcher they ask for (blocking)."""
         try:
             settings = kept_extra(
                 resolve_settings(self._flags, self._environ, self._file), self._start
@@ -132,7 +145,7 @@ class WatchingLauncher:
             )
         except (SettingsError, ContainmentUnavailable) as error:
             raise LaunchError(reason=str(error)) from None
-        self._settings, self._launcher, self._rules = settings, launcher, rules
+        return settings, launcher
 
     def _environment(self, spec: Spec) -> Spec:
         """``spec`` with the environment the current allow-list gives."""
@@ -160,5 +173,7 @@ class WatchingLauncher:
 
     async def start(self, spec: Spec) -> Process:
         """Follow the settings file, then start ``spec`` with the launcher it asks for."""
-        self._follow()
-        return await self._launcher.start(self._environment(spec))
+        async with self._lock:
+            await self._follow()
+            launcher, spec = self._launcher, self._environment(spec)
+        return await launcher.start(spec)

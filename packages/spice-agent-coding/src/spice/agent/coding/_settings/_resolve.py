@@ -47,6 +47,7 @@ from .._mcp._http_settings import (
 )
 from .._netpolicy._domains import PRESETS, DomainPolicy, PatternError, parse_patterns, policy_of
 from .._netpolicy._hostconfig import HOST_VARIABLES, read_host_configuration
+from .._netpolicy._loopback import is_loopback
 from .._platform import SandboxRequest
 from .._sandbox import (
     DEFAULT_MAX_PROCESSES,
@@ -71,13 +72,6 @@ from ._values import (
     ALLOW_ENV_VARIABLE,
     ALLOW_WRITE_FLAG,
     ALLOW_WRITE_VARIABLE,
-    MAXIMUM_ALLOW_READ,
-    MAXIMUM_ALLOW_WRITE,
-    MAXIMUM_ALLOWED_NAMES,
-    MAXIMUM_DENY_READ,
-    MAXIMUM_MEMORY_BYTES,
-    MAXIMUM_NAME_LENGTH,
-    MAXIMUM_PATH_LENGTH,
     MAXIMUM_PROCESSES,
     MAXIMUM_VALUE_LENGTH,
     SettingsError,
@@ -93,27 +87,15 @@ from ._values import (
 
 __all__ = [
     "ALLOW_DOMAINS_VARIABLE",
-    "ALLOW_ENV_VARIABLE",
     "ALLOW_NETWORK_VARIABLE",
     "ALLOW_PRIVATE_ADDRESS_VARIABLE",
-    "ALLOW_WRITE_VARIABLE",
     "COMMAND_TIMEOUT_VARIABLE",
-    "MAXIMUM_ALLOWED_NAMES",
-    "MAXIMUM_ALLOW_READ",
-    "MAXIMUM_ALLOW_WRITE",
-    "MAXIMUM_DENY_READ",
-    "MAXIMUM_MEMORY_BYTES",
-    "MAXIMUM_NAME_LENGTH",
-    "MAXIMUM_PATH_LENGTH",
-    "MAXIMUM_PROCESSES",
-    "MAXIMUM_VALUE_LENGTH",
     "MAX_EDIT_BYTES_VARIABLE",
     "MAX_OUTPUT_BYTES_VARIABLE",
     "MAX_READ_BYTES_VARIABLE",
     "MAX_WRITE_BYTES_VARIABLE",
     "Flags",
     "Settings",
-    "SettingsError",
     "add_arguments",
     "add_serve_arguments",
     "flags_of",
@@ -698,10 +680,6 @@ def _address(host: str) -> object | None:
         return None
 
 
-def _loopback(host: str) -> bool:
-    return bool(getattr(_address(host), "is_loopback", False))
-
-
 def _bounded(text: str | None, flag: str, low: int, high: int, default: int) -> int:
     if text is None:
         return default
@@ -742,9 +720,9 @@ def resolve_http(options: argparse.Namespace) -> HttpSettings | None:
     oauth = {f: values.get(f) for f in OAUTH_FIELDS}
     if (problem := access_problem(token_file is not None, no_auth, oauth)) is not None:
         raise SettingsError(problem)
-    if no_auth and not _loopback(host):
+    if no_auth and not is_loopback(host):
         raise SettingsError("--insecure-no-auth is allowed only with a loopback --host")
-    if not _loopback(host) and not values.get("allow_remote"):
+    if not is_loopback(host) and not values.get("allow_remote"):
         raise SettingsError("a non-loopback --host needs --allow-remote")
     public = values.get("public_url")
     if public is not None and (

@@ -93,7 +93,6 @@ class _Pipes(asyncio.SubprocessProtocol):
         self._sinks = {1: stdout, 2: stderr}
         self.exited = asyncio.Event()
         self.closed = asyncio.Event()
-        self.failed = False
 
     def pipe_data_received(self, fd: int, data: bytes) -> None:
         sink = self._sinks.get(fd)
@@ -101,8 +100,8 @@ class _Pipes(asyncio.SubprocessProtocol):
             return
         try:
             sink.write(data)
-        except Exception:  # noqa: BLE001 - a failing sink fails the join, not the loop
-            self.failed = True
+        except Exception:  # noqa: BLE001 - the Sink's rule: this stream is cut, the call goes on
+            del self._sinks[fd]
 
     def process_exited(self) -> None:
         self.exited.set()
@@ -167,7 +166,8 @@ class WindowsProcess:
         """The join: job terminated and empty, its handle closed, the pipes closed.
 
         Raises ``ProcessFailure(WAIT)`` when a bound passes first (retryable: the job is
-        kept and a later join tries again) or when a sink failed (terminal).
+        kept and a later join tries again). A sink that failed does not fail the join (the
+        ``Sink``'s rule: its stream was cut, the rest delivered).
         """
         if self._joined:
             return
@@ -190,8 +190,6 @@ class WindowsProcess:
             raise ProcessFailure(Operation.WAIT, retryable=True) from None
         self._transport.close()
         self._joined = True
-        if self._pipes.failed:
-            raise ProcessFailure(Operation.WAIT, retryable=False)
 
 
 async def _until_empty(job: api.Job) -> bool:

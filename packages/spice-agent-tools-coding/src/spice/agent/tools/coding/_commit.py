@@ -51,8 +51,33 @@ import stat
 import sys
 import threading
 from dataclasses import dataclass
-from typing import Final, Protocol, TypeAlias, final
+from typing import Final, Protocol, final
 
+from ._decision import (
+    ABORTED,
+    CLEANUP_INCOMPLETE,
+    CLOSE_FAILED,
+    CREATE_FAILED,
+    DURABILITY_UNCONFIRMED,
+    NOT_FOUND,
+    NOT_REGULAR,
+    PATH_UNAVAILABLE,
+    READ_FAILED,
+    REPLACE_FAILED,
+    SYNC_FAILED,
+    TARGET_TOO_LARGE,
+    TEMPORARY_FAILED,
+    WRITE_FAILED,
+    Absent,
+    Current,
+    Found,
+    Occupied,
+    Outcome,
+    Request,
+    decide,
+    exists_outcome,
+    stale_outcome,
+)
 from ._regular import Refusal, Refused, open_regular
 
 TEMPORARY_PREFIX: Final = ".spice-replace-"
@@ -271,96 +296,6 @@ class CommitGate:
             return True
 
 
-@final
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    """What the engine did. ``code`` is ``None`` for success; ``aborted`` for cancellation."""
-
-    code: str | None = None
-    message: str = ""
-    committed: bool = False
-    changed: bool = False
-    created: bool = False
-    durable: bool = False
-    temporary_cleaned: bool = True
-    hard_links_split: bool = False
-    owner_changed: bool = False
-    current_sha256: str | None = None
-    aborted: bool = False
-    directories_cleaned: bool = True
-
-
-ABORTED: Final = Outcome(aborted=True)
-
-# Fixed problem texts.
-NOT_FOUND: Final = "the file does not exist; pass create: true to create it"
-EDIT_NOT_FOUND: Final = "the file does not exist; to create it, use content with create: true"
-"""The edit form's answer for a missing file (``create`` with ``edits`` is refused)."""
-NOT_REGULAR: Final = (
-    "the target is not a regular file; symlinks, directories and special files are never replaced"
-)
-TARGET_TOO_LARGE: Final = (
-    "the current file is larger than the bound of this form "
-    "(max_write_bytes for content, max_edit_bytes for edits)"
-)
-PATH_UNAVAILABLE: Final = "the target could not be inspected"
-READ_FAILED: Final = "the current file could not be read"
-STALE: Final = "the file does not have the expected sha256; read it again and retry"
-STALE_SAME: Final = (
-    "the file does not have the expected sha256, but it already holds exactly the requested content"
-)
-EXISTS: Final = "something already exists at the path; create never overwrites"
-EXISTS_SAME: Final = "the file already exists and already holds exactly the requested content"
-NOTHING_CHANGED: Final = "; nothing was changed"
-"""How every pre-commit failure text ends (``_replace`` withdraws it when that is untrue)."""
-DIRECTORIES_LEFT: Final = "; parent directories this call made could not all be removed"
-TEMPORARY_FAILED: Final = "the temporary file could not be created or prepared; nothing was changed"
-WRITE_FAILED: Final = "the temporary file could not be written; nothing was changed"
-SYNC_FAILED: Final = "the temporary file could not be synced to storage; nothing was changed"
-CLOSE_FAILED: Final = "the temporary file could not be closed; nothing was changed"
-REPLACE_FAILED: Final = "the file could not be replaced; nothing was changed"
-CREATE_FAILED: Final = "the file could not be created; nothing was changed"
-DURABILITY_UNCONFIRMED: Final = (
-    "the change was committed, but syncing it to storage failed: it may not survive a crash"
-)
-CLEANUP_INCOMPLETE: Final = "the change was committed, but the temporary file could not be removed"
-
-
-@final
-@dataclass(frozen=True, slots=True)
-class Current:
-    """A regular file found at the target."""
-
-    device: int
-    inode: int
-    mode: int
-    links: int
-    uid: int
-    gid: int
-    sha256: str
-    data: bytes = dataclasses.field(default=b"", repr=False)
-    """The bytes read (the edit form of ``replace`` edits them)."""
-
-
-@final
-@dataclass(frozen=True, slots=True)
-class Absent:
-    """Nothing at the target."""
-
-
-@final
-@dataclass(frozen=True, slots=True)
-class Occupied:
-    """Something that is not a readable regular file within the bound."""
-
-    code: str
-    message: str
-    symlink: bool = False
-
-
-Found: TypeAlias = Current | Absent | Occupied
-
-
 def _read_bounded(syscalls: Syscalls, fd: int, limit: int) -> bytes | None:
     """All of ``fd`` if it holds at most ``limit`` bytes, else ``None``."""
     chunks: list[bytes] = []
@@ -452,18 +387,6 @@ class _Temporary:
     """Links the replaced file had when it was last inspected (``hard_links_split``)."""
 
 
-@final
-@dataclass(frozen=True, slots=True)
-class Request:
-    """One write: ``expected`` is the digest to replace, or ``None`` to create."""
-
-    leaf: str
-    data: bytes
-    sha256: str
-    expected: str | None
-    limit: int
-
-
 def write_file(syscalls: Syscalls, dir_fd: int, request: Request, gate: CommitGate) -> Outcome:
     """Run one replace or create of ``request.leaf`` in the directory ``dir_fd``.
 
@@ -473,24 +396,9 @@ def write_file(syscalls: Syscalls, dir_fd: int, request: Request, gate: CommitGa
     if gate.cancelled:
         return ABORTED
     found = inspect(syscalls, dir_fd, request.leaf, request.limit)
-    current: Current | None = None
-    if request.expected is None:
-        if isinstance(found, Occupied) and found.code == "path_unavailable":
-            return Outcome(found.code, found.message)
-        if not isinstance(found, Absent):
-            return exists_outcome(found, request)
-    else:
-        if isinstance(found, Absent):
-            return Outcome("not_found", NOT_FOUND)
-        if isinstance(found, Occupied):
-            return Outcome(found.code, found.message)
-        if found.sha256 != request.expected:
-            return stale_outcome(found.sha256, request)
-        if request.sha256 == request.expected:
-            # The same content: a successful no-op. Nothing was written, so nothing
-            # needed syncing: the file on disk is exactly as durable as before.
-            return Outcome(durable=True)
-        current = found
+    current = decide(found, request)
+    if isinstance(current, Outcome):
+        return current
     syscalls.checkpoint(Checkpoint.PREFLIGHT_DONE)
     if gate.cancelled:
         return ABORTED
@@ -709,19 +617,3 @@ def _close(syscalls: Syscalls, temporary: _Temporary) -> None:
             with contextlib.suppress(OSError):
                 syscalls.close(fd)
     temporary.write_fd = temporary.read_fd = None
-
-
-def exists_outcome(found: Current | Absent | Occupied | object, request: Request) -> Outcome:
-    """The answer to a create whose target exists (the same bytes say so); both engines'."""
-    if isinstance(found, Current):
-        same = found.sha256 == request.sha256
-        return Outcome(
-            "already_exists", EXISTS_SAME if same else EXISTS, current_sha256=found.sha256
-        )
-    return Outcome("already_exists", EXISTS)
-
-
-def stale_outcome(digest: str, request: Request) -> Outcome:
-    """The answer to a write whose target's digest is not the expected one; both engines'."""
-    same = digest == request.sha256
-    return Outcome("stale", STALE_SAME if same else STALE, current_sha256=digest)

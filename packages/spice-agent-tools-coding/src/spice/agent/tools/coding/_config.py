@@ -22,6 +22,7 @@ SECURITY_WARNING: Final = (
 )
 
 ROOT_ENVIRONMENT_VARIABLE: Final = "SPICE_AGENT_WORKTREE"
+"""The variable naming the worktree root: its one owner, with its rule (``Config.root_in``)."""
 DEFAULT_BYTES: Final = 262_144
 MAXIMUM_BYTES: Final = 524_288
 DEFAULT_EDIT_BYTES: Final = 4 * 1024 * 1024
@@ -173,12 +174,22 @@ class Config:
     def from_environment(
         cls, environ: Mapping[str, str] | None = None, **overrides: object
     ) -> Config:
-        """Build a ``Config`` whose root is ``SPICE_AGENT_WORKTREE`` (``os.environ`` by default).
+        """Build a ``Config`` whose root is ``SPICE_AGENT_WORKTREE`` (``os.environ`` by default;
+        unset or empty is a ``ValueError``: ``root_in``).
 
         Keyword ``overrides`` set the other fields.
         """
-        source = os.environ if environ is None else environ
-        root = source.get(ROOT_ENVIRONMENT_VARIABLE)
+        root = cls.root_in(os.environ if environ is None else environ)
         if root is None:
             raise ValueError(f"{ROOT_ENVIRONMENT_VARIABLE} is not set")
         return cls(root, **overrides)  # type: ignore[arg-type]
+
+    @staticmethod
+    def root_in(environ: Mapping[str, str]) -> str | None:
+        """The worktree root ``SPICE_AGENT_WORKTREE`` names in ``environ``; ``None`` when it
+        is unset or empty (an empty value counts as unset, as a shell's ``VAR=`` means).
+
+        The one rule for the variable: ``from_environment`` and the application's
+        composition root (which then takes the current directory) both follow it.
+        """
+        return environ.get(ROOT_ENVIRONMENT_VARIABLE) or None

@@ -49,19 +49,9 @@ from spice.agent.tool import (
     Tool,
 )
 
-from ._commit import (
-    ABORTED,
-    DURABILITY_UNCONFIRMED,
-    POSIX,
-    Checkpoint,
-    CommitGate,
-    Outcome,
-    Request,
-    Syscalls,
-    inspect,
-    write_file,
-)
+from ._commit import POSIX, Checkpoint, CommitGate, Syscalls, inspect, write_file
 from ._config import Config
+from ._decision import ABORTED, DURABILITY_UNCONFIRMED, Outcome, Request
 from ._edits import EditFailure
 from ._platform import root_supported
 from ._progress import attach, report_progress

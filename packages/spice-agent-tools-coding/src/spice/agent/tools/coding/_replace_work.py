@@ -13,7 +13,8 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Final, final
 
-from ._commit import (
+from ._config import Config
+from ._decision import (
     DIRECTORIES_LEFT,
     EDIT_NOT_FOUND,
     NOTHING_CHANGED,
@@ -23,7 +24,6 @@ from ._commit import (
     Occupied,
     Outcome,
 )
-from ._config import Config
 from ._edits import EditFailure, apply_edits, unified_diff
 from ._protected import PROTECTED
 from ._replace_arguments import Arguments, Edits

@@ -26,7 +26,10 @@ import unicodedata
 from collections.abc import Callable
 from typing import Final
 
+from spice.agent.process import MAXIMUM_REFUSED_HOSTS
+
 from ._changes import SHOWN_CHANGES
+from ._optional import reports_network_refused, reports_protected_restored, reports_stage
 
 __all__ = [
     "MAXIMUM_HOST_BYTES",
@@ -47,8 +50,8 @@ MAXIMUM_PATH_BYTES: Final = 2048
 """The put-back paths named in an answer have at most this many UTF-8 bytes in all (the
 count counts every one)."""
 
-MAXIMUM_REFUSED_HOSTS: Final = 16
-"""At most this many refused ``host:port`` in an answer (the count says how many in all)."""
+# MAXIMUM_REFUSED_HOSTS: at most this many refused ``host:port`` in an answer (the count
+# says how many in all); the contract's bound, owned by ``spice.agent.process``.
 
 MAXIMUM_HOST_BYTES: Final = 262
 """A ``host:port`` has at most this many bytes (a 253-character name, ``:``, 5 digits)."""
@@ -73,7 +76,7 @@ def _printable_host(value: object) -> bool:
 def network_fields(process: object) -> dict[str, object]:
     """``network_refused`` and ``network_refused_count`` of ``process``, or nothing."""
     try:
-        value = getattr(process, "network_refused", None)
+        value = process.network_refused if reports_network_refused(process) else None
     except Exception:  # noqa: BLE001 - a failing property is a process saying nothing
         return {}
     if not isinstance(value, tuple) or len(value) != 2:
@@ -103,7 +106,7 @@ def _path_bytes(value: object) -> int | None:
 def protected_fields(process: object) -> dict[str, object]:
     """``protected_restored`` and ``protected_restored_count`` of ``process``, or nothing."""
     try:
-        value = getattr(process, "protected_restored", None)
+        value = process.protected_restored if reports_protected_restored(process) else None
     except Exception:  # noqa: BLE001 - a failing property is a process saying nothing
         return {}
     if not isinstance(value, tuple) or len(value) != 2:
@@ -189,7 +192,7 @@ def stage_fields(process: object) -> dict[str, object]:
     ``changes_applied``, ``conflicts``, ``protected_refused``), each field checked; a
     process that says something malformed says nothing."""
     try:
-        value = getattr(process, "stage_fields", None)
+        value = process.stage_fields if reports_stage(process) else None
     except Exception:  # noqa: BLE001 - a failing property is a process saying nothing
         return {}
     if not isinstance(value, dict) or not value or "staged" not in value:

@@ -1,16 +1,20 @@
-"""What the shell reads of a launcher and of a process it did not make (duck-typed).
+"""What the shell reads of a launcher and of a process it did not make.
 
 The product does not know how a launcher contains its children; it reports only what the
-launcher says, through optional attributes read defensively: each is used only when it is
-of the expected type and shape, and a missing or failing one counts as saying nothing.
+launcher says, through its optional parts (one protocol each, ``_optional``) read
+defensively: each is used only when it is of the expected type and shape, and a missing or
+failing one counts as saying nothing.
 """
 
 from __future__ import annotations
 
+import inspect
 import unicodedata
-from typing import Final, Protocol, runtime_checkable
+from typing import Final, Protocol, TypeGuard, runtime_checkable
 
 from spice.agent.process import Process, Spec
+
+from ._optional import describes_containment, hints_sandbox, reports_cleanup, says_contained
 
 
 @runtime_checkable
@@ -31,10 +35,21 @@ class DryRunLauncher(Protocol):
 def launcher_dry_runs(launcher: object) -> bool:
     """Whether ``launcher`` can run a command dry now (a ``DryRunLauncher`` whose calls
     are staged); a failing property counts as no."""
-    try:  # the protocol's check reads the property too
-        return isinstance(launcher, DryRunLauncher) and launcher.staged is True
+    if not _dry_runs(launcher):
+        return False
+    try:
+        return launcher.staged is True
     except Exception:  # noqa: BLE001 - a failing property is a launcher saying nothing
         return False
+
+
+def _dry_runs(launcher: object) -> TypeGuard[DryRunLauncher]:
+    """``isinstance(launcher, DryRunLauncher)`` without reading ``staged``: its method
+    and its property looked up statically (as ``_optional``'s guards do)."""
+    return all(
+        inspect.getattr_static(launcher, name, None) is not None
+        for name in ("staged", "start_dry_run")
+    )
 
 
 MAXIMUM_CONTAINMENT_BYTES: Final = 768
@@ -50,7 +65,7 @@ def launcher_containment(launcher: object) -> str | None:
     (absent, ``None``, another type, a property that raises) is ignored.
     """
     try:
-        value = getattr(launcher, "containment", None)
+        value = launcher.containment if describes_containment(launcher) else None
     except Exception:  # noqa: BLE001 - a failing property is a launcher saying nothing
         return None
     return launcher_text(value)
@@ -82,7 +97,7 @@ def launcher_contained(launcher: object) -> bool:
     counts as ``False`` (not contained).
     """
     try:
-        value = getattr(launcher, "contained", False)
+        value = launcher.contained if says_contained(launcher) else False
     except Exception:  # noqa: BLE001 - a failing property is a launcher saying nothing
         return False
     return value is True
@@ -95,7 +110,7 @@ def process_hint(process: object) -> str | None:
     failed, which of its flags would allow what its sandbox refused (contract 11.1).
     """
     try:
-        value = getattr(process, "sandbox_hint", None)
+        value = process.sandbox_hint if hints_sandbox(process) else None
     except Exception:  # noqa: BLE001 - a failing property is a launcher saying nothing
         return None
     return launcher_text(value)
@@ -109,7 +124,7 @@ def process_cleaned_up(process: object) -> bool:
     ``True`` (or a failing read) counts as ``False``: the cleanup was not complete.
     """
     try:
-        value = getattr(process, "cleanup_completed", True)
+        value = process.cleanup_completed if reports_cleanup(process) else True
     except Exception:  # noqa: BLE001 - a failing property cannot vouch for the cleanup
         return False
     return value is True

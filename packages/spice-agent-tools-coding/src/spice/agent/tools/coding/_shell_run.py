@@ -279,8 +279,7 @@ class CommandRunner:
             launcher = self._launcher
             if not dry_run:
                 process = await launcher.start(spec)
-            elif launcher_dry_runs(launcher):
-                assert isinstance(launcher, DryRunLauncher)  # noqa: S101 - just checked
+            elif launcher_dry_runs(launcher) and isinstance(launcher, DryRunLauncher):
                 process = await launcher.start_dry_run(spec)
             else:  # never started for real: run() refused this already
                 ticket.release_slot()

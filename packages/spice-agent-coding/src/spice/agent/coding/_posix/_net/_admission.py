@@ -15,6 +15,8 @@ import socket
 from collections.abc import Awaitable, Callable
 from typing import Final
 
+from spice.agent.process import MAXIMUM_REFUSED_HOSTS
+
 from ..._netpolicy._domains import DomainPolicy, address_of
 from ..._netpolicy._head import Request
 from ..._netpolicy._tlshello import MAXIMUM_HELLO_BYTES, NEED_MORE, NOT_TLS, Hello, read_hello
@@ -31,7 +33,7 @@ __all__ = [
     "record",
 ]
 
-MAXIMUM_REFUSED_REPORTED: Final = 16
+MAXIMUM_REFUSED_REPORTED: Final = MAXIMUM_REFUSED_HOSTS
 """Distinct refused ``host:port`` kept per call for the answer (the count goes on)."""
 
 MAXIMUM_ADDRESSES: Final = 16

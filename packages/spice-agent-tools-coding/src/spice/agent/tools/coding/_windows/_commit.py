@@ -42,7 +42,8 @@ import time
 from dataclasses import dataclass
 from typing import Final, final
 
-from .._commit import (
+from .._commit import CommitGate, temporary_name
+from .._decision import (
     ABORTED,
     CREATE_FAILED,
     DURABILITY_UNCONFIRMED,
@@ -56,14 +57,13 @@ from .._commit import (
     TEMPORARY_FAILED,
     WRITE_FAILED,
     Absent,
-    CommitGate,
     Current,
     Occupied,
     Outcome,
     Request,
+    decide,
     exists_outcome,
     stale_outcome,
-    temporary_name,
 )
 from .._root import PathError
 from . import _api as w
@@ -260,22 +260,9 @@ def write_file(directory: int, request: Request, gate: CommitGate) -> Outcome:
     found = inspect_settled(directory, request.leaf, request.limit, gate)
     if isinstance(found, Outcome):
         return found
-    current: Current | None = None
-    if request.expected is None:
-        if isinstance(found, Occupied) and found.code == "path_unavailable":
-            return Outcome(found.code, found.message)
-        if not isinstance(found, Absent):
-            return exists_outcome(found, request)
-    else:
-        if isinstance(found, Absent):
-            return Outcome("not_found", NOT_FOUND)
-        if isinstance(found, Occupied):
-            return Outcome(found.code, found.message)
-        if found.sha256 != request.expected:
-            return stale_outcome(found.sha256, request)
-        if request.sha256 == request.expected:
-            return Outcome(durable=True)  # a no-op: nothing needed flushing
-        current = found
+    current = decide(found, request)
+    if isinstance(current, Outcome):
+        return current
     if gate.cancelled:
         return ABORTED
     name = temporary_name()

@@ -9,13 +9,9 @@ checks the digest first, and applies the same pure edit rule (``_edits``).
 
 from __future__ import annotations
 
-from .._commit import (
-    ABORTED,
-    CommitGate,
-    Outcome,
-    Request,
-)
+from .._commit import CommitGate
 from .._config import Config
+from .._decision import ABORTED, Outcome, Request
 from .._replace_arguments import Arguments, Edits, Whole
 from .._replace_work import Change, Done, Refused, edited, protected, withdrawn
 from .._root import MadeDirectory, PathError
