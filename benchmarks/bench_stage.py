@@ -90,7 +90,7 @@ def _launcher(root: Path, home: Path, *, staged: bool) -> PosixLauncher:
         facts = dataclasses.replace(facts, stages=None, unstaged="measured unstaged")
     elif facts.stages is None:
         raise LookupError(facts.unstaged or "no stage")
-    return PosixLauncher(policy, str(root), facts=facts)
+    return PosixLauncher.build(policy, str(root), facts=facts)
 
 
 async def _run(settings: Settings) -> list[Figure]:
@@ -112,7 +112,7 @@ async def _run(settings: Settings) -> list[Figure]:
         except LookupError as reason:
             return [unavailable(SECTION, NOOP, str(reason))]
         unstaged_rewrite = _launcher(rewrite, home, staged=False)
-        off = PosixLauncher(OFF, str(small))
+        off = PosixLauncher.build(OFF, str(small))
         rewrite_argv = ("/bin/sh", "-c", 'for f in pkg*/*.py; do echo x >> "$f"; done')
         true = ("/bin/true",)
         off_s, small_s, large_s, staged_rw, unstaged_rw = await rotate(

@@ -64,7 +64,7 @@ def _launcher(policy: Containment, root: Path, home: Path) -> PosixLauncher:
     )
     if facts.stages is None:
         pytest.skip(f"no stage here: {facts.unstaged}")
-    return PosixLauncher(policy, str(root), facts=facts)
+    return PosixLauncher.build(policy, str(root), facts=facts)
 
 
 async def _run(
@@ -382,7 +382,7 @@ async def test_a_journal_that_cannot_be_written_refuses_the_call_before_it_runs(
     assert facts.journal is None
     assert facts.journal_refusal is not None
     assert str(state) in facts.journal_refusal
-    chosen = PosixLauncher(policy, str(root), facts=facts)
+    chosen = PosixLauncher.build(policy, str(root), facts=facts)
     marker = visible_path / "ran"
     out, err = Collect(), Collect()
     spec = Spec("/bin/sh", ("-c", f"touch {marker}"), str(root), (), b"", out, err)
@@ -468,7 +468,7 @@ async def test_a_dry_run_where_calls_are_not_staged_is_refused_before_it_runs(
     facts = _facts.start_facts(
         str(root), (), bwrap=policy.namespaces.bwrap, environ={"HOME": str(home)}, cache=True
     )
-    unstaged = PosixLauncher(
+    unstaged = PosixLauncher.build(
         policy, str(root), facts=dataclasses.replace(facts, stages=None, unstaged="test")
     )
     assert not unstaged.staged

@@ -80,7 +80,7 @@ async def _staged(root: Path, home: Path, script: str) -> tuple[str, dict[str, o
     )
     if facts.stages is None:
         pytest.skip(f"no stage here: {facts.unstaged}")
-    chosen = PosixLauncher(policy, str(root), facts=facts)
+    chosen = PosixLauncher.build(policy, str(root), facts=facts)
     out, err = Collect(), Collect()
     environment = tuple(f"{k}={v}" for k, v in _environment(home).items())
     spec = Spec("/bin/sh", ("-c", script), str(root), environment, b"", out, err)

@@ -431,7 +431,7 @@ async def test_the_supervisor_serves_its_commands_renames(
     )
     out, err = Collect(), Collect()
     spec = Spec("/bin/sh", ("-c", script), str(tmp_path), ("PATH=/usr/bin:/bin",), b"", out, err)
-    process = await PosixLauncher(policy, str(tmp_path)).start(spec)
+    process = await PosixLauncher.build(policy, str(tmp_path)).start(spec)
     try:
         async with asyncio.timeout(60):
             await process.wait_exit()
