@@ -320,6 +320,10 @@ SYNC_FAILED: Final = "the temporary file could not be synced to storage; nothing
 CLOSE_FAILED: Final = "the temporary file could not be closed; nothing was changed"
 REPLACE_FAILED: Final = "the file could not be replaced; nothing was changed"
 CREATE_FAILED: Final = "the file could not be created; nothing was changed"
+JOURNAL_FAILED: Final = (
+    "the worktree's journal could not keep what this write replaces, so it could not be "
+    "undone; nothing was changed"
+)
 DURABILITY_UNCONFIRMED: Final = (
     "the change was committed, but syncing it to storage failed: it may not survive a crash"
 )
@@ -452,16 +456,28 @@ class _Temporary:
     """Links the replaced file had when it was last inspected (``hard_links_split``)."""
 
 
+class Journaling(Protocol):
+    """What keeps a write undoable (``_journal_write.PendingWrite``): called at the commit
+    point, under the commit lock, after the last check and before the rename or link."""
+
+    def begin(self, dir_fd: int, leaf: str, replaced: int | None, sha256: str, fd: int) -> None:
+        """Keep ``leaf`` (inode ``replaced``; ``None``: a create) and write the entry;
+        ``fd`` is the new file. ``OSError`` when it cannot: the write is not committed."""
+        ...
+
+
 @final
 @dataclass(frozen=True, slots=True)
 class Request:
-    """One write: ``expected`` is the digest to replace, or ``None`` to create."""
+    """One write: ``expected`` is the digest to replace, or ``None`` to create;
+    ``journal``: the worktree's journal's entry for it (``None``: not journaled)."""
 
     leaf: str
     data: bytes
     sha256: str
     expected: str | None
     limit: int
+    journal: Journaling | None = None
 
 
 def write_file(syscalls: Syscalls, dir_fd: int, request: Request, gate: CommitGate) -> Outcome:
@@ -590,6 +606,9 @@ def _before_commit(
                 _give_metadata(syscalls, read_fd, again, temporary)
             except OSError:
                 return Outcome("temporary_failed", TEMPORARY_FAILED)
+        journaled = _journal(dir_fd, request, again.inode, temporary)
+        if journaled is not None:
+            return journaled
         if not gate.enter():
             return ABORTED
         try:
@@ -629,6 +648,9 @@ def _link(
 ) -> Outcome | None:
     """Commit a creation: ``link`` fails instead of overwriting anything."""
     with _COMMIT_LOCK:
+        journaled = _journal(dir_fd, request, None, temporary)
+        if journaled is not None:
+            return journaled
         if not gate.enter():
             return ABORTED
         try:
@@ -640,6 +662,21 @@ def _link(
         else:
             return None
     return exists_outcome(inspect(syscalls, dir_fd, request.leaf, request.limit), request)
+
+
+def _journal(
+    dir_fd: int, request: Request, replaced: int | None, temporary: _Temporary
+) -> Outcome | None:
+    """Write the journal's entry before the commit; an ``Outcome`` when it cannot be."""
+    if request.journal is None:
+        return None
+    fd = temporary.read_fd
+    assert fd is not None  # noqa: S101 - opened before the commit
+    try:
+        request.journal.begin(dir_fd, request.leaf, replaced, request.sha256, fd)
+    except OSError:
+        return Outcome("journal_failed", JOURNAL_FAILED)
+    return None
 
 
 def _after_commit(

@@ -22,7 +22,7 @@ import os
 import shutil
 import stat
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, final
 
@@ -42,6 +42,7 @@ from ._journal_records import (
     state_at,
     state_home,
 )
+from ._journal_write import PendingWrite
 from ._root import PathError, open_root
 
 __all__ = [
@@ -383,6 +384,32 @@ class Journal:
             os.unlink(self._entry_path(number))
         shutil.rmtree(self._store(number), ignore_errors=True)
 
+    @contextlib.contextmanager
+    def replacing(
+        self, call_id: str | None, path: str, made: Sequence[tuple[str, int]] = ()
+    ) -> Iterator[PendingWrite]:
+        """Hold the journal for one ``replace`` of ``path`` (its real path beneath the
+        root; ``made``: the directories its create made, with their modes). The write
+        engine calls ``begin`` before its commit and ``finish`` after it; an entry not
+        finished as committed is discarded on the way out."""
+        with locked(self.directory, self._shown):
+            self._recover_locked()
+            number = self._next_id()
+            pending = PendingWrite(
+                number,
+                self._store(number),
+                call_id,
+                path,
+                made,
+                self._write,
+                self._discard,
+                self._prune,
+            )
+            try:
+                yield pending
+            finally:
+                pending.finish(committed=False)
+
     # -- recovery ------------------------------------------------------------------
 
     def recover(self) -> tuple[int, ...]:
@@ -462,8 +489,9 @@ class Journal:
                         refused.append(item.path)
                         continue
                     current = found
+                    planned = {op.path for op, _ in plan}
                     changed = current != item.after or (
-                        target.tool != "undo" and _holds_more(root_fd, item)
+                        target.tool != "undo" and _holds_more(root_fd, item, planned)
                     )
                     if changed and not force:
                         refused.append(item.path)
@@ -613,8 +641,9 @@ def _current(root_fd: int, path: str) -> State | str | None:
         os.close(fd)
 
 
-def _holds_more(root_fd: int, item: Item) -> bool:
-    """A directory the call added that now holds entries another writer put there."""
+def _holds_more(root_fd: int, item: Item, planned: set[str]) -> bool:
+    """A directory the call added that now holds entries another writer put there (not
+    one this undo takes back: ``planned``)."""
     if item.before is not None or item.after is None or item.after.kind != "directory":
         return False
     try:
@@ -622,7 +651,7 @@ def _holds_more(root_fd: int, item: Item) -> bool:
     except OSError:
         return False
     try:
-        return bool(os.listdir(fd))
+        return any(f"{item.path}/{name}" not in planned for name in os.listdir(fd))
     finally:
         os.close(fd)
 
