@@ -3,6 +3,7 @@ the old bytes kept, taken back byte for byte; ``call_id`` in every answer."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -40,6 +41,10 @@ def places(tmp_path: Path) -> tuple[Path, Path]:
     return root, home
 
 
+def occupy(path: Path) -> None:
+    path.write_bytes(b"")
+
+
 def tool_of(root: Path, home: Path) -> tuple[ReplaceTool, Journal]:
     journal = Journal.open(str(root), state_home=str(home))
     return ReplaceTool(Config(str(root), journal=journal)), journal
@@ -69,7 +74,9 @@ async def test_a_write_that_changes_nothing_adds_no_entry(places: tuple[Path, Pa
     root, home = places
     tool, journal = tool_of(root, home)
     same, content = await run(tool, replace_arguments("a.txt", OLD.decode(), OLD))
-    assert content["ok"] and not content["changed"] and "call-1" == content["call_id"]
+    assert content["ok"]
+    assert not content["changed"]
+    assert "call-1" == content["call_id"]
     _, stale = await run(tool, replace_arguments("a.txt", NEW, b"other\n"))
     _, exists = await run(tool, create_arguments("a.txt", NEW))
     _, invalid = await run(tool, {"path": "a.txt"})
@@ -99,7 +106,7 @@ async def test_a_journal_that_cannot_keep_the_bytes_refuses_the_write(
     root, home = places
     tool, journal = tool_of(root, home)
     # The next entry's store is taken by a file: the entry cannot be made.
-    Path(journal.directory, "store", "1").write_bytes(b"")
+    occupy(Path(journal.directory, "store", "1"))
     _, content = await run(tool, replace_arguments("a.txt", NEW, OLD))
     assert ("journal_failed", False) == (content["code"], content["committed"])
     _, made = await run(tool, create_arguments("x/y.txt", NEW))
@@ -167,8 +174,6 @@ def test_a_server_killed_after_the_commit_is_rolled_back_at_the_next_start(
     root, home = places
     before = snapshot(root)
     arguments = create_arguments("n/m.txt", NEW) if create else replace_arguments("a.txt", NEW, OLD)
-    import json  # noqa: PLC0415 - only this test sends the arguments to a child
-
     child = subprocess.run(
         [sys.executable, "-c", _KILLED, str(root), str(home), json.dumps(arguments)],
         check=False,
