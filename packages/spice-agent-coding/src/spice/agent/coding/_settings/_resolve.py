@@ -223,7 +223,6 @@ class Settings:
     """``(rule, where it came from)``: a flag, a variable, the settings file, the host's
     configuration; ``tools`` shows them."""
     journal: JournalBounds = dataclasses.field(default_factory=JournalBounds)
-    """The journal's bounds (contract 13.2)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.config, Config):
@@ -500,7 +499,6 @@ def resolve_settings(
     for key, chosen in (("max_processes", processes), ("max_memory", memory)):
         said += [] if chosen is None else [(f"{key} {chosen[0].strip()}", chosen[1])]
     domains = _domains(flags, source, rules, said)
-    bounds = journal_bounds(flags.journal_max_bytes, flags.journal_max_age, rules)
     return Settings(
         config,
         _sandbox(flags.sandbox, source),
@@ -514,7 +512,7 @@ def resolve_settings(
         given,
         watched,
         tuple(said),
-        bounds,
+        journal_bounds(flags.journal_max_bytes, flags.journal_max_age, rules),
     )
 
 
