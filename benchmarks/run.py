@@ -54,6 +54,7 @@ MODULES: Final = (
     "bench_containment",
     "bench_protected",
     "bench_stage",
+    "bench_journal",
     "bench_orphans",
     "bench_seccomp",
     "bench_proxy",

@@ -479,6 +479,7 @@ class Journal:
         record: Record | None = None
         try:
             plan: list[tuple[Op, Item]] = []
+            planned: set[str] = set()
             for target in targets:
                 for index in reversed(range(len(target.items))):
                     item = target.items[index]
@@ -489,7 +490,6 @@ class Journal:
                         refused.append(item.path)
                         continue
                     current = found
-                    planned = {op.path for op, _ in plan}
                     changed = current != item.after or (
                         target.tool != "undo" and _holds_more(root_fd, item, planned)
                     )
@@ -509,6 +509,7 @@ class Journal:
                         and source is None
                     )
                     saved = None if current is None or dir_mode_only else f"b{k}"
+                    planned.add(item.path)
                     plan.append(
                         (
                             op,
