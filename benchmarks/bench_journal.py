@@ -31,6 +31,10 @@ DIRECTORIES: Final = 10
 UNDO_BOUND_SECONDS: Final = 0.5
 UNDO: Final = "undo of a call that changed 1,000 files beside 0.5 s"
 COMMIT: Final = "journal commit of 1,000 renamed files beside plain renames"
+_COMMIT_NOTE: Final = (
+    "the commit hashes each path before and after (SHA-256), hard-links the old file into "
+    "the store, writes and syncs its entry twice, and syncs every directory it wrote in"
+)
 TARGETS: Final = (
     Target(SECTION, UNDO, most=1.0, source="issue 45"),
     Target(SECTION, COMMIT, most=1.05, source="issue 45"),
@@ -128,11 +132,7 @@ def run(settings: Settings) -> list[Figure]:
             "floor",
             "os.rename of the same 1,000 files",
             milliseconds(renames),
-            notes=(
-                "the commit hashes each path before and after (SHA-256), hard-links the "
-                "old file into the store, writes and syncs its entry twice, and syncs "
-                "every directory it wrote in",
-            ),
+            notes=(_COMMIT_NOTE,),
         ),
     ]
 
