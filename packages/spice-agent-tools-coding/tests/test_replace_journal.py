@@ -15,7 +15,7 @@ import pytest
 from replace_helpers import content_of, create_arguments, digest, make_call, replace_arguments, run
 
 from spice.agent.tools.coding import Config
-from spice.agent.tools.coding._journal import Journal
+from spice.agent.tools.coding._journal import Journal, JournalError
 from spice.agent.tools.coding._replace import ReplaceTool
 
 OLD = b"old line\n"
@@ -148,7 +148,7 @@ _KILLED = textwrap.dedent(
     from spice.agent.tool import Call
     from spice.agent.tools.coding import Config
     from spice.agent.tools.coding._commit import POSIX, Checkpoint
-    from spice.agent.tools.coding._journal import Journal
+    from spice.agent.tools.coding._journal import Journal, JournalError
     from spice.agent.tools.coding._replace import ReplaceTool
 
     class Killing:
@@ -187,3 +187,15 @@ def test_a_server_killed_after_the_commit_is_rolled_back_at_the_next_start(
     assert before == snapshot(root)
     assert () == journal.history().entries
     assert digest(OLD) == digest((root / "a.txt").read_bytes())
+
+
+def test_windows_has_no_journal_yet(
+    places: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root, home = places
+    monkeypatch.setattr(sys, "platform", "win32")
+    with pytest.raises(JournalError) as raised:
+        Journal.open(str(root), state_home=str(home))
+    monkeypatch.undo()
+    assert "journal_unsupported" == raised.value.code
+    assert not home.exists()

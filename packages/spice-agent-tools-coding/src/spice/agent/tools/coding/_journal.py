@@ -21,6 +21,7 @@ import contextlib
 import os
 import shutil
 import stat
+import sys
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -153,7 +154,11 @@ class Journal:
         max_bytes: int = MAX_BYTES,
         max_age_days: int = MAX_AGE_DAYS,
     ) -> Journal:
-        """The journal of ``root``; ``JournalError`` for an unusable or unsafe one."""
+        """The journal of ``root``; ``JournalError`` for an unusable or unsafe one (on
+        Windows, always: the engine opens directories by descriptor, which Windows'
+        Python cannot)."""
+        if sys.platform == "win32":
+            raise JournalError("journal_unsupported", "the journal is not available on Windows")
         real_root = os.path.realpath(root)
         home = state_home if state_home is not None else _default_home()
         shown = journal_directory(home, real_root)
