@@ -379,3 +379,30 @@ def test_answer_bytes_bounded_for_10000_files(places: tuple[Path, Path, Path]) -
     assert len(paths) == SHOWN_CHANGES
     assert journal.undo().restored
     assert not any(root.iterdir())
+
+
+def test_an_added_directory_with_its_files_is_undone_without_force(
+    places: tuple[Path, Path, Path],
+) -> None:
+    """The files beneath an added directory that the same undo takes back are not another
+    writer's (undo refused every added directory that held anything)."""
+    root, stage, home = places
+    (stage / "d").mkdir()
+    (stage / "d/f.py").write_text("x\n")
+    journal = Journal.open(str(root), state_home=str(home))
+    changes = (
+        Change("d", "added", "directory", None, 0o755),
+        Change("d/f.py", "added", "file", None, 0o644, str(stage / "d/f.py")),
+    )
+    assert journal.commit("shell", "c", Judged(changes), journal.opening()).entry is not None
+    assert (root / "d/f.py").read_text() == "x\n"
+    undone = journal.undo()
+    assert undone.refused == ()
+    assert not (root / "d").exists()
+    # Another writer's file in an added directory still keeps it (and is named).
+    (stage / "d").mkdir(exist_ok=True)
+    (stage / "d/f.py").write_text("x\n")
+    assert journal.commit("shell", "c2", Judged(changes), journal.opening()).entry is not None
+    (root / "d/user.txt").write_text("mine\n")
+    assert journal.undo().refused == ("d",)
+    assert (root / "d/user.txt").read_text() == "mine\n"
