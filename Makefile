@@ -276,7 +276,10 @@ UNPRIVILEGED_SPAWNING_TESTS := \
   packages/spice-agent-coding/tests/posix/test_protected_sandbox.py \
   packages/spice-agent-coding/tests/posix/test_stage.py \
   packages/spice-agent-coding/tests/posix/test_stage_attacks.py \
-  packages/spice-agent-coding/tests/posix/test_stage_renames.py
+  packages/spice-agent-coding/tests/posix/test_stage_renames.py \
+  packages/spice-agent-tools-coding/tests/test_journal.py \
+  packages/spice-agent-tools-coding/tests/test_replace_journal.py \
+  packages/spice-agent-coding/tests/test_journal_cli.py
 test-unprivileged:
 	@if [ "$$(id -u)" != 0 ]; then \
 	  echo "test-unprivileged: skipped: the runner is not root, so the suite already ran unprivileged"; exit 0; \

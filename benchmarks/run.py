@@ -55,6 +55,7 @@ MODULES: Final = (
     "bench_protected",
     "bench_stage",
     "bench_reload",
+    "bench_journal",
     "bench_orphans",
     "bench_seccomp",
     "bench_proxy",

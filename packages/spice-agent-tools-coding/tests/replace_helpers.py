@@ -30,6 +30,7 @@ WAIT_SECONDS: Final = 5.0
 SUCCESS_KEYS: Final = frozenset(
     {
         "ok",
+        "call_id",
         "path",
         "bytes",
         "sha256",

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from spice.agent.tools.coding._changes import Change, Judged
+from spice.agent.tools.coding._changes import SHOWN_CHANGES, Change, Judged, shown_changes
 from spice.agent.tools.coding._journal import Journal, JournalError
 from spice.agent.tools.coding._journal_records import FORMAT, journal_directory
 
@@ -68,12 +68,15 @@ def test_rm_rf_src_taken_back_byte_for_byte(places: tuple[Path, Path, Path]) -> 
     opened = after_setup(journal, root)
     judged = Judged((Change("src", "deleted", None, "directory"),))
     committed = journal.commit("shell", "call-1", judged, opened)
-    assert committed.entry is not None and not committed.conflicts and not committed.copied
+    assert committed.entry is not None
+    assert not committed.conflicts
+    assert not committed.copied
     assert not (root / "src").exists()
     # Across a restart: a new Journal object on the same place.
     again = Journal.open(str(root), state_home=str(home))
     undone = again.undo()
-    assert undone.restored == ("src",) and not undone.refused
+    assert undone.restored == ("src",)
+    assert not undone.refused
     assert snapshot(root) == before
     history = again.history()
     assert [(e.tool, e.undone) for e in history.entries] == [("undo", False), ("shell", True)]
@@ -99,8 +102,10 @@ def test_edit_and_create_undone_with_to(places: tuple[Path, Path, Path]) -> None
         Judged((Change("b.txt", "added", "file", None, 0o600, str(stage / "b.txt")),)),
         opened,
     )
-    assert first.entry is not None and second.entry is not None
-    assert (root / "a.txt").read_text() == "new\n" and (root / "b.txt").read_text() == "made\n"
+    assert first.entry is not None
+    assert second.entry is not None
+    assert (root / "a.txt").read_text() == "new\n"
+    assert (root / "b.txt").read_text() == "made\n"
     undone = journal.undo(to=first.entry)
     assert set(undone.restored) == {"a.txt", "b.txt"}
     assert snapshot(root) == before
@@ -120,7 +125,8 @@ def test_user_change_refused_then_forced(places: tuple[Path, Path, Path]) -> Non
     )
     (root / "a.txt").write_text("user\n")
     refused = journal.undo()
-    assert refused.refused == ("a.txt",) and refused.entry is None
+    assert refused.refused == ("a.txt",)
+    assert refused.entry is None
     assert (root / "a.txt").read_text() == "user\n"
     forced = journal.undo(force=True)
     assert forced.restored == ("a.txt",)
@@ -174,7 +180,8 @@ def test_nothing_changed_adds_no_entry(places: tuple[Path, Path, Path]) -> None:
         0,
         dry_run=True,
     )
-    assert dry.entry is None and not (root / "n").exists()
+    assert dry.entry is None
+    assert not (root / "n").exists()
     assert journal.history().entries == ()
 
 
@@ -188,7 +195,8 @@ def test_fifo_source_refused(places: tuple[Path, Path, Path]) -> None:
         Judged((Change("pipe", "added", "file", None, 0o644, str(stage / "pipe")),)),
         0,
     )
-    assert committed.failed == ("pipe",) and committed.entry is None
+    assert committed.failed == ("pipe",)
+    assert committed.entry is None
     assert not (root / "pipe").exists()
 
 
@@ -213,7 +221,8 @@ def test_unknown_id_and_empty_journal(places: tuple[Path, Path, Path]) -> None:
     journal = Journal.open(str(root), state_home=str(home))
     with pytest.raises(JournalError) as raised:
         journal.undo(42)
-    assert raised.value.code == "unknown_entry" and "42" in str(raised.value)
+    assert raised.value.code == "unknown_entry"
+    assert "42" in str(raised.value)
     assert journal.undo().entry is None
 
 
@@ -258,7 +267,8 @@ def test_max_bytes_both_sides(places: tuple[Path, Path, Path], limit: int, kept:
             opened,
         )
     history = journal.history()
-    assert len(history.entries) == kept and history.dropped == 2 - kept
+    assert len(history.entries) == kept
+    assert history.dropped == 2 - kept
 
 
 @pytest.mark.parametrize(("days", "kept"), [(1, 1), (0, 0)])
@@ -276,7 +286,7 @@ KILLED = textwrap.dedent(
     """
     import os, sys
     from spice.agent.tools.coding import _journal_apply
-    from spice.agent.tools.coding._changes import Change, Judged
+    from spice.agent.tools.coding._changes import SHOWN_CHANGES, Change, Judged, shown_changes
     from spice.agent.tools.coding._journal import Journal
     root, stage, home, point, mode, opened = sys.argv[1:7]
     real = _journal_apply.Applier.apply
@@ -291,7 +301,8 @@ KILLED = textwrap.dedent(
     if mode == "commit":
         changes = [Change("src", "deleted", None, "directory")]
         for n in range(5):
-            changes.append(Change(f"f{n}", "modified", "file", "file", 0o644, os.path.join(stage, f"f{n}")))
+            source = os.path.join(stage, f"f{n}")
+            changes.append(Change(f"f{n}", "modified", "file", "file", 0o644, source))
         journal.commit("shell", "c", Judged(tuple(changes)), int(opened))
     else:
         journal.undo()
@@ -354,8 +365,6 @@ def test_sigkill_leaves_before_or_after(
 
 
 def test_answer_bytes_bounded_for_10000_files(places: tuple[Path, Path, Path]) -> None:
-    from spice.agent.tools.coding._changes import SHOWN_CHANGES, shown_changes
-
     root, stage, home = places
     changes = []
     for n in range(10_000):
@@ -364,5 +373,36 @@ def test_answer_bytes_bounded_for_10000_files(places: tuple[Path, Path, Path]) -
     journal = Journal.open(str(root), state_home=str(home))
     committed = journal.commit("shell", "c", Judged(tuple(changes)), 0)
     shown = shown_changes(committed.applied)
-    assert shown["added"] == 10_000 and len(shown["paths"]) == SHOWN_CHANGES  # type: ignore[arg-type]
-    assert journal.undo().restored and not any(root.iterdir())
+    assert shown["added"] == 10_000
+    paths = shown["paths"]
+    assert isinstance(paths, list)
+    assert len(paths) == SHOWN_CHANGES
+    assert journal.undo().restored
+    assert not any(root.iterdir())
+
+
+def test_an_added_directory_with_its_files_is_undone_without_force(
+    places: tuple[Path, Path, Path],
+) -> None:
+    """The files beneath an added directory that the same undo takes back are not another
+    writer's (undo refused every added directory that held anything)."""
+    root, stage, home = places
+    (stage / "d").mkdir()
+    (stage / "d/f.py").write_text("x\n")
+    journal = Journal.open(str(root), state_home=str(home))
+    changes = (
+        Change("d", "added", "directory", None, 0o755),
+        Change("d/f.py", "added", "file", None, 0o644, str(stage / "d/f.py")),
+    )
+    assert journal.commit("shell", "c", Judged(changes), journal.opening()).entry is not None
+    assert (root / "d/f.py").read_text() == "x\n"
+    undone = journal.undo()
+    assert undone.refused == ()
+    assert not (root / "d").exists()
+    # Another writer's file in an added directory still keeps it (and is named).
+    (stage / "d").mkdir(exist_ok=True)
+    (stage / "d/f.py").write_text("x\n")
+    assert journal.commit("shell", "c2", Judged(changes), journal.opening()).entry is not None
+    (root / "d/user.txt").write_text("mine\n")
+    assert journal.undo().refused == ("d",)
+    assert (root / "d/user.txt").read_text() == "mine\n"

@@ -111,6 +111,7 @@ async def test_create_writes_a_new_file_with_the_umask_mode(root: Path) -> None:
     result, content = await run(make_tool(root), create_arguments("new.txt", NEW))
     expected = {
         "ok": True,
+        "call_id": "call-1",
         "path": "new.txt",
         "bytes": len(NEW_BYTES),
         "sha256": digest(NEW_BYTES),
@@ -225,6 +226,7 @@ async def test_replace_commits_new_bytes_keeps_the_mode_and_changes_the_inode(
     result, content = await run(make_tool(root), replace_arguments("f.txt", NEW, OLD))
     expected = {
         "ok": True,
+        "call_id": "call-1",
         "path": "f.txt",
         "bytes": len(NEW_BYTES),
         "sha256": digest(NEW_BYTES),

@@ -81,6 +81,7 @@ async def test_an_edit_commits_through_the_replace_path_and_shows_its_diff(root:
     result, content = await run(make_tool(root), edit_arguments([edit("Helo", "Hello")]))
     expected = {
         "ok": True,
+        "call_id": "call-1",
         "path": "f.py",
         "bytes": len(FIXED),
         "sha256": digest(FIXED),

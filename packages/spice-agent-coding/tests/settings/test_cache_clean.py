@@ -56,7 +56,8 @@ def test_the_cache_is_removed_whole_and_a_second_clean_says_none(
     other = cache.parent / "another-worktree"
     other.mkdir()
     code, out, _ = clean(root, capsys)
-    assert (0, {"removed": str(cache), "cache": str(cache)}) == (code, json.loads(out))
+    answer = json.loads(out)
+    assert (0, str(cache), str(cache)) == (code, answer["removed"], answer["cache"])
     assert not cache.exists()
     assert other.is_dir()  # only this worktree's cache
     code, out, _ = clean(root, capsys)
@@ -132,7 +133,8 @@ def test_cache_list_with_no_cache_and_list_with_all_refused(
     root: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     code, out, err = run_cli(["cache", "list"], capsys)
-    assert (0, {"caches": [], "truncated": False}, "") == (code, json.loads(out), err)
+    listed = json.loads(out)
+    assert (0, [], False, "") == (code, listed["caches"], listed["truncated"], err)
     code, out, err = run_cli(["cache", "list", "--all"], capsys)
     assert (2, "") == (code, out)
     assert "--all goes with cache clean" in err

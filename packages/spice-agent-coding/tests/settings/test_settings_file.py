@@ -84,6 +84,8 @@ def test_every_key_is_read_and_the_roots_table_adds_to_the_top() -> None:
     assert ("python", "pypi.org", "go") == other.values("allow_domains")
     assert 512 == other.max_processes
     assert set(KEYS) == {
+        "journal_max_bytes",
+        "journal_max_age",
         "allow_domains",
         "allow_private_address",
         "allow_write",

@@ -26,7 +26,17 @@ from spice.agent.tool import MAXIMUM_PAYLOAD_BYTES, Call, Definition, ExecutionE
 
 from ._compose import compose
 from ._exit import exit_promptly
-from ._journal_cli import add_journal_arguments, run_history, run_undo
+from ._journal_cli import (
+    ServedJournal,
+    add_journal_arguments,
+    clean_all_journals,
+    clean_journal,
+    list_journals,
+    open_served_journal,
+    release_journals,
+    run_history,
+    run_undo,
+)
 from ._mcp._http_settings import HttpSettings
 from ._netpolicy._loopback import is_loopback
 from ._platform import (
@@ -43,6 +53,7 @@ from ._platform import (
 from ._sandbox import HELP as SANDBOX_HELP
 from ._sandbox import SERVER_WARNING, ContainmentUnavailable, slash_root_problem
 from ._settings._cache_age import CacheAgeError, add_cache_max_age, resolve_cache_max_age
+from ._settings._journal_bounds import add_journal_bounds
 from ._settings._protection import protection_report, with_extra
 from ._settings._reload import watching
 from ._settings._resolve import (
@@ -154,6 +165,8 @@ def _parser() -> argparse.ArgumentParser:
         if name == "serve":
             add_serve_arguments(sub)
             add_cache_max_age(sub)
+        if name in ("serve", "call"):
+            add_journal_bounds(sub)
         if name == "token":
             sub.add_argument("action", choices=("add",), help="add: append a new token")
             sub.add_argument("name", metavar="NAME", help="the token's name (in audit lines)")
@@ -203,17 +216,21 @@ def tools_json(
     dispatcher: Dispatcher,
     sandbox: Mapping[str, object] | None = None,
     protected: Mapping[str, object] | None = None,
+    journal: Mapping[str, object] | None = None,
 ) -> str:
     """The ``tools`` output: stable JSON (sorted keys, sorted tools), one document.
 
-    ``sandbox`` (the launcher's containment report) and ``protected`` (what no agent may
-    change, what was given back: ``_settings._protection``) sit beside the definitions.
+    ``sandbox`` (the launcher's containment report), ``protected`` (what no agent may
+    change, what was given back: ``_settings._protection``) and ``journal`` (whether
+    ``replace`` is journaled, and where) sit beside the definitions.
     """
     document: dict[str, object] = {"tools": [_definition_json(d) for d in dispatcher.definitions]}
     if sandbox is not None:
         document["sandbox"] = dict(sandbox)
     if protected is not None:
         document["protected"] = dict(protected)
+    if journal is not None:
+        document["journal"] = dict(journal)
     return json.dumps(document, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
 
 
@@ -224,10 +241,10 @@ def _composed(
     return compose(settings.config, launcher=launcher)
 
 
-async def _tools(settings: Settings, launcher: PlatformLauncher) -> int:
+async def _tools(settings: Settings, launcher: PlatformLauncher, journal: ServedJournal) -> int:
     async with _composed(settings, launcher) as dispatcher:
         protected = protection_report(settings.config.protected_paths)
-        _out(tools_json(dispatcher, launcher.report(), protected))
+        _out(tools_json(dispatcher, launcher.report(), protected, journal.report()))
     return EXIT_OK
 
 
@@ -536,9 +553,9 @@ def run(argv: Sequence[str] | None = None) -> int:
     if options.command == "cache":
         return _clean_cache(settings.config.root)
     if options.command == "history":
-        return run_history(root, options)
+        return run_history(root, options, settings.journal)
     if options.command == "undo":
-        return run_undo(root, options)
+        return run_undo(root, options, settings.journal)
     try:
         launcher = watching(
             flags, os.environ, settings, platform_launcher(settings.sandbox_request())
@@ -550,8 +567,13 @@ def run(argv: Sequence[str] | None = None) -> int:
         _err(launcher.sandbox.warning)
     if options.command == "serve":
         _expire_caches(max_age)
+    served = open_served_journal(root, settings.journal)
+    if served.problem is not None:
+        _err(served.problem)
+    config = dataclasses.replace(settings.config, journal=served.journal)
+    settings = dataclasses.replace(settings, config=config)
     if options.command == "tools":
-        return asyncio.run(_tools(settings, launcher))
+        return asyncio.run(_tools(settings, launcher, served))
     harden()
     if options.command == "call":
         arguments, problem = _read_arguments(options.arguments)
@@ -582,8 +604,22 @@ def _clean_cache(root: str) -> int:
     if outcome == "failed":
         _err(f"the cache directory {cache} could not be removed whole")
         return EXIT_ERROR
+    journal, journal_outcome = clean_journal(root)
+    if journal_outcome == "in_use":
+        _err(f"the journal {journal} is in use by a running server: stop it first")
+        return EXIT_ERROR
+    if journal_outcome == "failed":
+        _err(f"the journal {journal} could not be removed whole")
+        return EXIT_ERROR
     removed = cache if outcome == "removed" else None
-    _out(json.dumps({"removed": removed, "cache": cache}) + "\n")
+    journal_removed = journal if journal_outcome == "removed" else None
+    document = {
+        "removed": removed,
+        "cache": cache,
+        "journal": journal,
+        "journal_removed": journal_removed,
+    }
+    _out(json.dumps(document) + "\n")
     return EXIT_OK
 
 
@@ -594,14 +630,23 @@ def _every_cache(options: argparse.Namespace) -> int:
             _err("--all goes with cache clean (cache list lists every cache)")
             return EXIT_ERROR
         listed, truncated = list_caches()
-        _out(json.dumps({"caches": listed, "truncated": truncated}, indent=2) + "\n")
+        journals, more = list_journals()
+        document = {
+            "caches": listed,
+            "truncated": truncated,
+            "journals": journals,
+            "journals_truncated": more,
+        }
+        _out(json.dumps(document, indent=2) + "\n")
         return EXIT_OK
     outcome = clean_all_caches()
-    _out(json.dumps(outcome, indent=2) + "\n")
+    journals_outcome = clean_all_journals()
+    _out(json.dumps({**outcome, "journals": journals_outcome}, indent=2) + "\n")
     if outcome["failed"]:
         _err(f"{len(outcome['failed'])} cache directories could not be removed whole")
-        return EXIT_ERROR
-    return EXIT_OK
+    if journals_outcome["failed"]:
+        _err(f"{len(journals_outcome['failed'])} journals could not be removed whole")
+    return EXIT_ERROR if outcome["failed"] or journals_outcome["failed"] else EXIT_OK
 
 
 def _expire_caches(max_age_days: int) -> None:
@@ -641,3 +686,4 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_ERROR
     finally:
         release_caches()
+        release_journals()

@@ -77,6 +77,8 @@ KEYS: Final[Mapping[str, str]] = {
     "unprotect": _LIST,
     "max_processes": _WHOLE,
     "max_memory": _SIZE,
+    "journal_max_bytes": _SIZE,
+    "journal_max_age": _WHOLE,
 }
 """The keys a settings file (and each of its worktree tables) may hold, and their kinds:
 a list of strings, a boolean, a whole number, or a size (a whole number of bytes or a
@@ -110,6 +112,9 @@ class FileRules:
     max_processes: int | None = None
     max_memory: str | None = None
     lines: Mapping[str, int] = field(default_factory=dict)
+    journal_max_bytes: str | None = None
+    """The journal's bound in bytes as written (``_journal_bounds`` reads it)."""
+    journal_max_age: int | None = None
     """The line that sets each key (the worktree table's where it sets one)."""
 
     def values(self, key: str) -> tuple[str, ...]:
@@ -241,6 +246,7 @@ def parse_rules(path: str, text: str, root: str) -> FileRules:
     lines |= {key: _line_of(text, chosen_name, key) for key in chosen}
     processes = merged.get("max_processes")
     memory = merged.get("max_memory")
+    journal_bytes, journal_age = merged.get("journal_max_bytes"), merged.get("journal_max_age")
     return FileRules(
         path,
         {key: tuple(str(item) for item in value) for key, value in lists.items()},
@@ -248,6 +254,8 @@ def parse_rules(path: str, text: str, root: str) -> FileRules:
         processes if isinstance(processes, int) else None,
         None if memory is None else str(memory),
         lines,
+        None if journal_bytes is None else str(journal_bytes),
+        journal_age if isinstance(journal_age, int) else None,
     )
 
 

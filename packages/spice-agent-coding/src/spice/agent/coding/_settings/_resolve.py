@@ -66,6 +66,7 @@ from ._file import (
     open_settings_file,
     settings_path,
 )
+from ._journal_bounds import JournalBounds, journal_bounds
 from ._protection import UNPROTECT_FLAG, UnprotectError, add_unprotect, settings_policy
 from ._values import (
     ALLOW_ENV_FLAG,
@@ -172,6 +173,8 @@ class Flags:
     settings: str | None = None
     """``--settings FILE``: the settings file (contract 12.2)."""
     unprotect: tuple[str, ...] = ()
+    journal_max_bytes: str | None = None
+    journal_max_age: str | None = None
 
 
 @final
@@ -201,6 +204,7 @@ class Settings:
     origins: tuple[tuple[str, str], ...] = dataclasses.field(default=(), compare=False)
     """``(rule, where it came from)``: a flag, a variable, the settings file, the host's
     configuration; ``tools`` shows them."""
+    journal: JournalBounds = dataclasses.field(default_factory=JournalBounds)
 
     def __post_init__(self) -> None:
         if not isinstance(self.config, Config):
@@ -389,6 +393,8 @@ def flags_of(options: argparse.Namespace) -> Flags:
         settings=text("settings"),
         allow_domain=tuple(allow_domain),
         unprotect=tuple(unprotect),
+        journal_max_bytes=text("journal_max_bytes"),
+        journal_max_age=text("journal_max_age"),
         allow_private_address=bool(
             values.get("allow_private_address") or values.get("allow_private_address" + _AFTER)
         ),
@@ -488,6 +494,7 @@ def resolve_settings(
         given,
         watched,
         tuple(said),
+        journal_bounds(flags.journal_max_bytes, flags.journal_max_age, rules),
     )
 
 

@@ -59,6 +59,7 @@ from ._decision import (
     CLOSE_FAILED,
     CREATE_FAILED,
     DURABILITY_UNCONFIRMED,
+    JOURNAL_FAILED,
     NOT_FOUND,
     NOT_REGULAR,
     PATH_UNAVAILABLE,
@@ -498,6 +499,9 @@ def _before_commit(
                 _give_metadata(syscalls, read_fd, again, temporary)
             except OSError:
                 return Outcome("temporary_failed", TEMPORARY_FAILED)
+        journaled = _journal(dir_fd, request, again.inode, temporary)
+        if journaled is not None:
+            return journaled
         if not gate.enter():
             return ABORTED
         try:
@@ -532,11 +536,29 @@ def _give_metadata(syscalls: Syscalls, fd: int, current: Current, temporary: _Te
     temporary.links = current.links
 
 
+def _journal(
+    dir_fd: int, request: Request, replaced: int | None, temporary: _Temporary
+) -> Outcome | None:
+    """Write the journal's entry before the commit; an ``Outcome`` when it cannot be."""
+    if request.journal is None:
+        return None
+    fd = temporary.read_fd
+    assert fd is not None  # noqa: S101 - opened before the commit
+    try:
+        request.journal.begin(dir_fd, request.leaf, replaced, request.sha256, fd)
+    except OSError:
+        return Outcome("journal_failed", JOURNAL_FAILED)
+    return None
+
+
 def _link(
     syscalls: Syscalls, dir_fd: int, request: Request, gate: CommitGate, temporary: _Temporary
 ) -> Outcome | None:
     """Commit a creation: ``link`` fails instead of overwriting anything."""
     with _COMMIT_LOCK:
+        journaled = _journal(dir_fd, request, None, temporary)
+        if journaled is not None:
+            return journaled
         if not gate.enter():
             return ABORTED
         try:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Final, final
 
+from ._journal import Journal
 from ._protected import ProtectedPaths
 
 SECURITY_WARNING: Final = (
@@ -143,6 +144,10 @@ class Config:
     protected_paths: ProtectedPaths
     """The paths beneath the root no agent may change (contract 12.1): ``replace`` refuses
     them; the application's sandbox obeys the same value. The default protects nothing."""
+    journal: Journal | None
+    """The worktree's journal (contract 13.2): each ``replace`` that changes a file is an
+    entry of it, so ``spice-coding undo`` takes it back. ``None`` (the default): not
+    journaled. The application opens it for the root it serves."""
 
     def __init__(
         self,
@@ -154,6 +159,7 @@ class Config:
         environment_allowlist: Iterable[str] | str = DEFAULT_ENVIRONMENT_ALLOWLIST,
         max_edit_bytes: int = DEFAULT_EDIT_BYTES,
         protected_paths: ProtectedPaths = ProtectedPaths(),  # noqa: B008 - frozen value
+        journal: Journal | None = None,
     ) -> None:
         object.__setattr__(self, "root", _root(root))
         object.__setattr__(self, "max_read_bytes", _bytes_bound(max_read_bytes, "max_read_bytes"))
@@ -169,6 +175,9 @@ class Config:
         if not isinstance(protected_paths, ProtectedPaths):
             raise ValueError("protected_paths must be a ProtectedPaths")
         object.__setattr__(self, "protected_paths", protected_paths)
+        if journal is not None and not isinstance(journal, Journal):
+            raise ValueError("journal must be a Journal")
+        object.__setattr__(self, "journal", journal)
 
     @classmethod
     def from_environment(

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Final, TypeAlias, final
+from typing import Final, Protocol, TypeAlias, final
 
 __all__ = [
     "ABORTED",
@@ -23,6 +23,7 @@ __all__ = [
     "EDIT_NOT_FOUND",
     "EXISTS",
     "EXISTS_SAME",
+    "JOURNAL_FAILED",
     "NOTHING_CHANGED",
     "NOT_FOUND",
     "NOT_REGULAR",
@@ -38,6 +39,7 @@ __all__ = [
     "Absent",
     "Current",
     "Found",
+    "Journaling",
     "Occupied",
     "Outcome",
     "Request",
@@ -96,6 +98,10 @@ SYNC_FAILED: Final = "the temporary file could not be synced to storage; nothing
 CLOSE_FAILED: Final = "the temporary file could not be closed; nothing was changed"
 REPLACE_FAILED: Final = "the file could not be replaced; nothing was changed"
 CREATE_FAILED: Final = "the file could not be created; nothing was changed"
+JOURNAL_FAILED: Final = (
+    "the worktree's journal could not keep what this write replaces, so it could not be "
+    "undone; nothing was changed"
+)
 DURABILITY_UNCONFIRMED: Final = (
     "the change was committed, but syncing it to storage failed: it may not survive a crash"
 )
@@ -137,16 +143,28 @@ class Occupied:
 Found: TypeAlias = Current | Absent | Occupied
 
 
+class Journaling(Protocol):
+    """What keeps a write undoable (``_journal_write.PendingWrite``): called at the commit
+    point, under the commit lock, after the last check and before the rename or link."""
+
+    def begin(self, dir_fd: int, leaf: str, replaced: int | None, sha256: str, fd: int) -> None:
+        """Keep ``leaf`` (inode ``replaced``; ``None``: a create) and write the entry;
+        ``fd`` is the new file. ``OSError`` when it cannot: the write is not committed."""
+        ...
+
+
 @final
 @dataclass(frozen=True, slots=True)
 class Request:
-    """One write: ``expected`` is the digest to replace, or ``None`` to create."""
+    """One write: ``expected`` is the digest to replace, or ``None`` to create;
+    ``journal``: the worktree's journal's entry for it (``None``: not journaled)."""
 
     leaf: str
     data: bytes
     sha256: str
     expected: str | None
     limit: int
+    journal: Journaling | None = None
 
 
 def decide(found: Found, request: Request) -> Outcome | Current | None:

@@ -21,8 +21,9 @@ import contextlib
 import os
 import shutil
 import stat
+import sys
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, final
 
@@ -42,6 +43,7 @@ from ._journal_records import (
     state_at,
     state_home,
 )
+from ._journal_write import PendingWrite
 from ._root import PathError, open_root
 
 __all__ = [
@@ -152,7 +154,11 @@ class Journal:
         max_bytes: int = MAX_BYTES,
         max_age_days: int = MAX_AGE_DAYS,
     ) -> Journal:
-        """The journal of ``root``; ``JournalError`` for an unusable or unsafe one."""
+        """The journal of ``root``; ``JournalError`` for an unusable or unsafe one (on
+        Windows, always: the engine opens directories by descriptor, which Windows'
+        Python cannot)."""
+        if sys.platform == "win32":
+            raise JournalError("journal_unsupported", "the journal is not available on Windows")
         real_root = os.path.realpath(root)
         home = state_home if state_home is not None else _default_home()
         shown = journal_directory(home, real_root)
@@ -383,6 +389,32 @@ class Journal:
             os.unlink(self._entry_path(number))
         shutil.rmtree(self._store(number), ignore_errors=True)
 
+    @contextlib.contextmanager
+    def replacing(
+        self, call_id: str | None, path: str, made: Sequence[tuple[str, int]] = ()
+    ) -> Iterator[PendingWrite]:
+        """Hold the journal for one ``replace`` of ``path`` (its real path beneath the
+        root; ``made``: the directories its create made, with their modes). The write
+        engine calls ``begin`` before its commit and ``finish`` after it; an entry not
+        finished as committed is discarded on the way out."""
+        with locked(self.directory, self._shown):
+            self._recover_locked()
+            number = self._next_id()
+            pending = PendingWrite(
+                number,
+                self._store(number),
+                call_id,
+                path,
+                made,
+                self._write,
+                self._discard,
+                self._prune,
+            )
+            try:
+                yield pending
+            finally:
+                pending.finish(committed=False)
+
     # -- recovery ------------------------------------------------------------------
 
     def recover(self) -> tuple[int, ...]:
@@ -452,6 +484,7 @@ class Journal:
         record: Record | None = None
         try:
             plan: list[tuple[Op, Item]] = []
+            planned: set[str] = set()
             for target in targets:
                 for index in reversed(range(len(target.items))):
                     item = target.items[index]
@@ -463,7 +496,7 @@ class Journal:
                         continue
                     current = found
                     changed = current != item.after or (
-                        target.tool != "undo" and _holds_more(root_fd, item)
+                        target.tool != "undo" and _holds_more(root_fd, item, planned)
                     )
                     if changed and not force:
                         refused.append(item.path)
@@ -481,6 +514,7 @@ class Journal:
                         and source is None
                     )
                     saved = None if current is None or dir_mode_only else f"b{k}"
+                    planned.add(item.path)
                     plan.append(
                         (
                             op,
@@ -613,8 +647,9 @@ def _current(root_fd: int, path: str) -> State | str | None:
         os.close(fd)
 
 
-def _holds_more(root_fd: int, item: Item) -> bool:
-    """A directory the call added that now holds entries another writer put there."""
+def _holds_more(root_fd: int, item: Item, planned: set[str]) -> bool:
+    """A directory the call added that now holds entries another writer put there (not
+    one this undo takes back: ``planned``)."""
     if item.before is not None or item.after is None or item.after.kind != "directory":
         return False
     try:
@@ -622,7 +657,7 @@ def _holds_more(root_fd: int, item: Item) -> bool:
     except OSError:
         return False
     try:
-        return bool(os.listdir(fd))
+        return any(f"{item.path}/{name}" not in planned for name in os.listdir(fd))
     finally:
         os.close(fd)
 

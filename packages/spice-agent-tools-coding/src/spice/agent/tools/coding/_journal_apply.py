@@ -28,7 +28,7 @@ from typing import Final, final
 from ._journal_records import Item, State
 from ._root import PathError, open_directory
 
-__all__ = ["Applier", "Op", "Refusal", "temporary_name"]
+__all__ = ["Applier", "Op", "Refusal", "copy_entry", "temporary_name"]
 
 COPY_CHUNK_BYTES: Final = 1024 * 1024
 _CROSS: Final = frozenset({errno.EXDEV})
@@ -230,7 +230,7 @@ class Applier:
             if error.errno not in _CROSS:
                 raise
             self.copied = True
-            _copy_entry(None, source, dst_fd, name)
+            copy_entry(None, source, dst_fd, name)
 
     def _move(self, fd: int, leaf: str, dst_fd: int, name: str) -> None:
         try:
@@ -240,7 +240,7 @@ class Applier:
                 raise
             self.copied = True
             partial = f"p{name}"
-            _copy_entry(fd, leaf, dst_fd, partial)
+            copy_entry(fd, leaf, dst_fd, partial)
             os.rename(partial, name, src_dir_fd=dst_fd, dst_dir_fd=dst_fd)
             _remove(fd, leaf)
 
@@ -252,7 +252,7 @@ class Applier:
                 raise
             self.copied = True
             partial = f"p{name}"
-            _copy_entry(fd, leaf, self._store_fd, partial)
+            copy_entry(fd, leaf, self._store_fd, partial)
             os.rename(partial, name, src_dir_fd=self._store_fd, dst_dir_fd=self._store_fd)
 
     def rollback(self, item: Item, index: int, back: str) -> None:
@@ -336,7 +336,7 @@ def _write_new(fd: int, name: str, data: bytes, mode: int) -> None:
         os.close(out)
 
 
-def _copy_entry(src_fd: int | None, src: str, dst_fd: int, name: str) -> None:
+def copy_entry(src_fd: int | None, src: str, dst_fd: int, name: str) -> None:
     """Copy a file, link or whole directory (modes kept) to ``name`` in ``dst_fd``;
     a device, FIFO or socket is ``Refusal``."""
     status = os.stat(src, dir_fd=src_fd, follow_symlinks=False)
@@ -374,7 +374,7 @@ def _copy_entry(src_fd: int | None, src: str, dst_fd: int, name: str) -> None:
             )
             try:
                 for child in os.listdir(inner_src):
-                    _copy_entry(inner_src, child, inner_dst, child)
+                    copy_entry(inner_src, child, inner_dst, child)
                 os.fsync(inner_dst)
             finally:
                 os.close(inner_dst)

@@ -31,7 +31,9 @@ import asyncio
 import contextlib
 import dataclasses
 import os
+import stat
 import sys
+from dataclasses import dataclass
 from typing import Final, final
 
 from spice.agent.tool import (
@@ -51,8 +53,9 @@ from spice.agent.tool import (
 
 from ._commit import POSIX, Checkpoint, CommitGate, Syscalls, inspect, write_file
 from ._config import Config
-from ._decision import ABORTED, DURABILITY_UNCONFIRMED, Outcome, Request
+from ._decision import ABORTED, DURABILITY_UNCONFIRMED, JOURNAL_FAILED, Outcome, Request
 from ._edits import EditFailure
+from ._journal import JournalError
 from ._platform import root_supported
 from ._progress import attach, report_progress
 from ._protected import PROTECTED
@@ -111,13 +114,13 @@ class ReplaceTool:
         # One progress message first, before any check (as read and shell do).
         await report_progress(call, reporter, PROGRESS, _ALLOWED)
         if not root_supported(self._platform):
-            return failure(call, "unsupported_platform", UNSUPPORTED, _DEFINITIVE, _ALLOWED)
+            return _refused(call, "unsupported_platform", UNSUPPORTED)
         if call.name != NAME:
-            return failure(call, "invalid_arguments", WRONG_TOOL, _DEFINITIVE, _ALLOWED)
+            return _refused(call, "invalid_arguments", WRONG_TOOL)
         try:
             arguments = decode(call.arguments, self._config)
         except Invalid as invalid:
-            return failure(call, invalid.code, invalid.message, _DEFINITIVE, _ALLOWED)
+            return _refused(call, invalid.code, invalid.message)
         try:
             await self._lease.acquire()
         except asyncio.CancelledError as cancelled:
@@ -131,7 +134,7 @@ class ReplaceTool:
             await deliver_cancellation()
             # A future the thread completes from its own end (no task around it), so
             # the loop's shutdown cannot mark it done while the thread still runs.
-            worker = in_thread(self._worker, self._config, self._syscalls, arguments, gate)
+            worker = in_thread(self._worker, self._config, self._syscalls, arguments, gate, call.id)
         except asyncio.CancelledError as cancelled:
             self._lease.release()
             attach(cancelled, Interruption(call.id, _DEFINITIVE, _ALLOWED))
@@ -175,7 +178,9 @@ class ReplaceTool:
         return Interruption(call.id, _DEFINITIVE, _ALLOWED)
 
 
-def _work(config: Config, syscalls: Syscalls, arguments: Arguments, gate: CommitGate) -> Done:
+def _work(
+    config: Config, syscalls: Syscalls, arguments: Arguments, gate: CommitGate, call_id: str
+) -> Done:
     """The blocking part, in a worker thread."""
     body = arguments.body
     change = Change(body.data, body.sha256) if isinstance(body, Whole) else None
@@ -190,7 +195,9 @@ def _work(config: Config, syscalls: Syscalls, arguments: Arguments, gate: Commit
         return Done(Outcome(error.code, error.message), change)
     made: list[MadeDirectory] = []
     try:
-        done = _write_beneath(config, syscalls, root_fd, arguments, gate, made, change)
+        done = _write_beneath(
+            config, syscalls, root_fd, _Write(arguments, gate, call_id), made, change
+        )
         if made and not done.outcome.committed:
             return Done(_withdraw(root_fd, made, done.outcome), done.change)
         return done
@@ -200,7 +207,7 @@ def _work(config: Config, syscalls: Syscalls, arguments: Arguments, gate: Commit
 
 
 def _windows_work(
-    config: Config, _syscalls: Syscalls, arguments: Arguments, gate: CommitGate
+    config: Config, _syscalls: Syscalls, arguments: Arguments, gate: CommitGate, _call_id: str
 ) -> Done:
     """The Windows worker (``_windows._replace``); ``unsupported_platform`` without its API."""
     from ._windows import _api as _winapi  # noqa: PLC0415 - the Windows modules load only on this route
@@ -214,16 +221,26 @@ def _windows_work(
     return work(config, arguments, gate)
 
 
+@final
+@dataclass(frozen=True, slots=True)
+class _Write:
+    """One call's write: its arguments, its gate and its id (the journal's entry names it)."""
+
+    arguments: Arguments
+    gate: CommitGate
+    call_id: str
+
+
 def _write_beneath(
     config: Config,
     syscalls: Syscalls,
     root_fd: int,
-    arguments: Arguments,
-    gate: CommitGate,
+    write: _Write,
     made: list[MadeDirectory],
     change: Change | None,
 ) -> Done:
     """Open (a create: make) the parent, edit (edit form), run the engine, sync ancestors."""
+    arguments = write.arguments
     creating = arguments.expected is None
     parent, leaf = split_parent(arguments.path)
     try:
@@ -254,13 +271,53 @@ def _write_beneath(
         if refused_by_judge(config, root_fd, relative, change.data, creating, len(made)):
             return Done(Outcome("path_unavailable", PROTECTED), change)
         request = Request(leaf, change.data, change.sha256, arguments.expected, limit)
-        outcome = write_file(syscalls, dir_fd, request, gate)
+        outcome = _journaled(config, syscalls, (root_fd, dir_fd), request, write, made)
         if outcome.created and outcome.durable and parent != ".":
             outcome = _sync_ancestors(syscalls, root_fd, parent, outcome)
         return Done(outcome, change)
     finally:
         with contextlib.suppress(OSError):
             os.close(dir_fd)
+
+
+def _journaled(
+    config: Config,
+    syscalls: Syscalls,
+    fds: tuple[int, int],
+    request: Request,
+    write: _Write,
+    made: list[MadeDirectory],
+) -> Outcome:
+    """Run the engine, under the worktree's journal when there is one (contract 13.2):
+    the entry names the file's real place beneath the root and the directories made."""
+    journal = config.journal
+    if journal is None:
+        return write_file(syscalls, fds[1], request, write.gate)
+    root_fd, dir_fd = fds
+    where = real_relative(root_fd, dir_fd)
+    if where is None:
+        return Outcome("path_unavailable", UNPLACED)
+    path = request.leaf if where == "." else f"{where}/{request.leaf}"
+    try:
+        directories = _made_places(root_fd, where, len(made))
+        with journal.replacing(write.call_id, path, directories) as pending:
+            request = dataclasses.replace(request, journal=pending)
+            outcome = write_file(syscalls, dir_fd, request, write.gate)
+            pending.finish(outcome.committed)
+    except (JournalError, OSError):
+        return Outcome("journal_failed", JOURNAL_FAILED)
+    return outcome
+
+
+def _made_places(root_fd: int, where: str, count: int) -> list[tuple[str, int]]:
+    """The real paths and modes of the ``count`` directories a create made: the last
+    components of ``where`` (made on the way, each beneath the one before)."""
+    parts = where.split("/") if where != "." else []
+    places = ["/".join(parts[:depth]) for depth in range(len(parts) - count + 1, len(parts) + 1)]
+    return [
+        (place, stat.S_IMODE(os.stat(place, dir_fd=root_fd, follow_symlinks=False).st_mode))
+        for place in places
+    ]
 
 
 def _protected_beneath(config: Config, where: str | None, leaf: str) -> Outcome | None:
@@ -325,11 +382,17 @@ def _unknown(gate: CommitGate) -> tuple[ExecutionState, RetryDisposition]:
     return _DEFINITIVE, _ALLOWED
 
 
+def _refused(call: Call, code: str, message: str) -> Result:
+    """An answer before any write: nothing changed; it names the call (contract 13.2)."""
+    return failure(call, code, message, _DEFINITIVE, _ALLOWED, {"call_id": call.id})
+
+
 def _answer(call: Call, arguments: Arguments, done: Done) -> Result:
     """The model's answer for what the worker did."""
     outcome, change = done.outcome, done.change
     if change is not None and (outcome.code is None or outcome.committed):
         content: dict[str, object] = {
+            "call_id": call.id,
             "path": arguments.path,
             "bytes": len(change.data),
             "sha256": change.sha256,
@@ -348,7 +411,11 @@ def _answer(call: Call, arguments: Arguments, done: Done) -> Result:
         if outcome.code is None:
             return success(call, content, _DEFINITIVE, _ALLOWED)
         return failure(call, outcome.code, outcome.message, _DEFINITIVE, _ALLOWED, content)
-    extra: dict[str, object] = {"path": arguments.path, "committed": False}
+    extra: dict[str, object] = {
+        "call_id": call.id,
+        "path": arguments.path,
+        "committed": False,
+    }
     if done.refused is not None:
         extra.update(_refusal_fields(done.refused))
     if outcome.current_sha256 is not None:
