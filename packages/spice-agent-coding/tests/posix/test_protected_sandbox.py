@@ -28,6 +28,7 @@ import pytest
 from procutil import Collect
 
 from spice.agent.coding import PosixLauncher
+from spice.agent.coding._posix._process import PosixProcess
 from spice.agent.coding._mcp._outputs import output_schema
 from spice.agent.coding._posix import _bwrap, _facts
 from spice.agent.coding._posix._bwrap import Namespaces
@@ -142,8 +143,8 @@ def held(process: object) -> tuple[tuple[str, ...], int]:
         assert isinstance(refused, list)
         assert isinstance(count, int)
         return tuple(str(path) for path in refused), count
-    restored: tuple[tuple[str, ...], int] = process.protected_restored
-    return restored
+    assert isinstance(process, PosixProcess)
+    return process.protected_restored
 
 
 def staged(policy: Containment) -> bool:
