@@ -48,7 +48,7 @@ from test_http_serve import run_serve
 
 from spice.agent.coding._mcp import _http, _oauth
 from spice.agent.coding._mcp._audit import AuditLog
-from spice.agent.coding._mcp._http_settings import HttpSettings
+from spice.agent.coding._mcp._http_settings import DEFAULT_CALLS_PER_MINUTE, HttpSettings
 from spice.agent.dispatch import Dispatcher
 from spice.agent.tools.coding import Config, new_read, new_replace
 
@@ -79,12 +79,12 @@ class Resource:
 
 @asynccontextmanager
 async def resource_server(
-    root: Path, issuer: str, clock: Clock, port: int = 0, **options: Any
+    root: Path, issuer: str, clock: Clock, port: int = 0, rate: int = DEFAULT_CALLS_PER_MINUTE
 ) -> AsyncIterator[Resource]:
     """``serve --transport http --oauth-issuer ISSUER`` in process, on a real socket
-    (``options``: more ``HttpSettings``)."""
+    (``rate``: ``--max-calls-per-minute``)."""
     sock = _http.bind("127.0.0.1", port)
-    settings = HttpSettings(port=sock.getsockname()[1], **options)
+    settings = HttpSettings(port=sock.getsockname()[1], rate=rate)
     resource = _http.resource_of(settings, settings.port)
     async with _oauth.new_client() as client:
         verifier = await _oauth.discover(_oauth.OAuthSettings(issuer), resource, client, clock)
@@ -127,7 +127,11 @@ def _port() -> int:
 
 @asynccontextmanager
 async def both(
-    tmp_path: Path, root: Path, keys: list[SigningKey], alg: str = "RS256", **options: Any
+    tmp_path: Path,
+    root: Path,
+    keys: list[SigningKey],
+    alg: str = "RS256",
+    rate: int = DEFAULT_CALLS_PER_MINUTE,
 ) -> AsyncIterator[tuple[AuthorizationServer, Resource, Clock]]:
     """The authorization server (issuing for our URL) and our server trusting it."""
     port = _port()
@@ -135,7 +139,7 @@ async def both(
     clock = Clock()
     async with (
         authorization_server(tmp_path, [url], keys, alg) as issuer,
-        resource_server(root, issuer.issuer, clock, port, **options) as resource,
+        resource_server(root, issuer.issuer, clock, port, rate) as resource,
     ):
         yield issuer, resource, clock
 

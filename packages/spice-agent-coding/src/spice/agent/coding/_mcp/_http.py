@@ -88,10 +88,11 @@ MAXIMUM_BODY_BYTES: Final = MAXIMUM_FRAME_BYTES
 MAXIMUM_BODY_BYTES_IN_FLIGHT: Final = 128 * MAXIMUM_BODY_BYTES // 8
 """Bytes of request bodies held at once (128 MiB); past it a request is answered 503 with
 ``Retry-After``, so many large requests at once cannot grow memory past a bound."""
-MAXIMUM_CONNECTIONS: Final = 256
+MAXIMUM_CONNECTIONS: Final = 512
 """Open connections uvicorn serves at once; past it a new request is answered 503. One
-address holds at most ``_guard.MAXIMUM_CONNECTIONS_PER_PEER`` of them, and a request's head
-and body must arrive within ``HttpSettings.request_seconds`` (``_guard``)."""
+address holds at most ``_request_bounds.MAXIMUM_CONNECTIONS_PER_PEER`` of them, at most
+``_request_bounds.MAXIMUM_WAITING`` (half) wait for their request (the oldest is closed
+past it), and a request's head and body must arrive within ``HttpSettings.request_seconds``."""
 KEEP_ALIVE_SECONDS: Final = 5
 STOP_ANSWER_SECONDS: Final = 10
 """After the shutdown grace, the calls still running are cancelled and answered "the server
