@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import logging
 import os
 import re
 from collections.abc import Mapping
@@ -57,11 +58,13 @@ from .._sandbox import (
     parse_mode,
 )
 from ._file import (
+    DEFAULT_BENEATH,
     SETTINGS_VARIABLE,
     FileRules,
     SettingsFile,
     SettingsFileError,
     checked_rules,
+    lies_beneath,
     open_settings_file,
     settings_path,
 )
@@ -134,6 +137,7 @@ ALLOW_DOMAINS_VARIABLE: Final = "SPICE_AGENT_ALLOW_DOMAINS"
 ALLOW_PRIVATE_ADDRESS_VARIABLE: Final = "SPICE_AGENT_ALLOW_PRIVATE_ADDRESS"
 
 
+_log = logging.getLogger("spice.agent.coding")
 _WHOLE: Final = re.compile(r"[0-9]+")
 _DECIMAL: Final = re.compile(r"[0-9]+(?:\.[0-9]*)?|\.[0-9]+")
 _TRUE: Final = frozenset({"1", "true", "yes", "on"})
@@ -519,7 +523,14 @@ def _rules(
         if file is not None:
             return checked_rules(file), file.path
         path, named = settings_path(flags.settings, source, home_directory(source))
-        opened = open_settings_file(path, named, (root, *flags.allow_write))
+        places = (root, *flags.allow_write)
+        if path is not None and not named and lies_beneath(path, places):
+            # The default place is inside the worktree (a HOME there): a command could
+            # write it, so it is never used nor watched, and it blocks nothing (R6-14).
+            if os.path.lexists(path):
+                _log.warning(DEFAULT_BENEATH, path)
+            return FileRules(), None
+        opened = open_settings_file(path, named, places)
         watched = path if path is not None and os.path.isabs(path) else None
         return checked_rules(opened), watched
     except SettingsFileError as error:
