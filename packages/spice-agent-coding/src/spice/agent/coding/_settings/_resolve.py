@@ -90,8 +90,10 @@ from ._values import (
     deny_read,
     filed_writes,
     from_file,
+    host_memory,
     max_memory,
     max_processes,
+    server_memory_problem,
 )
 
 __all__ = [
@@ -132,6 +134,7 @@ MAX_EDIT_BYTES_VARIABLE: Final = "SPICE_AGENT_MAX_EDIT_BYTES"
 ALLOW_NETWORK_VARIABLE: Final = "SPICE_AGENT_ALLOW_NETWORK"
 MAX_PROCESSES_VARIABLE: Final = "SPICE_AGENT_MAX_PROCESSES"
 MAX_MEMORY_VARIABLE: Final = "SPICE_AGENT_MAX_MEMORY"
+MAX_SERVER_MEMORY_VARIABLE: Final = "SPICE_AGENT_MAX_SERVER_MEMORY"
 
 ALLOW_DOMAINS_VARIABLE: Final = "SPICE_AGENT_ALLOW_DOMAINS"
 ALLOW_PRIVATE_ADDRESS_VARIABLE: Final = "SPICE_AGENT_ALLOW_PRIVATE_ADDRESS"
@@ -186,6 +189,7 @@ class Flags:
     allow_write: tuple[str, ...] = ()
     max_processes: str | None = None
     max_memory: str | None = None
+    max_server_memory: str | None = None
     allow_domain: tuple[str, ...] = ()
     allow_private_address: bool = False
 
@@ -223,6 +227,8 @@ class Settings:
     origins: tuple[tuple[str, str], ...] = dataclasses.field(default=(), compare=False)
     """``(rule, where it came from)``: a flag, a variable, the settings file, the host's
     configuration; ``tools`` shows them."""
+    max_server_memory: int | None = None
+    """Bytes all calls together may use (``None``: half the host's memory)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.config, Config):
@@ -252,6 +258,7 @@ class Settings:
             self.domains,
             self.unprotect,
             self.config.protected_paths,
+            max_server_memory=self.max_server_memory,
         )
 
 
@@ -330,6 +337,14 @@ def add_arguments(parser: argparse.ArgumentParser, *, after_command: bool) -> No
         "quarter of the machine's memory, at most 16G)",
     )
     parser.add_argument(
+        "--max-server-memory",
+        metavar="SIZE",
+        dest="max_server_memory" + suffix,
+        default=default,
+        help="memory all calls together may use (the server's own cgroup), at least "
+        f"--max-memory (default ${MAX_SERVER_MEMORY_VARIABLE}, else half the machine's)",
+    )
+    parser.add_argument(
         _DENY_READ_FLAG,
         metavar="PATH",
         action="append",
@@ -406,6 +421,7 @@ def flags_of(options: argparse.Namespace) -> Flags:
         allow_write=tuple(allow_write),
         max_processes=text("max_processes"),
         max_memory=text("max_memory"),
+        max_server_memory=text("max_server_memory"),
         deny_read=tuple(deny_read),
         allow_read=tuple(allow_read),
         settings=text("settings"),
@@ -494,8 +510,20 @@ def resolve_settings(
     memory = _chosen(flags.max_memory, "--max-memory", source, MAX_MEMORY_VARIABLE)
     if memory is None and rules.max_memory is not None:
         memory = (rules.max_memory, rules.where("max_memory"))
-    for key, chosen in (("max_processes", processes), ("max_memory", memory)):
+    server = _chosen(
+        flags.max_server_memory, "--max-server-memory", source, MAX_SERVER_MEMORY_VARIABLE
+    )
+    bounds = (("max_processes", processes), ("max_memory", memory))
+    for key, chosen in (*bounds, ("max_server_memory", server)):
         said += [] if chosen is None else [(f"{key} {chosen[0].strip()}", chosen[1])]
+    per_call, whole = max_memory(memory), max_memory(server)
+    problem = server_memory_problem(
+        None if per_call is None or memory is None else (per_call, memory[1]),
+        None if whole is None or server is None else (whole, server[1]),
+        host_memory(),
+    )
+    if problem is not None:
+        raise SettingsError(problem)
     domains = _domains(flags, source, rules, said)
     return Settings(
         config,
@@ -503,13 +531,14 @@ def resolve_settings(
         _allow_network(flags, source),
         tuple(dict.fromkeys((*writes, *writes_filed))),
         max_processes(processes),
-        max_memory(memory),
+        per_call,
         tuple(dict.fromkeys((*denied, *denied_filed))),
         tuple(dict.fromkeys((*shown, *shown_filed))),
         domains,
         given,
         watched,
         tuple(said),
+        whole,
     )
 
 
