@@ -31,6 +31,7 @@ from ._caches import (
     claim,
     user_cache_directory,
 )
+from ._masked import MASKED_FILES, masked_copies
 from ._plan import CACHE_DIRECTORIES, Place, StartFacts
 
 __all__ = [
@@ -61,6 +62,8 @@ MAXIMUM_PATH_DIRECTORIES: Final = 32
 """At most this many ``PATH`` directories beneath the home are shown to commands."""
 
 _EMPTY: Final = ".empty"
+_MASKED: Final = "masked"
+"""Beside the empty templates: the masked copies of shown home files (``_masked``)."""
 # POSIX-only flags with a default: the module imports on Windows, which never runs it.
 # O_PATH (Linux) needs only search permission, like the kernel's own path walk.
 _STEP_FLAGS: Final = (
@@ -464,6 +467,15 @@ def start_facts(
     if not all(relative_to_home(name) for name in allow_read):
         raise ValueError("allow_read takes normal paths relative to the home")
     policy = ProtectedPaths.default(unprotect=unprotect) if protected is None else protected
+    masked: tuple[tuple[str, str], ...] = ()
+    if home is not None and empty_file is not None:
+        try:
+            masked = masked_copies(
+                home, os.path.join(os.path.dirname(empty_file), _MASKED), empty_file
+            )
+        except OSError:
+            existing = [os.path.join(home, name) for name in MASKED_FILES]
+            masked = tuple((empty_file, path) for path in existing if os.path.isfile(path))
     return StartFacts(
         places,
         home,
@@ -478,4 +490,5 @@ def start_facts(
         host_variables(source, home),
         policy,
         records_directory(root, source, places) if cache and not policy.empty else None,
+        masked,
     )
