@@ -30,7 +30,8 @@ from spice.agent.coding._mcp._tokens import (
     parse_token_file,
     tools_for,
 )
-from spice.agent.coding._settings._resolve import SettingsError, resolve_http
+from spice.agent.coding._settings._resolve import SettingsError
+from spice.agent.coding._settings._serve import resolve_http
 
 NAMES = st.text(string.ascii_letters + string.digits + "._-", min_size=1, max_size=64).filter(
     lambda n: n[0].isalnum()

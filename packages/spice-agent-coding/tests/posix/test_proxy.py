@@ -23,6 +23,7 @@ from netutil import Loopback, echo, endless, http_host, loopback
 
 from spice.agent.coding._netpolicy._domains import DomainPolicy, parse_patterns
 from spice.agent.coding._posix._net import _proxy as proxy_module
+from spice.agent.coding._posix._net import _stale
 from spice.agent.coding._posix._net._proxy import (
     MAXIMUM_CALL_CONNECTIONS,
     MAXIMUM_REFUSED_REPORTED,
@@ -544,8 +545,8 @@ async def test_another_servers_sweep_never_connects_to_a_live_call(
         assert "outside the call's processes" not in caplog.text
         assert call.directory is not None
         assert os.path.exists(call.path)  # noqa: ASYNC240
-        lock = os.path.join(call.directory, proxy_module._LOCK_NAME)
-        assert proxy_module._lock_held(lock) is True
+        lock = os.path.join(call.directory, _stale._LOCK_NAME)
+        assert _stale._lock_held(lock) is True
     finally:
         await call.close()
     assert call.directory is not None
@@ -572,11 +573,11 @@ def test_a_lock_nobody_holds_is_a_dead_servers_and_a_held_one_is_alive() -> None
             return path
 
         free = listening_in("spice-proxy-free")
-        open(os.path.join(free, proxy_module._LOCK_NAME), "w").close()
+        open(os.path.join(free, _stale._LOCK_NAME), "w").close()
         alive = listening_in("spice-proxy-alive")
-        held = proxy_module._hold_lock(alive)
+        held = _stale._hold_lock(alive)
         linked = listening_in("spice-proxy-linked")
-        os.symlink(os.path.join(alive, proxy_module._LOCK_NAME), os.path.join(linked, "alive.lock"))
+        os.symlink(os.path.join(alive, _stale._LOCK_NAME), os.path.join(linked, "alive.lock"))
         assert 1 == proxy_module.remove_stale(base)
         assert sorted(os.listdir(base)) == ["spice-proxy-alive", "spice-proxy-linked"]
         with pytest.raises(BlockingIOError):

@@ -47,11 +47,10 @@ from ._settings._resolve import (
     Settings,
     SettingsError,
     add_arguments,
-    add_serve_arguments,
     flags_of,
-    resolve_http,
     resolve_settings,
 )
+from ._settings._serve import add_serve_arguments, resolve_http
 
 if TYPE_CHECKING:
     import socket
