@@ -43,6 +43,7 @@ MODULES: Final = (
     "bench_inprocess",
     "bench_mcp",
     "bench_http",
+    "bench_slow_clients",
     "bench_oauth",
     "bench_startup",
     "bench_exit",

@@ -48,7 +48,7 @@ from test_http_serve import run_serve
 
 from spice.agent.coding._mcp import _http, _oauth
 from spice.agent.coding._mcp._audit import AuditLog
-from spice.agent.coding._mcp._http_settings import HttpSettings
+from spice.agent.coding._mcp._http_settings import DEFAULT_CALLS_PER_MINUTE, HttpSettings
 from spice.agent.dispatch import Dispatcher
 from spice.agent.tools.coding import Config, new_read, new_replace
 
@@ -79,11 +79,12 @@ class Resource:
 
 @asynccontextmanager
 async def resource_server(
-    root: Path, issuer: str, clock: Clock, port: int = 0
+    root: Path, issuer: str, clock: Clock, port: int = 0, rate: int = DEFAULT_CALLS_PER_MINUTE
 ) -> AsyncIterator[Resource]:
-    """``serve --transport http --oauth-issuer ISSUER`` in process, on a real socket."""
+    """``serve --transport http --oauth-issuer ISSUER`` in process, on a real socket
+    (``rate``: ``--max-calls-per-minute``)."""
     sock = _http.bind("127.0.0.1", port)
-    settings = HttpSettings(port=sock.getsockname()[1])
+    settings = HttpSettings(port=sock.getsockname()[1], rate=rate)
     resource = _http.resource_of(settings, settings.port)
     async with _oauth.new_client() as client:
         verifier = await _oauth.discover(_oauth.OAuthSettings(issuer), resource, client, clock)
@@ -126,7 +127,11 @@ def _port() -> int:
 
 @asynccontextmanager
 async def both(
-    tmp_path: Path, root: Path, keys: list[SigningKey], alg: str = "RS256"
+    tmp_path: Path,
+    root: Path,
+    keys: list[SigningKey],
+    alg: str = "RS256",
+    rate: int = DEFAULT_CALLS_PER_MINUTE,
 ) -> AsyncIterator[tuple[AuthorizationServer, Resource, Clock]]:
     """The authorization server (issuing for our URL) and our server trusting it."""
     port = _port()
@@ -134,7 +139,7 @@ async def both(
     clock = Clock()
     async with (
         authorization_server(tmp_path, [url], keys, alg) as issuer,
-        resource_server(root, issuer.issuer, clock, port) as resource,
+        resource_server(root, issuer.issuer, clock, port, rate) as resource,
     ):
         yield issuer, resource, clock
 
@@ -451,7 +456,9 @@ async def test_serve_with_oauth_issuer_serves_the_sdk_flow_beside_the_token_file
 async def test_serve_with_an_oauth_audience_checks_it_and_publishes_it(
     tmp_path: Path, root: Path
 ) -> None:
-    """``--oauth-audience urn:...``: the metadata's resource, and what ``aud`` must hold."""
+    """``--oauth-audience urn:...``: what ``aud`` must hold; the metadata's ``resource`` is
+    the server's URL (RFC 9728 §3.3: a client refuses a resource that is not the URL it
+    asked about, R6-B5), while a URL audience is published as it is."""
     key = new_key("k1")
     audience = "urn:spice:coding:test"
     async with (
@@ -466,7 +473,7 @@ async def test_serve_with_an_oauth_audience_checks_it_and_publishes_it(
         origin = server.url.removesuffix("/mcp")
         async with httpx2.AsyncClient(timeout=WAIT) as http:
             found = await http.get(origin + "/.well-known/oauth-protected-resource/mcp")
-        assert audience == found.json()["resource"]
+        assert server.url == found.json()["resource"]
         good = key.sign(claims_for(issuer.issuer, audience))
         assert 200 == (await _post(server.url, good, LIST_BODY)).status_code
         other = key.sign(claims_for(issuer.issuer, server.url))

@@ -136,20 +136,22 @@ async def guarded(tmp_path: Path, worktree: Path, seconds: float) -> AsyncIterat
             await task
 
 
-async def test_one_address_holds_at_most_the_bound_of_connections(
+async def test_one_more_waiting_connection_closes_the_oldest_of_its_address(
     tmp_path: Path, worktree: Path
 ) -> None:
-    """``MAXIMUM_CONNECTIONS_PER_PEER`` connections from one address stay open; the next one
-    is closed as it is accepted; another address is served meanwhile."""
-    bound = _request_bounds.MAXIMUM_CONNECTIONS_PER_PEER
+    """``MAXIMUM_WAITING_PER_PEER`` connections from one address wait for their request; the
+    next one is kept and the *oldest* is closed (R6-B1: the newcomer may be a whole request);
+    another address is served meanwhile."""
+    bound = _request_bounds.MAXIMUM_WAITING_PER_PEER
     async with guarded(tmp_path, worktree, 300.0) as (url, token):
         port = int(url.rsplit(":", 1)[1].split("/")[0])
         async with (
             stalled_from(port, "127.0.0.3", bound) as held,
             stalled_from(port, "127.0.0.3", 1) as over,
         ):
-            assert await _closed(over[0], WAIT)
-            assert 0 == sum(await asyncio.gather(*(_closed(r, 0.5) for r in held)))
+            assert await _closed(held[0], WAIT)
+            assert not await _closed(over[0], 0.5)
+            assert 0 == sum(await asyncio.gather(*(_closed(r, 0.5) for r in held[1:])))
             assert await _read_from(url, token, "127.0.0.4")
 
 
@@ -207,6 +209,63 @@ async def test_a_head_over_the_bound_is_refused_and_a_kept_alive_client_is_serve
                 answer = await http.post(url, json=LIST_BODY, headers=headers)
                 assert ["read"] == names_of(answer_of(answer))
                 await asyncio.sleep(0.6)
+
+
+class _Connection:
+    """A waiting connection for ``Peers``: records that it was evicted."""
+
+    def __init__(self) -> None:
+        self.evicted = False
+
+    def evict(self) -> None:
+        self.evicted = True
+
+
+def test_past_a_bound_the_oldest_waiting_connection_makes_room() -> None:
+    """Per address and in all, the oldest waiting one is evicted (never the newcomer); past
+    the connection bound, an address's oldest waiting connection makes room, and with none
+    waiting the newcomer is refused; a connection that stopped waiting is never evicted."""
+    peers = _request_bounds.Peers(limit=3, waiting_per_peer=2, waiting=3)
+    a = [_Connection() for _ in range(3)]
+    for connection in a:
+        assert peers.admit("a")
+        peers.wait("a", connection)
+    assert [True, False, False] == [c.evicted for c in a]
+    assert 2 == peers.waiting("a")
+    b = [_Connection() for _ in range(2)]
+    for connection in b:
+        assert peers.admit("b")
+        peers.wait("b", connection)
+    assert a[1].evicted  # the oldest of all, for the whole bound
+    assert not any(c.evicted for c in b)
+    assert 3 == peers.waiting()
+    peers.done(b[0])
+    peers.done(b[1])
+    peers.release("a")  # a[0] and a[1] ended
+    peers.release("a")
+    assert 1 == peers.held("a")
+    assert peers.admit("b")  # b holds 3 now, none waiting
+    assert not peers.admit("b")
+    assert [False, False] == [c.evicted for c in b]
+    newest = _Connection()
+    peers.wait("b", newest)
+    assert peers.admit("b")  # its waiting connection makes room
+    assert newest.evicted
+    assert 0 == peers.waiting("b")
+
+
+@pytest.mark.parametrize("extra", [0, 1])
+def test_the_waiting_bounds_on_both_sides(extra: int) -> None:
+    """At the per-address bound nothing is evicted; one more evicts exactly one."""
+    bound = _request_bounds.MAXIMUM_WAITING_PER_PEER
+    peers = _request_bounds.Peers()
+    connections = [_Connection() for _ in range(bound + extra)]
+    for connection in connections:
+        assert peers.admit("p")
+        peers.wait("p", connection)
+    assert extra == sum(c.evicted for c in connections)
+    assert min(bound, len(connections)) == peers.waiting("p")
+    assert _request_bounds.MAXIMUM_WAITING < _http.MAXIMUM_CONNECTIONS
 
 
 def test_the_peer_count_is_bounded_and_forgets_an_address_that_holds_none() -> None:

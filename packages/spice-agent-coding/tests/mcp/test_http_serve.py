@@ -33,6 +33,7 @@ from http_support import (
 from mcp import MCPError
 from test_mcp_stdio import processes_inside, until
 
+from spice.agent.coding._mcp._challenge import AUTHENTICATION_REQUIRED
 from spice.agent.coding._mcp._gate import STOPPED_MESSAGE
 from spice.agent.coding._mcp._http import MAXIMUM_BODY_BYTES
 
@@ -77,15 +78,21 @@ async def post(url: str, body: bytes | dict[str, Any], headers: dict[str, str]) 
 async def test_no_or_a_wrong_token_is_401_with_www_authenticate_and_a_json_body(
     tmp_path: Path, worktree: Path, authorization: str | None
 ) -> None:
-    """Without a valid bearer token: 401, ``WWW-Authenticate: Bearer``, a JSON body."""
+    """Without a valid bearer token: 401, ``WWW-Authenticate: Bearer``, a JSON body; with no
+    token at all, no ``error`` code (RFC 6750 §3.1), else ``invalid_token``."""
     async with http_server(tmp_path, worktree) as server:
         headers = server.headers(None)
         if authorization is not None:
             headers["authorization"] = authorization
         response = await post(server.url, LIST_BODY, headers)
     assert 401 == response.status_code
-    assert response.headers["www-authenticate"].startswith("Bearer ")
-    assert "invalid_token" == response.json()["error"]
+    assert response.headers["www-authenticate"].startswith("Bearer")
+    if authorization is None:
+        assert "Bearer" == response.headers["www-authenticate"]
+        assert "error" not in response.json()
+    else:
+        assert response.headers["www-authenticate"].startswith("Bearer ")
+        assert "invalid_token" == response.json()["error"]
 
 
 async def test_the_sdk_client_without_a_token_is_refused(tmp_path: Path, worktree: Path) -> None:
@@ -129,7 +136,7 @@ async def test_urllib_with_the_token_lists_and_without_gets_401(
         bad = await asyncio.to_thread(fetch, server.headers(None))
     assert 200 == good[0]
     assert b'"name":"read"' in good[1]
-    assert (401, "invalid_token") == (bad[0], json.loads(bad[1])["error"])
+    assert (401, AUTHENTICATION_REQUIRED) == (bad[0], json.loads(bad[1])["error_description"])
 
 
 async def test_a_token_removed_from_the_file_is_refused_at_the_next_request(
@@ -271,7 +278,7 @@ async def test_a_header_less_request_gets_a_clean_refusal(tmp_path: Path, worktr
     ):
         response = await client.post(server.url, content=b"{}")
     assert 401 == response.status_code
-    assert "invalid_token" == response.json()["error"]
+    assert {"error_description": AUTHENTICATION_REQUIRED} == response.json()
 
 
 async def test_a_body_over_8_mib_is_413_and_one_at_the_bound_is_not(

@@ -30,7 +30,7 @@ from spice.agent.coding._mcp._tokens import (
     parse_token_file,
     tools_for,
 )
-from spice.agent.coding._settings._resolve import resolve_http
+from spice.agent.coding._settings._serve import resolve_http
 from spice.agent.coding._settings._values import SettingsError
 
 NAMES = st.text(string.ascii_letters + string.digits + "._-", min_size=1, max_size=64).filter(

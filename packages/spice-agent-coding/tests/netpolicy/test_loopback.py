@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from spice.agent.coding import _cli
 from spice.agent.coding._mcp import _http, _oauth
 from spice.agent.coding._netpolicy._loopback import is_loopback
-from spice.agent.coding._settings import _resolve
-from spice.agent.coding._settings._resolve import resolve_http
+from spice.agent.coding._settings import _serve
+from spice.agent.coding._settings._serve import resolve_http
 from spice.agent.coding._settings._values import SettingsError
 
 
@@ -48,7 +48,7 @@ def test_an_address_is_loopback_as_ipaddress_says_or_its_mapped_ipv4(
 
 
 def test_every_user_takes_the_one_rule() -> None:
-    assert vars(_resolve)["is_loopback"] is is_loopback
+    assert vars(_serve)["is_loopback"] is is_loopback
     assert vars(_oauth)["is_loopback"] is is_loopback
     assert vars(_http)["is_loopback"] is is_loopback
     assert vars(_cli)["is_loopback"] is is_loopback

@@ -28,11 +28,11 @@ import pytest
 from procutil import Collect
 
 from spice.agent.coding import PosixLauncher
-from spice.agent.coding._posix._process import PosixProcess
 from spice.agent.coding._mcp._outputs import output_schema
 from spice.agent.coding._posix import _bwrap, _facts
 from spice.agent.coding._posix._bwrap import Namespaces
 from spice.agent.coding._posix._containment import Containment, resolve_containment
+from spice.agent.coding._posix._process import PosixProcess
 from spice.agent.coding._posix._stage._stage import stage_place
 from spice.agent.coding._posix._supervisor._landlock import landlock_abi
 from spice.agent.process import Outcome, Spec

@@ -24,6 +24,7 @@ from netutil import Loopback, echo, endless, http_host, loopback
 
 from spice.agent.coding._netpolicy._domains import DomainPolicy, parse_patterns
 from spice.agent.coding._posix._net import _proxy as proxy_module
+from spice.agent.coding._posix._net import _stale
 from spice.agent.coding._posix._net._proxy import (
     MAXIMUM_CALL_CONNECTIONS,
     MAXIMUM_REFUSED_REPORTED,
@@ -539,6 +540,70 @@ def test_the_socket_directories_of_dead_servers_are_removed_and_live_ones_kept()
         assert proxy_module.remove_stale(base) == 0
     finally:
         listening.close()
+        shutil.rmtree(base)
+
+
+async def test_another_servers_sweep_never_connects_to_a_live_call(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A live call's proxy (peers checked) while another proxy is made (its sweep of dead
+    servers' directories runs): the live one sees no connection, logs no "outside the
+    call's processes" line, and keeps its directory; once it ends, its lock is free."""
+    proxy = Proxy(DomainPolicy(parse_patterns(["pypi.org"])), check_peers=True)
+    call = await proxy.open_call()
+    try:
+        call.leader = os.getpid()
+        with caplog.at_level("WARNING"):
+            Proxy(DomainPolicy(parse_patterns(["pypi.org"])))
+            await asyncio.sleep(0)  # the listener's reader would run now
+            await asyncio.sleep(0)
+        assert 0 == call.connections
+        assert 0 == call.foreign
+        assert "outside the call's processes" not in caplog.text
+        assert call.directory is not None
+        assert os.path.exists(call.path)  # noqa: ASYNC240
+        lock = os.path.join(call.directory, _stale._LOCK_NAME)
+        assert _stale._lock_held(lock) is True
+    finally:
+        await call.close()
+    assert call.directory is not None
+    assert not os.path.exists(call.directory)  # noqa: ASYNC240
+
+
+def test_a_lock_nobody_holds_is_a_dead_servers_and_a_held_one_is_alive() -> None:
+    """With a lock file: free means dead (removed, even though a socket listens there and
+    would accept), held means alive (kept, and never connected to); no lock file, a link
+    in its place: judged by the probe as before."""
+    base = tempfile.mkdtemp(prefix="sp-", dir="/tmp")
+    sockets: list[socket.socket] = []
+    held = -1
+    try:
+
+        def listening_in(name: str) -> str:
+            path = os.path.join(base, name)
+            os.mkdir(path, 0o700)
+            server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            server.bind(os.path.join(path, "proxy.sock"))
+            server.listen()
+            server.setblocking(False)  # noqa: FBT003
+            sockets.append(server)
+            return path
+
+        free = listening_in("spice-proxy-free")
+        open(os.path.join(free, _stale._LOCK_NAME), "w").close()
+        alive = listening_in("spice-proxy-alive")
+        held = _stale._hold_lock(alive)
+        linked = listening_in("spice-proxy-linked")
+        os.symlink(os.path.join(alive, _stale._LOCK_NAME), os.path.join(linked, "alive.lock"))
+        assert 1 == proxy_module.remove_stale(base)
+        assert sorted(os.listdir(base)) == ["spice-proxy-alive", "spice-proxy-linked"]
+        with pytest.raises(BlockingIOError):
+            sockets[1].accept()  # the live one was never connected to
+    finally:
+        for server in sockets:
+            server.close()
+        if held >= 0:
+            os.close(held)
         shutil.rmtree(base)
 
 

@@ -30,7 +30,8 @@ from spice.agent.coding._netpolicy._domains import DomainPolicy, parse_patterns
 from spice.agent.coding._posix import _bwrap
 from spice.agent.coding._posix._bwrap import Namespaces
 from spice.agent.coding._posix._containment import Containment, resolve_containment
-from spice.agent.coding._posix._net._proxy import MAXIMUM_CALL_CONNECTIONS, SOCKET_BASE, Proxy
+from spice.agent.coding._posix._net._proxy import MAXIMUM_CALL_CONNECTIONS, Proxy
+from spice.agent.coding._posix._net._stale import SOCKET_BASE
 from spice.agent.coding._posix._supervisor._landlock import landlock_abi
 from spice.agent.dispatch import Dispatcher
 from spice.agent.process import Spec

@@ -19,6 +19,7 @@ from netutil import echo, http_host, loopback
 from test_proxy import ask, call_policy, tunnel
 
 from spice.agent.coding._posix._net import _proxy as proxy_module
+from spice.agent.coding._posix._net import _stale
 from spice.agent.coding._posix._net._proxy import (
     MAXIMUM_CALL_CONNECTIONS,
     MAXIMUM_SERVER_CONNECTIONS,
@@ -36,7 +37,7 @@ def private_sockets(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     (other test runs on this machine) probes the host's /tmp ones, and each probe would
     count as one more connection of a call here."""
     base = tempfile.mkdtemp(prefix="spf-", dir="/tmp")
-    monkeypatch.setattr(proxy_module, "SOCKET_BASE", base)
+    monkeypatch.setattr(_stale, "SOCKET_BASE", base)
     yield
     shutil.rmtree(base, ignore_errors=True)
 

@@ -302,6 +302,33 @@ def test_a_default_file_that_appears_later_is_read(tmp_path: Path) -> None:
     assert ("LATE",) == watched.current().values("allow_env")
 
 
+def test_a_default_file_beneath_the_root_is_ignored_and_blocks_nothing(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """R6-14: HOME inside the worktree, and a call writes the default settings file there:
+    the next start (and a running server's next call) neither uses it nor stops; the start
+    warns once it exists. A file named by ``--settings`` there still stops the start."""
+    root = tmp_path / "root"
+    home = root / "home"
+    home.mkdir(parents=True)
+    environ = {"HOME": str(home)}
+    before = resolve_settings(Flags(root=str(root)), environ)
+    assert before.settings_file is None  # not watched: it could appear there later
+    planted = _file(home / ".config" / "spice-coding", 'allow_env = ["PLANTED"]\n')
+    with caplog.at_level("WARNING"):
+        after = resolve_settings(Flags(root=str(root)), environ)
+    assert "PLANTED" not in after.config.environment_allowlist
+    assert after.settings_file is None
+    assert str(planted) in caplog.text
+    assert "not used" in caplog.text
+    with pytest.raises(SettingsError, match="lies beneath the worktree"):
+        resolve_settings(Flags(root=str(root), settings=str(planted)), environ)
+    outside = tmp_path / "elsewhere"
+    _file(outside / ".config" / "spice-coding", 'allow_env = ["MINE"]\n')
+    mine = resolve_settings(Flags(root=str(root)), {"HOME": str(outside)})
+    assert "MINE" in mine.config.environment_allowlist
+
+
 PRINT: Final = (
     "import os, sys\n"
     "print('ENV', os.environ.get('SPICE_TEST_FROM_FILE'))\n"

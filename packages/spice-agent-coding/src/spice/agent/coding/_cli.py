@@ -59,11 +59,10 @@ from ._settings._reload import watching
 from ._settings._resolve import (
     Settings,
     add_arguments,
-    add_serve_arguments,
     flags_of,
-    resolve_http,
     resolve_settings,
 )
+from ._settings._serve import add_serve_arguments, resolve_http
 from ._settings._values import SettingsError
 
 if TYPE_CHECKING:

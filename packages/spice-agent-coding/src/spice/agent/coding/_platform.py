@@ -111,6 +111,8 @@ class SandboxRequest:
     protected: ProtectedPaths = ProtectedPaths.default()  # noqa: RUF009 - a frozen value
     """The paths no agent may change (contract 12.1): the same value as the tools'
     ``Config.protected_paths``, obeyed by the sandbox's plan and its join."""
+    max_server_memory: int | None = None
+    """Bytes all calls together may use; ``None``: half the machine's memory."""
 
 
 def platform_launcher(
@@ -144,7 +146,9 @@ def platform_launcher(
     )
     from ._posix._facts import CacheUnavailable  # noqa: PLC0415 - POSIX only
 
-    bounds = resolve_cgroups(request.max_processes, request.max_memory)
+    bounds = resolve_cgroups(
+        request.max_processes, request.max_memory, server_memory=request.max_server_memory
+    )
     try:
         return PosixLauncher.build(
             containment,

@@ -42,11 +42,7 @@ from urllib.parse import urlsplit
 import orjson
 import uvicorn
 from mcp.server.auth.middleware.auth_context import AuthContextMiddleware
-from mcp.server.auth.middleware.bearer_auth import (
-    AuthenticatedUser,
-    BearerAuthBackend,
-    RequireAuthMiddleware,
-)
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser, BearerAuthBackend
 from mcp.server.auth.provider import AccessToken
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
@@ -71,10 +67,18 @@ from spice.agent.tools.coding import Config
 
 from .._netpolicy._loopback import is_loopback
 from ._audit import AuditLog
+from ._challenge import RequireToken
 from ._framing import MAXIMUM_FRAME_BYTES
 from ._gate import HttpGate
 from ._http_settings import HttpSettings
-from ._oauth import JwtVerifier, KeysUnavailable, metadata_document, metadata_url
+from ._oauth import (
+    IntrospectionBusy,
+    JwtVerifier,
+    KeysUnavailable,
+    metadata_document,
+    metadata_url,
+    published_resource,
+)
 from ._request_bounds import Peers, guarded_h11
 from ._server import serving
 from ._tokens import ANONYMOUS, SCOPES, TOOL_SCOPES, TokenStore
@@ -84,10 +88,11 @@ MAXIMUM_BODY_BYTES: Final = MAXIMUM_FRAME_BYTES
 MAXIMUM_BODY_BYTES_IN_FLIGHT: Final = 128 * MAXIMUM_BODY_BYTES // 8
 """Bytes of request bodies held at once (128 MiB); past it a request is answered 503 with
 ``Retry-After``, so many large requests at once cannot grow memory past a bound."""
-MAXIMUM_CONNECTIONS: Final = 256
+MAXIMUM_CONNECTIONS: Final = 512
 """Open connections uvicorn serves at once; past it a new request is answered 503. One
-address holds at most ``_guard.MAXIMUM_CONNECTIONS_PER_PEER`` of them, and a request's head
-and body must arrive within ``HttpSettings.request_seconds`` (``_guard``)."""
+address holds at most ``_request_bounds.MAXIMUM_CONNECTIONS_PER_PEER`` of them, at most
+``_request_bounds.MAXIMUM_WAITING`` (half) wait for their request (the oldest is closed
+past it), and a request's head and body must arrive within ``HttpSettings.request_seconds``."""
 KEEP_ALIVE_SECONDS: Final = 5
 STOP_ANSWER_SECONDS: Final = 10
 """After the shutdown grace, the calls still running are cancelled and answered "the server
@@ -388,7 +393,12 @@ class _FileVerifier:
 
 @final
 class _KeysGone(AuthenticationError):
-    """The issuer's keys expired from the cache and cannot be fetched: answered 503."""
+    """The issuer's keys expired from the cache and cannot be fetched, or its introspection
+    is busy: answered 503 with ``Retry-After: retry``."""
+
+    def __init__(self, message: str, retry: bytes = b"60") -> None:
+        super().__init__(message)
+        self.retry = retry
 
 
 @final
@@ -397,15 +407,18 @@ class _Bearer(AuthenticationBackend):
 
     def __init__(self, store: TokenStore | None, oauth: JwtVerifier | None) -> None:
         self._file = None if store is None else BearerAuthBackend(_FileVerifier(store))
-        self._oauth = None if oauth is None else BearerAuthBackend(oauth)
+        self._oauth = oauth
 
     async def authenticate(self, conn: HTTPConnection) -> tuple[AuthCredentials, BaseUser] | None:
         found: tuple[AuthCredentials, BaseUser] | None = None
         if self._file is not None:
             found = await self._file.authenticate(conn)
         if found is None and self._oauth is not None:
+            peer = conn.client.host if conn.client else "-"
             try:
-                found = await self._oauth.authenticate(conn)
+                found = await BearerAuthBackend(self._oauth.for_peer(peer)).authenticate(conn)
+            except IntrospectionBusy as error:
+                raise _KeysGone(str(error), retry=b"1") from None
             except KeysUnavailable as error:
                 raise _KeysGone(str(error)) from None
         return found
@@ -415,7 +428,11 @@ def _keys_gone(_: HTTPConnection, error: AuthenticationError) -> Response:
     """503 with the reason when the issuer's keys are gone; any other error is a 401."""
     status = 503 if isinstance(error, _KeysGone) else 401
     message = str(error) if isinstance(error, _KeysGone) else "invalid token"
-    headers = {"retry-after": "60"} if status == 503 else {"www-authenticate": "Bearer"}
+    headers = (
+        {"retry-after": error.retry.decode()}
+        if isinstance(error, _KeysGone)
+        else {"www-authenticate": "Bearer"}
+    )
     return Response(
         _error_body(_JSON_RPC_SERVER_ERROR, message),
         status_code=status,
@@ -558,9 +575,10 @@ def build_app(
         base = settings.public_url or f"http://{_authority(settings.host, port)}{settings.path}"
         where = metadata_url(base)
         paths = frozenset({"/.well-known/oauth-protected-resource", urlsplit(where).path})
-        metadata = (paths, orjson.dumps(metadata_document(oauth.audience, oauth.issuer)))
+        resource = published_resource(oauth.audience, base)
+        metadata = (paths, orjson.dumps(metadata_document(resource, oauth.issuer)))
         challenge = f'resource_metadata="{where}"'.encode()
-    endpoint = RequireAuthMiddleware(
+    endpoint = RequireToken(
         _Body(
             AuthContextMiddleware(StreamableHTTPASGIApp(manager)),
             _Rates(settings.rate),

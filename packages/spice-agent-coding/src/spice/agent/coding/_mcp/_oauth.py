@@ -42,6 +42,7 @@ import asyncio
 import collections
 import hashlib
 import logging
+import math
 import os
 import stat
 import time
@@ -85,6 +86,14 @@ MAXIMUM_INTROSPECTED: Final = 1024
 """Introspection answers remembered at once (by the token's SHA-256); the oldest go first."""
 INTROSPECTION_CACHE_SECONDS: Final = 30.0
 """An introspection answer is used again for at most this long (a revocation shows then)."""
+FAILED_INTROSPECTION_SECONDS: Final = 10.0
+"""A token the endpoint did not answer for is answered 503 again for this long without
+asking (a flood of one junk token costs one request, not one per try)."""
+MAXIMUM_INTROSPECTIONS: Final = 16
+"""Introspection requests in flight at once (they come before authentication); one more
+token is answered 503 at once, so a flood cannot queue on the issuer or its pool."""
+MAXIMUM_INTROSPECTIONS_PER_PEER: Final = 4
+"""Of those, in flight at once for one address: one address cannot take them all."""
 MAXIMUM_CLIENT_FILE_BYTES: Final = 4096
 MAXIMUM_URL_CHARS: Final = 2048
 """An issuer or audience longer than this is refused at start."""
@@ -108,6 +117,7 @@ INTROSPECTION_NOT_SECURE: Final = (
     "the OAuth introspection URL must be https:// (or http:// on a loopback address)"
 )
 NO_INTROSPECTION: Final = "the authorization server's introspection endpoint did not answer"
+INTROSPECTION_BUSY: Final = "too many tokens are being checked with the authorization server; retry"
 CLIENT_FILE_UNUSABLE: Final = (
     "the OAuth client file must be the user's own regular file, private (chmod 600), "
     "holding one line CLIENT_ID CLIENT_SECRET"
@@ -128,6 +138,10 @@ class OAuthStartError(ValueError):
 
 class KeysUnavailable(Exception):
     """No keys may be used now (the last good ones expired): the request is answered 503."""
+
+
+class IntrospectionBusy(KeysUnavailable):
+    """The introspection bounds are full: the request is answered 503, to retry soon."""
 
 
 def secure_url(url: str) -> bool:
@@ -298,13 +312,47 @@ def _scopes_of(claim: object) -> tuple[str, ...]:
     return scopes_of(max(known, key=SCOPES.index)) if known else ()
 
 
+def _shown(value: str) -> str:
+    """``value`` printable, without spaces, at most ``MAXIMUM_PRINCIPAL_CHARS``: a longer one
+    keeps a digest of the whole in its tail, so two long names stay apart."""
+    text = "".join(c if c.isprintable() and not c.isspace() else "?" for c in value)
+    if len(text) <= MAXIMUM_PRINCIPAL_CHARS:
+        return text
+    digest = hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    return f"{text[: MAXIMUM_PRINCIPAL_CHARS - 9]}~{digest}"
+
+
+def _text(claims: Mapping[str, Any], field: str) -> str | None:
+    value = claims.get(field)
+    return value if isinstance(value, str) and value else None
+
+
 def _principal(claims: Mapping[str, Any]) -> str:
-    for field in ("client_id", "azp", "sub"):
-        value = claims.get(field)
-        if isinstance(value, str) and value:
-            text = "".join(c if c.isprintable() and not c.isspace() else "?" for c in value)
-            return text[:MAXIMUM_PRINCIPAL_CHARS]
-    return "-"
+    """The token's user and client: ``CLIENT;sub=SUB`` (the client is ``client_id``, else
+    ``azp``), ``CLIENT`` or ``sub=SUB`` when one is missing, ``-`` when both are. The rate
+    is counted per principal, so two users of one client are counted apart (R6-B2)."""
+    client = _text(claims, "client_id") or _text(claims, "azp")
+    subject = _text(claims, "sub")
+    parts = [_shown(client)] if client is not None else []
+    if subject is not None and subject != client:
+        parts.append("sub=" + _shown(subject))
+    return ";".join(parts) or "-"
+
+
+def numeric_date(value: object) -> float | None:
+    """A NumericDate claim's value: a JSON number (RFC 7519 §2), finite; else ``None`` (a
+    string, even of digits, or a boolean is no date)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    number = float(value)
+    return number if math.isfinite(number) else None
+
+
+def _dates_are_numbers(claims: Mapping[str, Any]) -> bool:
+    """Whether ``exp`` is a number and ``nbf``/``iat``, when present, are too."""
+    if numeric_date(claims.get("exp")) is None:
+        return False
+    return all(numeric_date(claims[f]) is not None for f in ("nbf", "iat") if f in claims)
 
 
 @final
@@ -337,6 +385,15 @@ class JwtVerifier:
     async def verify_token(self, token: str) -> AccessToken | None:
         """The token's principal and scopes, or ``None``; ``KeysUnavailable`` past the keys'
         life."""
+        return await self.verify(token, "-")
+
+    def for_peer(self, peer: str) -> _PeerVerifier:
+        """The SDK's ``TokenVerifier`` for one request from ``peer`` (its address bounds
+        the introspections it may start)."""
+        return _PeerVerifier(self, peer)
+
+    async def verify(self, token: str, peer: str) -> AccessToken | None:
+        """``verify_token`` for a request from ``peer``."""
         if not isinstance(token, str) or not 0 < len(token) <= MAXIMUM_TOKEN_CHARS:
             return None
         digest = hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
@@ -351,7 +408,7 @@ class JwtVerifier:
             # Not a JWT: an opaque token, which only the issuer can judge.
             if self._introspector is None or token.count(".") == 2:
                 return None
-            return await self._introspector.verify_token(token)
+            return await self._introspector.verify_token(token, peer)
         algorithm = header.get("alg")
         kid = header.get("kid")
         if algorithm not in ALGORITHMS or not (kid is None or isinstance(kid, str)):
@@ -371,6 +428,8 @@ class JwtVerifier:
                 continue
             except jwt.PyJWTError:
                 return None
+            if not _dates_are_numbers(claims):
+                return None  # PyJWT takes "exp": "1700000000"; RFC 7519 does not
             access = _access(claims, self._audience)
             self._remember(digest, _Verified(self._keys.now(), kid, algorithm, key, access))
             return access
@@ -382,7 +441,7 @@ class JwtVerifier:
         if self._keys.now() - remembered.at >= VERIFIED_SECONDS:
             return False
         expires = remembered.access.expires_at
-        if expires is not None and time.time() > expires:
+        if expires is None or time.time() > expires:
             return False
         keys = await self._keys.candidates(remembered.kid, remembered.algorithm)
         return any(key is remembered.key for key in keys)
@@ -392,6 +451,18 @@ class JwtVerifier:
         self._verified.move_to_end(digest)
         while len(self._verified) > MAXIMUM_VERIFIED:
             self._verified.popitem(last=False)
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class _PeerVerifier:
+    """A ``JwtVerifier`` for one request's address."""
+
+    verifier: JwtVerifier
+    peer: str
+
+    async def verify_token(self, token: str) -> AccessToken | None:
+        return await self.verifier.verify(token, self.peer)
 
 
 @final
@@ -408,21 +479,37 @@ class _Verified:
 
 def _access(claims: Mapping[str, Any], audience: str) -> AccessToken:
     """What a verified token's claims (or introspection answer) allow, never the token."""
-    exp = claims.get("exp")
+    exp = numeric_date(claims.get("exp"))
     return AccessToken(
         token="",
         client_id="oauth:" + _principal(claims),
         scopes=list(_scopes_of(claims.get("scope", claims.get("scp")))),
-        expires_at=int(exp) + LEEWAY_SECONDS if isinstance(exp, int) else None,
+        # Judged by its value, a fraction rounded down: never served past ``exp`` + leeway.
+        expires_at=None if exp is None else math.floor(exp) + LEEWAY_SECONDS,
         resource=audience,
+        subject=_text(claims, "sub"),
     )
+
+
+_FAILED: Final = object()
+"""What ``Introspector._seen`` holds for a token the endpoint did not answer for."""
 
 
 @final
 class Introspector:
-    """RFC 7662 introspection of opaque tokens at the issuer, remembered briefly (bounded)."""
+    """RFC 7662 introspection of opaque tokens at the issuer, remembered briefly (bounded),
+    at most ``MAXIMUM_INTROSPECTIONS`` requests in flight (``..._PER_PEER`` per address)."""
 
-    __slots__ = ("_audience", "_client", "_clock", "_credentials", "_issuer", "_seen", "_url")
+    __slots__ = (
+        "_audience",
+        "_client",
+        "_clock",
+        "_credentials",
+        "_flying",
+        "_issuer",
+        "_seen",
+        "_url",
+    )
 
     def __init__(
         self,
@@ -435,28 +522,50 @@ class Introspector:
     ) -> None:
         self._url, self._credentials, self._client, self._clock = url, credentials, client, clock
         self._issuer, self._audience = issuer, audience
-        self._seen: collections.OrderedDict[bytes, tuple[float, AccessToken | None]] = (
-            collections.OrderedDict()
-        )
+        self._seen: collections.OrderedDict[bytes, tuple[float, object]] = collections.OrderedDict()
+        self._flying: collections.Counter[str] = collections.Counter()
 
     def __len__(self) -> int:
         return len(self._seen)
 
-    async def verify_token(self, token: str) -> AccessToken | None:
+    def in_flight(self) -> int:
+        """Introspection requests being made now."""
+        return self._flying.total()
+
+    async def verify_token(self, token: str, peer: str = "-") -> AccessToken | None:
         """The token's principal and scopes, or ``None``; ``KeysUnavailable`` when the
-        endpoint does not answer."""
+        endpoint does not answer (remembered ``FAILED_INTROSPECTION_SECONDS``), and
+        ``IntrospectionBusy`` when the bounds are full."""
         digest = hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
-        now = self._clock()
         known = self._seen.get(digest)
-        if known is not None and known[0] > now:
-            return known[1]
-        answer = await self._ask(token)
+        if known is not None and known[0] > self._clock():
+            if known[1] is _FAILED:
+                raise KeysUnavailable(NO_INTROSPECTION)
+            return known[1] if isinstance(known[1], AccessToken) else None
+        if (
+            self._flying.total() >= MAXIMUM_INTROSPECTIONS
+            or self._flying[peer] >= MAXIMUM_INTROSPECTIONS_PER_PEER
+        ):
+            raise IntrospectionBusy(INTROSPECTION_BUSY)
+        self._flying[peer] += 1
+        try:
+            answer = await self._ask(token)
+        except KeysUnavailable:
+            self._remember(digest, FAILED_INTROSPECTION_SECONDS, _FAILED)
+            raise
+        finally:
+            self._flying[peer] -= 1
+            if self._flying[peer] <= 0:
+                del self._flying[peer]
         found = self._judge(answer)
-        self._seen[digest] = (now + INTROSPECTION_CACHE_SECONDS, found)
+        self._remember(digest, INTROSPECTION_CACHE_SECONDS, found)
+        return found
+
+    def _remember(self, digest: bytes, seconds: float, what: object) -> None:
+        self._seen[digest] = (self._clock() + seconds, what)
         self._seen.move_to_end(digest)
         while len(self._seen) > MAXIMUM_INTROSPECTED:
             self._seen.popitem(last=False)
-        return found
 
     async def _ask(self, token: str) -> Mapping[str, Any]:
         try:
@@ -486,10 +595,10 @@ class Introspector:
         if self._audience not in held:
             return None
         now = time.time()
-        exp, nbf = answer.get("exp"), answer.get("nbf")
-        if not isinstance(exp, int) or exp < now - LEEWAY_SECONDS:
+        exp, nbf = numeric_date(answer.get("exp")), answer.get("nbf")
+        if exp is None or exp < now - LEEWAY_SECONDS:
             return None
-        if isinstance(nbf, int) and nbf > now + LEEWAY_SECONDS:
+        if nbf is not None and (numeric_date(nbf) or math.inf) > now + LEEWAY_SECONDS:
             return None
         return _access(answer, self._audience)
 
@@ -570,6 +679,13 @@ def metadata_url(base: str) -> str:
     parts = urlsplit(base)
     path = parts.path if parts.path != "/" else ""
     return f"{parts.scheme}://{parts.netloc}/.well-known/oauth-protected-resource{path}"
+
+
+def published_resource(audience: str, url: str) -> str:
+    """The RFC 9728 ``resource`` to publish: the ``--oauth-audience`` when it is an
+    ``http(s)`` URL, else (a URN) the resource's own ``url`` (RFC 9728 §3.3: a client
+    refuses metadata whose ``resource`` is not the URL it asked about)."""
+    return audience if urlsplit(audience).scheme in ("http", "https") else url
 
 
 def metadata_document(resource: str, issuer: str) -> dict[str, Any]:

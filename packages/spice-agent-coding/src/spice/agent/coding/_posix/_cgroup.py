@@ -23,7 +23,14 @@ beneath one cgroup of the server's own (``spice-server-PID-N``, made at start) w
 ``pids.max`` is the server-wide bound: ``SERVER_PROCESSES_FACTOR`` times the per-call
 bound, never more than half the host's free PIDs (``free_pids``, read from the kernel
 at start). The kernel counts hierarchically, so all calls together never hold more.
-Where no cgroup can be made, ``Cgroups.way`` says so and the supervisor sets
+The same server cgroup (v2), or a ``spice-server-PID-N`` of the v1 ``memory`` hierarchy,
+bounds the memory of all calls together at ``max_server_memory`` (default half the host's
+memory, ``SERVER_MEMORY_DIVISOR``): the kernel charges each call's pages to it too, so
+calls in flight together cannot take more than it; past it the kernel reclaims, then
+ends the command that asks (its ``oom_score_adj`` makes it the one), never the server,
+and the call answers as one that ran out of memory. The server's cgroups are removed
+when it exits (``atexit``; a killed server's at the next start). Where no cgroup can be
+made, ``Cgroups.way`` says so and the supervisor sets
 ``RLIMIT_NPROC`` for the command (a non-root server only: root is not held to it) to
 the smaller of the two bounds: it counts all of the user's processes, so it bounds
 every call together too.
@@ -31,6 +38,7 @@ every call together too.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import itertools
 import os
@@ -46,10 +54,12 @@ __all__ = [
     "END_BOUND_SECONDS",
     "FREE_PIDS_DIVISOR",
     "MAX_DEFAULT_MEMORY_BYTES",
+    "SERVER_MEMORY_DIVISOR",
     "SERVER_PROCESSES_FACTOR",
     "CallCgroup",
     "Cgroups",
     "default_max_memory",
+    "default_server_memory",
     "free_pids",
     "resolve_cgroups",
     "server_processes",
@@ -60,6 +70,9 @@ SERVER_PROCESSES_FACTOR: Final = 4
 
 FREE_PIDS_DIVISOR: Final = 2
 """The server-wide process bound is at most the host's free PIDs divided by this."""
+
+SERVER_MEMORY_DIVISOR: Final = 2
+"""The default server-wide memory bound is the machine's memory divided by this (half)."""
 
 MAX_DEFAULT_MEMORY_BYTES: Final = 16 * 1024**3
 """The default memory bound is a quarter of the machine's memory, at most this."""
@@ -86,6 +99,15 @@ def default_max_memory() -> int:
     except (ValueError, OSError, AttributeError):
         return MAX_DEFAULT_MEMORY_BYTES
     return max(MIN_MEMORY_BYTES, min(MAX_DEFAULT_MEMORY_BYTES, total // 4))
+
+
+def default_server_memory() -> int:
+    """Half the machine's memory (``MAX_DEFAULT_MEMORY_BYTES`` where it cannot be read)."""
+    try:
+        total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return MAX_DEFAULT_MEMORY_BYTES
+    return max(MIN_MEMORY_BYTES, total // SERVER_MEMORY_DIVISOR)
 
 
 def _read(path: str) -> str:
@@ -253,6 +275,7 @@ class Cgroups:
     freezer: str | None = None
     reason: str | None = "not resolved"
     max_server_processes: int = SERVER_PROCESSES_FACTOR * DEFAULT_MAX_PROCESSES
+    max_server_memory: int = field(default_factory=default_server_memory)
 
     @property
     def made(self) -> bool:
@@ -295,6 +318,7 @@ class Cgroups:
             "server_processes": self.max_server_processes,
             "server_bounded": self.server_way(),
             "memory_bytes": self.max_memory,
+            "server_memory_bytes": self.max_server_memory if self.made else None,
             "cgroup": self.version,
             "bounded": self.way(),
             **({"reason": self.reason} if self.reason is not None else {}),
@@ -375,21 +399,34 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _server_cgroup(parent: str, bound: int, *, v2: bool) -> str:
-    """The server's own cgroup beneath ``parent``, its ``pids.max`` at ``bound`` (v2: its
-    children get the pids and memory controllers); ``OSError``, nothing left, when it
-    cannot be made."""
+def _server_cgroup(parent: str, bound: int | None, memory: int | None, *, v2: bool) -> str:
+    """The server's own cgroup beneath ``parent``, its ``pids.max`` at ``bound`` (``None``:
+    a v1 memory one) and its memory at ``memory`` (v2: its children get the pids and memory
+    controllers); ``OSError``, nothing left, when it cannot be made."""
     path = os.path.join(parent, f"{_SERVER_PREFIX}{os.getpid()}-{next(_numbers)}")
     os.mkdir(path, 0o755)
     try:
         if v2:
             _write(os.path.join(path, "cgroup.subtree_control"), "+pids +memory")
-        _write(os.path.join(path, "pids.max"), str(bound))
+        if bound is not None:
+            _write(os.path.join(path, "pids.max"), str(bound))
+        if memory is not None:
+            name = "memory.max" if v2 else "memory.limit_in_bytes"
+            _write(os.path.join(path, name), str(memory))
     except OSError:
         with contextlib.suppress(OSError):
             os.rmdir(path)
         raise
+    atexit.register(_remove_at_exit, path)
     return path
+
+
+def _remove_at_exit(path: str) -> None:
+    """The server's cgroup, removed as the server exits (left when a process holds it:
+    the next start's ``_remove_stale`` takes it then)."""
+    _remove_stale([path])
+    with contextlib.suppress(OSError):
+        os.rmdir(path)
 
 
 def _probe(parents: Iterable[str]) -> bool:
@@ -413,6 +450,8 @@ def resolve_cgroups(
     max_processes: int = DEFAULT_MAX_PROCESSES,
     max_memory: int | None = None,
     reader: Callable[[str], str] = _read,
+    *,
+    server_memory: int | None = None,
 ) -> Cgroups:
     """Where each call's cgroup is made here (v2, else v1), probed once at start.
 
@@ -420,7 +459,8 @@ def resolve_cgroups(
     PID figures (a seam for the tests' hosts). Where cgroups are made, the server's own
     cgroup is made beneath the first parent, bounded server-wide (``server_processes``).
     """
-    memory = default_max_memory() if max_memory is None else max_memory
+    whole = default_server_memory() if server_memory is None else server_memory
+    memory = min(default_max_memory(), whole) if max_memory is None else max_memory
     try:
         own = _own_cgroups(reader(_CGROUP_FILE))
         mounts = _mount_points(reader(_MOUNTS_FILE))
@@ -442,8 +482,8 @@ def resolve_cgroups(
             _remove_stale([base])
             server = server_processes(max_processes, free_pids(reader, base))
             with contextlib.suppress(OSError):
-                top = _server_cgroup(base, server, v2=True)
-                return Cgroups(max_processes, memory, "v2", (top,), None, None, server)
+                top = _server_cgroup(base, server, whole, v2=True)
+                return Cgroups(max_processes, memory, "v2", (top,), None, None, server, whole)
     if all(c in own and c in mounts for c in _V1_CONTROLLERS):
         parents = tuple(os.path.join(mounts[c], own[c].lstrip("/")) for c in _V1_CONTROLLERS)
         server = server_processes(max_processes, free_pids(reader, parents[0]))
@@ -454,9 +494,14 @@ def resolve_cgroups(
         if _probe(parents):
             _remove_stale([*parents, *((freezer,) if freezer is not None else ())])
             with contextlib.suppress(OSError):
-                top = _server_cgroup(parents[0], server, v2=False)
+                top = _server_cgroup(parents[0], server, None, v2=False)
+                try:
+                    pool = _server_cgroup(parents[1], None, whole, v2=False)
+                except OSError:
+                    _remove_at_exit(top)
+                    raise
                 return Cgroups(
-                    max_processes, memory, "v1", (top, *parents[1:]), freezer, None, server
+                    max_processes, memory, "v1", (top, pool), freezer, None, server, whole
                 )
         return Cgroups(
             max_processes,

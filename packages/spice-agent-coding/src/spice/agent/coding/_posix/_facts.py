@@ -33,6 +33,7 @@ from ._caches import (
     claim,
     user_cache_directory,
 )
+from ._masked import MASKED_FILES, masked_copies
 from ._plan import CACHE_DIRECTORIES, Place, StartFacts
 from ._stage._stage import NO_NAMESPACES, StagePlace, stage_place
 
@@ -64,6 +65,8 @@ MAXIMUM_PATH_DIRECTORIES: Final = 32
 """At most this many ``PATH`` directories beneath the home are shown to commands."""
 
 _EMPTY: Final = ".empty"
+_MASKED: Final = "masked"
+"""Beside the empty templates: the masked copies of shown home files (``_masked``)."""
 # POSIX-only flags with a default: the module imports on Windows, which never runs it.
 # O_PATH (Linux) needs only search permission, like the kernel's own path walk.
 _STEP_FLAGS: Final = (
@@ -473,6 +476,15 @@ def start_facts(
         else StagePlace(None, NO_NAMESPACES)
     )
     journal, refusal = _journal(root, source) if place.staged else (None, None)
+    masked: tuple[tuple[str, str], ...] = ()
+    if home is not None and empty_file is not None:
+        try:
+            masked = masked_copies(
+                home, os.path.join(os.path.dirname(empty_file), _MASKED), empty_file
+            )
+        except OSError:
+            existing = [os.path.join(home, name) for name in MASKED_FILES]
+            masked = tuple((empty_file, path) for path in existing if os.path.isfile(path))
     return StartFacts(
         places,
         home,
@@ -491,6 +503,7 @@ def start_facts(
         place.reason,
         journal,
         refusal,
+        masked,
     )
 
 

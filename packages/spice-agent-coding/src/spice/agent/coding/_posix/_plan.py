@@ -205,6 +205,9 @@ class StartFacts:
     journal_refusal: str | None = None
     """Why the journal cannot be written: every staged call is refused with it, before its
     command runs (one line naming the place)."""
+    masked: tuple[tuple[str, str], ...] = ()
+    """``(copy, original)``: the shown home files whose credentials are masked (``_masked``),
+    each copy bound read-only over its original (namespaces)."""
 
     @property
     def root(self) -> str:
@@ -248,6 +251,9 @@ class CallPlan:
     shown: tuple[str, ...] = ()
     """Paths bound read-only on themselves before the writable places: what a command
     sees of the hidden home, and the host's CA files."""
+    masked: tuple[tuple[str, str], ...] = ()
+    """``(copy, original)`` bound read-only after ``shown``: a shown file's credentials
+    masked (``_masked``)."""
 
     @property
     def mount_points(self) -> tuple[Mask, ...]:
@@ -276,6 +282,7 @@ class CallPlan:
         if not self.namespaces:
             raise ValueError("a plan without namespaces has no bwrap argv")
         binds: list[tuple[str, str, bool]] = [(path, path, False) for path in self.shown]
+        binds += [(copy, original, False) for copy, original in self.masked]
         binds += [(path, path, True) for path in self.writable]
         binds += [(source, destination, True) for source, destination in self.caches]
         binds += [(path, path, True) for path in self.pinned]
@@ -526,6 +533,11 @@ def plan_call(
     pinned = [p for p in pinned if not any(_beneath(p, other) for other in kept)]
     home, shown = _home(facts, writable, kind)
     masks += _hidden(facts, writable, kind, {mask.path for mask in masks}, home, shown)
+    masked = tuple(
+        (copy, original)
+        for copy, original in facts.masked
+        if any(_beneath(original, path) for path in shown)
+    )
     return CallPlan(
         namespaces=True,
         allow_network=allow_network,
@@ -542,6 +554,7 @@ def plan_call(
         proxy=proxy,
         home=home,
         shown=shown,
+        masked=masked,
     )
 
 

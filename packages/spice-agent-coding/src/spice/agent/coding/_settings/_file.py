@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Final, final
 
 __all__ = [
+    "DEFAULT_BENEATH",
     "DEFAULT_RELATIVE",
     "KEYS",
     "MAXIMUM_LIST_ITEMS",
@@ -41,6 +42,7 @@ __all__ = [
     "SettingsFileError",
     "checked_rules",
     "default_settings_path",
+    "lies_beneath",
     "open_settings_file",
     "parse_rules",
     "placement_problem",
@@ -55,6 +57,13 @@ DEFAULT_RELATIVE: Final = os.path.join("spice-coding", "settings.toml")
 
 MAXIMUM_SETTINGS_BYTES: Final = 65_536
 """A settings file is at most this large (a larger one refuses calls)."""
+
+DEFAULT_BENEATH: Final = (
+    "the settings file %s lies beneath the worktree or a writable place: a command could "
+    "write it, so it is not used; name one outside with --settings"
+)
+"""The warning when the *default* settings path lies where a command could write it (a
+HOME inside the worktree): that file is ignored; a named one there stops the start."""
 
 MAXIMUM_LIST_ITEMS: Final = 256
 """A list in the settings file has at most this many items."""
@@ -263,12 +272,18 @@ def _beneath(path: str, place: str) -> bool:
     return path == place or path.startswith(place.rstrip(os.sep) + os.sep)
 
 
+def lies_beneath(path: str, places: tuple[str, ...]) -> bool:
+    """Whether ``path`` (links resolved) is one of ``places`` or beneath one."""
+    real = os.path.realpath(path)
+    return any(_beneath(real, os.path.realpath(place)) for place in places)
+
+
 def placement_problem(path: str, places: tuple[str, ...]) -> str | None:
     """Why the settings file at ``path`` may not be used (``None``: it may): beneath one of
     ``places`` (the root, the writable places), not a regular file, not the user's, or
     writable by group or others (it or its directory)."""
     real = os.path.realpath(path)
-    if any(_beneath(real, os.path.realpath(place)) for place in places):
+    if lies_beneath(path, places):
         return f"the settings file {path} lies beneath the worktree or a writable place"
     try:
         info = os.stat(real)

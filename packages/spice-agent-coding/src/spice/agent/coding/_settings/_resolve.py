@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import logging
 import os
 import re
 from collections.abc import Mapping
@@ -28,26 +29,8 @@ from typing import Final, final
 from spice.agent.tools.coding import Config
 
 from .._compose import UNUSABLE_ROOT, resolve_config
-from .._mcp._http_settings import (
-    DEFAULT_CALLS_PER_MINUTE,
-    DEFAULT_HTTP_HOST,
-    DEFAULT_HTTP_PATH,
-    DEFAULT_HTTP_PORT,
-    DEFAULT_MAX_CONCURRENT_CALLS,
-    DEFAULT_SHUTDOWN_GRACE,
-    MAXIMUM_ALLOWED_ORIGINS,
-    MAXIMUM_CALLS_PER_MINUTE,
-    MAXIMUM_CONCURRENT_CALLS,
-    MAXIMUM_SHUTDOWN_GRACE,
-    MAXIMUM_URL_LENGTH,
-    OAUTH_FIELDS,
-    OAUTH_FLAGS,
-    HttpSettings,
-    access_problem,
-)
 from .._netpolicy._domains import PRESETS, DomainPolicy, PatternError, parse_patterns, policy_of
 from .._netpolicy._hostconfig import HOST_VARIABLES, read_host_configuration
-from .._netpolicy._loopback import is_loopback
 from .._platform import SandboxRequest
 from .._sandbox import (
     DEFAULT_MAX_PROCESSES,
@@ -58,11 +41,13 @@ from .._sandbox import (
     parse_mode,
 )
 from ._file import (
+    DEFAULT_BENEATH,
     SETTINGS_VARIABLE,
     FileRules,
     SettingsFile,
     SettingsFileError,
     checked_rules,
+    lies_beneath,
     open_settings_file,
     settings_path,
 )
@@ -82,8 +67,10 @@ from ._values import (
     deny_read,
     filed_writes,
     from_file,
+    host_memory,
     max_memory,
     max_processes,
+    server_memory_problem,
 )
 
 __all__ = [
@@ -98,9 +85,7 @@ __all__ = [
     "Flags",
     "Settings",
     "add_arguments",
-    "add_serve_arguments",
     "flags_of",
-    "resolve_http",
     "resolve_settings",
 ]
 
@@ -112,11 +97,13 @@ MAX_EDIT_BYTES_VARIABLE: Final = "SPICE_AGENT_MAX_EDIT_BYTES"
 ALLOW_NETWORK_VARIABLE: Final = "SPICE_AGENT_ALLOW_NETWORK"
 MAX_PROCESSES_VARIABLE: Final = "SPICE_AGENT_MAX_PROCESSES"
 MAX_MEMORY_VARIABLE: Final = "SPICE_AGENT_MAX_MEMORY"
+MAX_SERVER_MEMORY_VARIABLE: Final = "SPICE_AGENT_MAX_SERVER_MEMORY"
 
 ALLOW_DOMAINS_VARIABLE: Final = "SPICE_AGENT_ALLOW_DOMAINS"
 ALLOW_PRIVATE_ADDRESS_VARIABLE: Final = "SPICE_AGENT_ALLOW_PRIVATE_ADDRESS"
 
 
+_log = logging.getLogger("spice.agent.coding")
 _WHOLE: Final = re.compile(r"[0-9]+")
 _DECIMAL: Final = re.compile(r"[0-9]+(?:\.[0-9]*)?|\.[0-9]+")
 _TRUE: Final = frozenset({"1", "true", "yes", "on"})
@@ -165,6 +152,7 @@ class Flags:
     allow_write: tuple[str, ...] = ()
     max_processes: str | None = None
     max_memory: str | None = None
+    max_server_memory: str | None = None
     allow_domain: tuple[str, ...] = ()
     allow_private_address: bool = False
 
@@ -205,6 +193,8 @@ class Settings:
     """``(rule, where it came from)``: a flag, a variable, the settings file, the host's
     configuration; ``tools`` shows them."""
     journal: JournalBounds = dataclasses.field(default_factory=JournalBounds)
+    max_server_memory: int | None = None
+    """Bytes all calls together may use (``None``: half the host's memory)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.config, Config):
@@ -234,6 +224,7 @@ class Settings:
             self.domains,
             self.unprotect,
             self.config.protected_paths,
+            max_server_memory=self.max_server_memory,
         )
 
 
@@ -312,6 +303,14 @@ def add_arguments(parser: argparse.ArgumentParser, *, after_command: bool) -> No
         "quarter of the machine's memory, at most 16G)",
     )
     parser.add_argument(
+        "--max-server-memory",
+        metavar="SIZE",
+        dest="max_server_memory" + suffix,
+        default=default,
+        help="memory all calls together may use (the server's own cgroup), at least "
+        f"--max-memory (default ${MAX_SERVER_MEMORY_VARIABLE}, else half the machine's)",
+    )
+    parser.add_argument(
         _DENY_READ_FLAG,
         metavar="PATH",
         action="append",
@@ -388,6 +387,7 @@ def flags_of(options: argparse.Namespace) -> Flags:
         allow_write=tuple(allow_write),
         max_processes=text("max_processes"),
         max_memory=text("max_memory"),
+        max_server_memory=text("max_server_memory"),
         deny_read=tuple(deny_read),
         allow_read=tuple(allow_read),
         settings=text("settings"),
@@ -478,8 +478,20 @@ def resolve_settings(
     memory = _chosen(flags.max_memory, "--max-memory", source, MAX_MEMORY_VARIABLE)
     if memory is None and rules.max_memory is not None:
         memory = (rules.max_memory, rules.where("max_memory"))
-    for key, chosen in (("max_processes", processes), ("max_memory", memory)):
+    server = _chosen(
+        flags.max_server_memory, "--max-server-memory", source, MAX_SERVER_MEMORY_VARIABLE
+    )
+    bounds = (("max_processes", processes), ("max_memory", memory))
+    for key, chosen in (*bounds, ("max_server_memory", server)):
         said += [] if chosen is None else [(f"{key} {chosen[0].strip()}", chosen[1])]
+    per_call, whole = max_memory(memory), max_memory(server)
+    problem = server_memory_problem(
+        None if per_call is None or memory is None else (per_call, memory[1]),
+        None if whole is None or server is None else (whole, server[1]),
+        host_memory(),
+    )
+    if problem is not None:
+        raise SettingsError(problem)
     domains = _domains(flags, source, rules, said)
     return Settings(
         config,
@@ -487,7 +499,7 @@ def resolve_settings(
         _allow_network(flags, source),
         tuple(dict.fromkeys((*writes, *writes_filed))),
         max_processes(processes),
-        max_memory(memory),
+        per_call,
         tuple(dict.fromkeys((*denied, *denied_filed))),
         tuple(dict.fromkeys((*shown, *shown_filed))),
         domains,
@@ -495,6 +507,7 @@ def resolve_settings(
         watched,
         tuple(said),
         journal_bounds(flags.journal_max_bytes, flags.journal_max_age, rules),
+        whole,
     )
 
 
@@ -508,7 +521,14 @@ def _rules(
         if file is not None:
             return checked_rules(file), file.path
         path, named = settings_path(flags.settings, source, home_directory(source))
-        opened = open_settings_file(path, named, (root, *flags.allow_write))
+        places = (root, *flags.allow_write)
+        if path is not None and not named and lies_beneath(path, places):
+            # The default place is inside the worktree (a HOME there): a command could
+            # write it, so it is never used nor watched, and it blocks nothing (R6-14).
+            if os.path.lexists(path):
+                _log.warning(DEFAULT_BENEATH, path)
+            return FileRules(), None
+        opened = open_settings_file(path, named, places)
         watched = path if path is not None and os.path.isabs(path) else None
         return checked_rules(opened), watched
     except SettingsFileError as error:
@@ -627,151 +647,3 @@ def _domains(
         said += [(f"allow_domains {host}", f"preset {name}") for host in PRESETS[name]]
     said += [(f"allow_domains {p}", f"host configuration: {w}") for p, w in policy.origins]
     return policy
-
-
-STDIO: Final = "stdio"
-HTTP: Final = "http"
-_HTTP_PATH: Final = re.compile(r"(/[A-Za-z0-9._~-]+)+")
-_ORIGIN: Final = re.compile(
-    r"https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?|https?://\[[0-9A-Fa-f:.]+\](:[0-9]{1,5})?"
-)
-
-
-_SERVE_FLAGS: Final = (
-    ("--transport", "{stdio,http}", "serve over stdin/stdout (default) or streamable HTTP"),
-    ("--host", "ADDR", f"HTTP: the address to listen on (default {DEFAULT_HTTP_HOST})"),
-    ("--port", "N", f"HTTP: the port, 0 picks one (default {DEFAULT_HTTP_PORT})"),
-    ("--path", "PATH", f"HTTP: the endpoint's path (default {DEFAULT_HTTP_PATH})"),
-    ("--token-file", "PATH", "HTTP: the token file (NAME SCOPES SHA256 [NOT-AFTER] lines)"),
-    *OAUTH_FLAGS,
-    ("--public-url", "URL", "HTTP: the URL clients use (a TLS proxy's https:// URL)"),
-    ("--allowed-origin", "ORIGIN", "HTTP: a browser Origin to accept too (repeatable)"),
-    (
-        "--max-concurrent-calls",
-        "N",
-        f"HTTP: calls in flight (default {DEFAULT_MAX_CONCURRENT_CALLS})",
-    ),
-    ("--max-calls-per-minute", "N", f"HTTP: per token (default {DEFAULT_CALLS_PER_MINUTE})"),
-    ("--audit-log", "PATH", "HTTP: append the audit lines to PATH (mode 0600), not stderr"),
-    ("--shutdown-grace", "SECONDS", "HTTP: how long calls may finish after SIGTERM (default 5)"),
-)
-_SERVE_SWITCHES: Final = (
-    ("--insecure-no-auth", "HTTP on a loopback address only: no token, every scope"),
-    ("--allow-remote", "HTTP: allow a non-loopback --host"),
-    ("--allow-uncontained-shell", "HTTP: serve shell even where commands run uncontained"),
-)
-
-
-def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options of ``serve`` alone: the transport and HTTP's (no variables, no secrets)."""
-    for flag, metavar, text in _SERVE_FLAGS:
-        repeat = flag == "--allowed-origin"
-        parser.add_argument(
-            flag,
-            metavar=metavar,
-            help=text,
-            action="append" if repeat else "store",
-            default=[] if repeat else None,
-        )
-    for flag, text in _SERVE_SWITCHES:
-        parser.add_argument(flag, action="store_true", help=text)
-
-
-def _address(host: str) -> object | None:
-    """``host`` as an IP address, or ``None`` when it is not one."""
-    import ipaddress  # noqa: PLC0415 - only serve --transport http parses addresses
-
-    try:
-        return ipaddress.ip_address(host)
-    except ValueError:
-        return None
-
-
-def _bounded(text: str | None, flag: str, low: int, high: int, default: int) -> int:
-    if text is None:
-        return default
-    cleaned = text.strip()
-    if len(cleaned) > MAXIMUM_VALUE_LENGTH or _WHOLE.fullmatch(cleaned) is None:
-        raise SettingsError(f"{flag} must be a whole number")
-    if not low <= int(cleaned) <= high:
-        raise SettingsError(f"{flag} must be between {low} and {high}")
-    return int(cleaned)
-
-
-def resolve_http(options: argparse.Namespace) -> HttpSettings | None:
-    """The HTTP settings of ``serve``'s parsed options, or ``None`` for stdio.
-
-    Raises ``SettingsError`` (one fixed line naming the flag) for a bad value, an HTTP flag
-    with ``--transport stdio``, neither or both of ``--token-file`` and
-    ``--insecure-no-auth``, ``--insecure-no-auth`` off loopback, or a non-loopback
-    ``--host`` without ``--allow-remote``.
-    """
-    values = vars(options)
-    transport = _keyword(values.get("transport") or STDIO)
-    if transport not in (STDIO, HTTP):
-        raise SettingsError("--transport must be stdio or http")
-    if transport == STDIO:
-        given = [f for f, _, _ in _SERVE_FLAGS[1:] if values.get(f[2:].replace("-", "_"))]
-        given += [f for f, _ in _SERVE_SWITCHES if values.get(f[2:].replace("-", "_"))]
-        if given:
-            raise SettingsError(f"{given[0]} needs --transport http")
-        return None
-    host = (values.get("host") or DEFAULT_HTTP_HOST).strip()
-    host = "127.0.0.1" if host == "localhost" else host
-    if len(host) > MAXIMUM_VALUE_LENGTH * 2 or _address(host) is None:
-        raise SettingsError("--host must be an IP address or localhost")
-    path = values.get("path") or DEFAULT_HTTP_PATH
-    if len(path) > 256 or _HTTP_PATH.fullmatch(path) is None:
-        raise SettingsError("--path must be /NAME[/NAME...] of letters, digits, . _ ~ -")
-    token_file, no_auth = values.get("token_file"), bool(values.get("insecure_no_auth"))
-    oauth = {f: values.get(f) for f in OAUTH_FIELDS}
-    if (problem := access_problem(token_file is not None, no_auth, oauth)) is not None:
-        raise SettingsError(problem)
-    if no_auth and not is_loopback(host):
-        raise SettingsError("--insecure-no-auth is allowed only with a loopback --host")
-    if not is_loopback(host) and not values.get("allow_remote"):
-        raise SettingsError("a non-loopback --host needs --allow-remote")
-    public = values.get("public_url")
-    if public is not None and (
-        len(public) > MAXIMUM_URL_LENGTH or _ORIGIN.match(public) is None or "@" in public
-    ):
-        raise SettingsError("--public-url must be an http:// or https:// URL without a user")
-    origins = tuple(values.get("allowed_origin") or ())
-    if len(origins) > MAXIMUM_ALLOWED_ORIGINS or not all(
-        len(o) <= MAXIMUM_URL_LENGTH and _ORIGIN.fullmatch(o) for o in origins
-    ):
-        raise SettingsError("--allowed-origin takes SCHEME://HOST[:PORT] (at most 32 of them)")
-    grace = values.get("shutdown_grace")
-    seconds = DEFAULT_SHUTDOWN_GRACE if grace is None else _seconds(grace, "--shutdown-grace")
-    if not 0 < seconds <= MAXIMUM_SHUTDOWN_GRACE:
-        raise SettingsError(
-            f"--shutdown-grace must be above 0 and at most {MAXIMUM_SHUTDOWN_GRACE:g}"
-        )
-    return HttpSettings(
-        host=host,
-        port=_bounded(values.get("port"), "--port", 0, 65_535, DEFAULT_HTTP_PORT),
-        path=path,
-        token_file=token_file,
-        insecure_no_auth=no_auth,
-        **oauth,  # type: ignore[arg-type]
-        allow_remote=bool(values.get("allow_remote")),
-        public_url=public,
-        allowed_origins=origins,
-        allow_uncontained_shell=bool(values.get("allow_uncontained_shell")),
-        max_concurrent_calls=_bounded(
-            values.get("max_concurrent_calls"),
-            "--max-concurrent-calls",
-            1,
-            MAXIMUM_CONCURRENT_CALLS,
-            DEFAULT_MAX_CONCURRENT_CALLS,
-        ),
-        rate=_bounded(
-            values.get("max_calls_per_minute"),
-            "--max-calls-per-minute",
-            1,
-            MAXIMUM_CALLS_PER_MINUTE,
-            DEFAULT_CALLS_PER_MINUTE,
-        ),
-        audit_log=values.get("audit_log"),
-        shutdown_grace=seconds,
-    )

@@ -46,9 +46,11 @@ __all__ = [
     "deny_read",
     "filed_writes",
     "from_file",
+    "host_memory",
     "link_in_writable_place",
     "max_memory",
     "max_processes",
+    "server_memory_problem",
 ]
 
 ALLOW_ENV_VARIABLE: Final = "SPICE_AGENT_ALLOW_ENV"
@@ -60,6 +62,10 @@ MAXIMUM_PROCESSES: Final = 4_194_304
 """``--max-processes`` is at most the kernel's own PID limit (``PID_MAX_LIMIT``)."""
 MAXIMUM_MEMORY_BYTES: Final = 1 << 50
 """``--max-memory`` is at most 1 PiB (no huge-integer bound reaches the kernel)."""
+SERVER_MEMORY_DIVISOR: Final = 2
+"""The default server-wide memory bound is the host's memory divided by this (half)."""
+CALL_MEMORY_DIVISOR: Final = 4
+"""The default per-call bound is the host's memory divided by this (``_cgroup``)."""
 MAXIMUM_ALLOW_WRITE: Final = 32
 """At most this many ``--allow-write`` directories."""
 MAXIMUM_ALLOWED_NAMES: Final = 64
@@ -212,6 +218,38 @@ def max_memory(chosen: tuple[str, str] | None) -> int | None:
     if not MIN_MEMORY_BYTES <= value <= MAXIMUM_MEMORY_BYTES:
         raise SettingsError(f"{origin} must be at least 16M and at most 1P")
     return value
+
+
+def host_memory() -> int | None:
+    """The host's memory in bytes (``None`` where it cannot be read)."""
+    try:
+        total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+    return total if total > 0 else None
+
+
+def server_memory_problem(
+    per_call: tuple[int, str] | None, server: tuple[int, str] | None, host: int | None
+) -> str | None:
+    """Why the memory bounds do not go together (one line naming both numbers), or
+    ``None``: ``(bytes, where it came from)`` of the per-call and the server-wide bound
+    (``None``: the default) and the host's memory (``None``: unknown, nothing judged)."""
+    if host is None:
+        return None
+    if server is not None and server[0] > host:
+        return (
+            f"{server[1]} ({server[0]} bytes) is above the host's memory ({host} bytes): "
+            "calls together could ask for more than the host has"
+        )
+    bound, named = server if server is not None else (host // SERVER_MEMORY_DIVISOR, None)
+    if per_call is not None and per_call[0] > bound:
+        where = named or "the default server-wide bound, half the host's memory"
+        return (
+            f"{per_call[1]} ({per_call[0]} bytes) is above {where} ({bound} bytes); "
+            "lower it, or raise --max-server-memory"
+        )
+    return None
 
 
 def deny_read(from_flags: tuple[str, ...], root: str) -> tuple[str, ...]:

@@ -54,8 +54,6 @@ import os
 import shutil
 import socket
 import stat
-import tempfile
-import time
 from collections.abc import Sequence
 from typing import Final, final
 
@@ -93,6 +91,12 @@ from ._admission import (
 )
 from ._peer import from_tree
 from ._relay import CHUNK_BYTES, relay
+from ._stale import (
+    _SOCKET_NAME,
+    _release,
+    _socket_directory,
+    remove_stale,
+)
 
 __all__ = [
     "CLOSE_BOUND_SECONDS",
@@ -159,11 +163,6 @@ NO_PROXY: Final = "localhost,127.0.0.1,::1"
 """The call's own loopback is reached directly (a test suite's local servers)."""
 
 PROXY_VARIABLES: Final = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY")
-
-_SOCKET_NAME: Final = "proxy.sock"
-_DIRECTORY_PREFIX: Final = "spice-proxy-"
-_UNIX_PATH_BYTES: Final = 100
-"""A UNIX socket's path must fit ``sun_path`` (108 bytes); this leaves room."""
 
 _log = logging.getLogger("spice.agent.coding.proxy")
 
@@ -297,75 +296,6 @@ class Proxy:
         return True
 
 
-SOCKET_BASE: Final = "/tmp"  # noqa: S108 - each call's private /tmp hides it from commands
-"""Where the calls' socket directories are made: the host's ``/tmp``, which every call's
-private ``/tmp`` hides, so that no command sees another call's proxy socket (only its
-own, bound at ``_bridge.SOCKET``). Elsewhere (an unusable ``/tmp``) the temporary
-directory, when its path is short enough for ``sun_path``."""
-
-
-MAXIMUM_STALE_CHECKED: Final = 256
-"""At most this many leftover socket directories are looked at when a proxy is made."""
-
-STALE_EMPTY_SECONDS: Final = 60.0
-"""A socket directory without its socket this old is a leftover of a start that died."""
-
-
-def remove_stale(base: str = SOCKET_BASE) -> int:
-    """Remove the socket directories that killed servers left in ``base``; how many.
-
-    Only this user's directories with the proxy's prefix, mode 0700: one whose socket
-    refuses a connection (nobody listens: its server is dead), or one without a socket
-    made more than ``STALE_EMPTY_SECONDS`` ago. A live server's socket accepts (the
-    probe connection is closed at once, before any head: that proxy drops it).
-    """
-    removed = 0
-    try:
-        names = sorted(n for n in os.listdir(base) if n.startswith(_DIRECTORY_PREFIX))
-    except OSError:
-        return 0
-    for name in names[:MAXIMUM_STALE_CHECKED]:
-        directory = os.path.join(base, name)
-        try:
-            info = os.lstat(directory)
-        except OSError:
-            continue
-        if info.st_uid != os.getuid() or info.st_mode & 0o7777 != 0o700:
-            continue
-        if not stat.S_ISDIR(info.st_mode) or not _stale(directory, info.st_mtime):
-            continue
-        shutil.rmtree(directory, ignore_errors=True)
-        removed += not os.path.lexists(directory)
-    return removed
-
-
-def _stale(directory: str, made: float) -> bool:
-    path = os.path.join(directory, _SOCKET_NAME)
-    if not os.path.lexists(path):
-        return time.time() - made > STALE_EMPTY_SECONDS
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    probe.setblocking(False)  # noqa: FBT003 - socket's positional flag
-    try:
-        probe.connect(path)
-    except (ConnectionRefusedError, FileNotFoundError):
-        return True
-    except OSError:
-        return False  # busy (a full backlog) or unknown: not proven dead
-    finally:
-        probe.close()
-    return False
-
-
-def _socket_directory() -> str:
-    try:
-        return tempfile.mkdtemp(prefix=_DIRECTORY_PREFIX, dir=SOCKET_BASE)
-    except OSError:
-        base = tempfile.gettempdir()
-        if len(os.fsencode(base)) + 40 > _UNIX_PATH_BYTES:
-            raise
-        return tempfile.mkdtemp(prefix=_DIRECTORY_PREFIX, dir=base)
-
-
 @final
 class CallProxy(Refusals):
     """One call's listener and connections; ``close`` when the call ends."""
@@ -374,6 +304,7 @@ class CallProxy(Refusals):
         super().__init__()
         self._proxy = proxy
         self._listener: socket.socket | None = None
+        self._lock: int | None = None  # the directory's lock, held while the call runs
         self._retry: asyncio.TimerHandle | None = None
         self._tasks: dict[asyncio.Future[None], bool] = {}
         """Each connection's task (in the order they came) and whether it relays yet."""
@@ -406,7 +337,7 @@ class CallProxy(Refusals):
     async def open(self) -> None:
         """Listen, then put the socket in place: another server's ``remove_stale`` never
         finds it bound but not yet listening (refused: taken for a dead server's)."""
-        self.directory = _socket_directory()
+        self.directory, self._lock = _socket_directory()
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             listener.bind(self.path + ".new")
@@ -449,6 +380,7 @@ class CallProxy(Refusals):
             self._listener.close()
         if self.directory is not None:
             shutil.rmtree(self.directory, ignore_errors=True)
+        _release(self._lock)
         if self.refused_count > len(self.refused):
             _log.warning(
                 "proxy: one call's connections were refused %d times in all", self.refused_count
