@@ -94,6 +94,15 @@ async def test_a_failing_argv_without_a_glob_gets_no_glob_hint(tmp_path: Path) -
 
 
 @posix_only
+async def test_a_program_s_own_text_after_c_is_not_a_glob(tmp_path: Path) -> None:
+    """Issue 47: ``python -c`` code holding ``sys.argv[1:]`` failed for another reason and
+    got the glob hint; code after ``-c``/``-e`` is not a file pattern."""
+    code = "import sys; print(sys.argv[1:]); sys.exit(3)"
+    answer = await shell(tmp_path, [sys.executable, "-c", code, "x"])
+    assert ("command_failed", EXITED, 3) == (answer["code"], answer["message"], answer["exit_code"])
+
+
+@posix_only
 async def test_a_glob_as_the_program_is_told_too(tmp_path: Path) -> None:
     answer = await shell(tmp_path, ["*.sh"])
     assert ("command_not_found", NOT_FOUND + GLOB) == (answer["code"], answer["message"])
