@@ -111,6 +111,9 @@ class SandboxRequest:
     protected: ProtectedPaths = ProtectedPaths.default()  # noqa: RUF009 - a frozen value
     """The paths no agent may change (contract 12.1): the same value as the tools'
     ``Config.protected_paths``, obeyed by the sandbox's plan and its join."""
+    ca_files: tuple[str, ...] = ()
+    """The settings file's PEM files: the commands' CA bundle joins them to the host's
+    store (contract 13.4)."""
 
 
 def platform_launcher(
@@ -155,6 +158,7 @@ def platform_launcher(
                 allow_read=request.allow_read,
                 cache=True,
                 protected=request.protected,
+                ca_files=request.ca_files,
             )
         except CacheUnavailable as error:
             raise ContainmentUnavailable(str(error)) from None

@@ -43,6 +43,7 @@ from typing import Final, final
 
 from spice.agent.tools.coding import ProtectedPaths
 
+from .._netpolicy._cabundle import BUNDLE_VARIABLES
 from .._sandbox import CREDENTIALS, HOME_SHOWN
 from . import _bwrap
 from ._net._proxy import proxy_environment
@@ -193,6 +194,10 @@ class StartFacts:
     configures in files a command does not see (``.npmrc``'s registry)."""
     protected: ProtectedPaths = ProtectedPaths.default()  # noqa: RUF009 - a frozen value
     records: str | None = None
+    ca_bundle: str | None = None
+    """The CA bundle (the host's store and the settings file's ``ca_files``, contract 13.4)
+    every CA file variable names, whatever the server's environment said; ``None``: the
+    host's variables as they are."""
 
     @property
     def root(self) -> str:
@@ -453,6 +458,8 @@ def plan_call(
         ]
     present = {entry.partition("=")[0] for entry in environment}
     values += [(name, value) for name, value in facts.variables if name not in present]
+    if facts.ca_bundle is not None:
+        values += [(name, facts.ca_bundle) for name in BUNDLE_VARIABLES]
     env = _with_variables(environment, values, frozenset({"TMP", "TEMP"}))
     if proxy is not None and namespaces:
         pairs = [entry.partition("=") for entry in proxy_environment()]

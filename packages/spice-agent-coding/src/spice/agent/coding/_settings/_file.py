@@ -77,6 +77,7 @@ KEYS: Final[Mapping[str, str]] = {
     "unprotect": _LIST,
     "max_processes": _WHOLE,
     "max_memory": _SIZE,
+    "ca_files": _LIST,
 }
 """The keys a settings file (and each of its worktree tables) may hold, and their kinds:
 a list of strings, a boolean, a whole number, or a size (a whole number of bytes or a
