@@ -151,6 +151,36 @@ def test_a_missing_token_file_names_its_path_and_token_add(
     ) == last_line(err)
 
 
+def test_token_add_from_the_home_names_the_root_it_took_and_root(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 47: the README's ``token add ... --token-file ~/.config/spice-coding/tokens``
+    run from the home refused with nothing naming the root it took or ``--root``."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.chdir(home)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("SPICE_AGENT_WORKTREE", raising=False)
+    tokens = home / ".config" / "spice-coding" / "tokens"
+    tokens.parent.mkdir(parents=True, mode=0o700)
+    line = ("token", "add", "hosted", "--scopes", "read", "--token-file", str(tokens))
+    code, out, err = run_main(capsys, *line)
+    assert (2, "") == (code, out)
+    assert (
+        f"spice-coding: the token file lies beneath the worktree root {home}, where the read "
+        "tool would show it; without --root the root is the current directory (or "
+        "$SPICE_AGENT_WORKTREE): give --root the worktree the server will serve, or keep the "
+        "file elsewhere"
+    ) == last_line(err)
+    assert not tokens.exists()
+    # The other side: with --root naming the worktree, the same line adds the token.
+    worktree = tmp_path / "worktree"
+    worktree.mkdir()
+    code, out, err = run_main(capsys, "--root", str(worktree), *line)
+    assert (0, True) == (code, tokens.is_file()), err
+    assert len(out.strip()) > 20
+
+
 # --- an --allow-write refusal --------------------------------------------------------------
 
 
