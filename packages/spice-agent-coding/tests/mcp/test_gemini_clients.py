@@ -208,6 +208,24 @@ async def test_the_google_genai_example_is_not_cut_off_after_the_sdks_ten_calls(
     assert [(True, 0)] * 12 == [(answer["ok"], answer["exit_code"]) for answer in answers]
 
 
+async def test_the_google_genai_example_sends_each_answer_once(worktree: Path) -> None:
+    """Issue 47: the SDK sent the model the text block and the structured content, the same
+    256 KiB page twice (535,397 characters). The example's session hands it one copy: the
+    function response is at most 1.1 times the answer's own JSON."""
+    (worktree / "big.py").write_bytes(BIG_PAGE)
+    with StandIn([("read", {"path": "big.py"})]) as standin:
+        client = genai.Client(
+            api_key="stand-in", http_options=types.HttpOptions(base_url=standin.url)
+        )
+        async with asyncio.timeout(RUN_BOUND_SECONDS):
+            await _genai_example().main(client, SPICE_CODING, str(worktree), MODEL)
+        [response] = function_responses(standin.recorded()[-1])
+    answer = _answer_in(response["response"])
+    assert BIG_PAGE.decode() == answer["content"]
+    sent = len(json.dumps(response))
+    assert sent <= 1.1 * len(json.dumps(answer, separators=(",", ":"))), sent
+
+
 # --- Gemini CLI (npm) ----------------------------------------------------------------------------
 
 
