@@ -407,6 +407,38 @@ async def test_gemini_cli_shows_its_model_a_shorter_page_that_says_so(
     assert hashlib.sha256(BIG_PAGE).hexdigest() == answer["file_sha256"]
 
 
+async def test_gemini_cli_over_http_shows_its_model_a_shorter_page_too(
+    worktree: Path, tmp_path: Path
+) -> None:
+    """Issue 47: over streamable HTTP the stateless server did not know Gemini CLI, served
+    the portable dialect and a 265,865-character page, which Gemini CLI cut. The real CLI,
+    configured with ``httpUrl`` and a bearer token, now gets the page it gets on stdio."""
+    from http_support import http_server  # noqa: PLC0415 - the HTTP leg only
+
+    _gemini_cli()
+    (worktree / "big.py").write_bytes(BIG_PAGE)
+    home = tmp_path / "home"
+    _gemini_home(home, worktree, SPICE_CODING)
+    settings_file = home / ".gemini" / "settings.json"
+    async with http_server(tmp_path, worktree) as server:
+        settings = json.loads(settings_file.read_text())
+        settings["mcpServers"]["spice-coding"] = {
+            "httpUrl": server.url,
+            "headers": {"Authorization": f"Bearer {server.tokens['full']}"},
+            "timeout": settings["mcpServers"]["spice-coding"]["timeout"],
+        }
+        settings_file.write_text(json.dumps(settings))
+        with StandIn([("read", {"path": "big.py"})], GEMINI_CLI_PREFIX) as standin:
+            await _run_gemini_cli(standin, worktree, home)
+            [response] = function_responses(standin.offering()[-1])
+    shown = "".join(_strings(response.get("response")))
+    assert GEMINI_CUT not in shown
+    answer = _answer_in(shown)
+    kept = answer["bytes"]
+    assert (True, kept) == (answer["truncated"], answer["next_offset"])
+    assert 30_000 < kept < 40_000
+
+
 async def test_without_its_answer_bound_gemini_cli_cuts_the_page(
     worktree: Path, tmp_path: Path
 ) -> None:

@@ -174,7 +174,7 @@ def test_a_worktree_table_adds_its_ca_files_and_a_wrong_type_is_refused(
 )
 @given(
     st.text(
-        alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x7f"),
+        alphabet=st.characters(exclude_categories=["Cs"], exclude_characters="\x7f"),
         min_size=1,
         max_size=40,
     )
