@@ -256,7 +256,8 @@ UNPRIVILEGED_TESTS := \
   packages/spice-agent-tools-coding/tests/test_replace_protected.py \
   packages/spice-agent-tools-coding/tests/test_replace_git_directory.py \
   packages/spice-agent-coding/tests/posix/test_guard.py \
-  packages/spice-agent-coding/tests/posix/test_guard_fallback.py
+  packages/spice-agent-coding/tests/posix/test_guard_fallback.py \
+  packages/spice-agent-coding/tests/settings/test_settings_ca_files.py
 # These start the environment's interpreter as that user (sys.executable): they need an
 # interpreter that user may execute itself. Where .venv's lies beneath a directory that user
 # cannot search (pyenv under /root), the same locked environment is made once more, from

@@ -1,6 +1,6 @@
 # The MCP Inspector's CLI mode (it needs Node >= 22.19): list the tools, then call one.
-npx @modelcontextprotocol/inspector@2.12.0 --cli \
+npx -y @modelcontextprotocol/inspector@2.12.0 --cli \
   spice-coding serve --root /path/to/worktree --method tools/list
-npx @modelcontextprotocol/inspector@2.12.0 --cli \
+npx -y @modelcontextprotocol/inspector@2.12.0 --cli \
   spice-coding serve --root /path/to/worktree \
   --method tools/call --tool-name read --tool-arg path=greeting.py

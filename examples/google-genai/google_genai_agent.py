@@ -1,14 +1,26 @@
 """google-genai (Gemini): the Spice tools as an MCP session the SDK calls by itself."""
 
 import asyncio
+from typing import Any
 
 from google import genai
 from google.genai import types
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
+from mcp.types import CallToolResult
 
 SPICE_CODING = "spice-coding"
 WORKTREE = "/path/to/worktree"
+
+
+class OneCopySession(ClientSession):
+    """The SDK sends the model the whole MCP result: the answer's text and its structured
+    content, the same JSON twice. This session hands it the text alone (an image stays
+    an image block beside it)."""
+
+    async def call_tool(self, *args: Any, **kwargs: Any) -> CallToolResult:  # noqa: ANN401
+        result: CallToolResult = await super().call_tool(*args, **kwargs)
+        return result.model_copy(update={"structured_content": None})
 
 
 def spice_server(command: str = SPICE_CODING, worktree: str = WORKTREE) -> StdioServerParameters:
@@ -25,7 +37,7 @@ async def main(
     gemini = client or genai.Client()
     async with (
         stdio_client(spice_server(command, worktree)) as (read, write),
-        ClientSession(read, write) as session,
+        OneCopySession(read, write) as session,
     ):
         await session.initialize()
         # The session as a tool: the SDK lists its tools and calls them as the model asks.

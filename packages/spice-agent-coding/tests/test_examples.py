@@ -54,9 +54,15 @@ from pydantic_ai.models.test import TestModel
 REPOSITORY: Final = Path(__file__).resolve().parents[3]
 EXAMPLES: Final = REPOSITORY / "examples"
 README: Final = REPOSITORY / "README.md"
-SHOWN_IN: Final = (README, REPOSITORY / "docs" / "agents.md", REPOSITORY / "docs" / "library.md")
+SHOWN_IN: Final = (
+    README,
+    REPOSITORY / "docs" / "agents.md",
+    REPOSITORY / "docs" / "library.md",
+    REPOSITORY / "docs" / "remote.md",
+)
 """Where the examples are shown verbatim: the client snippets moved from the README to
-``docs/agents.md`` and the library's to ``docs/library.md`` (round 5: a README for users)."""
+``docs/agents.md`` and the library's to ``docs/library.md`` (round 5: a README for users);
+the OAuth signing keys' command in ``docs/remote.md``."""
 
 
 def shown_text() -> str:
@@ -516,7 +522,7 @@ def test_the_inspector_example_uses_the_pinned_version() -> None:
     pinned = json.loads((INSPECTOR_DIRECTORY / "package.json").read_text())["dependencies"]
     expected = f"{INSPECTOR_PACKAGE}@{pinned[INSPECTOR_PACKAGE]}"
     commands = _inspector_commands(Path("/w"))
-    assert [["npx", expected, "--cli"]] * 2 == [command[:3] for command in commands]
+    assert [["npx", "-y", expected, "--cli"]] * 2 == [command[:4] for command in commands]
 
 
 async def test_the_inspector_cli_lists_and_calls_the_real_server(
@@ -528,7 +534,7 @@ async def test_the_inspector_cli_lists_and_calls_the_real_server(
     answers = []
     for command in _inspector_commands(sample):
         process = await asyncio.create_subprocess_exec(
-            node, entry, *command[2:], stdout=PIPE, stderr=PIPE, env=env
+            node, entry, *command[3:], stdout=PIPE, stderr=PIPE, env=env
         )
         try:
             async with asyncio.timeout(RUN_BOUND_SECONDS):

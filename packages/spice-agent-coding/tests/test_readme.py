@@ -102,3 +102,26 @@ def test_the_readme_s_snippets_use_the_installed_command() -> None:
     text = README.read_text(encoding="utf-8")
     assert "/path/to/spice" not in text
     assert ".venv/bin/spice-coding" not in text
+
+
+_NPX_INSPECTOR: Final = re.compile(r"\bnpx\b(?P<options>[^\n`|]*?)@modelcontextprotocol/inspector")
+
+
+def inspector_lines_without_yes(text: str) -> list[str]:
+    """The ``npx`` runs of the MCP Inspector in ``text`` that lack ``-y`` (with npm's
+    ``yes=false`` npx asks, and a pasted line is cancelled)."""
+    return [
+        found.group(0)
+        for found in _NPX_INSPECTOR.finditer(text)
+        if not {"-y", "--yes"} & set(found.group("options").split())
+    ]
+
+
+def test_every_inspector_line_of_the_docs_and_examples_has_y() -> None:
+    """Issue 47: ``docs/agents.md`` ran ``npx @modelcontextprotocol/inspector`` without
+    ``-y``; the README had it."""
+    shells = sorted((REPOSITORY / "examples").glob("*.sh"))
+    for page in (*PAGES, *shells):
+        assert [] == inspector_lines_without_yes(page.read_text(encoding="utf-8")), page
+    assert inspector_lines_without_yes("npx @modelcontextprotocol/inspector@2 --cli") != []
+    assert inspector_lines_without_yes("npx --yes @modelcontextprotocol/inspector --cli") == []

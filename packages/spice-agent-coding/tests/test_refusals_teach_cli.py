@@ -94,6 +94,15 @@ async def test_a_failing_argv_without_a_glob_gets_no_glob_hint(tmp_path: Path) -
 
 
 @posix_only
+async def test_a_program_s_own_text_after_c_is_not_a_glob(tmp_path: Path) -> None:
+    """Issue 47: ``python -c`` code holding ``sys.argv[1:]`` failed for another reason and
+    got the glob hint; code after ``-c``/``-e`` is not a file pattern."""
+    code = "import sys; print(sys.argv[1:]); sys.exit(3)"
+    answer = await shell(tmp_path, [sys.executable, "-c", code, "x"])
+    assert ("command_failed", EXITED, 3) == (answer["code"], answer["message"], answer["exit_code"])
+
+
+@posix_only
 async def test_a_glob_as_the_program_is_told_too(tmp_path: Path) -> None:
     answer = await shell(tmp_path, ["*.sh"])
     assert ("command_not_found", NOT_FOUND + GLOB) == (answer["code"], answer["message"])
@@ -140,6 +149,36 @@ def test_a_missing_token_file_names_its_path_and_token_add(
         f"token add NAME --scopes read,write,shell --token-file {missing} (it prints the "
         "token once)"
     ) == last_line(err)
+
+
+def test_token_add_from_the_home_names_the_root_it_took_and_root(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 47: the README's ``token add ... --token-file ~/.config/spice-coding/tokens``
+    run from the home refused with nothing naming the root it took or ``--root``."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.chdir(home)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("SPICE_AGENT_WORKTREE", raising=False)
+    tokens = home / ".config" / "spice-coding" / "tokens"
+    tokens.parent.mkdir(parents=True, mode=0o700)
+    line = ("token", "add", "hosted", "--scopes", "read", "--token-file", str(tokens))
+    code, out, err = run_main(capsys, *line)
+    assert (2, "") == (code, out)
+    assert (
+        f"spice-coding: the token file lies beneath the worktree root {home}, where the read "
+        "tool would show it; without --root the root is the current directory (or "
+        "$SPICE_AGENT_WORKTREE): give --root the worktree the server will serve, or keep the "
+        "file elsewhere"
+    ) == last_line(err)
+    assert not tokens.exists()
+    # The other side: with --root naming the worktree, the same line adds the token.
+    worktree = tmp_path / "worktree"
+    worktree.mkdir()
+    code, out, err = run_main(capsys, "--root", str(worktree), *line)
+    assert (0, True) == (code, tokens.is_file()), err
+    assert len(out.strip()) > 20
 
 
 # --- an --allow-write refusal --------------------------------------------------------------

@@ -27,7 +27,12 @@ from spice.agent.tools.coding._results import ANSWER_ROOM, RESULT_UNENCODABLE
 from spice.agent.tools.coding._shell_answer import Ended, answer
 from spice.agent.tools.coding._shell_arguments import parse
 from spice.agent.tools.coding._shell_description import MAXIMUM_ARGV_ITEMS
-from spice.agent.tools.coding._shell_problems import GLOB_CHARACTERS, PROBLEMS
+from spice.agent.tools.coding._shell_problems import (
+    CODE_OPTIONS,
+    GLOB_CHARACTERS,
+    NOT_IN_A_PATH,
+    PROBLEMS,
+)
 
 PACKAGE: Final = Path(product.__file__).parent
 SHELL_FIELDS: Final = (
@@ -68,8 +73,12 @@ def test_the_hints_of_the_argv_are_decided_once_at_decoding(argv: list[str]) -> 
     arguments = parse(json.dumps({"argv": argv}), CONFIG)
     assert arguments.argv == tuple(argv)
     assert arguments.program_globbed == (not GLOB_CHARACTERS.isdisjoint(argv[0]))
+    rest = argv[1:]
     assert arguments.arguments_globbed == any(
-        not GLOB_CHARACTERS.isdisjoint(item) for item in argv[1:]
+        not GLOB_CHARACTERS.isdisjoint(item)
+        and NOT_IN_A_PATH.isdisjoint(item)
+        and (index == 0 or CODE_OPTIONS.fullmatch(rest[index - 1]) is None)
+        for index, item in enumerate(rest)
     )
     assert arguments.batch_file == (is_windows() and batch_file(argv[0]))
 
@@ -81,6 +90,29 @@ def test_the_hints_of_the_argv_are_decided_once_at_decoding(argv: list[str]) -> 
 def test_a_glob_is_placed_where_it_stands(argv: list[str], program: bool, rest: bool) -> None:
     arguments = parse(json.dumps({"argv": argv}), CONFIG)
     assert (program, rest) == (arguments.program_globbed, arguments.arguments_globbed)
+
+
+@pytest.mark.parametrize(
+    ("argv", "rest"),
+    [
+        (["python3", "-c", "import sys; print(sys.argv[1:])"], False),  # issue 47
+        (["python3", "-c", "print(sys.argv[1:])"], False),  # code, even without blanks
+        (["node", "-e", "process.argv.slice(2)[0]"], False),
+        (["sh", "-c", "ls *.py"], False),
+        (["bash", "-lc", "ls *.py"], False),
+        (["perl", "-e", "print for glob('*')"], False),
+        (["ls", "*.py"], True),
+        (["ls", "src/[ab]?.py"], True),
+        (["python3", "-c", "pass", "*.py"], True),  # after the code: a path again
+        (["grep", "-e", "a*b", "x"], False),  # sed/grep -e: a pattern, not a path
+        (["ls", "a b*"], False),  # a blank: text, not a path an agent meant to expand
+    ],
+)
+def test_only_an_argument_that_looks_like_a_file_pattern_is_globbed(
+    argv: list[str], rest: bool
+) -> None:
+    arguments = parse(json.dumps({"argv": argv}), CONFIG)
+    assert arguments.arguments_globbed is rest
 
 
 @pytest.mark.parametrize(

@@ -208,6 +208,24 @@ async def test_the_google_genai_example_is_not_cut_off_after_the_sdks_ten_calls(
     assert [(True, 0)] * 12 == [(answer["ok"], answer["exit_code"]) for answer in answers]
 
 
+async def test_the_google_genai_example_sends_each_answer_once(worktree: Path) -> None:
+    """Issue 47: the SDK sent the model the text block and the structured content, the same
+    256 KiB page twice (535,397 characters). The example's session hands it one copy: the
+    function response is at most 1.1 times the answer's own JSON."""
+    (worktree / "big.py").write_bytes(BIG_PAGE)
+    with StandIn([("read", {"path": "big.py"})]) as standin:
+        client = genai.Client(
+            api_key="stand-in", http_options=types.HttpOptions(base_url=standin.url)
+        )
+        async with asyncio.timeout(RUN_BOUND_SECONDS):
+            await _genai_example().main(client, SPICE_CODING, str(worktree), MODEL)
+        [response] = function_responses(standin.recorded()[-1])
+    answer = _answer_in(response["response"])
+    assert BIG_PAGE.decode() == answer["content"]
+    sent = len(json.dumps(response))
+    assert sent <= 1.1 * len(json.dumps(answer, separators=(",", ":"))), sent
+
+
 # --- Gemini CLI (npm) ----------------------------------------------------------------------------
 
 
@@ -387,6 +405,38 @@ async def test_gemini_cli_shows_its_model_a_shorter_page_that_says_so(
     assert 30_000 < kept < 40_000
     assert TEXT_NOTE == answer["text_note"]
     assert hashlib.sha256(BIG_PAGE).hexdigest() == answer["file_sha256"]
+
+
+async def test_gemini_cli_over_http_shows_its_model_a_shorter_page_too(
+    worktree: Path, tmp_path: Path
+) -> None:
+    """Issue 47: over streamable HTTP the stateless server did not know Gemini CLI, served
+    the portable dialect and a 265,865-character page, which Gemini CLI cut. The real CLI,
+    configured with ``httpUrl`` and a bearer token, now gets the page it gets on stdio."""
+    from http_support import http_server  # noqa: PLC0415 - the HTTP leg only
+
+    _gemini_cli()
+    (worktree / "big.py").write_bytes(BIG_PAGE)
+    home = tmp_path / "home"
+    _gemini_home(home, worktree, SPICE_CODING)
+    settings_file = home / ".gemini" / "settings.json"
+    async with http_server(tmp_path, worktree) as server:
+        settings = json.loads(settings_file.read_text())
+        settings["mcpServers"]["spice-coding"] = {
+            "httpUrl": server.url,
+            "headers": {"Authorization": f"Bearer {server.tokens['full']}"},
+            "timeout": settings["mcpServers"]["spice-coding"]["timeout"],
+        }
+        settings_file.write_text(json.dumps(settings))
+        with StandIn([("read", {"path": "big.py"})], GEMINI_CLI_PREFIX) as standin:
+            await _run_gemini_cli(standin, worktree, home)
+            [response] = function_responses(standin.offering()[-1])
+    shown = "".join(_strings(response.get("response")))
+    assert GEMINI_CUT not in shown
+    answer = _answer_in(shown)
+    kept = answer["bytes"]
+    assert (True, kept) == (answer["truncated"], answer["next_offset"])
+    assert 30_000 < kept < 40_000
 
 
 async def test_without_its_answer_bound_gemini_cli_cuts_the_page(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import socket
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -37,7 +38,9 @@ def issuer_serving(documents: dict[str, Any]) -> Iterator[str]:
                 self.send_response(404)
                 self.end_headers()
                 return
-            body = json.dumps(found).replace("{ISSUER}", issuer).encode()
+            raw = isinstance(found, str) and found.startswith("raw:")
+            text = found[4:] if raw else json.dumps(found)
+            body = text.replace("{ISSUER}", issuer).encode()
             self.send_response(200)
             self.send_header("content-type", "application/json")
             self.send_header("content-length", str(len(body)))
@@ -129,7 +132,51 @@ async def test_an_issuer_that_cannot_be_used_is_a_start_error(
 ) -> None:
     with issuer_serving(documents) as issuer, pytest.raises(_oauth.OAuthStartError) as raised:
         await _discover(issuer)
-    assert problem == str(raised.value)
+    if problem == _oauth.NO_METADATA:  # it names each URL tried and why (the test below)
+        assert str(raised.value).startswith(problem + " (")
+    else:
+        assert problem == str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("documents", "cause"),
+    [
+        ({}, "HTTP 404"),
+        ({RFC8414: ["not", "an", "object"]}, "not a JSON object"),
+        ({RFC8414: "raw:not json"}, "not JSON"),
+        ({RFC8414: {"pad": "x" * _oauth.MAXIMUM_DOCUMENT_BYTES}}, "larger than 262144 bytes"),
+    ],
+)
+async def test_metadata_that_cannot_be_fetched_names_the_url_and_the_cause(
+    documents: dict[str, Any], cause: str
+) -> None:
+    """Issue 47: "the OAuth issuer's metadata cannot be fetched" said neither where nor why;
+    it names each URL tried and a fixed cause word (never the OS's own text)."""
+    with issuer_serving(documents) as issuer, pytest.raises(_oauth.OAuthStartError) as raised:
+        await _discover(issuer)
+    first = f"{issuer}{RFC8414}: {cause}"
+    assert str(raised.value) == (f"{_oauth.NO_METADATA} ({first}; {issuer}{OPENID}: HTTP 404)")
+
+
+async def test_an_issuer_that_refuses_or_never_answers_is_named_with_the_cause(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]  # bound, never listening: refused
+        with pytest.raises(_oauth.OAuthStartError) as raised:
+            await _discover(f"http://127.0.0.1:{port}")
+    message = str(raised.value)
+    assert f"http://127.0.0.1:{port}{RFC8414}: connection refused" in message
+    assert "Errno" not in message
+    monkeypatch.setattr(_oauth, "FETCH_TIMEOUT_SECONDS", 0.2)
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)  # accepts (the kernel's backlog), never answers
+        port = silent.getsockname()[1]
+        with pytest.raises(_oauth.OAuthStartError) as raised:
+            await _discover(f"http://127.0.0.1:{port}")
+    assert f"http://127.0.0.1:{port}{RFC8414}: timed out" in str(raised.value)
 
 
 @pytest.mark.parametrize(

@@ -136,7 +136,7 @@ async def test_a_tunnel_whose_first_record_is_not_an_allowed_hello_reaches_nothi
     )
     assert hint is not None
     pattern = f"{authority}/tcp" if refused == "raw" else "localhost:" + str(server.port)
-    assert hint.endswith(f"--allow-domain {pattern}.")
+    assert f"--allow-domain {pattern}." in hint
 
 
 async def test_a_tcp_pattern_carries_raw_bytes_both_ways_unread() -> None:

@@ -998,3 +998,29 @@ def test_allow_read_of_a_path_outside_the_home_is_refused_naming_it(root: Path, 
     inside = _cli("--root", str(root), "--deny-read", str(root), "tools", env=env)
     assert 2 == inside.returncode
     assert "worktree" in inside.stderr.decode()
+
+
+async def test_a_failed_read_of_a_planted_credential_names_it_and_allow_read(
+    policy: Containment, root: Path, home: Path
+) -> None:
+    """Issue 47: a read the home allow-list hid failed as "No such file or directory" with
+    nothing to say why; the hint names the place and ``--allow-read`` / ``allow_read``. The
+    home is hidden with namespaces only (the fallback hides nothing: no read fails)."""
+    if not policy.namespaces.made:
+        pytest.skip("the home is hidden with namespaces only")
+    planted = home / ".aws" / "credentials"
+    planted.parent.mkdir(parents=True)
+    planted.write_text(SECRET)
+    read = ("/bin/cat", str(planted))
+    outcome, text, process = await run(launcher(policy, root, home), root, home, read)
+    assert not outcome.successful
+    assert SECRET not in text
+    hint = str(process.sandbox_hint)  # type: ignore[attr-defined]
+    assert str(planted) in hint, text
+    assert "--allow-read .aws/credentials " in hint
+    assert 'allow_read = [".aws/credentials"]' in hint
+    assert len(hint.encode()) <= 512
+    # The other side: a place missing on the host too is not the sandbox's doing.
+    missing = ("/bin/cat", str(home / ".aws" / "config"))
+    _, _, quiet = await run(launcher(policy, root, home), root, home, missing)
+    assert quiet.sandbox_hint is None  # type: ignore[attr-defined]

@@ -7,6 +7,7 @@ table over Landlock ABI 1..7 and namespaces made or not (review C2, C8, C9).
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import Final
 
 import pytest
@@ -27,6 +28,7 @@ from spice.agent.coding._posix._containment import (
     describe,
 )
 from spice.agent.coding._posix._hints import (
+    CA_HINT,
     MAXIMUM_HINT_BYTES,
     MAXIMUM_LINE_BYTES,
     MAXIMUM_REFUSALS,
@@ -56,6 +58,9 @@ def hint_of(output: bytes, **options: object) -> str | None:
         refused_hosts=options.get("refused_hosts", ()),  # type: ignore[arg-type]
         private_hosts=options.get("private_hosts", ()),  # type: ignore[arg-type]
         preset_of=options.get("preset_of"),  # type: ignore[arg-type]
+        home=options.get("home"),  # type: ignore[arg-type]
+        hidden_home=options.get("hidden_home"),  # type: ignore[arg-type]
+        shown=options.get("shown", ()),  # type: ignore[arg-type]
     )
 
 
@@ -229,3 +234,92 @@ def test_an_allow_write_path_of_ninety_characters_is_named_in_the_sentence(
     assert len(sentence.encode()) <= MAXIMUM_SENTENCE_BYTES
     longer = dataclasses.replace(policy, allow_write=(path, path + "x" * 200))
     assert "the --allow-write directories (see tools)" in (longer.sentence or "")
+
+
+# -- contract 13.4: the settings key, an unknown issuer, a hidden read ----------------------
+
+UNKNOWN_ISSUER: Final = (
+    b"error: invalid peer certificate: UnknownIssuer\n",  # rustls (uv)
+    b"ssl.SSLCertVerificationError: [SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed",
+    b"urllib3: unable to get local issuer certificate (_ssl.c:1006)\n",  # OpenSSL (Python)
+    b"curl: (60) SSL certificate problem: unable to get local issuer certificate\n",
+    b"npm ERR! code UNABLE_TO_GET_ISSUER_CERT_LOCALLY\n",  # Node
+    b"npm ERR! code SELF_SIGNED_CERT_IN_CHAIN\n",
+    b"sun.security.validator.ValidatorException: PKIX path building failed: x\n",  # Java
+)
+
+
+@pytest.mark.parametrize("line", UNKNOWN_ISSUER)
+def test_an_unknown_issuer_names_ca_files_and_ssl_cert_file(line: bytes) -> None:
+    hint = hint_of(b"Resolved 3 packages\n" + line, network_denied=False)
+    assert hint == CA_HINT
+    assert "ca_files" in hint
+    assert "SSL_CERT_FILE" in hint
+    assert len(hint.encode()) <= MAXIMUM_HINT_BYTES
+
+
+def test_tls_words_without_a_failure_of_the_issuer_get_no_ca_hint() -> None:
+    assert hint_of(b"certificate verify ok\nTLS handshake done\n", network_denied=False) is None
+    # A refused host is the cause before any certificate: the network hint wins.
+    refused = hint_of(UNKNOWN_ISSUER[0], refused_hosts=("pypi.org:443",))
+    assert "--allow-domain pypi.org." in str(refused)
+
+
+@pytest.mark.parametrize(
+    ("output", "options", "key"),
+    [
+        (REFUSALS[0], {}, 'allow_write = ["/etc"]'),
+        (b"", {"refused_hosts": ("pypi.org:443",)}, 'allow_domains = ["pypi.org"]'),
+        (
+            b"",
+            {"refused_hosts": ("m.lan:443",), "private_hosts": {"m.lan:443"}},
+            "allow_private_address = true",
+        ),
+        (b"Temporary failure in name resolution\n", {}, "allow_domains"),
+    ],
+)
+def test_a_refusal_a_flag_lifts_names_its_settings_key_too(
+    output: bytes, options: dict[str, object], key: str
+) -> None:
+    """Issue 47: the hints said the server "must be started with" a flag, though a running
+    server takes the settings file's rule at its next call."""
+    hint = str(hint_of(output, **options))
+    assert key in hint
+    assert "no restart" in hint
+    assert "must be started" not in hint
+    assert len(hint.encode()) <= MAXIMUM_HINT_BYTES
+
+
+def test_a_failed_read_of_a_hidden_place_names_it_and_allow_read(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    (home / ".aws").mkdir(parents=True)
+    (home / ".aws" / "credentials").write_text("x")
+    (home / ".gitconfig").write_text("x")
+    line = f"cat: {home}/.aws/credentials: No such file or directory\n".encode()
+    seen = {
+        "home": str(home),
+        "hidden_home": str(home),
+        "shown": (str(home / ".gitconfig"),),
+        "writable": ("/w",),
+    }
+    hint = str(hint_of(line, **seen))
+    assert f"{home}/.aws/credentials" in hint
+    assert "--allow-read .aws/credentials " in hint
+    assert 'allow_read = [".aws/credentials"]' in hint
+    assert len(hint.encode()) <= MAXIMUM_HINT_BYTES
+    # The other sides: a place that does not exist on the host is missing for real; a shown
+    # place is not hidden; without a hidden home (no namespaces) nothing is said.
+    missing = f"cat: {home}/.nothing: No such file or directory\n".encode()
+    assert hint_of(missing, **seen) is None
+    shown = f"cat: {home}/.gitconfig: No such file or directory\n".encode()
+    assert hint_of(shown, **seen) is None
+    assert hint_of(line, home=str(home), writable=("/w",)) is None
+    # A masked credential (or a deny_read place) is hidden with or without a hidden home.
+    masked = hint_of(line, home=str(home), hidden=(str(home / ".aws"),), writable=("/w",))
+    assert "--allow-read .aws/credentials " in str(masked)
+    denied = tmp_path / "secrets"
+    denied.mkdir()
+    elsewhere = f"open {denied}: Permission denied\n".encode()
+    told = str(hint_of(elsewhere, home=str(home), hidden=(str(denied),), writable=("/w",)))
+    assert "deny_read" in told
+    assert str(denied) in told

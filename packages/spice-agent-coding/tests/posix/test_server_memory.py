@@ -32,8 +32,7 @@ from spice.agent.coding._posix._cgroup import (
 )
 from spice.agent.coding._posix._containment import Containment
 from spice.agent.coding._settings._resolve import Flags, resolve_settings
-from spice.agent.coding._settings._values import SettingsError
-from spice.agent.coding._settings._values import host_memory, server_memory_problem
+from spice.agent.coding._settings._values import SettingsError, host_memory, server_memory_problem
 from spice.agent.process import OutcomeKind, Spec
 
 __all__ = ["policy", "root"]

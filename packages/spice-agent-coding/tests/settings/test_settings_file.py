@@ -95,6 +95,7 @@ def test_every_key_is_read_and_the_roots_table_adds_to_the_top() -> None:
         "unprotect",
         "max_processes",
         "max_memory",
+        "ca_files",
     }
 
 

@@ -113,6 +113,9 @@ class SandboxRequest:
     ``Config.protected_paths``, obeyed by the sandbox's plan and its join."""
     max_server_memory: int | None = None
     """Bytes all calls together may use; ``None``: half the machine's memory."""
+    ca_files: tuple[str, ...] = ()
+    """The settings file's PEM files: the commands' CA bundle joins them to the host's
+    store (contract 13.4)."""
 
 
 def platform_launcher(
@@ -158,6 +161,7 @@ def platform_launcher(
             allow_read=request.allow_read,
             cache=True,
             protected=request.protected,
+            ca_files=request.ca_files,
         )
     except CacheUnavailable as error:
         raise ContainmentUnavailable(str(error)) from None

@@ -68,6 +68,7 @@ from spice.agent.tools.coding import Config
 from .._netpolicy._loopback import is_loopback
 from ._audit import AuditLog
 from ._challenge import RequireToken
+from ._clients import CLIENT_SCOPE_KEY, KnownClients, initialize_name
 from ._framing import MAXIMUM_FRAME_BYTES
 from ._gate import HttpGate
 from ._http_settings import HttpSettings
@@ -261,6 +262,8 @@ class _Body:
         """OAuth: the ``resource_metadata="..."`` a step-up challenge carries."""
         self.in_flight = 0
         """Bytes reserved by the bodies being read or served now."""
+        self.clients = KnownClients()
+        """The name each caller gave in its last ``initialize`` (``_clients``)."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["method"] != "POST":
@@ -310,6 +313,7 @@ class _Body:
             return 400, _PARSE, ()
         if not isinstance(message, dict):
             return 400, _BATCH, ()
+        self._know(scope, message)
         if message.get("method") != "tools/call":
             return None
         user = scope.get("user")
@@ -325,6 +329,19 @@ class _Body:
             return None
         retry = str(max(1, math.ceil(wait))).encode()
         return 429, _RATE, ((b"retry-after", retry),)
+
+    def _know(self, scope: Scope, message: dict[str, Any]) -> None:
+        """Learn the caller's name from its ``initialize``; leave the name known for it in
+        the scope (the server is stateless: ``_clients``, contract 13.4)."""
+        user = scope.get("user")
+        credential = user.access_token.client_id if isinstance(user, AuthenticatedUser) else ""
+        caller = (credential, Headers(scope=scope).get("user-agent", "")[:256])
+        name = initialize_name(message)
+        if name is not None:
+            self.clients.learn(caller, name)
+        known = self.clients.name_of(caller)
+        if known is not None:
+            scope[CLIENT_SCOPE_KEY] = known
 
     @staticmethod
     def _needed(user: object, params: object) -> str | None:

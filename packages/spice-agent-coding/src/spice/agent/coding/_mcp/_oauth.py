@@ -44,6 +44,7 @@ import hashlib
 import logging
 import math
 import os
+import socket
 import stat
 import time
 from collections.abc import Callable, Mapping
@@ -178,23 +179,48 @@ def metadata_urls(issuer: str) -> tuple[str, ...]:
     return (f"{origin}{_METADATA_PATHS[0]}{path}", f"{origin}{path}{_METADATA_PATHS[1]}")
 
 
-async def _fetch_json(client: httpx2.AsyncClient, url: str) -> object:
-    """The JSON document at ``url`` (200, at most ``MAXIMUM_DOCUMENT_BYTES``), else ``None``."""
+def _failure_word(error: BaseException) -> str:
+    """A fixed cause word for a failed fetch (never the OS's own text)."""
+    if isinstance(error, (TimeoutError, httpx2.TimeoutException)):
+        return "timed out"
+    seen: BaseException | None = error
+    for _ in range(8):  # the chain of causes, bounded
+        if seen is None:
+            break
+        if isinstance(seen, ConnectionRefusedError):
+            return "connection refused"
+        if isinstance(seen, socket.gaierror):
+            return "name not resolved"
+        seen = seen.__cause__ or seen.__context__
+    return "connection failed"
+
+
+async def _fetch_json(
+    client: httpx2.AsyncClient, url: str, causes: list[str] | None = None
+) -> object:
+    """The JSON document at ``url`` (200, at most ``MAXIMUM_DOCUMENT_BYTES``), else ``None``;
+    ``causes`` gets why not, in fixed words (``timed out``, ``connection refused``, ``HTTP
+    404``, ``not JSON`` ...)."""
+    why = [] if causes is None else causes
     try:
         async with asyncio.timeout(FETCH_TIMEOUT_SECONDS):
             async with client.stream("GET", url, headers={"accept": "application/json"}) as r:
                 if r.status_code != 200:
+                    why.append(f"HTTP {r.status_code}")
                     return None
                 body = bytearray()
                 async for chunk in r.aiter_bytes():
                     body += chunk
                     if len(body) > MAXIMUM_DOCUMENT_BYTES:
+                        why.append(f"larger than {MAXIMUM_DOCUMENT_BYTES} bytes")
                         return None
-    except (httpx2.HTTPError, TimeoutError, OSError):
+    except (httpx2.HTTPError, TimeoutError, OSError) as error:
+        why.append(_failure_word(error))
         return None
     try:
         return orjson.loads(bytes(body))
     except orjson.JSONDecodeError:
+        why.append("not JSON")
         return None
 
 
@@ -643,12 +669,15 @@ async def discover(
         raise OAuthStartError(NOT_SECURE)
     check_audience(audience)
     metadata: object = None
+    tried: list[str] = []
     for url in metadata_urls(issuer):
-        metadata = await _fetch_json(client, url)
+        causes: list[str] = []
+        metadata = await _fetch_json(client, url, causes)
         if isinstance(metadata, dict):
             break
+        tried.append(f"{url}: {causes[0] if causes else 'not a JSON object'}")
     if not isinstance(metadata, dict):
-        raise OAuthStartError(NO_METADATA)
+        raise OAuthStartError(f"{NO_METADATA} ({'; '.join(tried)})")
     if metadata.get("issuer") != issuer:
         raise OAuthStartError(OTHER_ISSUER)
     jwks_uri = metadata.get("jwks_uri")

@@ -50,6 +50,7 @@ from spice.agent.tools.coding import Config
 from spice.agent.tools.coding.settling import outlast, settle
 
 from ._answers import blocks_of, unknown_tool_problem
+from ._clients import client_name
 from ._dialects import Dialect, dialect_of, schema_in, text_chars_of
 from ._json import arguments_text
 from ._outputs import largest_answer_chars, output_schema, title_of
@@ -370,9 +371,9 @@ def serving(
 
 
 def _dialect(ctx: ServerRequestContext[Any]) -> Dialect:
-    """The dialect of ``ctx``'s client: its listing and its answers follow its name."""
-    client = ctx.session.client_params
-    return dialect_of(None if client is None else client.client_info.name)
+    """The dialect of ``ctx``'s client: its listing and its answers follow its name, known
+    on each request (``_clients``: the session, ``_meta``, the HTTP caller)."""
+    return dialect_of(client_name(ctx.session.client_params, ctx.meta, ctx.request))
 
 
 def mcp_server(

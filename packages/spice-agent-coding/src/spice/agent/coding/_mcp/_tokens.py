@@ -62,6 +62,12 @@ ANONYMOUS: Final = "anonymous"
 """The principal's name under ``--insecure-no-auth``."""
 
 BENEATH_ROOT: Final = "the token file lies beneath the worktree root: the read tool would show it"
+ADD_BENEATH_ROOT: Final = (
+    "the token file lies beneath the worktree root {root}, where the read tool would show "
+    "it; without --root the root is the current directory (or $SPICE_AGENT_WORKTREE): give "
+    "--root the worktree the server will serve, or keep the file elsewhere"
+)
+"""``token add``'s ``BENEATH_ROOT``: it names the root it took and ``--root``."""
 IN_WRITABLE_PLACE: Final = (
     "the token file lies inside an --allow-write directory: a command could add a token to it"
 )
@@ -356,7 +362,7 @@ def add_token(
         parse_not_after(not_after)
     target = os.path.abspath(path)
     if _beneath(target, root):
-        raise TokenFileError(BENEATH_ROOT)
+        raise TokenFileError(ADD_BENEATH_ROOT.format(root=root))
     if inside(target, writable):
         raise TokenFileError(IN_WRITABLE_PLACE)
     flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | _BINARY

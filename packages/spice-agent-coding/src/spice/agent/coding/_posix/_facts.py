@@ -23,6 +23,7 @@ from spice.agent.tools.coding import ProtectedPaths
 from spice.agent.tools.coding._journal import Journal, JournalError
 from spice.agent.tools.coding._journal_records import state_home
 
+from .._netpolicy._cabundle import BUNDLE_DIRECTORY, bundle_sources, write_bundle
 from .._netpolicy._hostconfig import read_host_configuration
 from .._sandbox import CREDENTIALS, home_directory
 from ._caches import (
@@ -430,6 +431,31 @@ def host_variables(environ: Mapping[str, str], home: str | None) -> tuple[tuple[
     return () if registry is None else (("npm_config_registry", registry),)
 
 
+def ca_bundle(
+    environ: Mapping[str, str], home: str | None, ca_files: Sequence[str], places: Sequence[Place]
+) -> str | None:
+    """The commands' CA bundle (contract 13.4): the host's store, the CA files the host
+    names and ``ca_files``, written beneath the user's data directory
+    (``$XDG_DATA_HOME``, else ``~/.local/share``: ``spice-coding/ca``), which no cache is
+    bound over, so the hidden home shows it read-only (``StartFacts.shown``); ``None``
+    without ``ca_files``, without a home, when it would lie in a writable place, or when it
+    cannot be written."""
+    if not ca_files:
+        return None
+    chosen = environ.get("XDG_DATA_HOME", "")
+    base = chosen if os.path.isabs(chosen) else None
+    if base is None and home is not None:
+        base = os.path.join(home, ".local", "share")
+    if base is None:
+        return None
+    directory = os.path.join(base, CACHE_APPLICATION, BUNDLE_DIRECTORY)
+    real = os.path.realpath(directory)
+    if any(real == p.path or real.startswith(p.path.rstrip(os.sep) + os.sep) for p in places):
+        return None
+    host = read_host_configuration(environ, home).certificates
+    return write_bundle(directory, bundle_sources(host, ca_files))
+
+
 def relative_to_home(name: str) -> bool:
     """Whether ``name`` is a normal relative path that stays beneath the home."""
     return (
@@ -452,6 +478,7 @@ def start_facts(
     environ: Mapping[str, str] | None = None,
     protected: ProtectedPaths | None = None,
     unprotect: Sequence[str] = (),
+    ca_files: Sequence[str] = (),
 ) -> StartFacts:
     """The facts every call's plan is built from; ``cache`` makes the worktree's cache.
 
@@ -485,6 +512,7 @@ def start_facts(
         except OSError:
             existing = [os.path.join(home, name) for name in MASKED_FILES]
             masked = tuple((empty_file, path) for path in existing if os.path.isfile(path))
+    bundle = ca_bundle(source, home, ca_files, places)
     return StartFacts(
         places,
         home,
@@ -495,7 +523,7 @@ def start_facts(
         tuple(os.path.realpath(path) for path in deny_read),
         tuple(allow_read),
         kept_visible(),
-        shown_paths(source, home),
+        (*shown_paths(source, home), *([] if bundle is None else [bundle])),
         host_variables(source, home),
         policy,
         records_directory(root, source, places) if cache and not policy.empty else None,
@@ -504,6 +532,7 @@ def start_facts(
         journal,
         refusal,
         masked,
+        bundle,
     )
 
 

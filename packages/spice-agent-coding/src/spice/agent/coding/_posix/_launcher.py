@@ -386,6 +386,7 @@ class PosixLauncher:
         cache: bool = False,
         environ: Mapping[str, str] | None = None,
         protected: ProtectedPaths | None = None,
+        ca_files: Sequence[str] = (),
     ) -> PosixLauncher:
         """The one builder of a launcher: for a contained one, its start facts (unless
         given; the keywords are ``_facts.start_facts``'s: without ``cache`` no private cache),
@@ -410,6 +411,7 @@ class PosixLauncher:
                 cache=cache,
                 environ=environ,
                 protected=protected,
+                ca_files=ca_files,
             )
         proxy = Proxy(containment.domains, check_peers=True) if containment.proxied else None
         return cls(

@@ -44,6 +44,7 @@ from typing import Final, final
 from spice.agent.tools.coding import ProtectedPaths
 from spice.agent.tools.coding._journal import Journal
 
+from .._netpolicy._cabundle import BUNDLE_VARIABLES
 from .._sandbox import CREDENTIALS, HOME_SHOWN
 from . import _bwrap
 from ._net._proxy import proxy_environment
@@ -208,6 +209,10 @@ class StartFacts:
     masked: tuple[tuple[str, str], ...] = ()
     """``(copy, original)``: the shown home files whose credentials are masked (``_masked``),
     each copy bound read-only over its original (namespaces)."""
+    ca_bundle: str | None = None
+    """The CA bundle (the host's store and the settings file's ``ca_files``, contract 13.4)
+    every CA file variable names, whatever the server's environment said; ``None``: the
+    host's variables as they are."""
 
     @property
     def root(self) -> str:
@@ -474,6 +479,8 @@ def plan_call(
         ]
     present = {entry.partition("=")[0] for entry in environment}
     values += [(name, value) for name, value in facts.variables if name not in present]
+    if facts.ca_bundle is not None:
+        values += [(name, facts.ca_bundle) for name in BUNDLE_VARIABLES]
     env = _with_variables(environment, values, frozenset({"TMP", "TEMP"}))
     if proxy is not None and namespaces:
         pairs = [entry.partition("=") for entry in proxy_environment()]

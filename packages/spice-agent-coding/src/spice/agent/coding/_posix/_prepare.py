@@ -108,6 +108,7 @@ def _hinter(
     plan: _plan.CallPlan,
     proxy: CallProxy | None = None,
     server: Proxy | None = None,
+    home: str | None = None,
 ) -> Callable[[], str | None]:
     def hint() -> str | None:
         return _hints.sandbox_hint(
@@ -119,6 +120,9 @@ def _hinter(
             private_hosts=() if proxy is None else tuple(proxy.private),
             preset_of=None if server is None else server.policy.preset_of,
             raw_hosts=() if proxy is None else tuple(proxy.raw),
+            home=home,
+            hidden_home=plan.home,
+            shown=plan.shown,
         )
 
     return hint
@@ -343,7 +347,7 @@ def _prepare(
         after_join=(lambda: _release_mount_points(taken)) if taken else None,
         hint=None
         if scanner is None or plan is None
-        else _hinter(scanner, plan, proxy, server.proxy),
+        else _hinter(scanner, plan, proxy, server.proxy, None if facts is None else facts.home),
         guard=ender(server.guard, facts.root)
         if made.guard is not None and server.guard.active and facts is not None
         else None,

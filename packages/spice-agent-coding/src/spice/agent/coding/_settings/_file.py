@@ -88,6 +88,7 @@ KEYS: Final[Mapping[str, str]] = {
     "max_memory": _SIZE,
     "journal_max_bytes": _SIZE,
     "journal_max_age": _WHOLE,
+    "ca_files": _LIST,
 }
 """The keys a settings file (and each of its worktree tables) may hold, and their kinds:
 a list of strings, a boolean, a whole number, or a size (a whole number of bytes or a

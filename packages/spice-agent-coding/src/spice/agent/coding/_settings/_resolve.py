@@ -64,6 +64,7 @@ from ._values import (
     allow_read,
     allow_write,
     allowed_names,
+    ca_files,
     deny_read,
     filed_writes,
     from_file,
@@ -189,6 +190,9 @@ class Settings:
     """Paths given back to the user (the settings file's ``unprotect``), passed along."""
     settings_file: str | None = dataclasses.field(default=None, compare=False)
     """The settings file watched (``None``: none), read again before each call."""
+    ca_files: tuple[str, ...] = ()
+    """The settings file's ``ca_files`` (checked PEM files): contained commands trust the
+    host's store and these (contract 13.4)."""
     origins: tuple[tuple[str, str], ...] = dataclasses.field(default=(), compare=False)
     """``(rule, where it came from)``: a flag, a variable, the settings file, the host's
     configuration; ``tools`` shows them."""
@@ -225,6 +229,7 @@ class Settings:
             self.unprotect,
             self.config.protected_paths,
             max_server_memory=self.max_server_memory,
+            ca_files=self.ca_files,
         )
 
 
@@ -459,6 +464,7 @@ def resolve_settings(
     denied_filed = from_file(rules, "deny_read", deny_read, base.root)
     shown = allow_read(flags.allow_read, source)
     shown_filed = from_file(rules, "allow_read", allow_read, source)
+    authorities = from_file(rules, "ca_files", ca_files, None)
     for key, values, origin in (
         ("allow_env", names, env_origin),
         ("allow_env", names_filed, filed),
@@ -470,6 +476,7 @@ def resolve_settings(
         ("allow_read", shown_filed, filed),
         ("unprotect", flags.unprotect, UNPROTECT_FLAG),
         ("unprotect", rules.values("unprotect"), filed),
+        ("ca_files", authorities, filed),
     ):
         said += [(f"{key} {value}", origin) for value in values]
     processes = _chosen(flags.max_processes, "--max-processes", source, MAX_PROCESSES_VARIABLE)
@@ -505,6 +512,7 @@ def resolve_settings(
         domains,
         given,
         watched,
+        authorities,
         tuple(said),
         journal_bounds(flags.journal_max_bytes, flags.journal_max_age, rules),
         whole,

@@ -10,7 +10,9 @@ chooses where the text comes from; this module only reads it.
 - ``deny_read``: more existing absolute paths outside the worktree to hide;
 - ``allow_read``: more places beneath the home to show, which a contained command
   otherwise sees only through ``_sandbox.HOME_SHOWN`` (contract 12.2);
-- ``max_processes`` and ``max_memory``: one call's bounds.
+- ``max_processes`` and ``max_memory``: one call's bounds;
+- ``ca_files``: the settings file's PEM files every contained command trusts too
+  (``_netpolicy._cabundle``, contract 13.4).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Final, TypeVar
 
+from .._netpolicy._cabundle import MAXIMUM_CA_FILES, ca_file_problem
 from .._sandbox import DEFAULT_MAX_PROCESSES, MIN_MEMORY_BYTES, home_directory
 from ._file import FileRules
 
@@ -43,6 +46,7 @@ __all__ = [
     "allow_read",
     "allow_write",
     "allowed_names",
+    "ca_files",
     "deny_read",
     "filed_writes",
     "from_file",
@@ -326,6 +330,24 @@ def filed_writes(given: tuple[str, ...], places: tuple[str, tuple[str, ...]]) ->
     the root and the flags' directories, beneath which no link is followed either."""
     root, flagged = places
     return allow_write(given, {}, root, flagged)
+
+
+def ca_files(given: tuple[str, ...], _context: object = None) -> tuple[str, ...]:
+    """The settings file's ``ca_files``: absolute paths of PEM files of public
+    certificates, real paths without repeats. One that is missing, unreadable, not PEM or
+    holds a private key is refused, naming it (cut and escaped: a public file's path)."""
+    if len(given) > MAXIMUM_CA_FILES:
+        raise SettingsError(f"ca_files names at most {MAXIMUM_CA_FILES} files")
+    chosen: list[str] = []
+    for item in given:
+        problem = ca_file_problem(item)
+        if problem is not None:
+            shown = item[:_SHOWN_CHARACTERS].encode("unicode_escape").decode("ascii")
+            raise SettingsError(f"ca_files {shown!r} {problem}")
+        real = os.path.realpath(item)
+        if real not in chosen:
+            chosen.append(real)
+    return tuple(chosen)
 
 
 def from_file(

@@ -23,7 +23,7 @@ from ._paths import ABSOLUTE_ELSEWHERE
 from ._platform import batch_file, clean_path, is_windows
 from ._root import PathError
 from ._shell_description import MAXIMUM_ARGV_BYTES, MAXIMUM_ARGV_ITEMS, _number
-from ._shell_problems import globbed
+from ._shell_problems import globbed, path_globbed
 
 __all__ = ["ShellArguments", "parse", "schema"]
 
@@ -94,7 +94,8 @@ class ShellArguments:
     program_globbed: bool
     """argv[0] holds a glob character (a ``command_not_found`` gets the glob hint)."""
     arguments_globbed: bool
-    """An argument holds a glob character (a ``command_failed`` gets the glob hint)."""
+    """An argument looks like a file pattern (``path_globbed``: not a program's own text
+    after ``-c``/``-e``); a ``command_failed`` gets the glob hint."""
     dry_run: bool = False
     """The command's changes are listed, none applied (a staged launcher's)."""
 
@@ -143,6 +144,6 @@ def parse(arguments: str, config: Config) -> ShellArguments:
         timeout,
         batch_file=is_windows() and batch_file(argv[0]),
         program_globbed=globbed(argv[:1]),
-        arguments_globbed=globbed(argv[1:]),
+        arguments_globbed=path_globbed(argv[1:]),
         dry_run=take_boolean(values, "dry_run") is True,
     )

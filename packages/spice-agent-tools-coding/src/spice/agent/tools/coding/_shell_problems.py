@@ -5,10 +5,19 @@ Fixed sentences only: nothing of a call's argv, environment or output is ever qu
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Final
 
-__all__ = ["GLOB_CHARACTERS", "GLOB_HINT", "PROBLEMS", "globbed"]
+__all__ = [
+    "CODE_OPTIONS",
+    "GLOB_CHARACTERS",
+    "GLOB_HINT",
+    "NOT_IN_A_PATH",
+    "PROBLEMS",
+    "globbed",
+    "path_globbed",
+]
 
 PROBLEMS: Final = {
     "wrong_tool": "the call is not for the shell tool",
@@ -51,6 +60,30 @@ GLOB_HINT: Final = (
 words: nothing of the argv is echoed)."""
 
 
+CODE_OPTIONS: Final = re.compile(r"-[A-Za-z]?[ce]|-E|--eval|--command|--exec|--expression")
+"""The options whose next argument is a program's own text (``sh -c``, ``bash -lc``,
+``python -c``, ``node -e``, ``perl -e``, ``sed -e``): a glob character there is code."""
+
+NOT_IN_A_PATH: Final = frozenset(" \t\n\r\"'`$;(){}|&<>\\")
+"""Characters a file pattern an agent means as a path does not hold, but code does."""
+
+
 def globbed(items: Sequence[str]) -> bool:
     """Whether any of ``items`` holds a character a shell would expand as a file pattern."""
     return any(not GLOB_CHARACTERS.isdisjoint(item) for item in items)
+
+
+def path_globbed(arguments: Sequence[str]) -> bool:
+    """Whether an argument looks like a file pattern meant for a shell to expand: it holds
+    a glob character, no character of ``NOT_IN_A_PATH``, and does not follow an option of
+    ``CODE_OPTIONS`` (``["python", "-c", "print(sys.argv[1:])"]`` is code, not a glob)."""
+    after_code = False
+    for item in arguments:
+        if (
+            not after_code
+            and not GLOB_CHARACTERS.isdisjoint(item)
+            and NOT_IN_A_PATH.isdisjoint(item)
+        ):
+            return True
+        after_code = CODE_OPTIONS.fullmatch(item) is not None
+    return False
