@@ -20,6 +20,7 @@ import pytest
 from mcp import Client, StdioServerParameters
 from mcp.types import TextContent
 from mcp_types.version import LATEST_HANDSHAKE_VERSION
+from procutil import descendants_named
 
 from spice.agent.coding._mcp._framing import MAXIMUM_FRAME_BYTES
 from spice.agent.coding._sandbox import SERVER_WARNING
@@ -359,7 +360,10 @@ async def test_a_signal_goes_through_the_join_that_puts_back_a_plant(
     async with raw_server(worktree) as server:
         await server.handshake()
         await server.call(2, "shell", {"argv": ["/bin/sh", "-c", plant]})
-        await until(commondir.exists)
+        # The plant is made before the sleep; a staged worktree shows it to nobody before
+        # the call ends (contract 13.1), so the sleep says the plant is there.
+        pid = server.process.pid
+        await until(lambda: commondir.exists() or bool(descendants_named(pid, "sleep")))
         server.process.send_signal(getattr(signal, name))
         code, _, err = await server.finish()
     assert 0 == code, err

@@ -226,21 +226,35 @@ async def test_r4_4_over_mcp_a_read_is_answered_while_a_fork_bomb_is_at_its_boun
     root = (tmp_path / "root").resolve()
     root.mkdir()
     (root / "a.txt").write_text("a\n")
+    # The bomb's word goes to an --allow-write directory: a staged worktree shows nothing a
+    # call writes before it ends (contract 13.1).
+    signals = root / "signals"
+    signals.mkdir()
     mark = f"MARK-MCP-BOMB-{os.getpid()}"
     params = StdioServerParameters(
         command=sys.executable,
-        args=[str(SCRIPT), "serve", "--root", str(root), "--max-processes", str(BOMB_PROCESSES)],
+        args=[
+            str(SCRIPT),
+            "serve",
+            "--root",
+            str(root),
+            "--max-processes",
+            str(BOMB_PROCESSES),
+            "--allow-write",
+            str(signals),
+        ],
         cwd=str(tmp_path),
     )
     bomb = {
         "argv": [PYTHON, "-I", "-c", BOMB_WITH_A_MARK, str(BOMB_FORKS), mark],
+        "workdir": "signals",
         "timeout_seconds": 30,
     }
     async with Client(stdio_client(params)) as client:
         call = asyncio.ensure_future(client.call_tool("shell", bomb))
         try:
             async with asyncio.timeout(BOUND):
-                while not (root / "refused").exists():  # noqa: ASYNC110 - a file the bomb makes
+                while not (signals / "refused").exists():  # noqa: ASYNC110 - the bomb's file
                     await asyncio.sleep(0.05)
                 assert 0 < _marked(mark) <= BOMB_PROCESSES
                 answer = await client.call_tool("read", {"path": "a.txt"})

@@ -270,7 +270,8 @@ def _prepare(
             # Staged (contract 13.1): the commit judges the worktree's changes.
             if facts.journal is None:
                 raise LaunchError(reason=facts.journal_refusal or JOURNAL_UNUSABLE)
-            made.stage = Stage.make(facts.stages, facts.root)
+            direct = [p.path for p in facts.places[1:] if _beneath(p.path, facts.root)]
+            made.stage = Stage.make(facts.stages, facts.root, direct)
             made.stage.opened_ns = facts.journal.opening()
         if made.stage is None or len(facts.places) > 1:
             # Unstaged, or --allow-write places (written directly): the guard's baseline.

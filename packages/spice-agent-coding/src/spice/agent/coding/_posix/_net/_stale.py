@@ -10,7 +10,6 @@ traffic: clients-round5 G6).
 
 from __future__ import annotations
 
-import fcntl
 import os
 import shutil
 import socket
@@ -107,6 +106,8 @@ def _lock_held(path: str) -> bool | None:
     except OSError:
         return None
     try:
+        import fcntl  # noqa: PLC0415 - POSIX only (the module is imported everywhere)
+
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         return True
@@ -123,6 +124,8 @@ def _hold_lock(directory: str) -> int:
     flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     fd = os.open(os.path.join(directory, _LOCK_NAME), flags, 0o600)
     try:
+        import fcntl  # noqa: PLC0415 - POSIX only (the module is imported everywhere)
+
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BaseException:
         os.close(fd)

@@ -79,6 +79,8 @@ _MS_REC: Final = 0x4000
 _MS_PRIVATE: Final = 1 << 18
 _MS_NOSUID: Final = 2
 _MS_NODEV: Final = 4
+_MS_BIND: Final = 4096
+_O_PATH: Final = getattr(os, "O_PATH", 0o10000000)
 
 _libc: Final = ctypes.CDLL(None, use_errno=True)
 _unshare: Final = _libc.unshare
@@ -229,9 +231,12 @@ def _probe(directory: str) -> bool:
 class Stage:
     """One call's stage: its directory, its layers, and when it was opened."""
 
-    def __init__(self, path: str, lower: str) -> None:
+    def __init__(self, path: str, lower: str, direct: Sequence[str] = ()) -> None:
         self.path = path
         self.lower = lower
+        self.direct = tuple(os.fsencode(place) for place in direct)
+        """``--allow-write`` places beneath the worktree: bound over the overlay from the
+        host (written directly, as outside a stage)."""
         self.upper = os.path.join(path, "upper")
         self.work = os.path.join(path, "work")
         self.opened_ns = 0
@@ -251,10 +256,11 @@ class Stage:
         self._target = os.fsencode(lower)
 
     @classmethod
-    def make(cls, directory: str, lower: str) -> Stage:
-        """A new stage beneath ``directory`` (a ``StagePlace``'s) over the root ``lower``."""
+    def make(cls, directory: str, lower: str, direct: Sequence[str] = ()) -> Stage:
+        """A new stage beneath ``directory`` (a ``StagePlace``'s) over the root ``lower``;
+        ``direct``: the writable places beneath it that are not staged."""
         path = tempfile.mkdtemp(prefix=_owner(), dir=directory)
-        stage = cls(path, lower)
+        stage = cls(path, lower, direct)
         try:
             os.mkdir(stage.upper, 0o755)
             os.mkdir(stage.work, 0o700)
@@ -286,9 +292,15 @@ class Stage:
         _write(b"/proc/self/gid_map", self._maps[1])
         if _mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None) != 0:
             raise OSError(ctypes.get_errno(), "mount")
+        held = [os.open(place, _O_PATH | os.O_DIRECTORY | os.O_CLOEXEC) for place in self.direct]
         flags = _MS_NOSUID | _MS_NODEV
         if _mount(b"overlay", self._target, b"overlay", flags, self._options) != 0:
             raise OSError(ctypes.get_errno(), "mount")
+        for place, fd in zip(self.direct, held, strict=True):
+            source = b"/proc/self/fd/%d" % fd
+            if _mount(source, place, None, _MS_BIND | _MS_REC, None) != 0:
+                raise OSError(ctypes.get_errno(), "mount")
+            os.close(fd)
 
     def sync(self) -> None:
         """Write what the call wrote to disk, once for the whole stage (the overlay is
