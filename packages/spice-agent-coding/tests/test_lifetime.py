@@ -110,8 +110,8 @@ async def test_a_sigkilled_server_leaves_no_process_behind(root: Path, mode: str
     environment = {**os.environ, "TMPDIR": str(temporaries)}
     with RawPeer(root, "--sandbox", mode, "--allow-write", str(signals), env=environment) as peer:
         peer.initialize()
-        family = FAMILY.replace("pids", str(pidfile))
-        arguments = {"argv": ["sh", "-c", family], "timeout_seconds": 120}
+        script = FAMILY.replace("pids", str(pidfile))
+        arguments = {"argv": ["sh", "-c", script], "timeout_seconds": 120}
         peer.send(tool_call(1, "shell", arguments))
         assert await procutil.until(lambda: len(pids_in(pidfile)) >= 5, BOUND)
         family = pids_in(pidfile)
