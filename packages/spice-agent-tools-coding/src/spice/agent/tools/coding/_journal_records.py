@@ -38,7 +38,9 @@ __all__ = [
     "journal_directory",
     "locked",
     "read_json",
+    "state_at",
     "state_home",
+    "state_of",
 ]
 
 FORMAT: Final = 1
@@ -181,6 +183,11 @@ def state_at(dir_fd: int, name: str) -> State | Literal["other"] | None:
         return None
     except OSError:
         return "other"
+    return state_of(dir_fd, name, status)
+
+
+def state_of(dir_fd: int, name: str, status: os.stat_result) -> State | Literal["other"]:
+    """``state_at`` of ``name`` whose ``lstat`` is ``status`` (already taken)."""
     mode = status.st_mode
     if stat.S_ISDIR(mode):
         return State("directory", stat.S_IMODE(mode), None)
@@ -229,6 +236,9 @@ class Item:
     source: str | None = None
     undoes: tuple[int, int] | None = None
     """For an undo's item: the entry and item it takes back."""
+    whole: bool = False
+    """A directory added with its whole subtree in one rename (``Change.whole``): the
+    entry names the directory only, and an undo moves it whole into its store."""
 
     @property
     def action(self) -> str:
@@ -251,6 +261,8 @@ class Item:
         }
         if self.undoes is not None:
             value["undoes"] = list(self.undoes)
+        if self.whole:
+            value["whole"] = True
         return value
 
     @staticmethod
@@ -274,7 +286,12 @@ class Item:
                 raise ValueError
             pair = (int(undoes[0]), int(undoes[1]))
         before, after = State.parse(value.get("before")), State.parse(value.get("after"))
-        return Item(path, before, after, saved, kept, source, pair)
+        whole = value.get("whole", False)
+        if not isinstance(whole, bool):
+            raise ValueError
+        if whole and "directory" not in {s.kind for s in (before, after) if s is not None}:
+            raise ValueError
+        return Item(path, before, after, saved, kept, source, pair, whole)
 
 
 @final
