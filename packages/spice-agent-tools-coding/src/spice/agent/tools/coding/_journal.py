@@ -18,7 +18,6 @@ written; the call's version is kept in the store and the path is in ``conflicts`
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import shutil
 import stat
@@ -30,6 +29,7 @@ from typing import Final, final
 
 from ._changes import Change, Judged
 from ._journal_apply import Applier, Op, Refusal
+from ._journal_index import EntryIndex
 from ._journal_plan import beneath, plan
 from ._journal_records import (
     PRIVATE_DIRECTORY,
@@ -146,6 +146,7 @@ class Journal:
         self._shown = shown
         self._max_bytes = max_bytes
         self._max_age_days = max_age
+        self._index = EntryIndex(os.path.join(directory, "entries"), shown, self._read)
 
     @classmethod
     def open(
@@ -186,18 +187,7 @@ class Journal:
     # -- reading -------------------------------------------------------------------
 
     def _ids(self) -> list[int]:
-        try:
-            names = os.listdir(os.path.join(self.directory, "entries"))
-        except OSError:
-            raise JournalError(
-                "journal_unusable", f"the journal {self._shown} cannot be read"
-            ) from None
-        ids = []
-        for name in names:
-            stem = name.removesuffix(".json")
-            if name.endswith(".json") and stem.isdigit():
-                ids.append(int(stem))
-        return sorted(ids)
+        return [entry.id for entry in self._index.scan()]
 
     def _read(self, number: int) -> Record:
         try:
@@ -352,11 +342,13 @@ class Journal:
     def _write(self, record: Record) -> None:
         fd = os.open(os.path.join(self.directory, "entries"), os.O_RDONLY | os.O_DIRECTORY)
         try:
-            atomic_json(fd, f"{record.id:012d}.json", record.json())
+            inode = atomic_json(fd, f"{record.id:012d}.json", record.json())
         finally:
             os.close(fd)
+        self._index.note(record, inode)
 
     def _discard(self, number: int) -> None:
+        self._index.forget(number)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self._entry_path(number))
         shutil.rmtree(self._store(number), ignore_errors=True)
@@ -395,7 +387,7 @@ class Journal:
             return self._recover_locked()
 
     def _recover_locked(self) -> tuple[int, ...]:
-        pending = [r for r in map(self._read, self._ids()) if r.phase == "pending"]
+        pending = [self._read(e.id) for e in self._index.scan() if e.phase == "pending"]
         if not pending:
             return ()
         root_fd = self._open_root()
@@ -538,7 +530,7 @@ class Journal:
 
     def _prune(self) -> None:
         """Drop the oldest entries beyond the bounds (bytes, age, count)."""
-        records = self._done()
+        records = [entry for entry in self._index.scan() if entry.phase == "done"]
         total = sum(record.size for record in records)
         oldest_kept = time.time_ns() - self._max_age_days * DAY_NS
         count, through = self._dropped()
@@ -567,7 +559,9 @@ def _default_home() -> str:
 
 
 def _without_source(item: Item) -> Item:
-    return dataclasses.replace(item, source=None)
+    return Item(
+        item.path, item.before, item.after, item.saved, item.kept, None, item.undoes, item.whole
+    )
 
 
 def _current(root_fd: int, path: str) -> State | str | None:

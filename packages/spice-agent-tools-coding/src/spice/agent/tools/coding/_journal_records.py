@@ -31,6 +31,7 @@ __all__ = [
     "LOCK_WAIT_SECONDS",
     "Item",
     "JournalError",
+    "Phase",
     "Record",
     "State",
     "atomic_json",
@@ -379,9 +380,10 @@ def read_json(path: str, directory: str) -> object:
     return value
 
 
-def atomic_json(directory_fd: int, name: str, value: object) -> None:
+def atomic_json(directory_fd: int, name: str, value: object) -> int:
     """Write ``name`` in ``directory_fd`` whole: a synced temporary, a rename, a synced
-    directory. A crash leaves the old record or the new one."""
+    directory. A crash leaves the old record or the new one. Returns the new file's
+    inode (each write is a new file)."""
     temporary = f".{name}.tmp"
     data = json.dumps(value, separators=(",", ":")).encode()
     fd = os.open(
@@ -395,10 +397,12 @@ def atomic_json(directory_fd: int, name: str, value: object) -> None:
         while view:
             view = view[os.write(fd, view) :]
         os.fsync(fd)
+        inode = os.fstat(fd).st_ino
     finally:
         os.close(fd)
     os.rename(temporary, name, src_dir_fd=directory_fd, dst_dir_fd=directory_fd)
     os.fsync(directory_fd)
+    return inode
 
 
 @contextlib.contextmanager
