@@ -233,13 +233,21 @@ async def _run(settings: Settings) -> list[Figure]:
     ]
 
 
-async def _sync(settings: Settings, base: Path, home: Path) -> Figure:
-    """The staged ``uv sync`` beside the same sandbox unstaged, each on its own project."""
+def _sync_tools() -> tuple[str, str] | None:
+    """uv's binary and the interpreter (real paths: the sandbox sees them read-only)."""
     found = shutil.which("uv")
     if found is None:
-        return unavailable(SECTION, SYNC, "no uv binary on PATH")
-    uv = os.path.realpath(found)
+        return None
     python = os.path.realpath(getattr(sys, "_base_executable", sys.executable))
+    return os.path.realpath(found), python
+
+
+async def _sync(settings: Settings, base: Path, home: Path) -> Figure:
+    """The staged ``uv sync`` beside the same sandbox unstaged, each on its own project."""
+    tools = _sync_tools()
+    if tools is None:
+        return unavailable(SECTION, SYNC, "no uv binary on PATH")
+    uv, python = tools
     probes = []
     for name, staged in (("sync-staged", True), ("sync-unstaged", False)):
         root, trash = base / name, base / f"{name}-trash"
@@ -256,8 +264,10 @@ async def _sync(settings: Settings, base: Path, home: Path) -> Figure:
         "the same sandbox unstaged, no guard",
         milliseconds(unstaged_s),
         notes=(
-            f"uv sync --offline of {PACKAGES} local wheels into a fresh .venv each call "
-            "(the last one renamed out of the worktree first); uv's cache is the sandbox's",
+            (
+                f"uv sync --offline of {PACKAGES} local wheels into a fresh .venv each call "
+                "(the last one renamed out of the worktree first); uv's cache is the sandbox's"
+            ),
         ),
     )
 
