@@ -153,18 +153,7 @@ class Applier:
             return True
         if status.st_ctime_ns >= opened_ns:
             return True
-        if not stat.S_ISDIR(status.st_mode):
-            return False
-        seen = 0
-        for _top, names, files, top_fd in os.fwalk(leaf, dir_fd=fd, follow_symlinks=False):
-            for name in (*names, *files):
-                seen += 1
-                if seen > walk_limit:
-                    return True
-                inner = _lstat(name, top_fd)
-                if inner is not None and inner.st_ctime_ns >= opened_ns:
-                    return True
-        return False
+        return stat.S_ISDIR(status.st_mode) and _changed_beneath(fd, leaf, opened_ns, walk_limit)
 
     def apply(self, op: Op, saved: str | None) -> None:
         """Apply one path (``OSError`` or ``Refusal`` when it cannot be; ``rollback``
@@ -182,7 +171,7 @@ class Applier:
             os.chmod(leaf, after.mode or 0o755, dir_fd=fd)
             return
         tmp = temporary_name(self._entry, op.index)
-        direct = after is not None and self._direct(op, after, old)
+        direct = after is not None and _direct(op, after, old, self._links)
         if after is not None and not direct:
             self._prepare(op, after, fd, tmp)
         if old is not None and saved is not None:
@@ -208,31 +197,6 @@ class Applier:
             os.rename(tmp, leaf, src_dir_fd=fd, dst_dir_fd=fd)
         if after.kind == "file" and op.link is not None:
             self._links.setdefault(op.link, _split(op.path))
-
-    def _direct(self, op: Op, after: State, old: os.stat_result | None) -> bool:
-        """Whether ``op``'s stage entry can be renamed onto its path with no copy beside:
-        a file from the stage (not rewritten, not a later member of a hard-link group)
-        added or replacing a file, or a whole directory added. Its mode is set in the
-        stage first; ``Refusal`` when the stage holds another kind."""
-        if op.source is None or op.data is not None:
-            return False
-        if after.kind == "file":
-            if op.link is not None and op.link in self._links:
-                return False
-            if old is not None and not stat.S_ISREG(old.st_mode):
-                return False
-            status = _lstat(op.source, None)
-            if status is None or not stat.S_ISREG(status.st_mode):
-                raise Refusal
-            if after.mode is not None and stat.S_IMODE(status.st_mode) != after.mode:
-                os.chmod(op.source, after.mode)
-            return True
-        if after.kind == "directory" and old is None:
-            status = _lstat(op.source, None)
-            if status is None or not stat.S_ISDIR(status.st_mode):
-                raise Refusal
-            return True
-        return False
 
     def keep(self, op: Op, kept: str) -> None:
         """Put the call's version of a path left to the user in the store as ``kept``."""
@@ -359,6 +323,49 @@ class Applier:
             self._move(fd, name, self._store_fd, back)
         except OSError:
             _remove(fd, name)
+
+
+def _direct(
+    op: Op, after: State, old: os.stat_result | None, links: dict[int, tuple[str, str]]
+) -> bool:
+    """Whether ``op``'s stage entry can be renamed onto its path with no copy beside:
+    a file from the stage (not rewritten, not a later member of a hard-link group)
+    added or replacing a file, or a whole directory added. Its mode is set in the
+    stage first; ``Refusal`` when the stage holds another kind."""
+    if op.source is None or op.data is not None:
+        return False
+    if after.kind == "file":
+        if op.link is not None and op.link in links:
+            return False
+        if old is not None and not stat.S_ISREG(old.st_mode):
+            return False
+        status = _lstat(op.source, None)
+        if status is None or not stat.S_ISREG(status.st_mode):
+            raise Refusal
+        if after.mode is not None and stat.S_IMODE(status.st_mode) != after.mode:
+            os.chmod(op.source, after.mode)
+        return True
+    if after.kind == "directory" and old is None:
+        status = _lstat(op.source, None)
+        if status is None or not stat.S_ISDIR(status.st_mode):
+            raise Refusal
+        return True
+    return False
+
+
+def _changed_beneath(fd: int, leaf: str, opened_ns: int, walk_limit: int) -> bool:
+    """Whether anything beneath the directory ``leaf`` has a change time at or after
+    ``opened_ns`` (past ``walk_limit`` entries: yes, the user's edits win)."""
+    seen = 0
+    for _top, names, files, top_fd in os.fwalk(leaf, dir_fd=fd, follow_symlinks=False):
+        for name in (*names, *files):
+            seen += 1
+            if seen > walk_limit:
+                return True
+            inner = _lstat(name, top_fd)
+            if inner is not None and inner.st_ctime_ns >= opened_ns:
+                return True
+    return False
 
 
 def _kind(status: os.stat_result) -> str:
