@@ -279,6 +279,7 @@ UNPRIVILEGED_SPAWNING_TESTS := \
   packages/spice-agent-coding/tests/posix/test_stage_attacks.py \
   packages/spice-agent-coding/tests/posix/test_stage_renames.py \
   packages/spice-agent-tools-coding/tests/test_journal.py \
+  packages/spice-agent-tools-coding/tests/test_journal_whole.py \
   packages/spice-agent-tools-coding/tests/test_replace_journal.py \
   packages/spice-agent-coding/tests/test_journal_cli.py
 test-unprivileged:

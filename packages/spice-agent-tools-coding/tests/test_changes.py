@@ -89,3 +89,27 @@ def test_the_answer_names_at_most_the_bound_and_counts_all(count: int) -> None:
     assert shown["deleted"] == 0
     assert isinstance(shown["paths"], list)
     assert len(shown["paths"]) == min(count, SHOWN_CHANGES)
+
+
+def test_a_whole_change_is_an_added_directory_with_its_source() -> None:
+    whole = Change("venv", "added", "directory", None, 0o755, "/stage/venv", whole=True)
+    assert whole.whole
+    assert whole.shown == "A venv/"
+    assert not Change("venv", "added", "directory", None, 0o755).whole
+
+
+@pytest.mark.parametrize(
+    ("action", "kind", "before", "source"),
+    [
+        ("added", "directory", None, None),  # no source to rename
+        ("added", "file", None, "/stage/f"),  # not a directory
+        ("modified", "directory", "directory", "/stage/d"),  # something was there
+        ("modified", "directory", "file", "/stage/d"),
+        ("deleted", None, "directory", None),
+    ],
+)
+def test_a_whole_change_that_is_not_a_new_directory_is_refused(
+    action: str, kind: str | None, before: str | None, source: str | None
+) -> None:
+    with pytest.raises(ValueError, match="whole change"):
+        Change("d", action, kind, before, 0o755, source, whole=True)  # type: ignore[arg-type]

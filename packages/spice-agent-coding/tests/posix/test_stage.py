@@ -479,3 +479,104 @@ async def test_a_dry_run_where_calls_are_not_staged_is_refused_before_it_runs(
     assert refused.value.reason is not None
     assert "dry_run" in refused.value.reason
     assert not marker.exists()
+
+
+def test_a_directory_added_whole_is_marked_whole(root: Path, home: Path) -> None:
+    """``Change.whole``: an added directory whose stage subtree is exactly what is listed
+    beneath it (the commit may move it by one rename); its paths are all still listed."""
+    _tree(root)
+    read = _stage_read(
+        root,
+        home,
+        "mkdir -p venv/lib/pkg venv/empty; echo x > venv/lib/pkg/m.py; "
+        "ln -s m.py venv/lib/pkg/l; echo t > venv/gone; rm venv/gone; "
+        "mkdir lib/new; echo y > lib/new/y; echo z > pkg/z",
+    )
+    shown = {change.shown: change for change in read.changes}
+    assert set(shown) == {
+        "A venv/",
+        "A venv/lib/",
+        "A venv/lib/pkg/",
+        "A venv/lib/pkg/m.py",
+        "A venv/lib/pkg/l",
+        "A venv/empty/",
+        "A lib/new/",
+        "A lib/new/y",
+        "A pkg/z",
+    }
+    whole = {change.path for change in read.changes if change.whole}
+    assert whole == {"venv", "venv/lib", "venv/lib/pkg", "venv/empty", "lib/new"}
+    venv = shown["A venv/"]
+    assert venv.source is not None
+    assert venv.source.endswith("/upper/venv")
+
+
+def test_a_fifo_or_a_recreated_directory_is_not_whole(root: Path, home: Path) -> None:
+    """A refused node inside an added directory keeps it from moving whole (the FIFO
+    would go with it); a directory deleted and made again is no addition."""
+    _tree(root)
+    read = _stage_read(
+        root,
+        home,
+        "mkdir -p new/deep; mkfifo new/deep/pipe; echo k > new/k; "
+        "rm -rf lib; mkdir lib; echo x > lib/x.py",
+    )
+    assert read.refused == ("new/deep/pipe",)
+    assert not any(change.whole for change in read.changes)
+
+
+async def test_a_new_tree_is_committed_whole_and_said_path_by_path(
+    policy: Containment, root: Path, home: Path
+) -> None:
+    """Through a real staged call: a new ``.venv`` is one item of the entry, the answer
+    lists its every path, and undo takes it back."""
+    _tree(root)
+    before = _snapshot(root)
+    chosen = _launcher(policy, root, home)
+    _, fields = await _run(
+        chosen,
+        root,
+        home,
+        "mkdir -p .venv/bin .venv/lib; printf '#!/bin/sh\\n' > .venv/bin/python; "
+        "chmod 755 .venv/bin/python; ln -s python .venv/bin/python3; "
+        "head -c 3000 /dev/urandom > .venv/lib/blob; mkdir .venv/empty",
+    )
+    assert fields["changes_applied"] is True
+    assert fields["changes"] == {
+        "added": 7,
+        "modified": 0,
+        "deleted": 0,
+        "paths": [
+            "A .venv/",
+            "A .venv/bin/",
+            "A .venv/bin/python",
+            "A .venv/bin/python3",
+            "A .venv/empty/",
+            "A .venv/lib/",
+            "A .venv/lib/blob",
+        ],
+    }
+    assert stat.S_IMODE((root / ".venv/bin/python").stat().st_mode) == 0o755
+    assert os.readlink(root / ".venv/bin/python3") == "python"
+    assert (root / ".venv/lib/blob").stat().st_size == 3000
+    journal = chosen._facts.journal if chosen._facts is not None else None
+    assert journal is not None
+    assert journal.history().entries[0].paths == ("A .venv/",)
+    assert journal.undo().restored == (".venv",)
+    assert _snapshot(root) == before
+
+
+async def test_a_fifo_inside_a_new_tree_is_refused_and_the_rest_applied(
+    policy: Containment, root: Path, home: Path
+) -> None:
+    chosen = _launcher(policy, root, home)
+    _, fields = await _run(
+        chosen, root, home, "mkdir -p new/deep; echo k > new/deep/k; mkfifo new/deep/pipe"
+    )
+    assert fields["changes_applied"] is True
+    assert fields["protected_refused"] == ["new/deep/pipe"]
+    assert (root / "new/deep/k").read_text() == "k\n"
+    assert not (root / "new/deep/pipe").exists()
+    journal = chosen._facts.journal if chosen._facts is not None else None
+    assert journal is not None
+    assert journal.history().entries[0].paths == ("A new/", "A new/deep/", "A new/deep/k")

@@ -61,9 +61,13 @@ class Change:
     - ``mode``: its permission bits after (``stat.S_IMODE``), ``None`` when deleted and
       for a symbolic link;
     - ``source``: where the new entry lies in the stage, an absolute path (a file's bytes,
-      a link's target), ``None`` for a directory and when deleted;
+      a link's target, a ``whole`` directory), else ``None`` (a directory, a deletion);
     - ``link``: files the call made as hard links of one another share one number (the
-      commit makes them links again), else ``None``.
+      commit makes them links again), else ``None``;
+    - ``whole``: an added directory whose whole subtree the call added and whose stage
+      directory holds exactly the changes listed beneath it (``source`` is that stage
+      directory): the commit may move it with one rename. The changes beneath it are
+      still listed (the answer counts every path); only the apply is collapsed.
     """
 
     path: str
@@ -73,6 +77,7 @@ class Change:
     mode: int | None = None
     source: str | None = field(default=None, repr=False)
     link: int | None = None
+    whole: bool = False
 
     def __post_init__(self) -> None:
         if not valid_path(self.path):
@@ -85,6 +90,10 @@ class Change:
             raise ValueError("a change had a kind before unless it is an addition")
         if not {self.kind, self.before} <= {None, *KINDS}:
             raise ValueError("a change's kind is file, directory or symlink")
+        if self.whole and (
+            self.action != "added" or self.kind != "directory" or self.source is None
+        ):
+            raise ValueError("a whole change is an added directory with its source")
 
     @property
     def shown(self) -> str:

@@ -29,6 +29,8 @@ from typing import Final, final
 
 from ._changes import Change, Judged
 from ._journal_apply import Applier, Op, Refusal
+from ._journal_index import EntryIndex
+from ._journal_plan import beneath, plan
 from ._journal_records import (
     PRIVATE_DIRECTORY,
     Item,
@@ -144,6 +146,7 @@ class Journal:
         self._shown = shown
         self._max_bytes = max_bytes
         self._max_age_days = max_age
+        self._index = EntryIndex(os.path.join(directory, "entries"), shown, self._read)
 
     @classmethod
     def open(
@@ -184,18 +187,7 @@ class Journal:
     # -- reading -------------------------------------------------------------------
 
     def _ids(self) -> list[int]:
-        try:
-            names = os.listdir(os.path.join(self.directory, "entries"))
-        except OSError:
-            raise JournalError(
-                "journal_unusable", f"the journal {self._shown} cannot be read"
-            ) from None
-        ids = []
-        for name in names:
-            stem = name.removesuffix(".json")
-            if name.endswith(".json") and stem.isdigit():
-                ids.append(int(stem))
-        return sorted(ids)
+        return [entry.id for entry in self._index.scan()]
 
     def _read(self, number: int) -> Record:
         try:
@@ -303,29 +295,32 @@ class Journal:
         store_fd = os.open(store, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         applier = Applier(root_fd, store_fd, number)
         try:
-            ops, items, conflicted = self._plan(applier, judged, opened_ns)
-            record = Record(number, tool, call_id, time.time_ns(), "pending", tuple(items))
+            planned = plan(applier, judged, opened_ns, WALK_LIMIT)
+            items = tuple(step.item for step in planned.steps)
+            record = Record(number, tool, call_id, time.time_ns(), "pending", items)
             self._write(record)
             failed: list[str] = []
             applied: list[Change] = []
             final: list[Item] = []
-            for (op, change), item in zip(ops, items, strict=True):
+            for step in planned.steps:
+                op, change, item = step.op, step.change, step.item
                 if item.kept is not None:
                     with contextlib.suppress(OSError, Refusal):
                         applier.keep(op, item.kept)
                     final.append(_without_source(item))
                     continue
-                if any(_beneath(change.path, path) for path in failed):
-                    failed.append(change.path)
+                if any(beneath(change.path, path) for path in failed):
+                    failed.extend(step.paths)
                     continue
                 try:
                     applier.apply(op, item.saved)
                 except (OSError, Refusal):
                     with contextlib.suppress(OSError):
                         applier.rollback(item, op.index, f"r{op.index}")
-                    failed.append(change.path)
+                    failed.extend(step.paths)
                     continue
                 applied.append(change)
+                applied.extend(step.beneath)
                 final.append(_without_source(item))
             applier.close()
             copied = applier.copied
@@ -334,57 +329,26 @@ class Journal:
             raise
         finally:
             os.close(store_fd)
+        conflicted = planned.conflicts
         if not applied:
             self._discard(number)
-            return Committed(None, (), tuple(conflicted), tuple(failed), copied)
+            return Committed(None, (), conflicted, tuple(failed), copied)
         self._write(
             Record(number, tool, call_id, record.time_ns, "done", tuple(final), _tree_size(store))
         )
         self._prune()
-        return Committed(number, tuple(applied), tuple(conflicted), tuple(failed), copied)
-
-    def _plan(
-        self, applier: Applier, judged: Judged, opened_ns: int
-    ) -> tuple[list[tuple[Op, Change]], list[Item], list[str]]:
-        ops: list[tuple[Op, Change]] = []
-        items: list[Item] = []
-        conflicted: list[str] = []
-        for index, change in enumerate(judged.kept):
-            data = judged.rewritten.get(change.path)
-            after = None if change.kind is None else _after_state(change, data)
-            op = Op(index, change.path, after, change.source, data, change.link)
-            ancestor = any(_beneath(change.path, path) for path in conflicted)
-            current = applier.exists(change.path)
-            if change.action == "added":
-                conflict = ancestor or current is not None
-            else:
-                conflict = ancestor or applier.changed_since(change.path, opened_ns, WALK_LIMIT)
-            before: State | None = None
-            if change.before is not None:
-                before = _before_state(applier, root_path=change.path, root=self.root)
-            dir_mode_only = (
-                before is not None
-                and before.kind == "directory"
-                and after is not None
-                and after.kind == "directory"
-            )
-            saved = None if before is None or dir_mode_only else f"b{index}"
-            if conflict:
-                conflicted.append(change.path)
-                items.append(Item(change.path, before, after, None, f"c{index}", change.source))
-            else:
-                items.append(Item(change.path, before, after, saved, None, change.source))
-            ops.append((op, change))
-        return ops, items, conflicted
+        return Committed(number, tuple(applied), conflicted, tuple(failed), copied)
 
     def _write(self, record: Record) -> None:
         fd = os.open(os.path.join(self.directory, "entries"), os.O_RDONLY | os.O_DIRECTORY)
         try:
-            atomic_json(fd, f"{record.id:012d}.json", record.json())
+            inode = atomic_json(fd, f"{record.id:012d}.json", record.json())
         finally:
             os.close(fd)
+        self._index.note(record, inode)
 
     def _discard(self, number: int) -> None:
+        self._index.forget(number)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self._entry_path(number))
         shutil.rmtree(self._store(number), ignore_errors=True)
@@ -423,7 +387,7 @@ class Journal:
             return self._recover_locked()
 
     def _recover_locked(self) -> tuple[int, ...]:
-        pending = [r for r in map(self._read, self._ids()) if r.phase == "pending"]
+        pending = [self._read(e.id) for e in self._index.scan() if e.phase == "pending"]
         if not pending:
             return ()
         root_fd = self._open_root()
@@ -496,7 +460,9 @@ class Journal:
                         continue
                     current = found
                     changed = current != item.after or (
-                        target.tool != "undo" and _holds_more(root_fd, item, planned)
+                        target.tool != "undo"
+                        and not item.whole
+                        and _holds_more(root_fd, item, planned)
                     )
                     if changed and not force:
                         refused.append(item.path)
@@ -526,6 +492,7 @@ class Journal:
                                 None,
                                 source,
                                 (target.id, index),
+                                item.whole,
                             ),
                         )
                     )
@@ -563,7 +530,7 @@ class Journal:
 
     def _prune(self) -> None:
         """Drop the oldest entries beyond the bounds (bytes, age, count)."""
-        records = self._done()
+        records = [entry for entry in self._index.scan() if entry.phase == "done"]
         total = sum(record.size for record in records)
         oldest_kept = time.time_ns() - self._max_age_days * DAY_NS
         count, through = self._dropped()
@@ -591,44 +558,10 @@ def _default_home() -> str:
     return home
 
 
-def _beneath(path: str, ancestor: str) -> bool:
-    return path.startswith(ancestor + "/")
-
-
 def _without_source(item: Item) -> Item:
-    return Item(item.path, item.before, item.after, item.saved, item.kept, None, item.undoes)
-
-
-def _after_state(change: Change, data: bytes | None) -> State:
-    import hashlib  # noqa: PLC0415
-
-    assert change.kind is not None  # noqa: S101 - checked by the caller
-    if change.kind == "directory":
-        return State("directory", change.mode, None)
-    if data is not None:
-        return State("file", change.mode, hashlib.sha256(data).hexdigest())
-    source = change.source
-    if source is None:
-        raise Refusal
-    if change.kind == "symlink":
-        return State("symlink", None, hashlib.sha256(os.fsencode(os.readlink(source))).hexdigest())
-    fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-    try:
-        from ._journal_records import digest_fd  # noqa: PLC0415
-
-        return State("file", change.mode, digest_fd(fd))
-    finally:
-        os.close(fd)
-
-
-def _before_state(applier: Applier, *, root_path: str, root: str) -> State | None:
-    del applier
-    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        found = _current(fd, root_path)
-    finally:
-        os.close(fd)
-    return found if isinstance(found, State) else None
+    return Item(
+        item.path, item.before, item.after, item.saved, item.kept, None, item.undoes, item.whole
+    )
 
 
 def _current(root_fd: int, path: str) -> State | str | None:

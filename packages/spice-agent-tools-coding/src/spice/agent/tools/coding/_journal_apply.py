@@ -11,6 +11,11 @@ never leads a commit outside the worktree. For each path, in order:
    subtree);
 3. the prepared entry is renamed onto the path.
 
+A file from the stage that is added, or that replaces a file, and a whole added directory
+(``Change.whole``), skip step 1: after step 2, one rename moves the stage's entry onto the
+path (its mode set in the stage first); only where the stage is on another file system is
+it copied beside first.
+
 A path's temporary name is fixed by its entry and index, so ``rollback`` finds what a
 killed commit left and takes it back: the worktree ends as before the entry.
 """
@@ -25,7 +30,7 @@ import stat
 from dataclasses import dataclass, field
 from typing import Final, final
 
-from ._journal_records import Item, State
+from ._journal_records import Item, State, state_of
 from ._root import PathError, open_directory
 
 __all__ = ["Applier", "Op", "Refusal", "copy_entry", "temporary_name"]
@@ -124,30 +129,31 @@ class Applier:
             return None
         return _lstat(leaf, fd)
 
-    def changed_since(self, path: str, opened_ns: int, walk_limit: int) -> bool:
-        """Whether ``path`` (or, for a directory, anything beneath it) has a change time
-        at or after ``opened_ns``: another writer changed it while the call ran."""
+    def state(self, path: str, status: os.stat_result) -> State | None:
+        """The state of ``path`` whose ``lstat`` (``exists``) is ``status``; ``None`` for
+        a device, FIFO or socket, or what cannot be read."""
+        try:
+            fd, leaf = self._parent(path)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        found = state_of(fd, leaf, status)
+        return found if isinstance(found, State) else None
+
+    def changed_since(
+        self, path: str, opened_ns: int, walk_limit: int, status: os.stat_result | None
+    ) -> bool:
+        """Whether ``path`` (whose ``lstat``, by ``exists``, is ``status``; or, for a
+        directory, anything beneath it) has a change time at or after ``opened_ns``:
+        another writer changed it while the call ran."""
+        if status is None:
+            return True
         try:
             fd, leaf = self._parent(path)
         except (FileNotFoundError, NotADirectoryError):
             return True
-        status = _lstat(leaf, fd)
-        if status is None:
-            return True
         if status.st_ctime_ns >= opened_ns:
             return True
-        if not stat.S_ISDIR(status.st_mode):
-            return False
-        seen = 0
-        for _top, names, files, top_fd in os.fwalk(leaf, dir_fd=fd, follow_symlinks=False):
-            for name in (*names, *files):
-                seen += 1
-                if seen > walk_limit:
-                    return True
-                inner = _lstat(name, top_fd)
-                if inner is not None and inner.st_ctime_ns >= opened_ns:
-                    return True
-        return False
+        return stat.S_ISDIR(status.st_mode) and _changed_beneath(fd, leaf, opened_ns, walk_limit)
 
     def apply(self, op: Op, saved: str | None) -> None:
         """Apply one path (``OSError`` or ``Refusal`` when it cannot be; ``rollback``
@@ -165,7 +171,8 @@ class Applier:
             os.chmod(leaf, after.mode or 0o755, dir_fd=fd)
             return
         tmp = temporary_name(self._entry, op.index)
-        if after is not None:
+        direct = after is not None and _direct(op, after, old, self._links)
+        if after is not None and not direct:
             self._prepare(op, after, fd, tmp)
         if old is not None and saved is not None:
             replacing_file = (
@@ -176,14 +183,28 @@ class Applier:
             else:
                 self._move(fd, leaf, self._store_fd, saved)
                 self._forget(op.path)
-        if after is not None:
+        if after is None:
+            return
+        if direct:
+            try:
+                os.rename(op.source or "", leaf, dst_dir_fd=fd)
+            except OSError as error:
+                if error.errno not in _CROSS:
+                    raise
+                self._prepare(op, after, fd, tmp)  # another file system: a copy beside
+                direct = False
+        if not direct:
             os.rename(tmp, leaf, src_dir_fd=fd, dst_dir_fd=fd)
-            if after.kind == "file" and op.link is not None:
-                self._links.setdefault(op.link, _split(op.path))
+        if after.kind == "file" and op.link is not None:
+            self._links.setdefault(op.link, _split(op.path))
 
     def keep(self, op: Op, kept: str) -> None:
         """Put the call's version of a path left to the user in the store as ``kept``."""
-        if op.after is None or op.after.kind == "directory":
+        if op.after is None:
+            return
+        if op.after.kind == "directory":
+            if op.source is not None:  # a whole directory: its tree, kept whole
+                self._move_path(op.source, self._store_fd, kept)
             return
         if op.data is not None:
             _write_new(self._store_fd, kept, op.data, op.after.mode or 0o644)
@@ -302,6 +323,49 @@ class Applier:
             self._move(fd, name, self._store_fd, back)
         except OSError:
             _remove(fd, name)
+
+
+def _direct(
+    op: Op, after: State, old: os.stat_result | None, links: dict[int, tuple[str, str]]
+) -> bool:
+    """Whether ``op``'s stage entry can be renamed onto its path with no copy beside:
+    a file from the stage (not rewritten, not a later member of a hard-link group)
+    added or replacing a file, or a whole directory added. Its mode is set in the
+    stage first; ``Refusal`` when the stage holds another kind."""
+    if op.source is None or op.data is not None:
+        return False
+    if after.kind == "file":
+        if op.link is not None and op.link in links:
+            return False
+        if old is not None and not stat.S_ISREG(old.st_mode):
+            return False
+        status = _lstat(op.source, None)
+        if status is None or not stat.S_ISREG(status.st_mode):
+            raise Refusal
+        if after.mode is not None and stat.S_IMODE(status.st_mode) != after.mode:
+            os.chmod(op.source, after.mode)
+        return True
+    if after.kind == "directory" and old is None:
+        status = _lstat(op.source, None)
+        if status is None or not stat.S_ISDIR(status.st_mode):
+            raise Refusal
+        return True
+    return False
+
+
+def _changed_beneath(fd: int, leaf: str, opened_ns: int, walk_limit: int) -> bool:
+    """Whether anything beneath the directory ``leaf`` has a change time at or after
+    ``opened_ns`` (past ``walk_limit`` entries: yes, the user's edits win)."""
+    seen = 0
+    for _top, names, files, top_fd in os.fwalk(leaf, dir_fd=fd, follow_symlinks=False):
+        for name in (*names, *files):
+            seen += 1
+            if seen > walk_limit:
+                return True
+            inner = _lstat(name, top_fd)
+            if inner is not None and inner.st_ctime_ns >= opened_ns:
+                return True
+    return False
 
 
 def _kind(status: os.stat_result) -> str:

@@ -31,6 +31,7 @@ __all__ = [
     "LOCK_WAIT_SECONDS",
     "Item",
     "JournalError",
+    "Phase",
     "Record",
     "State",
     "atomic_json",
@@ -38,7 +39,9 @@ __all__ = [
     "journal_directory",
     "locked",
     "read_json",
+    "state_at",
     "state_home",
+    "state_of",
 ]
 
 FORMAT: Final = 1
@@ -181,6 +184,11 @@ def state_at(dir_fd: int, name: str) -> State | Literal["other"] | None:
         return None
     except OSError:
         return "other"
+    return state_of(dir_fd, name, status)
+
+
+def state_of(dir_fd: int, name: str, status: os.stat_result) -> State | Literal["other"]:
+    """``state_at`` of ``name`` whose ``lstat`` is ``status`` (already taken)."""
     mode = status.st_mode
     if stat.S_ISDIR(mode):
         return State("directory", stat.S_IMODE(mode), None)
@@ -229,6 +237,9 @@ class Item:
     source: str | None = None
     undoes: tuple[int, int] | None = None
     """For an undo's item: the entry and item it takes back."""
+    whole: bool = False
+    """A directory added with its whole subtree in one rename (``Change.whole``): the
+    entry names the directory only, and an undo moves it whole into its store."""
 
     @property
     def action(self) -> str:
@@ -251,6 +262,8 @@ class Item:
         }
         if self.undoes is not None:
             value["undoes"] = list(self.undoes)
+        if self.whole:
+            value["whole"] = True
         return value
 
     @staticmethod
@@ -274,7 +287,12 @@ class Item:
                 raise ValueError
             pair = (int(undoes[0]), int(undoes[1]))
         before, after = State.parse(value.get("before")), State.parse(value.get("after"))
-        return Item(path, before, after, saved, kept, source, pair)
+        whole = value.get("whole", False)
+        if not isinstance(whole, bool):
+            raise ValueError
+        if whole and "directory" not in {s.kind for s in (before, after) if s is not None}:
+            raise ValueError
+        return Item(path, before, after, saved, kept, source, pair, whole)
 
 
 @final
@@ -362,9 +380,10 @@ def read_json(path: str, directory: str) -> object:
     return value
 
 
-def atomic_json(directory_fd: int, name: str, value: object) -> None:
+def atomic_json(directory_fd: int, name: str, value: object) -> int:
     """Write ``name`` in ``directory_fd`` whole: a synced temporary, a rename, a synced
-    directory. A crash leaves the old record or the new one."""
+    directory. A crash leaves the old record or the new one. Returns the new file's
+    inode (each write is a new file)."""
     temporary = f".{name}.tmp"
     data = json.dumps(value, separators=(",", ":")).encode()
     fd = os.open(
@@ -378,10 +397,12 @@ def atomic_json(directory_fd: int, name: str, value: object) -> None:
         while view:
             view = view[os.write(fd, view) :]
         os.fsync(fd)
+        inode = os.fstat(fd).st_ino
     finally:
         os.close(fd)
     os.rename(temporary, name, src_dir_fd=directory_fd, dst_dir_fd=directory_fd)
     os.fsync(directory_fd)
+    return inode
 
 
 @contextlib.contextmanager

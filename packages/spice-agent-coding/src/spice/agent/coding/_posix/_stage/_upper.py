@@ -15,7 +15,10 @@ What the upper holds, and the change it is:
   when its bytes, target, kind or mode differ (a copy-up of a file whose content and mode
   are unchanged, by a ``touch`` or an open for writing, is no change);
 - a directory: added where the lower has none, modified where its mode or kind differs,
-  and read further down;
+  and read further down; an added directory whose stage subtree holds nothing but the
+  changes listed beneath it (no whiteout, no refused node, no leftover of a rename, no
+  overlay attribute on a directory) is ``Change.whole``: the commit may move it in one
+  rename;
 - any other node (a FIFO, a socket, a device): never applied, listed as refused;
 - a directory rename the supervisor was carrying out when the call ended
   (``RENAME_LEFTOVER``): never applied.
@@ -28,6 +31,7 @@ reach a change. Nothing here follows a symbolic link: entries are looked at with
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import os
 import stat
@@ -111,6 +115,16 @@ def _opaque(directory: int, name: str) -> bool:
         return False
 
 
+def _overlay_marked(directory: int, name: str) -> bool:
+    """Whether ``name`` carries an attribute of the overlay's own (``user.overlay.*``,
+    ``trusted.overlay.*``): such a directory is never moved into the worktree whole."""
+    try:
+        names = os.listxattr(f"/proc/self/fd/{directory}/{name}", follow_symlinks=False)
+    except OSError:
+        return True
+    return any(n.startswith(("user.overlay.", "trusted.overlay.")) for n in names)
+
+
 def _same_file(upper: int, lower: int, name: str, size: int) -> bool:
     """Whether two regular files (``name`` beneath both directories) hold the same bytes."""
     try:
@@ -156,6 +170,8 @@ class _Reader:
         self.entries = 0
         self.links: dict[tuple[int, int], int] = {}
         self.counted: dict[tuple[int, int], int] = {}
+        self.skipped = 0
+        """Upper entries that are not a change (a whiteout over nothing, a leftover)."""
 
     def _count(self) -> None:
         self.entries += 1
@@ -170,6 +186,7 @@ class _Reader:
         for name in names:
             self._count()
             if name.startswith(RENAME_LEFTOVER):
+                self.skipped += 1
                 continue  # a rename the supervisor was carrying out when the call ended
             path = f"{prefix}{name}"
             info = os.lstat(name, dir_fd=upper)
@@ -178,6 +195,8 @@ class _Reader:
             if is_whiteout(info):
                 if was is not None:
                     self.changes.append(Change(path, "deleted", None, was))
+                else:
+                    self.skipped += 1
                 continue
             kind = _kind(info)
             if kind is None:
@@ -221,8 +240,12 @@ class _Reader:
     ) -> None:
         mode = stat.S_IMODE(info.st_mode)
         inner_lower: int | None = None
+        added = len(self.changes)
+        marks = (self.skipped, len(self.refused))
         if was is None:
             self.changes.append(Change(path, "added", "directory", None, mode))
+            if _overlay_marked(upper, name):
+                self.skipped += 1
         elif was != "directory":
             self.changes.append(Change(path, "modified", "directory", was, mode))
         else:
@@ -238,6 +261,9 @@ class _Reader:
             os.close(child)
             if inner_lower is not None:
                 os.close(inner_lower)
+        if was is None and (self.skipped, len(self.refused)) == marks:
+            source = os.path.join(self.upper_root, path)
+            self.changes[added] = Change(path, "added", "directory", None, mode, source, whole=True)
 
     def _unchanged(
         self,
@@ -287,9 +313,7 @@ def read_upper(lower: str, upper: str) -> UpperRead:
         if change.link is not None:
             counts[change.link] = counts.get(change.link, 0) + 1
     changes = (
-        c
-        if c.link is None or counts[c.link] > 1
-        else Change(c.path, c.action, c.kind, c.before, c.mode, c.source, None)
+        c if c.link is None or counts[c.link] > 1 else dataclasses.replace(c, link=None)
         for c in reader.changes
     )
     return UpperRead(sorted_changes(changes), tuple(reader.refused))
