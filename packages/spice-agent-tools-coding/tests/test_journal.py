@@ -4,35 +4,17 @@ from __future__ import annotations
 
 import os
 import signal
-import stat
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+from journal_helpers import after_setup, snapshot
 
 from spice.agent.tools.coding._changes import SHOWN_CHANGES, Change, Judged, shown_changes
 from spice.agent.tools.coding._journal import Journal, JournalError
 from spice.agent.tools.coding._journal_records import FORMAT, journal_directory
-
-Snapshot = dict[str, tuple[str, int, bytes]]
-
-
-def snapshot(root: Path) -> Snapshot:
-    found: Snapshot = {}
-    for top, dirs, files in os.walk(root):
-        for name in dirs + files:
-            path = Path(top, name)
-            status = path.lstat()
-            key = str(path.relative_to(root))
-            if stat.S_ISLNK(status.st_mode):
-                found[key] = ("symlink", 0, os.fsencode(os.readlink(path)))
-            elif stat.S_ISDIR(status.st_mode):
-                found[key] = ("directory", stat.S_IMODE(status.st_mode), b"")
-            else:
-                found[key] = ("file", stat.S_IMODE(status.st_mode), path.read_bytes())
-    return found
 
 
 def project(root: Path) -> None:
@@ -44,12 +26,6 @@ def project(root: Path) -> None:
     (root / "src/empty").mkdir()
     (root / "src/link").symlink_to("run.sh")
     (root / "keep.txt").write_text("keep\n")
-
-
-def after_setup(journal: Journal, root: Path) -> int:
-    """An opening time later than every change time in ``root``."""
-    latest = max(p.lstat().st_ctime_ns for p in [root, *root.rglob("*")])
-    return max(latest + 1, journal.opening())
 
 
 @pytest.fixture

@@ -27,6 +27,8 @@ import stat
 from collections.abc import Iterable
 from typing import Final
 
+from ._hostconfig import read_regular
+
 __all__ = [
     "BUNDLE_DIRECTORY",
     "BUNDLE_VARIABLES",
@@ -78,19 +80,7 @@ _PRIVATE: Final = b"PRIVATE KEY-----"
 
 def _read(path: str) -> bytes | None:
     """A regular file's bytes (at most ``MAXIMUM_CA_FILE_BYTES``), else ``None``."""
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
-    except OSError:
-        return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        data = os.read(fd, MAXIMUM_CA_FILE_BYTES + 1)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    return None if len(data) > MAXIMUM_CA_FILE_BYTES else data
+    return read_regular(path, MAXIMUM_CA_FILE_BYTES)
 
 
 def ca_file_problem(path: str) -> str | None:

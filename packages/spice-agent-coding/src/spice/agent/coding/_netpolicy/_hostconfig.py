@@ -41,6 +41,7 @@ __all__ = [
     "HostConfiguration",
     "authority_of",
     "read_host_configuration",
+    "read_regular",
 ]
 
 CERTIFICATE_VARIABLES: Final = (
@@ -128,8 +129,9 @@ def authority_of(url: str) -> str | None:
     return shown if port is None or port in {80, 443} else f"{shown}:{port}"
 
 
-def _read(path: str) -> str | None:
-    """The text of a regular file of at most ``MAXIMUM_CONFIGURATION_BYTES``, else ``None``."""
+def read_regular(path: str, limit: int) -> bytes | None:
+    """A regular file's bytes when it holds at most ``limit``, else ``None`` (never a
+    FIFO's wait: opened without blocking)."""
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     except OSError:
@@ -139,14 +141,18 @@ def _read(path: str) -> str | None:
 
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return None
-        data = os.read(fd, MAXIMUM_CONFIGURATION_BYTES + 1)
+        data = os.read(fd, limit + 1)
     except OSError:
         return None
     finally:
         os.close(fd)
-    if len(data) > MAXIMUM_CONFIGURATION_BYTES:
-        return None
-    return data.decode("utf-8", "replace")
+    return None if len(data) > limit else data
+
+
+def _read(path: str) -> str | None:
+    """The text of a regular file of at most ``MAXIMUM_CONFIGURATION_BYTES``, else ``None``."""
+    data = read_regular(path, MAXIMUM_CONFIGURATION_BYTES)
+    return None if data is None else data.decode("utf-8", "replace")
 
 
 def _words(value: str) -> list[str]:
