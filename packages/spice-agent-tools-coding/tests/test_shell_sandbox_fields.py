@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Final
 
 import pytest
 from fakes import AnsweringLauncher, FakeProcess, FakeResolver, content_of, shell_call
@@ -12,6 +13,7 @@ from spice.agent.process import Outcome
 from spice.agent.tools.coding import Config
 from spice.agent.tools.coding._ownership import Timing
 from spice.agent.tools.coding._sandbox_fields import (
+    LISTED_PATH_BYTES,
     MAXIMUM_HOST_BYTES,
     MAXIMUM_PATH_BYTES,
     MAXIMUM_REFUSED_HOSTS,
@@ -181,3 +183,55 @@ def test_the_put_back_bounds_hold_at_their_edge() -> None:
     assert fields["protected_restored"] == list(paths)
     assert fields["protected_restored_count"] == 2**31 - 1
     assert protected_fields(Restoring((("é" * (MAXIMUM_PATH_BYTES // 2),), 1))) != {}
+
+
+class Staging(Reporting):
+    """A process that says what its stage did (``stage_fields``), a value or an exception."""
+
+    def __init__(self, fields: object) -> None:
+        super().__init__(((), 0), None, Outcome.exited(0))
+        self._fields = fields
+
+    @property
+    def stage_fields(self) -> object:
+        if isinstance(self._fields, BaseException):
+            raise self._fields
+        return self._fields
+
+
+STAGED: Final = {
+    "staged": True,
+    "changes": {"added": 1, "modified": 0, "deleted": 0, "paths": ["A n.txt"]},
+    "changes_applied": True,
+    "journal_entry": 7,
+}
+
+
+async def test_a_staged_answer_names_its_call_and_its_journal_entry(tmp_path: Path) -> None:
+    """Contract 13.2: a staged shell answer carries ``call_id`` (the call's id, as every
+    ``replace`` answer) beside ``changes`` and the journal entry ``undo`` takes."""
+    content = await answer(tmp_path, Staging(STAGED))
+    assert content["call_id"] == shell_call({"argv": ["x"]}).id
+    assert content["journal_entry"] == 7
+    assert content["changes"] == STAGED["changes"]
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"staged": False, "staged_reason": "commands run without user namespaces"},
+        {**STAGED, "changes": {"added": 1}},
+        {**STAGED, "journal_entry": -1},
+        {**STAGED, "conflicts": ["x" * (LISTED_PATH_BYTES + 1)]},
+        {**STAGED, "surprise": 1},
+        OSError("x"),
+    ],
+)
+async def test_an_unstaged_or_malformed_stage_names_no_call(tmp_path: Path, fields: object) -> None:
+    """``staged: false`` (said as is) or a malformed stage (said not at all): no ``call_id``."""
+    content = await answer(tmp_path, Staging(fields))
+    assert "call_id" not in content
+    if isinstance(fields, dict) and fields.get("staged") is False:
+        assert content["staged"] is False
+    else:
+        assert "changes" not in content

@@ -334,8 +334,8 @@ def test_the_stage_is_on_the_worktrees_device_or_says_why(root: Path, home: Path
 async def test_a_staged_call_is_journaled_and_undone_byte_for_byte(
     policy: Containment, root: Path, home: Path
 ) -> None:
-    """Contract 13.2 through a real staged call: its answer's ``call_id`` is the journal's
-    entry, and undoing it puts back every path, mode for mode."""
+    """Contract 13.2 through a real staged call: its answer's ``journal_entry`` is the
+    journal's entry, and undoing it puts back every path, mode for mode."""
     _tree(root)
     (root / "run.sh").write_text("#!/bin/sh\n")
     (root / "run.sh").chmod(0o755)
@@ -343,7 +343,7 @@ async def test_a_staged_call_is_journaled_and_undone_byte_for_byte(
     chosen = _launcher(policy, root, home)
     _, fields = await _run(chosen, root, home, "rm -rf pkg run.sh; echo z > a.txt; mkdir n")
     assert fields["changes_applied"] is True
-    entry = fields["call_id"]
+    entry = fields["journal_entry"]
     assert isinstance(entry, int)
     journal = chosen._facts.journal if chosen._facts is not None else None
     assert journal is not None
@@ -455,7 +455,7 @@ async def test_a_dry_run_lists_the_changes_and_applies_none(
         "deleted": 1,
         "paths": ["M a.txt", "A n.txt", "D pkg/"],
     }
-    assert "call_id" not in fields
+    assert "journal_entry" not in fields
     assert _snapshot(root) == before
     journal = chosen._facts.journal if chosen._facts is not None else None
     assert journal is not None

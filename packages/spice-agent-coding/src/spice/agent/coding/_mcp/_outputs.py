@@ -79,6 +79,7 @@ _FIELDS: Final[Mapping[str, Mapping[str, Mapping[str, object]]]] = {
     },
     "replace": {
         "path": _STRING,
+        "call_id": _STRING,
         "bytes": _INTEGER,
         "sha256": _STRING,
         "current_sha256": _STRING,
@@ -112,7 +113,8 @@ _FIELDS: Final[Mapping[str, Mapping[str, Mapping[str, object]]]] = {
         "staged": _BOOLEAN,
         "staged_reason": _STRING,
         "dry_run": _BOOLEAN,
-        "call_id": _INTEGER,
+        "call_id": _STRING,
+        "journal_entry": _INTEGER,
         "changes": {
             "type": "object",
             "properties": {

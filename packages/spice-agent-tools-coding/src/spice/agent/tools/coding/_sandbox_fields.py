@@ -180,7 +180,7 @@ _STAGE_CHECKS: Final[dict[str, Callable[[object], bool]]] = {
     "protected_refused": _listed,
     "protected_refused_count": _count,
     "stage_failure": lambda v: _short_text(v, _STAGE_REASON_BYTES),
-    "call_id": _count,
+    "journal_entry": _count,
     "dry_run": lambda v: isinstance(v, bool),
     "changes_failed": _listed,
     "changes_failed_count": _count,

@@ -60,6 +60,8 @@ def answer(call: Call, ended: Ended, *, contained: bool) -> Result:
         content["sandbox_hint"] = ended.sandbox_hint
     if ended.sandbox:
         content.update(ended.sandbox)
+        if "changes" in ended.sandbox:  # a staged call: named as replace names its calls
+            content["call_id"] = call.id
     content.update(_output_fields(ended.capture or Capture(1), ended.problem, content))
     if ended.problem is None:
         return success(call, content, ended.state, _RETRY)

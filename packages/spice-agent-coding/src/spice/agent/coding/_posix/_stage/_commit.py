@@ -58,7 +58,7 @@ class StageResult:
             "changes_applied": self.applied,
         }
         if self.entry is not None:
-            said["call_id"] = self.entry
+            said["journal_entry"] = self.entry
         if self.dry_run:
             said["dry_run"] = True
         if self.failed:
