@@ -1,0 +1,207 @@
+"""The stage's parts on their own (contract 13.1): what ``tools`` says of it, the stages a
+dead server left, the working directory's identity through the overlay, the mount made in a
+process of its own, the upper layer's view, and the commit's answers when a part fails."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+from typing import Final
+
+import pytest
+
+from spice.agent.coding._posix._stage import _stage
+from spice.agent.coding._posix._stage._commit import StagedCall, StageResult, commit
+from spice.agent.coding._posix._stage._stage import Stage, remove_left, stage_place, stage_report
+from spice.agent.coding._posix._stage._upper import OPAQUE, View
+from spice.agent.tools.coding import ProtectedPaths
+from spice.agent.tools.coding._changes import Change
+from spice.agent.tools.coding._journal import Journal
+
+ROOT_USER: Final = os.geteuid() == 0
+
+
+def test_tools_says_where_calls_are_staged_or_why_not() -> None:
+    assert stage_report(None, "no overlay here") == {"staged": False, "reason": "no overlay here"}
+    assert stage_report(None, None)["reason"] == _stage.NO_NAMESPACES
+    staged = stage_report("/state/stages/x", None)
+    assert staged["staged"] is True
+    assert staged["where"] == "/state/stages/x"
+    assert "not_guaranteed" in staged
+
+
+def test_the_stages_a_dead_server_left_go_and_a_live_ones_stay(tmp_path: Path) -> None:
+    lower = tmp_path / "root"
+    lower.mkdir()
+    live = Stage.make(str(tmp_path), str(lower))
+    dead = tmp_path / f"{_stage.STAGE_PREFIX}999999999-1-x"
+    (dead / "upper" / "deep").mkdir(parents=True)
+    (dead / "work" / "work").mkdir(parents=True)
+    (dead / "work" / "work").chmod(0)  # the overlay leaves its work directory so
+    other = tmp_path / "unrelated"
+    other.mkdir()
+    assert remove_left(str(tmp_path)) == 1
+    assert not dead.exists()
+    assert Path(live.path).is_dir()
+    assert other.is_dir()
+    assert live.remove()
+    assert remove_left(str(tmp_path / "missing")) == 0
+
+
+def test_the_number_of_left_stages_removed_at_once_is_bounded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_stage, "MAXIMUM_LEFT_STAGES", 2)
+    for index in range(3):
+        (tmp_path / f"{_stage.STAGE_PREFIX}999999999-{index}-x").mkdir()
+    assert remove_left(str(tmp_path)) == 2
+    assert remove_left(str(tmp_path)) == 1
+
+
+def test_the_working_directory_is_known_through_the_overlay(tmp_path: Path) -> None:
+    """The root is the upper layer's root there; a directory beneath keeps its inode."""
+    lower = tmp_path / "root"
+    (lower / "sub").mkdir(parents=True)
+    stage = Stage.make(str(tmp_path), str(lower))
+    try:
+        upper = os.stat(stage.upper).st_ino
+        assert stage.workdir_identity(os.stat(lower)) == f"*:{upper}".encode()
+        sub = os.stat(lower / "sub")
+        assert stage.workdir_identity(sub) == f"*:{sub.st_ino}".encode()
+    finally:
+        assert stage.remove()
+
+
+def test_an_option_string_escapes_what_overlay_splits_on() -> None:
+    assert _stage._escaped("/a,b:c\\d") == b"/a\\,b\\:c\\\\d"
+
+
+def test_a_sync_of_a_stage_that_is_gone_is_an_error(tmp_path: Path) -> None:
+    lower = tmp_path / "root"
+    lower.mkdir()
+    stage = Stage.make(str(tmp_path), str(lower))
+    stage.sync()  # a stage that is there: synced
+    assert stage.remove()
+    with pytest.raises(OSError):  # noqa: PT011 - the file system's own error
+        stage.sync()
+
+
+ENTER: Final = """
+import os, sys
+from spice.agent.coding._posix._stage._stage import Stage
+stage = Stage(sys.argv[1], sys.argv[2])
+stage.enter()
+with open(os.path.join(sys.argv[2], "made"), "w") as file:
+    file.write("x")
+print(sorted(os.listdir(sys.argv[2])))
+"""
+
+
+def test_the_mount_is_made_in_a_process_of_its_own(tmp_path: Path) -> None:
+    """``Stage.enter`` (what the spawn runs) in a fresh process: the worktree seen there is
+    the overlay, what it writes lands in the upper layer, the worktree itself is untouched."""
+    lower = tmp_path / "root"
+    lower.mkdir()
+    place = stage_place(str(lower), {"HOME": str(tmp_path)}, [str(lower)])
+    if place.directory is None:
+        pytest.skip(f"no stage here: {place.reason}")
+    (lower / "kept").write_text("k\n")
+    stage = Stage.make(place.directory, str(lower))
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", ENTER, stage.path, str(lower)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        assert "'made'" in done.stdout
+        assert not (lower / "made").exists()
+        assert (Path(stage.upper) / "made").read_text() == "x"
+    finally:
+        assert stage.remove()
+
+
+@pytest.mark.skipif(not ROOT_USER, reason="a whiteout (a 0/0 device) is made by root here")
+def test_the_view_sees_through_whiteouts_and_opaque_directories(tmp_path: Path) -> None:
+    """``View``: the upper first; a whiteout hides, an opaque directory hides the lower's
+    entries beneath it, a non-directory of the upper hides what lies beneath its name."""
+    lower, upper = tmp_path / "lower", tmp_path / "upper"
+    lower.mkdir()
+    (lower / "gone").write_text("g\n")
+    (lower / "dir").mkdir()
+    (lower / "dir" / "old").write_text("o\n")
+    (lower / "kept").write_text("k\n")
+    (lower / "shadow").mkdir()
+    (lower / "shadow" / "x").write_text("x\n")
+    upper.mkdir()
+    os.mknod(upper / "gone", stat.S_IFCHR | 0o600, 0)
+    (upper / "dir").mkdir()
+    os.setxattr(upper / "dir", OPAQUE, b"y")
+    (upper / "dir" / "new").write_text("n\n")
+    (upper / "shadow").write_text("now a file\n")
+    view = View(str(lower), str(upper))
+    assert view.kind("gone") is None
+    assert view.kind("kept") == "file"
+    assert view.read("kept", 100) == b"k\n"
+    assert view.kind("dir/old") is None  # hidden by the opaque directory
+    assert view.read("dir/new", 100) == b"n\n"
+    assert view.kind("shadow") == "file"
+    assert view.kind("shadow/x") is None
+    assert view.read("dir", 100) is None
+    assert view.read("gone", 100) is None
+    assert view.kind("missing/deeper") is None
+
+
+def _journal(tmp_path: Path, lower: Path) -> Journal:
+    return Journal.open(str(lower), state_home=str(tmp_path / "state"))
+
+
+def test_a_stage_that_cannot_be_read_applies_nothing_and_says_so(tmp_path: Path) -> None:
+    lower = tmp_path / "root"
+    lower.mkdir()
+    stage = Stage.make(str(tmp_path), str(lower))
+    os.rmdir(stage.upper)  # the upper layer is gone
+    result = commit(StagedCall(stage, ProtectedPaths.default(), _journal(tmp_path, lower)))
+    assert result.applied is False
+    assert result.failure is not None
+    assert result.fields()["stage_failure"] == result.failure
+    assert not Path(stage.path).exists()
+
+
+def test_a_dry_run_lists_and_a_refused_path_is_named(tmp_path: Path) -> None:
+    lower = tmp_path / "root"
+    lower.mkdir()
+    stage = Stage.make(str(tmp_path), str(lower))
+    (Path(stage.upper) / "n.txt").write_text("n\n")
+    (Path(stage.upper) / ".mcp.json").write_text("{}\n")
+    journal = _journal(tmp_path, lower)
+    dry = commit(StagedCall(stage, ProtectedPaths.default(), journal, dry_run=True))
+    said = dry.fields()
+    assert said["dry_run"] is True
+    assert said["changes_applied"] is False
+    assert said["protected_refused"] == [".mcp.json"]
+    assert not (lower / "n.txt").exists()
+
+
+def test_the_answers_lists_fit_their_byte_bounds() -> None:
+    long = [f"{'d' * 200}/{n}" for n in range(16)]
+    result = StageResult(
+        (Change("a", "added", "file", None),),
+        applied=True,
+        conflicts=tuple(long),
+        refused=tuple(long),
+        failed=tuple(long),
+        entry=3,
+    )
+    said = result.fields()
+    for key in ("conflicts", "protected_refused", "changes_failed"):
+        shown = said[key]
+        assert isinstance(shown, list)
+        assert sum(len(p.encode()) for p in shown) <= 4096
+        assert said[f"{key}_count"] == 16
+    assert said["journal_entry"] == 3
