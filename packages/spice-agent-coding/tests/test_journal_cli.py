@@ -379,3 +379,31 @@ def test_cache_list_shows_the_journal_and_clean_removes_it(
     assert not Path(journal.directory).exists()
     assert 0 == run(["--root", str(root), "cache", "clean"])
     assert json.loads(capsys.readouterr().out)["journal_removed"] is None
+
+
+def test_history_in_words_names_each_entry_and_what_was_undone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without ``--json``: one line an entry, newest first, an undone one marked; and an undo
+    in words names what came back."""
+    root, stage, state = tmp_path / "w", tmp_path / "s", tmp_path / "state"
+    root.mkdir()
+    stage.mkdir()
+    monkeypatch.setenv("XDG_STATE_HOME", str(state))
+    (stage / "a.py").write_text("a\n")
+    journal = Journal.open(str(root))
+    journal.commit(
+        "shell",
+        None,
+        Judged((Change("a.py", "added", "file", None, 0o644, str(stage / "a.py")),)),
+        0,
+    )
+    assert run(["--root", str(root), "undo"]) == 0
+    assert "a.py" in capsys.readouterr().out
+    assert run(["--root", str(root), "history"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2
+    assert "undo" in lines[0]
+    assert "shell" in lines[1]
+    assert "(undone)" in lines[1]
+    assert not (root / "a.py").exists()

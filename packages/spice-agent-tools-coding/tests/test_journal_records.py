@@ -5,6 +5,7 @@ a whole, never half trusted; what the journal writes reads back equal."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import stat
 from pathlib import Path
@@ -14,7 +15,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from spice.agent.tools.coding._journal_records import Item, Record, State, state_at
+from spice.agent.tools.coding._journal_records import (
+    ENTRY_MAX_BYTES,
+    Item,
+    JournalError,
+    Record,
+    State,
+    atomic_json,
+    locked,
+    read_json,
+    state_at,
+)
 
 GOOD_STATE: Final = {"kind": "file", "mode": 0o644, "sha256": "0" * 64}
 GOOD_ITEM: Final = {
@@ -133,3 +144,57 @@ def test_the_state_of_each_kind_is_read_without_following_a_link(tmp_path: Path)
     assert seen["l"].kind == "symlink"
     assert seen["p"] == "other"
     assert seen["missing"] is None
+
+
+@pytest.mark.parametrize(
+    ("content", "code"),
+    [
+        (None, "journal_unusable"),  # missing
+        (b"{not json", "journal_unusable"),
+        (b"[" * 10 + b"]" * 10, None),
+        (json.dumps({"format": 999}).encode(), "journal_newer"),
+        (b" " * (ENTRY_MAX_BYTES + 1), "journal_unusable"),
+    ],
+)
+def test_a_record_file_is_read_bounded_and_strictly(
+    tmp_path: Path, content: bytes | None, code: str | None
+) -> None:
+    path = tmp_path / "r.json"
+    if content is not None:
+        path.write_bytes(content)
+    if code is None:
+        assert read_json(str(path), "J") == [[[[[[[[[[]]]]]]]]]]
+        return
+    with pytest.raises(JournalError) as refused:
+        read_json(str(path), "J")
+    assert refused.value.code == code
+    assert "J" in refused.value.message
+
+
+def test_a_record_written_whole_reads_back(tmp_path: Path) -> None:
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        first = atomic_json(fd, "r.json", {"a": 1})
+        second = atomic_json(fd, "r.json", {"a": 2})
+    finally:
+        os.close(fd)
+    assert first != second  # each write is a new file
+    assert read_json(str(tmp_path / "r.json"), "J") == {"a": 2}
+    assert not (tmp_path / ".r.json.tmp").exists()
+
+
+def test_a_held_lock_is_waited_for_within_its_bound_then_refused(tmp_path: Path) -> None:
+    """Another holder past the bound: ``journal_busy``, one line naming the journal; the
+    lock taken once it is free."""
+    with locked(str(tmp_path), "J"):
+        with pytest.raises(JournalError) as busy, locked(str(tmp_path), "J", wait=0.0):
+            pass  # pragma: no cover - never entered
+        assert busy.value.code == "journal_busy"
+    with locked(str(tmp_path), "J", wait=0.0):
+        pass
+
+
+def test_a_lock_that_cannot_be_made_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(JournalError) as refused, locked(str(tmp_path / "missing"), "J"):
+        pass  # pragma: no cover - never entered
+    assert refused.value.code == "journal_unusable"

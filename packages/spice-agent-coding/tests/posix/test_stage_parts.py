@@ -13,13 +13,14 @@ from typing import Final
 
 import pytest
 
-from spice.agent.coding._posix._stage import _stage
+from spice.agent.coding._posix._stage import _commit, _stage
+from spice.agent.coding._posix._stage import _upper as _upper_module
 from spice.agent.coding._posix._stage._commit import StagedCall, StageResult, commit
 from spice.agent.coding._posix._stage._stage import Stage, remove_left, stage_place, stage_report
 from spice.agent.coding._posix._stage._upper import OPAQUE, View
 from spice.agent.tools.coding import ProtectedPaths
 from spice.agent.tools.coding._changes import Change
-from spice.agent.tools.coding._journal import Journal
+from spice.agent.tools.coding._journal import Journal, JournalError
 
 ROOT_USER: Final = os.geteuid() == 0
 
@@ -205,3 +206,99 @@ def test_the_answers_lists_fit_their_byte_bounds() -> None:
         assert sum(len(p.encode()) for p in shown) <= 4096
         assert said[f"{key}_count"] == 16
     assert said["journal_entry"] == 3
+
+
+def _one_change(tmp_path: Path) -> tuple[Path, Stage]:
+    lower = tmp_path / "root"
+    lower.mkdir()
+    stage = Stage.make(str(tmp_path), str(lower))
+    (Path(stage.upper) / "n.txt").write_text("n\n")
+    return lower, stage
+
+
+def test_a_stage_that_cannot_be_synced_applies_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A failing sync (the fault injected at ``Stage.sync``): nothing renamed, said so."""
+    lower, stage = _one_change(tmp_path)
+
+    def failing(self: Stage) -> None:
+        raise OSError(5, "injected")
+
+    monkeypatch.setattr(Stage, "sync", failing)
+    result = commit(StagedCall(stage, ProtectedPaths.default(), _journal(tmp_path, lower)))
+    assert (result.applied, result.failure) == (False, _commit.UNSYNCED)
+    assert not (lower / "n.txt").exists()
+    assert not Path(stage.path).exists()
+
+
+def test_a_journal_that_fails_at_the_commit_applies_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lower, stage = _one_change(tmp_path)
+    journal = _journal(tmp_path, lower)
+
+    def failing(*_: object, **__: object) -> None:
+        raise JournalError("journal_unusable", "the journal /x cannot be read")
+
+    monkeypatch.setattr(journal, "commit", failing)
+    result = commit(StagedCall(stage, ProtectedPaths.default(), journal))
+    assert (result.applied, result.failure) == (False, "the journal /x cannot be read")
+    assert not (lower / "n.txt").exists()
+
+
+def test_a_stage_past_its_entry_bound_is_refused_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lower, stage = _one_change(tmp_path)
+    (Path(stage.upper) / "m.txt").write_text("m\n")
+    monkeypatch.setattr(_upper_module, "MAXIMUM_UPPER_ENTRIES", 1)
+    result = commit(StagedCall(stage, ProtectedPaths.default(), _journal(tmp_path, lower)))
+    assert (result.applied, result.failure) == (False, _commit.TOO_LARGE)
+    assert list(lower.iterdir()) == []
+
+
+@pytest.mark.skipif(not ROOT_USER, reason="a whiteout (a 0/0 device) is made by root here")
+def test_an_upper_layer_made_by_hand_reads_as_the_kernels_would(tmp_path: Path) -> None:
+    """Every shape the reader turns into changes, on layers laid out as overlayfs lays them:
+    a whiteout with and without a lower entry, an opaque directory over a lower one, kinds
+    that change both ways, a copy-up with the same bytes, another mode, other bytes of the
+    same size, a link to the same target, and a rename the supervisor left unfinished."""
+    lower, upper = tmp_path / "lower", tmp_path / "upper"
+    for directory in (lower, upper):
+        directory.mkdir()
+    (lower / "gone").write_text("g\n")
+    (lower / "opaque").mkdir()
+    (lower / "opaque" / "old").write_text("o\n")
+    (lower / "opaque" / "kept").write_text("k\n")
+    (lower / "was_file").write_text("f\n")
+    (lower / "was_dir").mkdir()
+    (lower / "same").write_text("s\n")
+    (lower / "mode").write_text("m\n")
+    (lower / "bytes").write_text("aa\n")
+    (lower / "link").symlink_to("same")
+    os.mknod(upper / "gone", stat.S_IFCHR | 0o600, 0)
+    os.mknod(upper / "never", stat.S_IFCHR | 0o600, 0)  # a whiteout over nothing
+    (upper / "opaque").mkdir()
+    os.setxattr(upper / "opaque", OPAQUE, b"y")
+    (upper / "opaque" / "kept").write_text("k2\n")
+    (upper / "was_file").mkdir()
+    (upper / "was_dir").write_text("now a file\n")
+    (upper / "same").write_text("s\n")
+    (upper / "mode").write_text("m\n")
+    (upper / "mode").chmod(0o755)
+    (upper / "bytes").write_text("bb\n")
+    (upper / "link").symlink_to("same")
+    (upper / ".spice-rename-1").mkdir()
+    read = _upper_module.read_upper(str(lower), str(upper))
+    shown = {change.shown for change in read.changes}
+    assert shown == {
+        "D gone",
+        "M opaque/kept",
+        "D opaque/old",
+        "M was_file/",
+        "M was_dir",
+        "M mode",
+        "M bytes",
+    }
+    assert read.refused == ()
