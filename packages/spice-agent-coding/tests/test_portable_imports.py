@@ -3,7 +3,7 @@
 Every module of the three distributions is imported in a fresh interpreter from which the
 names Windows CPython lacks (``data/posix-only-names.json``: ``os.O_DIRECTORY``,
 ``os.pread``, ``signal.SIGHUP``, ``select.poll``, ...) have been removed and in which the
-POSIX-only modules (``fcntl``, ``termios``, ...) cannot be imported. The standard library
+POSIX-only modules (``fcntl``, ``termios``, ...) cannot be imported, nor ``CDLL(None)`` made. The standard library
 and the third-party packages are imported first, with every name present, so that only our
 modules' own import-time code is judged. Under Windows Python the names are absent anyway,
 so the same test shows the imports work there.
@@ -45,6 +45,13 @@ for module_name, attributes in names.items():
             removed += 1
 for blocked in {blocked!r}:
     sys.modules[blocked] = None              # `import fcntl` now raises ImportError
+import ctypes
+_load = ctypes.CDLL.__init__
+def _no_process_library(self, name, *arguments, **options):
+    if name is None:                         # Windows has no CDLL(None): a TypeError there
+        raise TypeError("argument of type 'NoneType' is not iterable")
+    _load(self, name, *arguments, **options)
+ctypes.CDLL.__init__ = _no_process_library
 failed = {{}}
 for module in modules:
     try:

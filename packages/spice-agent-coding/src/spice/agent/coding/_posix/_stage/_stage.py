@@ -31,7 +31,7 @@ import stat
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final, final
+from typing import Any, Final, final
 
 from spice.agent.tools.coding._journal_records import state_home
 
@@ -82,20 +82,26 @@ _MS_NODEV: Final = 4
 _MS_BIND: Final = 4096
 _O_PATH: Final = getattr(os, "O_PATH", 0o10000000)
 
-_libc: Final = ctypes.CDLL(None, use_errno=True)
-_unshare: Final = _libc.unshare
-_mount: Final = _libc.mount
-_prctl: Final = _libc.prctl
-_syncfs: Final = _libc.syncfs
 _PR_SET_DUMPABLE: Final = 4
-_unshare.argtypes = (ctypes.c_int,)
-_mount.argtypes = (
-    ctypes.c_char_p,
-    ctypes.c_char_p,
-    ctypes.c_char_p,
-    ctypes.c_ulong,
-    ctypes.c_char_p,
-)
+_CALLS: list[tuple[Any, Any, Any, Any]] = []
+"""``unshare``, ``mount``, ``prctl`` and ``syncfs`` of the C library, resolved once in the
+server (``_calls``) and never in a spawned child (no loader work between fork and exec),
+nor at import (Windows imports this module and has no ``CDLL(None)``)."""
+
+
+def _calls() -> tuple[Any, Any, Any, Any]:
+    if not _CALLS:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.unshare.argtypes = (ctypes.c_int,)
+        libc.mount.argtypes = (
+            ctypes.c_char_p,
+            ctypes.c_char_p,
+            ctypes.c_char_p,
+            ctypes.c_ulong,
+            ctypes.c_char_p,
+        )
+        _CALLS.append((libc.unshare, libc.mount, libc.prctl, libc.syncfs))
+    return _CALLS[0]
 
 
 def state_base(environ: Mapping[str, str]) -> str | None:
@@ -254,6 +260,7 @@ class Stage:
             + b",userxattr,volatile"
         )
         self._target = os.fsencode(lower)
+        self._unshare, self._mount, self._prctl, self._syncfs = _calls()
 
     @classmethod
     def make(cls, directory: str, lower: str, direct: Sequence[str] = ()) -> Stage:
@@ -283,22 +290,22 @@ class Stage:
         the overlay on the worktree (see the module docstring). Raises ``OSError``."""
         # A hardened server is not dumpable, so its /proc/self is root's: this child, about
         # to run bwrap (which makes it dumpable again anyway), may write its maps.
-        if _prctl(_PR_SET_DUMPABLE, 1, 0, 0, 0) != 0:
+        if self._prctl(_PR_SET_DUMPABLE, 1, 0, 0, 0) != 0:
             raise OSError(ctypes.get_errno(), "prctl")
-        if _unshare(_CLONE_NEWUSER | _CLONE_NEWNS) != 0:
+        if self._unshare(_CLONE_NEWUSER | _CLONE_NEWNS) != 0:
             raise OSError(ctypes.get_errno(), "unshare")
         _write(b"/proc/self/setgroups", b"deny")
         _write(b"/proc/self/uid_map", self._maps[0])
         _write(b"/proc/self/gid_map", self._maps[1])
-        if _mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None) != 0:
+        if self._mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None) != 0:
             raise OSError(ctypes.get_errno(), "mount")
         held = [os.open(place, _O_PATH | os.O_DIRECTORY | os.O_CLOEXEC) for place in self.direct]
         flags = _MS_NOSUID | _MS_NODEV
-        if _mount(b"overlay", self._target, b"overlay", flags, self._options) != 0:
+        if self._mount(b"overlay", self._target, b"overlay", flags, self._options) != 0:
             raise OSError(ctypes.get_errno(), "mount")
         for place, fd in zip(self.direct, held, strict=True):
             source = b"/proc/self/fd/%d" % fd
-            if _mount(source, place, None, _MS_BIND | _MS_REC, None) != 0:
+            if self._mount(source, place, None, _MS_BIND | _MS_REC, None) != 0:
                 raise OSError(ctypes.get_errno(), "mount")
             os.close(fd)
 
@@ -308,7 +315,7 @@ class Stage:
         worktree. ``OSError`` when the file system cannot."""
         fd = os.open(self.upper, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
-            if _syncfs(fd) != 0:
+            if self._syncfs(fd) != 0:
                 raise OSError(ctypes.get_errno(), "syncfs")
         finally:
             os.close(fd)

@@ -155,7 +155,15 @@ class _Statfs(ctypes.Structure):
     _fields_ = (("f_type", ctypes.c_long), ("rest", ctypes.c_byte * 120))
 
 
-_libc = ctypes.CDLL(None, use_errno=True)
+_LIBC: list[ctypes.CDLL] = []
+"""The C library, loaded at the first call (not at import: Windows imports this module too,
+and has no ``CDLL(None)``)."""
+
+
+def _c() -> ctypes.CDLL:
+    if not _LIBC:
+        _LIBC.append(ctypes.CDLL(None, use_errno=True))
+    return _LIBC[0]
 
 
 def _check(result: int) -> int:
@@ -166,7 +174,7 @@ def _check(result: int) -> int:
 
 
 def _ioctl(fd: int, request: int, argument: object) -> int:
-    return _check(int(_libc.ioctl(ctypes.c_int(fd), ctypes.c_ulong(request), argument)))
+    return _check(int(_c().ioctl(ctypes.c_int(fd), ctypes.c_ulong(request), argument)))
 
 
 # -- the filter's side -------------------------------------------------------------------
@@ -188,12 +196,12 @@ def available() -> bool:
     try:
         _check(
             int(
-                _libc.syscall(
+                _c().syscall(
                     number, ctypes.c_ulong(SECCOMP_GET_ACTION_AVAIL), 0, ctypes.byref(action)
                 )
             )
         )
-        _check(int(_libc.syscall(number, ctypes.c_ulong(SECCOMP_GET_NOTIF_SIZES), 0, sizes)))
+        _check(int(_c().syscall(number, ctypes.c_ulong(SECCOMP_GET_NOTIF_SIZES), 0, sizes)))
     except OSError:
         return False
     return sizes[0] >= ctypes.sizeof(Notification) and sizes[1] >= ctypes.sizeof(Response)
@@ -216,7 +224,7 @@ def install(program: bytes) -> int:
     landlock.prctl(landlock.PR_SET_NO_NEW_PRIVS, 1)
     listener = _check(
         int(
-            _libc.syscall(
+            _c().syscall(
                 ctypes.c_long(table.numbers["seccomp"]),
                 ctypes.c_ulong(SECCOMP_SET_MODE_FILTER),
                 ctypes.c_ulong(SECCOMP_FILTER_FLAG_NEW_LISTENER),
@@ -348,7 +356,7 @@ def _openat2(base: int, path: bytes, flags: int, resolve: int) -> int:
     how = _OpenHow(flags, 0, resolve)
     return _check(
         int(
-            _libc.syscall(
+            _c().syscall(
                 ctypes.c_long(_SYS_OPENAT2),
                 ctypes.c_int(base),
                 ctypes.c_char_p(path),
@@ -391,7 +399,7 @@ def _parent(pid: int, dirfd: int, path: bytes) -> tuple[int, bytes] | None:
 
 def _overlay(fd: int) -> bool:
     found = _Statfs()
-    _check(int(_libc.fstatfs(ctypes.c_int(fd), ctypes.byref(found))))
+    _check(int(_c().fstatfs(ctypes.c_int(fd), ctypes.byref(found))))
     return int(found.f_type) & 0xFFFFFFFF == OVERLAYFS_SUPER_MAGIC
 
 
@@ -490,7 +498,7 @@ def _require(check: Callable[[], bool]) -> None:
 
 
 def _renameat2(old_dir: int, old: bytes, new_dir: int, new: bytes, flags: int) -> int:
-    result = int(_libc.renameat2(old_dir, old, new_dir, new, ctypes.c_uint(flags)))
+    result = int(_c().renameat2(old_dir, old, new_dir, new, ctypes.c_uint(flags)))
     return 0 if result == 0 else ctypes.get_errno()
 
 
