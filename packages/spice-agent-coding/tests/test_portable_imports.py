@@ -3,10 +3,10 @@
 Every module of the three distributions is imported in a fresh interpreter from which the
 names Windows CPython lacks (``data/posix-only-names.json``: ``os.O_DIRECTORY``,
 ``os.pread``, ``signal.SIGHUP``, ``select.poll``, ...) have been removed and in which the
-POSIX-only modules (``fcntl``, ``termios``, ...) cannot be imported, nor ``CDLL(None)`` made. The standard library
-and the third-party packages are imported first, with every name present, so that only our
-modules' own import-time code is judged. Under Windows Python the names are absent anyway,
-so the same test shows the imports work there.
+POSIX-only modules (``fcntl``, ``termios``, ...) cannot be imported, nor ``CDLL(None)``
+made. The standard library and the third-party packages are imported first, with every
+name present, so that only our modules' own import-time code is judged. Under Windows
+Python the names are absent anyway, so the same test shows the imports work there.
 """
 
 from __future__ import annotations
