@@ -109,6 +109,8 @@ POSIX_ONLY_MODULES: Final[dict[str, str]] = {
     "test_start_facts.py": LAUNCHER,
     "test_http_serve.py": HTTP_SERVE_POSIX,
     "test_bounds_across_calls.py": LAUNCHER,
+    "test_stage_parts.py": LAUNCHER,
+    "test_server_memory.py": LAUNCHER,
     "test_guard.py": (
         "the sandbox's guard of protected paths (POSIX: it runs at a contained call's join); "
         "on Windows replace obeys the same policy (test_protected_paths.py)"

@@ -22,7 +22,7 @@ from spice.agent.tools.coding import ProtectedPaths
 from spice.agent.tools.coding._changes import Change
 from spice.agent.tools.coding._journal import Journal, JournalError
 
-ROOT_USER: Final = os.geteuid() == 0
+ROOT_USER: Final = hasattr(os, "geteuid") and os.geteuid() == 0
 
 
 def test_tools_says_where_calls_are_staged_or_why_not() -> None:
