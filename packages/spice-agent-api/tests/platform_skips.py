@@ -39,6 +39,11 @@ MESSAGES_POSIX: Final = (
 )
 PEAK_RSS: Final = "a process's peak resident memory, read from /proc/PID/status"
 EXAMPLES: Final = "the examples group (agent frameworks) is not installed (make test-windows)"
+JOURNAL: Final = (
+    "the worktree's journal (contract 13.2): its engine opens directories by descriptor, "
+    "which Windows' Python cannot, so Journal.open refuses there (test_replace_journal's "
+    "refusal test runs it as win32 on POSIX)"
+)
 
 HTTP_SERVE_POSIX: Final = (
     "a served HTTP process stopped by SIGTERM/SIGINT and killed by SIGKILL, read through "
@@ -110,6 +115,14 @@ POSIX_ONLY_MODULES: Final[dict[str, str]] = {
     "test_http_serve.py": HTTP_SERVE_POSIX,
     "test_bounds_across_calls.py": LAUNCHER,
     "test_stage_parts.py": LAUNCHER,
+    "test_journal.py": JOURNAL,
+    "test_journal_whole.py": JOURNAL,
+    "test_journal_index.py": JOURNAL,
+    "test_journal_records.py": JOURNAL,
+    "test_journal_devices.py": JOURNAL,
+    "test_replace_journal.py": JOURNAL,
+    "test_journal_cli.py": JOURNAL,
+    "test_mcp_journal.py": JOURNAL,
     "test_server_memory.py": LAUNCHER,
     "test_guard.py": (
         "the sandbox's guard of protected paths (POSIX: it runs at a contained call's join); "
