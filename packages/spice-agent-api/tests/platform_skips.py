@@ -136,6 +136,10 @@ POSIX_ONLY_MODULES: Final[dict[str, str]] = {
         "the settings file judged by its POSIX owner and mode bits (on Windows neither is "
         "judged: docs/platform.md says so)"
     ),
+    "test_settings_reload.py": (
+        "the settings file judged by its POSIX owner and mode bits (on Windows neither is "
+        "judged: docs/platform.md says so)"
+    ),
     "test_startup_imports.py": (
         "on Windows pywin32's .pth loads pywin32_bootstrap at every start, before our code "
         "(site), so the count of third-party modules differs"
@@ -157,6 +161,10 @@ POSIX_ONLY_TESTS: Final[dict[str, str]] = {
     ),
     "packages/spice-agent-coding/tests/settings/test_unprotect.py::"
     "test_the_settings_files_unprotect_joins_the_flags_and_is_refused_by_its_line": (POSIX_PATHS),
+    "packages/spice-agent-coding/tests/settings/test_unprotect.py::"
+    "test_unprotect_never_follows_a_link_a_call_made": (
+        "a symbolic link made as a call would, and the settings file's POSIX mode bits"
+    ),
     "packages/spice-agent-tools-coding/tests/test_config.py::"
     "test_the_root_is_normalized_lexically": "POSIX path spelling (//, /)",
     "packages/spice-agent-tools-coding/tests/test_shell.py::test_lookup_and_spec_are_exact": (
