@@ -1,10 +1,11 @@
 """Which tests are POSIX-only: skipped on Windows, with the reason, in one place.
 
-A pytest plugin (the root ``conftest.py`` loads it). On Windows, a module listed in
-``POSIX_ONLY_MODULES`` is reported as one skipped module with its reason (it is never
-imported: many read POSIX-only names at import), and a test listed in ``POSIX_ONLY_TESTS``
-is skipped with its reason. Everything else runs on both platforms. On other platforms the
-plugin changes nothing.
+A pytest plugin (the root ``conftest.py`` loads it). On Windows, every module beneath a
+``tests/posix/`` directory (it mirrors the ``_posix`` package, whose subject does not exist
+there) and every module listed in ``POSIX_ONLY_MODULES`` is reported as one skipped module
+with its reason (it is never imported: many read POSIX-only names at import), and a test
+listed in ``POSIX_ONLY_TESTS`` is skipped with its reason. Everything else runs on both
+platforms. On other platforms the plugin changes nothing.
 """
 
 from __future__ import annotations
@@ -45,6 +46,13 @@ JOURNAL: Final = (
     "refusal test runs it as win32 on POSIX)"
 )
 
+POSIX_DIRECTORY: Final = "posix"
+"""The test directory that mirrors the ``_posix`` package: all of it is POSIX-only."""
+POSIX_TREE: Final = (
+    "beneath tests/posix/, the POSIX launcher, sandbox, stage, proxy and supervisor "
+    "(Windows has its own launcher, tested beneath tests/windows/)"
+)
+
 HTTP_SERVE_POSIX: Final = (
     "a served HTTP process stopped by SIGTERM/SIGINT and killed by SIGKILL, read through "
     "/proc, its token file opened by mode bits: POSIX subjects (under Windows the transport "
@@ -80,41 +88,9 @@ POSIX_ONLY_MODULES: Final[dict[str, str]] = {
     "test_adv_fuzz.py": ROOT,
     "test_adv_traversal.py": ROOT,
     "test_lifetime.py": SIGNALS,
-    "test_posix_architecture.py": LAUNCHER,
-    "test_posix_launcher.py": LAUNCHER,
-    "test_posix_leak_guard.py": SIGNALS,
-    "test_posix_memory.py": SIGNALS,
-    "test_posix_resolver.py": LAUNCHER,
-    "test_posix_sandbox.py": LAUNCHER,
-    "test_sandbox_layers.py": LAUNCHER,
-    "test_seccomp.py": LAUNCHER,
-    "test_sandbox_attacks.py": LAUNCHER,
-    "test_sandbox_tools.py": LAUNCHER,
-    "test_allow_write.py": LAUNCHER,
-    "test_posix_bwrap.py": LAUNCHER,
-    "test_shell_posix.py": LAUNCHER,
-    "test_bridge.py": LAUNCHER,
-    "test_call_plan.py": LAUNCHER,
-    "test_contained_installs.py": LAUNCHER,
-    "test_cgroup.py": LAUNCHER,
-    "test_cgroup_v2_real.py": LAUNCHER,
-    "test_measured_supervisor.py": LAUNCHER,
     "test_network_policy.py": LAUNCHER,
-    "test_orphans.py": LAUNCHER,
-    "test_posix_namespace.py": LAUNCHER,
-    "test_proxy.py": LAUNCHER,
-    "test_proxy_contained.py": LAUNCHER,
-    "test_proxy_tls.py": LAUNCHER,
     "test_proxy_http.py": LAUNCHER,
-    "test_relay.py": LAUNCHER,
-    "test_sandbox_fs.py": LAUNCHER,
-    "test_sandbox_hint.py": LAUNCHER,
-    "test_sandbox_fallback_real.py": LAUNCHER,
-    "test_sandbox_processes.py": LAUNCHER,
-    "test_start_facts.py": LAUNCHER,
     "test_http_serve.py": HTTP_SERVE_POSIX,
-    "test_bounds_across_calls.py": LAUNCHER,
-    "test_stage_parts.py": LAUNCHER,
     "test_journal.py": JOURNAL,
     "test_journal_whole.py": JOURNAL,
     "test_journal_index.py": JOURNAL,
@@ -123,11 +99,6 @@ POSIX_ONLY_MODULES: Final[dict[str, str]] = {
     "test_replace_journal.py": JOURNAL,
     "test_journal_cli.py": JOURNAL,
     "test_mcp_journal.py": JOURNAL,
-    "test_server_memory.py": LAUNCHER,
-    "test_guard.py": (
-        "the sandbox's guard of protected paths (POSIX: it runs at a contained call's join); "
-        "on Windows replace obeys the same policy (test_protected_paths.py)"
-    ),
     "test_host_config.py": (
         "the host's installer configuration read for the POSIX proxy's presets (POSIX homes "
         "and files)"
@@ -240,6 +211,13 @@ EXAMPLE_MODULES: Final[dict[str, str]] = {
 ``make test-windows`` does not install (on Windows they run where it is installed)."""
 
 
+def _posix_only(module_path: Path) -> str | None:
+    """Why the module is POSIX-only: where it lives, or its listing; None when it is not."""
+    if module_path.parent.name == POSIX_DIRECTORY and module_path.parent.parent.name == "tests":
+        return POSIX_TREE
+    return POSIX_ONLY_MODULES.get(module_path.name)
+
+
 class _SkippedModule(pytest.Module):
     """A module that is reported as skipped instead of being imported."""
 
@@ -254,7 +232,7 @@ def pytest_pycollect_makemodule(
     module_path: Path, parent: pytest.Collector
 ) -> pytest.Module | None:
     """On Windows, a POSIX-only module becomes one skipped entry with its reason."""
-    reason = POSIX_ONLY_MODULES.get(module_path.name) if WINDOWS else None
+    reason = _posix_only(module_path) if WINDOWS else None
     needs = EXAMPLE_MODULES.get(module_path.name)
     if WINDOWS and needs is not None and find_spec(needs) is None:
         reason = EXAMPLES

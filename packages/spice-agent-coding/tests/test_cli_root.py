@@ -36,12 +36,6 @@ def test_a_missing_root_is_one_line_naming_it_and_exit_2(
 
 
 @pytest.mark.parametrize("command", list(COMMANDS))
-@pytest.mark.xfail(
-    sys.platform == "win32",
-    reason="known under Windows since round 6: a file as root ends in an internal error "
-    "(NotImplementedError) before the refusal; to be fixed (closing note, issue 43)",
-    strict=True,
-)
 def test_a_file_as_root_is_refused_too(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str
 ) -> None:

@@ -20,7 +20,6 @@ directory it names (``.githooks/``, husky's ``.husky/``) is protected like ``hoo
 
 from __future__ import annotations
 
-import contextlib
 import os
 import posixpath
 import stat
@@ -35,6 +34,7 @@ __all__ = [
     "TODOS",
     "TODO_BYTES",
     "git_directory",
+    "git_spelling",
     "hooks_directories",
     "inside",
     "joined",
@@ -62,6 +62,22 @@ list in it that ``git rebase --continue`` or ``git cherry-pick --continue`` exec
 TODO_BYTES: Final = 1024 * 1024
 """A todo list larger than this is never read: its state directory is refused."""
 
+_GIT_NAMES: Final = {
+    name.casefold(): name
+    for name in (
+        *MARKERS,
+        "config",
+        "hooks",
+        "info",
+        "commondir",
+        "gitdir",
+        "alternates",
+        "config.worktree",
+        *(part for pair in TODOS for part in pair),
+    )
+}
+"""The names git reads in a git directory, by their case-folded spelling."""
+
 _EXEC: Final = frozenset({"x", "exec"})
 """The todo command that runs a shell command, as git spells it (``sequencer.c``)."""
 
@@ -72,6 +88,13 @@ _STEP: Final = (
     | getattr(os, "O_CLOEXEC", 0)
 )
 _READ: Final = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+def git_spelling(path: str) -> str:
+    """``path`` (``/``-separated) with each component git reads in a git directory spelled
+    as git spells it: on a case-insensitive file system (Windows) ``src/CONFIG`` is the
+    ``src/config`` git reads, so the rule must judge it under that name."""
+    return "/".join(_GIT_NAMES.get(part.casefold(), part) for part in path.split("/"))
 
 
 def joined(directory: str, name: str) -> str:
@@ -105,12 +128,8 @@ def runs_a_command(todo: bytes) -> bool:
     return False
 
 
-def _read_config(directory_fd: int) -> bytes | None:
-    """``config`` beneath an open git directory, at most ``MAXIMUM_CONFIG_BYTES``."""
-    try:
-        fd = os.open("config", _READ, dir_fd=directory_fd)
-    except OSError:
-        return None
+def _read_bounded(fd: int) -> bytes | None:
+    """All of the open regular file ``fd``, at most ``MAXIMUM_CONFIG_BYTES``."""
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return None
@@ -122,6 +141,65 @@ def _read_config(directory_fd: int) -> bytes | None:
         return None if size > MAXIMUM_CONFIG_BYTES else b"".join(chunks)
     except OSError:
         return None
+
+
+def _config_by_descriptor(place: str) -> bytes | None:
+    """``place/.git/config``, each step opened beneath the last without following a link."""
+    try:
+        fd = os.open(place, _STEP)
+    except OSError:
+        return None
+    try:
+        git = os.open(".git", _STEP, dir_fd=fd)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    try:
+        config = os.open("config", _READ, dir_fd=git)
+    except OSError:
+        return None
+    finally:
+        os.close(git)
+    try:
+        return _read_bounded(config)
+    finally:
+        os.close(config)
+
+
+def _linked(found: os.stat_result) -> bool:
+    """A symbolic link, or on Windows any reparse point (a junction too)."""
+    reparse = getattr(found, "st_file_attributes", 0) & getattr(
+        stat, "FILE_ATTRIBUTE_REPARSE_POINT", 0
+    )
+    return stat.S_ISLNK(found.st_mode) or bool(reparse)
+
+
+def _config_by_path(place: str) -> bytes | None:
+    """``place/.git/config`` where directories cannot be opened by descriptor (Windows):
+    each step is looked at without following a link or reparse point, and the file opened
+    must be the one looked at (same device and file index), else nothing is read."""
+    git = os.path.join(place, ".git")
+    config = os.path.join(git, "config")
+    try:
+        steps = (os.lstat(place), os.lstat(git), os.lstat(config))
+    except OSError:
+        return None
+    if any(_linked(step) for step in steps) or not (
+        stat.S_ISDIR(steps[0].st_mode) and stat.S_ISDIR(steps[1].st_mode)
+    ):
+        return None
+    try:
+        fd = os.open(config, _READ | getattr(os, "O_BINARY", 0))
+    except OSError:
+        return None
+    try:
+        opened = os.fstat(fd)
+        if (opened.st_dev, opened.st_ino) != (steps[2].st_dev, steps[2].st_ino):
+            return None  # replaced between the look and the open
+        return _read_bounded(fd)
+    except OSError:
+        return None
     finally:
         os.close(fd)
 
@@ -130,23 +208,10 @@ def hooks_directories(place: str) -> tuple[str, ...]:
     """The directories ``place``'s own repository names by ``core.hooksPath`` in its
     ``place/.git/config`` (read without following a link, ``MAXIMUM_CONFIG_BYTES`` at
     most), relative to ``place``, ``/``-separated; husky's ``.husky/_`` also names its
-    parent (its wrappers run ``.husky/<hook>``). One outside ``place`` is not named."""
-    try:
-        fd = os.open(place, _STEP)
-    except OSError:
-        return ()
-    try:
-        try:
-            git = os.open(".git", _STEP, dir_fd=fd)
-        except OSError:
-            return ()
-        try:
-            data = _read_config(git)
-        finally:
-            os.close(git)
-    finally:
-        with contextlib.suppress(OSError):
-            os.close(fd)
+    parent (its wrappers run ``.husky/<hook>``). One outside ``place`` is not named.
+    Where directories cannot be opened by descriptor (Windows), the path route is taken."""
+    by_descriptor = os.open in os.supports_dir_fd
+    data = _config_by_descriptor(place) if by_descriptor else _config_by_path(place)
     if data is None:
         return ()
     found: list[str] = []

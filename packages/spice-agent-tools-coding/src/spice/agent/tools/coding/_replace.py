@@ -60,7 +60,7 @@ from ._platform import root_supported
 from ._progress import attach, report_progress
 from ._protected import PROTECTED
 from ._replace_arguments import Arguments, Edits, Invalid, Whole, decode, description, schema
-from ._replace_judge import refused_by_judge
+from ._replace_judge import DiskAfter, refused_by_judge
 from ._replace_work import Change, Done, Refused, edited, protected, withdrawn
 from ._results import failure, success
 from ._root import MadeDirectory, PathError, open_directory, open_root, remove_made, split_parent
@@ -268,7 +268,8 @@ def _write_beneath(
         assert change is not None  # noqa: S101 - the content form set it in _work
         assert where is not None  # noqa: S101 - _protected_beneath refused an unplaced one
         relative = leaf if where == "." else f"{where}/{leaf}"
-        if refused_by_judge(config, root_fd, relative, change.data, creating, len(made)):
+        after = DiskAfter(root_fd, relative, change.data)
+        if refused_by_judge(config, after, relative, change.data, creating, len(made)):
             return Done(Outcome("path_unavailable", PROTECTED), change)
         request = Request(leaf, change.data, change.sha256, arguments.expected, limit)
         outcome = _journaled(config, syscalls, (root_fd, dir_fd), request, write, made)

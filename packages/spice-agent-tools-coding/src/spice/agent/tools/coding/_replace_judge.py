@@ -15,13 +15,18 @@ import stat
 from collections.abc import Sequence
 from typing import Final, final
 
-from ._changes import Change, Kind
+from ._changes import After, Change, Kind
 from ._config import Config
 from ._judge import judge
 
 __all__ = ["DiskAfter", "refused_by_judge"]
 
-_READ: Final = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+_READ: Final = (
+    os.O_RDONLY
+    | getattr(os, "O_NOFOLLOW", 0)
+    | getattr(os, "O_CLOEXEC", 0)
+    | getattr(os, "O_NONBLOCK", 0)
+)
 
 
 @final
@@ -50,7 +55,7 @@ class DiskAfter:
         if path == self._path:
             return self._data[:limit]
         try:
-            fd = os.open(path, _READ | os.O_NONBLOCK, dir_fd=self._root_fd)
+            fd = os.open(path, _READ, dir_fd=self._root_fd)
         except (OSError, ValueError):
             return None
         try:
@@ -69,11 +74,13 @@ class DiskAfter:
 
 
 def refused_by_judge(
-    config: Config, root_fd: int, relative: str, data: bytes, creating: bool, made: int
+    config: Config, after: After, relative: str, data: bytes, creating: bool, made: int
 ) -> bool:
     """Whether the policy's ``judge`` refuses writing ``data`` at ``relative`` (the real
-    path beneath the root) after the create made the last ``made`` directories above it,
-    or would keep it with other bytes."""
+    path beneath the root, ``/``-separated, in git's spelling on a case-insensitive file
+    system: ``git_spelling``) after the create made the last ``made`` directories above
+    it, or would keep it with other bytes; ``after`` is the worktree with ``data`` there
+    (``DiskAfter`` on POSIX, ``_windows._after.WindowsAfter`` on Windows)."""
     policy = config.protected_paths
     if policy.empty:
         return False
@@ -86,6 +93,6 @@ def refused_by_judge(
         changes.append(Change(relative, "added", "file", None))
     else:
         changes.append(Change(relative, "modified", "file", "file"))
-    judged = judge(policy, config.root, changes, DiskAfter(root_fd, relative, data))
+    judged = judge(policy, config.root, changes, after)
     rewritten = judged.rewritten.get(relative)
     return bool(judged.refused) or (rewritten is not None and rewritten != data)

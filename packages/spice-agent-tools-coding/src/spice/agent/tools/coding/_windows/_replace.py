@@ -12,11 +12,15 @@ from __future__ import annotations
 from .._commit import CommitGate
 from .._config import Config
 from .._decision import ABORTED, Outcome, Request
+from .._gitdir import git_spelling
+from .._protected import PROTECTED
 from .._replace_arguments import Arguments, Edits, Whole
+from .._replace_judge import refused_by_judge
 from .._replace_work import Change, Done, Refused, edited, protected, withdrawn
 from .._root import MadeDirectory, PathError
 from . import _commit as cw
 from . import _root as rw
+from ._after import WindowsAfter
 
 
 def work(config: Config, arguments: Arguments, gate: CommitGate) -> Done:
@@ -68,6 +72,12 @@ def _write_beneath(
                 return Done(edited.outcome, None, edited.failure)
             change = edited
         assert change is not None  # noqa: S101 - the content form set it in work()
+        # The one policy's judge, as on POSIX: names are never followed here, so the
+        # cleaned path is the real one; spelled as git reads it (the file system folds case).
+        relative = git_spelling(arguments.path)
+        after = WindowsAfter(root, relative, change.data)
+        if refused_by_judge(config, after, relative, change.data, creating, len(made)):
+            return Done(Outcome("path_unavailable", PROTECTED), change)
         request = Request(leaf, change.data, change.sha256, arguments.expected, limit)
         outcome = cw.write_file(directory, request, gate)
         if outcome.created and outcome.durable and parent != ".":

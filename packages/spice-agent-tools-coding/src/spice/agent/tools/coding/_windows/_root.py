@@ -67,7 +67,7 @@ _CREATE_FAILED: Final = "a missing directory could not be created"
 _DIRECTORY_ACCESS: Final = (
     w.FILE_READ_DATA | w.FILE_TRAVERSE | w.FILE_READ_ATTRIBUTES | w.SYNCHRONIZE
 )
-_READ_ACCESS: Final = w.FILE_READ_DATA | w.FILE_READ_ATTRIBUTES | w.SYNCHRONIZE
+READ_ACCESS: Final = w.FILE_READ_DATA | w.FILE_READ_ATTRIBUTES | w.SYNCHRONIZE
 
 _NOT_FOUND: Final = frozenset({w.STATUS_OBJECT_NAME_NOT_FOUND, w.STATUS_OBJECT_PATH_NOT_FOUND})
 _REPARSE: Final = frozenset({w.STATUS_REPARSE_POINT_ENCOUNTERED, w.STATUS_STOPPED_ON_SYMLINK})
@@ -343,7 +343,7 @@ def open_regular(root: str, cleaned: str) -> int:
         parent, leaf = split_parent(cleaned)
         directory = root_handle if parent == "." else open_directory(root_handle, parent)
         try:
-            handle = open_file(directory, leaf, _READ_ACCESS)
+            handle = open_file(directory, leaf, READ_ACCESS)
         finally:
             if directory != root_handle:
                 close(directory)
