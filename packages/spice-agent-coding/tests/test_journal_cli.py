@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -146,6 +147,24 @@ def _journaled(root: Path, state: Path) -> Journal:
     return journal
 
 
+@dataclass(frozen=True)
+class Served:
+    """A worktree ``root`` whose journal beneath ``state`` (``$XDG_STATE_HOME``) holds one
+    entry: ``f.txt`` from ``before`` to ``after``."""
+
+    root: Path
+    state: Path
+    journal: Journal
+
+
+@pytest.fixture
+def served(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Served:
+    root, state = tmp_path / "w", tmp_path / "state"
+    root.mkdir()
+    monkeypatch.setenv("XDG_STATE_HOME", str(state))
+    return Served(root, state, _journaled(root, state))
+
+
 def _refused(root: Path, state: Path, capsys: pytest.CaptureFixture[str], *argv: str) -> list[str]:
     code = run(["--root", str(root), *argv])
     captured = capsys.readouterr()
@@ -155,15 +174,11 @@ def _refused(root: Path, state: Path, capsys: pytest.CaptureFixture[str], *argv:
 
 @pytest.mark.parametrize("command", [("undo", "7"), ("undo", "--to", "7"), ("undo", "0")])
 def test_an_id_not_in_the_journal(
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
+    served: Served,
     capsys: pytest.CaptureFixture[str],
     command: tuple[str, ...],
 ) -> None:
-    root, state = tmp_path / "w", tmp_path / "state"
-    root.mkdir()
-    monkeypatch.setenv("XDG_STATE_HOME", str(state))
-    _journaled(root, state)
+    root, state = served.root, served.state
     lines = _refused(root, state, capsys, *command)
     assert [f"spice-coding: no entry {command[-1]} in the journal"] == [
         line.partition(" in the journal")[0] + " in the journal" for line in lines
@@ -172,12 +187,10 @@ def test_an_id_not_in_the_journal(
 
 
 def test_a_journal_written_by_a_newer_version(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    served: Served, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    root, state = tmp_path / "w", tmp_path / "state"
-    root.mkdir()
-    monkeypatch.setenv("XDG_STATE_HOME", str(state))
-    journal = _journaled(root, state)
+    root, state = served.root, served.state
+    journal = served.journal
     entry = Path(journal.directory, "entries", f"{1:012d}.json")
     value = json.loads(entry.read_text())
     entry.write_text(json.dumps({**value, "format": FORMAT + 1}))
@@ -205,12 +218,9 @@ def test_a_journal_beneath_the_root(
 
 
 def test_a_journal_in_a_place_others_may_write(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    served: Served, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    root, state = tmp_path / "w", tmp_path / "state"
-    root.mkdir()
-    monkeypatch.setenv("XDG_STATE_HOME", str(state))
-    _journaled(root, state)
+    root, state = served.root, served.state
     state.chmod(0o777)  # no sticky bit: another user may rename the journal away
     lines = _refused(root, state, capsys, "undo")
     assert 1 == len(lines)
@@ -222,12 +232,10 @@ def test_a_journal_in_a_place_others_may_write(
 
 
 def test_a_journal_another_user_may_write(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    served: Served, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    root, state = tmp_path / "w", tmp_path / "state"
-    root.mkdir()
-    monkeypatch.setenv("XDG_STATE_HOME", str(state))
-    journal = _journaled(root, state)
+    root, state = served.root, served.state
+    journal = served.journal
     Path(journal.directory).chmod(0o770)
     lines = _refused(root, state, capsys, "undo")
     assert [
@@ -319,12 +327,9 @@ def test_the_settings_files_bounds_refused_by_file_line_and_key(
 
 
 def test_history_and_undo_take_the_flags(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    served: Served, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    root, state = tmp_path / "w", tmp_path / "state"
-    root.mkdir()
-    monkeypatch.setenv("XDG_STATE_HOME", str(state))
-    _journaled(root, state)
+    root = served.root
     assert 0 == run(["--root", str(root), "history", "--journal-max-age", "1", "--json"])
     assert 1 == len(json.loads(capsys.readouterr().out)["entries"])
     assert 2 == run(["--root", str(root), "history", "--journal-max-age", "0"])
