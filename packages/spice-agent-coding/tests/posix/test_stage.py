@@ -580,3 +580,46 @@ async def test_a_fifo_inside_a_new_tree_is_refused_and_the_rest_applied(
     journal = chosen._facts.journal if chosen._facts is not None else None
     assert journal is not None
     assert journal.history().entries[0].paths == ("A new/", "A new/deep/", "A new/deep/k")
+
+
+@pytest.mark.parametrize("stop", ["request_stop", "force_kill"])
+async def test_a_stopped_call_commits_what_it_wrote_and_can_be_undone(
+    policy: Containment, root: Path, home: Path, stop: str
+) -> None:
+    """A call stopped before its command ended (its timeout, the client's cancellation:
+    both stop it this way) keeps what it wrote, as a terminal would, journaled so that
+    ``undo`` takes it back (docs/decisions.md); only a server that ends before the join
+    applies nothing (test_stage_attacks)."""
+    _tree(root)
+    before = _snapshot(root)
+    chosen = _launcher(policy, root, home)
+    out, err = Collect(), Collect()
+    environment = tuple(f"{k}={v}" for k, v in _environment(home).items())
+    script = "echo z > a.txt; mkdir n; echo ready; exec sleep 600"
+    process = await chosen.start(
+        Spec("/bin/sh", ("-c", script), str(root), environment, b"", out, err)
+    )
+    try:
+        async with asyncio.timeout(BOUND):
+            while b"ready" not in out.data:
+                await asyncio.sleep(0.01)
+        assert (root / "a.txt").read_text() == "a\n"  # nothing visible before the commit
+        await getattr(process, stop)()
+    finally:
+        async with asyncio.timeout(BOUND):
+            await process.wait()
+    fields = stage_fields(process)
+    assert fields["changes_applied"] is True
+    assert fields["changes"] == {
+        "added": 1,
+        "modified": 1,
+        "deleted": 0,
+        "paths": ["M a.txt", "A n/"],
+    }
+    assert (root / "a.txt").read_text() == "z\n"
+    journal = chosen._facts.journal if chosen._facts is not None else None
+    assert journal is not None
+    entry = fields["journal_entry"]
+    assert isinstance(entry, int)
+    assert journal.undo(entry).refused == ()
+    assert _snapshot(root) == before
