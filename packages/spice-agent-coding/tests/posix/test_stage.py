@@ -623,3 +623,47 @@ async def test_a_stopped_call_commits_what_it_wrote_and_can_be_undone(
     assert isinstance(entry, int)
     assert journal.undo(entry).refused == ()
     assert _snapshot(root) == before
+
+
+@pytest.mark.skipif(GIT is None, reason="needs git")
+async def test_a_new_tree_holding_a_planted_repository_is_not_committed_whole(
+    policy: Containment, root: Path, home: Path, tmp_path: Path
+) -> None:
+    """Hostile: a new ``vendor/`` whose ``lib/`` is made a repository with a hook and a
+    ``core.fsmonitor`` (the whole-tree rename must not carry them): the judge refuses
+    what runs code, so the tree is applied path by path; ``git status`` run outside as
+    the user in ``vendor/lib`` runs nothing, and the rest of the tree arrives."""
+    assert GIT is not None
+    marker = tmp_path / "marker"
+    program = tmp_path / "monitor.sh"
+    program.write_text(f"#!/bin/sh\ntouch '{marker}'\nexit 1\n")
+    program.chmod(0o755)
+    chosen = _launcher(policy, root, home)
+    script = (
+        "mkdir -p vendor/lib/objects/info vendor/lib/refs/heads vendor/lib/hooks; "
+        "echo 'ref: refs/heads/master' > vendor/lib/HEAD; "
+        f"printf '[core]\\n\\tworktree = ..\\n\\tfsmonitor = {program}\\n' > vendor/lib/config; "
+        f"printf '#!/bin/sh\\ntouch {marker}\\n' > vendor/lib/hooks/post-checkout; "
+        "chmod +x vendor/lib/hooks/post-checkout; echo k > vendor/keep.py"
+    )
+    _, fields = await _run(chosen, root, home, script)
+    assert fields["changes_applied"] is True
+    refused = fields["protected_refused"]
+    assert isinstance(refused, list)
+    assert "vendor/lib/hooks" in refused
+    assert "fsmonitor" not in (root / "vendor" / "lib" / "config").read_text()
+    assert (root / "vendor" / "keep.py").read_text() == "k\n"
+    assert not (root / "vendor" / "lib" / "hooks" / "post-checkout").exists()
+    journal = chosen._facts.journal if chosen._facts is not None else None
+    assert journal is not None
+    assert "A vendor/" in journal.history().entries[0].paths  # per path: not one item
+    assert len(journal.history().entries[0].paths) > 1
+    subprocess.run(
+        [GIT, "status"],
+        cwd=root / "vendor" / "lib",
+        env={**_environment(home), "GIT_CEILING_DIRECTORIES": str(root.parent)},
+        capture_output=True,
+        timeout=BOUND,
+        check=False,
+    )
+    assert not marker.exists()
