@@ -600,9 +600,7 @@ async def test_a_stopped_call_commits_what_it_wrote_and_can_be_undone(
         Spec("/bin/sh", ("-c", script), str(root), environment, b"", out, err)
     )
     try:
-        async with asyncio.timeout(BOUND):
-            while b"ready" not in out.data:
-                await asyncio.sleep(0.01)
+        await out.contains(b"ready", BOUND)
         assert (root / "a.txt").read_text() == "a\n"  # nothing visible before the commit
         await getattr(process, stop)()
     finally:
@@ -658,7 +656,8 @@ async def test_a_new_tree_holding_a_planted_repository_is_not_committed_whole(
     assert journal is not None
     assert "A vendor/" in journal.history().entries[0].paths  # per path: not one item
     assert len(journal.history().entries[0].paths) > 1
-    subprocess.run(
+    await asyncio.to_thread(
+        subprocess.run,
         [GIT, "status"],
         cwd=root / "vendor" / "lib",
         env={**_environment(home), "GIT_CEILING_DIRECTORIES": str(root.parent)},

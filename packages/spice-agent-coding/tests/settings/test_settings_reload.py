@@ -19,7 +19,7 @@ import pytest
 from procutil import Collect
 
 from spice.agent.coding._platform import PlatformLauncher, SandboxRequest, platform_launcher
-from spice.agent.coding._settings._reload import WatchingLauncher, watching
+from spice.agent.coding._settings._reload import DRY_RUN_UNAVAILABLE, WatchingLauncher, watching
 from spice.agent.coding._settings._resolve import Flags, resolve_settings
 from spice.agent.process import LaunchError, Spec
 
@@ -137,3 +137,16 @@ async def test_a_reload_that_fails_refuses_the_call_and_keeps_the_old_launcher(
     assert refused.value.reason
     assert launcher._launcher is before
     assert build.requests == []
+
+
+async def test_a_dry_run_follows_the_launcher_the_file_asks_for(tmp_path: Path) -> None:
+    """The watching launcher forwards ``staged`` and ``start_dry_run`` (round 6: it did not,
+    so every real server refused ``dry_run``); an unstaged launcher refuses it with the
+    reason, before anything starts (the staged side: test_mcp_journal.py)."""
+    launcher, root, _ = _watching(tmp_path, platform_launcher)
+    assert launcher.staged is False  # sandbox off: nothing is staged
+    spec = Spec("/bin/true", (), str(root), ("PATH=/usr/bin:/bin",), b"", Collect(), Collect())
+    with pytest.raises(LaunchError) as refused:
+        await launcher.start_dry_run(spec)
+    assert refused.value.reason == DRY_RUN_UNAVAILABLE
+    assert refused.value.process is None

@@ -25,9 +25,10 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import Callable, Mapping
-from typing import final
+from typing import Final, final
 
 from spice.agent.process import LaunchError, Process, Spec
+from spice.agent.tools.coding._shell_launcher import DryRunLauncher, launcher_dry_runs
 
 from .._platform import PlatformLauncher, SandboxRequest, platform_launcher
 from .._sandbox import ContainmentUnavailable, SandboxReport
@@ -63,6 +64,12 @@ def kept_extra(settings: Settings, start: Settings) -> Settings:
     policy = with_extra(settings.config.protected_paths, extra)
     config = dataclasses.replace(settings.config, protected_paths=policy)
     return dataclasses.replace(settings, config=config)
+
+
+DRY_RUN_UNAVAILABLE: Final = (
+    "dry_run needs a staged worktree, and the sandbox the settings file asks for runs "
+    "commands unstaged (see tools)"
+)
 
 
 @final
@@ -171,9 +178,26 @@ class WatchingLauncher:
             spec.capabilities,
         )
 
+    @property
+    def staged(self) -> bool:
+        """Whether the current launcher stages its calls, so ``dry_run`` runs (13.2)."""
+        return launcher_dry_runs(self._launcher)
+
     async def start(self, spec: Spec) -> Process:
         """Follow the settings file, then start ``spec`` with the launcher it asks for."""
+        launcher, spec = await self._current(spec)
+        return await launcher.start(spec)
+
+    async def start_dry_run(self, spec: Spec) -> Process:
+        """``start`` on a stage that is listed and never applied, where the launcher the
+        settings file asks for stages its calls; else ``LaunchError`` saying why."""
+        launcher, spec = await self._current(spec)
+        if not (launcher_dry_runs(launcher) and isinstance(launcher, DryRunLauncher)):
+            raise LaunchError(reason=DRY_RUN_UNAVAILABLE)
+        return await launcher.start_dry_run(spec)
+
+    async def _current(self, spec: Spec) -> tuple[PlatformLauncher, Spec]:
+        """The launcher the settings file asks for now, and ``spec`` with its environment."""
         async with self._lock:
             await self._follow()
-            launcher, spec = self._launcher, self._environment(spec)
-        return await launcher.start(spec)
+            return self._launcher, self._environment(spec)
