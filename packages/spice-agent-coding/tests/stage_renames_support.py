@@ -17,6 +17,7 @@ import os
 import signal
 import socket
 import sys
+import time
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -63,12 +64,31 @@ def _mount(root: str, tmpfs_upper: str | None, other: bool) -> str:
     return merged
 
 
+DEATH_BOUND_SECONDS = 30.0
+"""How long the seam waits for the killed command to be dead (a hang guard, not a timing)."""
+
+
+def _dead(pid: int) -> bool:
+    """Whether ``pid`` has exited (a zombie or gone): its notification is no longer valid."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as status:
+            return status.read().rpartition(b")")[2].split()[0] in {b"Z", b"X"}
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return True
+
+
 def _kill_while_copying(command: int) -> None:
-    """The seam: the helper's first file copy kills the command first (a stop mid-copy)."""
+    """The seam: the helper's first file copy kills the command first (a stop mid-copy),
+    and goes on only once the command is dead: SIGKILL is delivered asynchronously, and a
+    copy that finished before the kernel ended the waiting command would rightly be made
+    visible (the rename happened before the kill), which is another case."""
     copy = renames.copy_file
 
     def killing(source: int, target: int, name: bytes, found: os.stat_result) -> None:
         os.kill(command, signal.SIGKILL)
+        deadline = time.monotonic() + DEATH_BOUND_SECONDS
+        while not _dead(command) and time.monotonic() < deadline:
+            time.sleep(0.001)
         copy(source, target, name, found)
 
     renames.copy_file = killing

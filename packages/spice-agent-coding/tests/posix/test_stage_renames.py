@@ -102,10 +102,11 @@ def _stage(
 
 
 def _nobody_python() -> str | None:
-    """An interpreter uid 65534 can run (the venv's may live under ``/root``)."""
+    """An interpreter uid 65534 can run that can read the support script (the venv's may
+    live under ``/root``, the checkout beneath a directory only root may enter)."""
     for candidate in (sys.executable, "/usr/bin/python3", "/usr/local/bin/python3"):
         probe = subprocess.run(
-            [*AS_NOBODY, "unshare", "-rm", candidate, "-c", "pass"],
+            [*AS_NOBODY, "unshare", "-rm", candidate, "-c", f"open({str(SUPPORT)!r}).close()"],
             capture_output=True,
             check=False,
         )
@@ -166,7 +167,10 @@ def test_git_mv_of_a_tracked_directory_works(
     if owner is not None:
         python = _nobody_python() or ""
         if not python:
-            pytest.skip(f"uid {NOBODY} can run no Python interpreter here")
+            pytest.skip(
+                f"uid {NOBODY} can run no Python interpreter that reads this checkout here "
+                "(a clone beneath a directory only root may enter)"
+            )
         scratch = Path(tempfile.mkdtemp(prefix="stage-renames-"))
         request.addfinalizer(lambda: shutil.rmtree(scratch, ignore_errors=True))
         scratch.chmod(0o755)
