@@ -17,8 +17,13 @@ from windows_helpers import make_junction, windows_only
 
 from spice.agent.tool import Call, Result
 from spice.agent.tools.coding import Config, new_replace
+from spice.agent.tools.coding._commit import CommitGate
 from spice.agent.tools.coding._journal import Journal, JournalError
-from spice.agent.tools.coding._journal_records import journal_directory
+from spice.agent.tools.coding._journal_records import journal_directory, locked
+from spice.agent.tools.coding._journal_write import PendingWrite
+from spice.agent.tools.coding._replace_arguments import decode
+from spice.agent.tools.coding._windows import _restore
+from spice.agent.tools.coding._windows._replace import work
 
 pytestmark = windows_only
 
@@ -249,3 +254,53 @@ async def test_a_journal_that_cannot_keep_the_old_file_refuses_the_write(
     assert OLD == (root / "a.txt").read_bytes()
     assert () == journal.history().entries
     del home
+
+
+# ---- cancellation and bounds ----------------------------------------------------------------
+
+
+def test_a_cancellation_at_the_commit_point_leaves_no_entry(
+    places: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The entry is written, then the gate refuses the commit: the entry goes, the file
+    is as it was (the write never happened)."""
+    root, _home = places
+    journal = journal_of(places)
+    gate = CommitGate()
+    original = PendingWrite.begin_bytes
+
+    def begin_then_cancel(self: PendingWrite, before: bytes | None, sha256: str) -> None:
+        original(self, before, sha256)
+        gate.cancel()
+
+    monkeypatch.setattr(PendingWrite, "begin_bytes", begin_then_cancel)
+    arguments = decode(json.dumps(edit()), Config(str(root)))
+    done = work(Config(str(root), journal=journal), arguments, gate, "c-cancel")
+    assert done.outcome.aborted
+    assert OLD == (root / "a.txt").read_bytes()
+    assert () == journal.history().entries
+    assert [] == list((Path(journal.directory) / "store").iterdir())
+
+
+def test_a_held_journal_is_busy_and_free_again_after(places: tuple[Path, Path]) -> None:
+    journal = journal_of(places)
+    with locked(journal.directory, "shown"):
+        with pytest.raises(JournalError) as raised, locked(journal.directory, "shown", wait=0.0):
+            pass
+        assert "journal_busy" == raised.value.code
+    with locked(journal.directory, "shown", wait=0.0):
+        pass
+
+
+@pytest.mark.parametrize(("extra", "restored"), [(0, True), (1, False)])
+async def test_undo_reads_files_up_to_its_bound(
+    places: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch, extra: int, restored: bool
+) -> None:
+    root, _home = places
+    new = "n" * 10
+    await replace(places, edit(new))
+    assert len(OLD) == len(new)  # the bound is met by what is there and what comes back
+    monkeypatch.setattr(_restore, "RESTORE_MAX_BYTES", len(new) - extra)
+    undone = journal_of(places).undo()
+    assert restored == (("a.txt",) == undone.restored)
+    assert (OLD if restored else new.encode()) == (root / "a.txt").read_bytes()
