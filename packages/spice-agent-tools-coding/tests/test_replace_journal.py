@@ -190,6 +190,23 @@ def test_a_server_killed_after_the_commit_is_rolled_back_at_the_next_start(
     assert digest(OLD) == digest((root / "a.txt").read_bytes())
 
 
+async def test_a_store_left_without_its_entry_does_not_block_the_next_write(
+    places: tuple[Path, Path],
+) -> None:
+    """A server killed after making an entry's store and before writing its record leaves
+    a store no record names: the next write under that id goes on (not journal_failed)."""
+    root, home = places
+    tool, journal = tool_of(root, home)
+    orphan = Path(journal.directory) / "store" / "1"
+    orphan.mkdir()
+    (orphan / "b0").write_bytes(b"left by a killed server")
+    _, content = await run(tool, replace_arguments("a.txt", NEW, OLD))
+    assert content["ok"], content
+    assert ["b0"] == [p.name for p in orphan.iterdir()]
+    assert OLD == (orphan / "b0").read_bytes()
+    assert 1 == len(journal.history().entries)
+
+
 def test_the_windows_route_writes_records_by_path(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -289,8 +289,12 @@ class Journal:
             raise JournalError("root_unavailable", "the worktree cannot be opened") from None
 
     def _next_id(self) -> int:
+        """The id of a new entry; a store a server killed before writing its entry left
+        under that id (no record names it) is removed first."""
         ids = self._ids()
-        return max([*ids, self._dropped()[1]], default=0) + 1
+        number = max([*ids, self._dropped()[1]], default=0) + 1
+        shutil.rmtree(self._store(number), ignore_errors=True)
+        return number
 
     def _commit(
         self, tool: str, call_id: str | None, judged: Judged, opened_ns: int, root_fd: int
@@ -590,7 +594,11 @@ class Journal:
                     saved = None
                     if found.data is not None:
                         saved = f"b{len(plan)}"
-                        write_new(os.path.join(store, saved), found.data)
+                        try:
+                            write_new(os.path.join(store, saved), found.data)
+                        except OSError:  # what is there cannot be kept: not taken back
+                            refused.append(item.path)
+                            continue
                     source = None
                     if item.saved is not None:
                         source = os.path.join(self._store(target.id), item.saved)
