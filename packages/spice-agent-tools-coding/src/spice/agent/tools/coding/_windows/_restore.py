@@ -79,15 +79,32 @@ def look(root: int, path: str) -> Found | Literal["other"]:
         return Found(None) if error.code == "not_found" else "other"
     try:
         found = cw.inspect(directory, leaf, RESTORE_MAX_BYTES)
+        if isinstance(found, Absent):
+            return Found(None)
+        if isinstance(found, Current):
+            return Found(State("file", None, found.sha256), found.data)
+        if isinstance(found, Occupied) and found.code == "not_regular" and _plain(directory, leaf):
+            return Found(State("directory", None, None))
+        return "other"
     finally:
         rw.close(directory)
-    if isinstance(found, Absent):
-        return Found(None)
-    if isinstance(found, Current):
-        return Found(State("file", None, found.sha256), found.data)
-    if isinstance(found, Occupied) and found.code == "not_regular" and not found.symlink:
-        return Found(State("directory", None, None))
-    return "other"
+
+
+def _plain(directory: int, leaf: str) -> bool:
+    """Whether ``leaf`` is a directory that is not a reparse point (a junction to a
+    directory answers as a directory to a file's open)."""
+    status, handle = rw.nt_open(
+        directory, leaf, w.FILE_READ_ATTRIBUTES | w.SYNCHRONIZE, w.FILE_OPEN, w.FILE_DIRECTORY_FILE
+    )
+    if status != w.STATUS_SUCCESS:
+        return False
+    try:
+        found = rw.kind(handle)
+    except OSError:
+        return False
+    finally:
+        rw.close(handle)
+    return found.directory and not found.reparse_point
 
 
 def apply(root: int, path: str, found: Found, wanted: State | None, source: str | None) -> bool:
