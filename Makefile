@@ -224,7 +224,7 @@ WINDOWS_TYPED := $(addprefix $(APP_SOURCE)/,_windows/_api.py _windows/_launcher.
   _windows/_resolver.py _windows/_private.py _windows/_dacl.py _mcp/_private.py _mcp/_tokens.py \
   _mcp/_audit.py _mcp/_threaded_io.py _platform.py _mcp/_stdio.py _cli.py _compose.py) \
   $(addprefix $(TOOLS_SOURCE)/,_windows/_api.py _windows/_root.py _windows/_after.py \
-  _windows/_replace.py _windows/_commit.py _gitdir.py _replace_judge.py)
+  _windows/_replace.py _windows/_commit.py _windows/_restore.py _gitdir.py _replace_judge.py)
 
 check: lint typecheck
 

@@ -41,9 +41,10 @@ MESSAGES_POSIX: Final = (
 PEAK_RSS: Final = "a process's peak resident memory, read from /proc/PID/status"
 EXAMPLES: Final = "the examples group (agent frameworks) is not installed (make test-windows)"
 JOURNAL: Final = (
-    "the worktree's journal (contract 13.2): its engine opens directories by descriptor, "
-    "which Windows' Python cannot, so Journal.open refuses there (test_replace_journal's "
-    "refusal test runs it as win32 on POSIX)"
+    "the worktree's journal's descriptor-based engine (contract 13.2), POSIX modes, owners, "
+    "flock and signals; on Windows, where only replace is journaled, the journal runs in "
+    "tests/windows/test_windows_journal.py and the app's test_windows_journal_cli.py "
+    "(test_replace_journal runs the Windows route's pure-Python parts as win32 on POSIX)"
 )
 
 POSIX_DIRECTORY: Final = "posix"

@@ -16,6 +16,7 @@ from replace_helpers import content_of, create_arguments, digest, make_call, rep
 
 from spice.agent.tools.coding import Config
 from spice.agent.tools.coding._journal import Journal, JournalError
+from spice.agent.tools.coding._journal_records import checked_place, read_json, write_record
 from spice.agent.tools.coding._replace import ReplaceTool
 
 OLD = b"old line\n"
@@ -189,13 +190,91 @@ def test_a_server_killed_after_the_commit_is_rolled_back_at_the_next_start(
     assert digest(OLD) == digest((root / "a.txt").read_bytes())
 
 
-def test_windows_has_no_journal_yet(
+async def test_a_store_left_without_its_entry_does_not_block_the_next_write(
+    places: tuple[Path, Path],
+) -> None:
+    """A server killed after making an entry's store and before writing its record leaves
+    a store no record names: the next write under that id goes on (not journal_failed)."""
+    root, home = places
+    tool, journal = tool_of(root, home)
+    orphan = Path(journal.directory) / "store" / "1"
+    orphan.mkdir()
+    (orphan / "b0").write_bytes(b"left by a killed server")
+    _, content = await run(tool, replace_arguments("a.txt", NEW, OLD))
+    assert content["ok"], content
+    assert ["b0"] == [p.name for p in orphan.iterdir()]
+    assert OLD == (orphan / "b0").read_bytes()
+    assert 1 == len(journal.history().entries)
+
+
+def test_the_windows_route_writes_records_by_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Windows' Python opens no directory by descriptor: records are written by path
+    there (a synced temporary, then ``os.replace``), and read back the same."""
+    monkeypatch.setattr(sys, "platform", "win32")
+    first = write_record(str(tmp_path), "r.json", {"format": 1, "n": 1})
+    second = write_record(str(tmp_path), "r.json", {"format": 1, "n": 2})
+    monkeypatch.undo()
+    assert {"format": 1, "n": 2} == read_json(str(tmp_path / "r.json"), "shown")
+    assert first != second  # each record is a new file (the index relies on it)
+    assert second == (tmp_path / "r.json").stat().st_ino
+    assert ["r.json"] == [p.name for p in tmp_path.iterdir()]
+
+
+def test_the_windows_route_judges_no_mode_bits(
     places: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Windows has no owner or mode bits here (the profile's ACL keeps the journal): a
+    place POSIX refuses for its mode is used there, and one in the worktree never is."""
     root, home = places
+    place = home / "journal"
+    place.mkdir(parents=True)
+    place.chmod(0o777)
+    with pytest.raises(JournalError):
+        checked_place(str(place), str(root))
     monkeypatch.setattr(sys, "platform", "win32")
-    with pytest.raises(JournalError) as raised:
-        Journal.open(str(root), state_home=str(home))
+    used = checked_place(str(place), str(root))
+    with pytest.raises(JournalError) as inside:
+        checked_place(str(root / "j"), str(root))
     monkeypatch.undo()
-    assert "journal_unsupported" == raised.value.code
-    assert not home.exists()
+    assert str(place) == used
+    assert "journal_in_worktree" == inside.value.code
+
+
+def test_windows_begin_keeps_the_checked_bytes(places: tuple[Path, Path]) -> None:
+    """The Windows engine hands the entry the bytes its last check read: they are the
+    store's copy, the entry is pending until finished, and a retried rename's second
+    call keeps what the first kept."""
+    root, home = places
+    journal = Journal.open(str(root), state_home=str(home))
+    with journal.replacing("c-win", "a.txt") as pending:
+        pending.begin_bytes(OLD, digest(NEW.encode()))
+        pending.begin_bytes(b"never kept", digest(NEW.encode()))
+        record = json.loads(
+            (Path(journal.directory) / "entries" / "000000000001.json").read_bytes()
+        )
+        assert "pending" == record["phase"]
+        assert pending.finish(committed=True)
+    (item,) = json.loads((Path(journal.directory) / "entries" / "000000000001.json").read_bytes())[
+        "items"
+    ]
+    assert (digest(OLD), digest(NEW.encode()), None) == (
+        item["before"]["sha256"],
+        item["after"]["sha256"],
+        item["after"]["mode"],
+    )
+    assert OLD == (Path(journal.directory) / "store" / "1" / item["saved"]).read_bytes()
+    assert [("replace", "c-win", ("M a.txt",))] == [
+        (e.tool, e.call_id, e.paths) for e in journal.history().entries
+    ]
+
+
+def test_windows_begin_of_a_create_keeps_nothing(places: tuple[Path, Path]) -> None:
+    root, home = places
+    journal = Journal.open(str(root), state_home=str(home))
+    with journal.replacing(None, "d/n.txt", [("d", None)]) as pending:
+        pending.begin_bytes(None, digest(b"n"))
+        pending.finish(committed=False)  # not committed: the entry goes
+    assert () == journal.history().entries
+    assert [] == list((Path(journal.directory) / "store").iterdir())

@@ -567,8 +567,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     if options.command == "serve":
         _expire_caches(max_age)
     served = open_served_journal(root, settings.journal)
-    if served.problem is not None and sys.platform != "win32":
-        # On Windows there is no journal yet (tools says so): no line on every start.
+    if served.problem is not None:
         _err(served.problem)
     config = dataclasses.replace(settings.config, journal=served.journal)
     settings = dataclasses.replace(settings, config=config)

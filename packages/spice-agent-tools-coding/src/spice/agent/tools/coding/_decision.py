@@ -152,6 +152,11 @@ class Journaling(Protocol):
         ``fd`` is the new file. ``OSError`` when it cannot: the write is not committed."""
         ...
 
+    def begin_bytes(self, before: bytes | None, sha256: str) -> None:
+        """Windows' ``begin``: keep ``before`` (the replaced bytes the last check read;
+        ``None``: a create) and write the entry. ``OSError``: the write is not committed."""
+        ...
+
 
 @final
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,12 @@ The user's edits win: a path whose change time is at or after ``opened_ns`` (a t
 the file system's clock at the stage's opening: ``Journal.opening``), or, for a deleted
 directory, anything beneath it, or a path that appeared for an addition, is not
 written; the call's version is kept in the store and the path is in ``conflicts``.
+
+On Windows only ``replace`` is journaled (``shell`` is never staged there): the records,
+the index, the bounds and the lock (a byte-range lock there) are the same; records are
+written by path, and ``undo`` and ``recover`` take paths back through
+``_windows._restore`` (beneath the root handle, never through a reparse point) instead
+of the descriptor-based ``_journal_apply``.
 """
 
 from __future__ import annotations
@@ -37,13 +43,14 @@ from ._journal_records import (
     JournalError,
     Record,
     State,
-    atomic_json,
     checked_place,
     journal_directory,
     locked,
     read_json,
     state_at,
     state_home,
+    write_new,
+    write_record,
 )
 from ._journal_write import PendingWrite
 from ._root import PathError, open_root
@@ -157,11 +164,7 @@ class Journal:
         max_bytes: int = MAX_BYTES,
         max_age_days: int = MAX_AGE_DAYS,
     ) -> Journal:
-        """The journal of ``root``; ``JournalError`` for an unusable or unsafe one (on
-        Windows, always: the engine opens directories by descriptor, which Windows'
-        Python cannot)."""
-        if sys.platform == "win32":
-            raise JournalError("journal_unsupported", "the journal is not available on Windows")
+        """The journal of ``root``; ``JournalError`` for an unusable or unsafe one."""
         real_root = os.path.realpath(root)
         home = state_home if state_home is not None else _default_home()
         shown = journal_directory(home, real_root)
@@ -174,14 +177,15 @@ class Journal:
                     "journal_unusable", f"the journal {shown} names another worktree"
                 )
         else:
-            fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
             try:
                 for name in ("entries", "store"):
                     with contextlib.suppress(FileExistsError):
-                        os.mkdir(name, PRIVATE_DIRECTORY, dir_fd=fd)
-                atomic_json(fd, "journal.json", {"format": 1, "root": real_root})
-            finally:
-                os.close(fd)
+                        os.mkdir(os.path.join(directory, name), PRIVATE_DIRECTORY)
+                write_record(directory, "journal.json", {"format": 1, "root": real_root})
+            except OSError:
+                raise JournalError(
+                    "journal_unusable", f"the journal {shown} could not be made or opened"
+                ) from None
         return cls(real_root, directory, shown, max_bytes, max_age_days)
 
     # -- reading -------------------------------------------------------------------
@@ -236,6 +240,8 @@ class Journal:
 
     def size(self) -> int:
         """Bytes the journal holds (records and stores)."""
+        if sys.platform == "win32":
+            return _walked_size(self.directory)
         total = 0
         for top, _dirs, files, top_fd in os.fwalk(self.directory, follow_symlinks=False):
             del top
@@ -283,8 +289,12 @@ class Journal:
             raise JournalError("root_unavailable", "the worktree cannot be opened") from None
 
     def _next_id(self) -> int:
+        """The id of a new entry; a store a server killed before writing its entry left
+        under that id (no record names it) is removed first."""
         ids = self._ids()
-        return max([*ids, self._dropped()[1]], default=0) + 1
+        number = max([*ids, self._dropped()[1]], default=0) + 1
+        shutil.rmtree(self._store(number), ignore_errors=True)
+        return number
 
     def _commit(
         self, tool: str, call_id: str | None, judged: Judged, opened_ns: int, root_fd: int
@@ -340,11 +350,8 @@ class Journal:
         return Committed(number, tuple(applied), conflicted, tuple(failed), copied)
 
     def _write(self, record: Record) -> None:
-        fd = os.open(os.path.join(self.directory, "entries"), os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            inode = atomic_json(fd, f"{record.id:012d}.json", record.json())
-        finally:
-            os.close(fd)
+        entries = os.path.join(self.directory, "entries")
+        inode = write_record(entries, f"{record.id:012d}.json", record.json())
         self._index.note(record, inode)
 
     def _discard(self, number: int) -> None:
@@ -355,7 +362,7 @@ class Journal:
 
     @contextlib.contextmanager
     def replacing(
-        self, call_id: str | None, path: str, made: Sequence[tuple[str, int]] = ()
+        self, call_id: str | None, path: str, made: Sequence[tuple[str, int | None]] = ()
     ) -> Iterator[PendingWrite]:
         """Hold the journal for one ``replace`` of ``path`` (its real path beneath the
         root; ``made``: the directories its create made, with their modes). The write
@@ -390,6 +397,9 @@ class Journal:
         pending = [self._read(e.id) for e in self._index.scan() if e.phase == "pending"]
         if not pending:
             return ()
+        if sys.platform == "win32":
+            self._recover_windows(pending)
+            return tuple(record.id for record in pending)
         root_fd = self._open_root()
         try:
             for record in reversed(pending):
@@ -428,6 +438,8 @@ class Journal:
                     )
             taken = self._undone_items(records)
             targets = _targets(records, taken, entry, to)
+            if sys.platform == "win32":
+                return self._undo_windows(targets, taken, force)
             root_fd = self._open_root()
             try:
                 return self._undo(targets, taken, force, root_fd)
@@ -526,6 +538,101 @@ class Journal:
         self._prune()
         return Undone(number, tuple(restored), tuple(refused))
 
+    # -- Windows -------------------------------------------------------------------
+
+    def _open_root_windows(self) -> int:
+        from ._windows import _restore as wr  # noqa: PLC0415 - the Windows modules load only here
+
+        try:
+            return wr.open_root(self.root)
+        except PathError:
+            raise JournalError("root_unavailable", "the worktree cannot be opened") from None
+
+    def _recover_windows(self, pending: list[Record]) -> None:
+        """Take back, newest first, each path of a pending entry that holds what the
+        entry made of it (the commit happened); the rest were never changed by it."""
+        from ._windows import _restore as wr  # noqa: PLC0415 - the Windows modules load only here
+
+        root = self._open_root_windows()
+        try:
+            for record in reversed(pending):
+                store = self._store(record.id)
+                for item in reversed(record.items):
+                    found = wr.look(root, item.path)
+                    if item.kept is None and found != "other" and wr.same(found.state, item.after):
+                        source = None if item.saved is None else os.path.join(store, item.saved)
+                        wr.apply(root, item.path, found, item.before, source)
+                self._discard(record.id)
+        finally:
+            wr.close(root)
+
+    def _undo_windows(
+        self, targets: list[Record], taken: set[tuple[int, int]], force: bool
+    ) -> Undone:
+        """``_undo`` on Windows: what each path holds now is kept in the undo's own store
+        (a file's bytes), the entry is written ``pending``, each path is taken back, the
+        entry is marked ``done``. A created directory is removed only when empty."""
+        from ._windows import _restore as wr  # noqa: PLC0415 - the Windows modules load only here
+
+        root = self._open_root_windows()
+        try:
+            number = self._next_id()
+            store = self._store(number)
+            os.mkdir(store, PRIVATE_DIRECTORY)
+            refused: list[str] = []
+            plan: list[tuple[Item, wr.Found]] = []
+            planned: dict[str, wr.Found] = {}  # what a path will hold after the steps so far
+            for target in targets:
+                for index in reversed(range(len(target.items))):
+                    item = target.items[index]
+                    if item.kept is not None or (target.id, index) in taken:
+                        continue
+                    found = planned.get(item.path) or wr.look(root, item.path)
+                    if found == "other" or not (force or wr.same(found.state, item.after)):
+                        refused.append(item.path)
+                        continue
+                    saved = None
+                    if found.data is not None:
+                        saved = f"b{len(plan)}"
+                        try:
+                            write_new(os.path.join(store, saved), found.data)
+                        except OSError:  # what is there cannot be kept: not taken back
+                            refused.append(item.path)
+                            continue
+                    source = None
+                    if item.saved is not None:
+                        source = os.path.join(self._store(target.id), item.saved)
+                    taking = Item(
+                        item.path, found.state, item.before, saved, None, source, (target.id, index)
+                    )
+                    plan.append((taking, found))
+                    before = item.before
+                    kept = None if source is None or before is None else wr.stored(source)
+                    planned[item.path] = wr.Found(before, kept)
+            final: list[Item] = []
+            restored: list[str] = []
+            if plan:
+                record = Record(
+                    number, "undo", None, time.time_ns(), "pending", tuple(i for i, _ in plan)
+                )
+                self._write(record)
+                for item, found in plan:
+                    if wr.apply(root, item.path, found, item.after, item.source):
+                        restored.append(item.path)
+                        final.append(_without_source(item))
+                    else:
+                        refused.append(item.path)
+        finally:
+            wr.close(root)
+        if not final:
+            self._discard(number)
+            return Undone(None, (), tuple(refused))
+        self._write(
+            Record(number, "undo", None, record.time_ns, "done", tuple(final), _tree_size(store))
+        )
+        self._prune()
+        return Undone(number, tuple(restored), tuple(refused))
+
     # -- bounds --------------------------------------------------------------------
 
     def _prune(self) -> None:
@@ -544,11 +651,9 @@ class Journal:
             dropped += 1
             through = max(through, record.id)
         if dropped:
-            fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY)
-            try:
-                atomic_json(fd, "dropped.json", {"count": count + dropped, "through": through})
-            finally:
-                os.close(fd)
+            write_record(
+                self.directory, "dropped.json", {"count": count + dropped, "through": through}
+            )
 
 
 def _default_home() -> str:
@@ -615,7 +720,21 @@ def _targets(
     return []
 
 
+def _walked_size(path: str) -> int:
+    """Bytes of the regular files beneath ``path`` (Windows: no ``fwalk``)."""
+    total = 0
+    for top, _dirs, files in os.walk(path):
+        for name in files:
+            with contextlib.suppress(OSError):
+                status = os.lstat(os.path.join(top, name))
+                if stat.S_ISREG(status.st_mode):
+                    total += status.st_size
+    return total
+
+
 def _tree_size(path: str) -> int:
+    if sys.platform == "win32":
+        return _walked_size(path)
     total = 0
     for _top, _dirs, files, top_fd in os.fwalk(path, follow_symlinks=False):
         for name in files:

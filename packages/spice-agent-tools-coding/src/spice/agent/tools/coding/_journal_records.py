@@ -42,6 +42,7 @@ __all__ = [
     "state_at",
     "state_home",
     "state_of",
+    "write_record",
 ]
 
 FORMAT: Final = 1
@@ -54,6 +55,11 @@ LOCK_POLL_SECONDS: Final = 0.01
 APPLICATION: Final = "spice-coding"
 PRIVATE_DIRECTORY: Final = 0o700
 HASH_CHUNK_BYTES: Final = 1024 * 1024
+_PORTABLE: Final = (
+    getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+)
+"""Flags every open of a journal file adds where the system has them (Windows has
+neither ``O_NOFOLLOW`` nor ``O_CLOEXEC``; it needs ``O_BINARY``)."""
 Phase = Literal["pending", "done"]
 
 
@@ -86,6 +92,7 @@ def journal_directory(home: str, root: str) -> str:
 
 
 def _beneath(path: str, root: str) -> bool:
+    path, root = os.path.normcase(path), os.path.normcase(root)  # Windows folds case
     return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
 
 
@@ -109,12 +116,17 @@ def checked_place(directory: str, root: str) -> str:
         raise JournalError(
             "journal_unusable", f"the journal {directory} could not be made or opened"
         ) from None
-    if not stat.S_ISDIR(status.st_mode) or not _own(status) or status.st_mode & 0o022:
+    if not stat.S_ISDIR(status.st_mode) or not _own(status) or _open_bits(status):
         raise JournalError(
             "journal_writable",
             f"the journal {directory} may be written by another user; refused",
         )
     return real
+
+
+def _open_bits(status: os.stat_result) -> int:
+    """Group or other write bits (Windows has none: its ACLs are not judged here)."""
+    return 0 if sys.platform == "win32" else status.st_mode & 0o022
 
 
 def _own(status: os.stat_result) -> bool:
@@ -349,7 +361,7 @@ def read_json(path: str, directory: str) -> object:
         "journal_unusable", f"the journal {directory} holds an unreadable record"
     )
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | _PORTABLE)
     except OSError:
         raise unusable from None
     try:
@@ -405,6 +417,43 @@ def atomic_json(directory_fd: int, name: str, value: object) -> int:
     return inode
 
 
+def write_record(directory: str, name: str, value: object) -> int:
+    """``atomic_json`` of ``name`` in the directory ``directory`` (a path). On Windows,
+    whose Python opens no directory by descriptor, by path: a synced temporary, then
+    ``os.replace`` (NTFS logs the rename; a directory cannot be synced from Python)."""
+    if sys.platform != "win32":
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            return atomic_json(fd, name, value)
+        finally:
+            os.close(fd)
+    temporary = os.path.join(directory, f".{name}.tmp")
+    data = json.dumps(value, separators=(",", ":")).encode()
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _PORTABLE, 0o600)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+        inode = os.fstat(fd).st_ino
+    finally:
+        os.close(fd)
+    os.replace(temporary, os.path.join(directory, name))
+    return inode
+
+
+def write_new(path: str, data: bytes) -> None:
+    """A new file ``path`` (never an existing one) holding ``data``, synced."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _PORTABLE, 0o600)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 @contextlib.contextmanager
 def locked(directory: str, shown: str, wait: float = LOCK_WAIT_SECONDS) -> Iterator[None]:
     """Hold the journal's ``flock`` (bounded wait: ``JournalError`` when another commit
@@ -412,16 +461,19 @@ def locked(directory: str, shown: str, wait: float = LOCK_WAIT_SECONDS) -> Itera
     try:
         fd = os.open(
             os.path.join(directory, "lock"),
-            os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+            os.O_RDWR | os.O_CREAT | _PORTABLE,
             0o600,
         )
     except OSError:
         raise JournalError("journal_unusable", f"the journal {shown} could not be locked") from None
     try:
-        if sys.platform != "win32":
+        if sys.platform == "win32":
+            _lock_windows(fd, shown, wait)
+        else:
             _flock(fd, shown, wait)
         yield
     finally:
+        _unlock_windows(fd)
         os.close(fd)
 
 
@@ -444,3 +496,35 @@ def _flock(fd: int, shown: str, wait: float) -> None:
                 "journal_busy", f"the journal {shown} is held by another commit or undo"
             )
         time.sleep(LOCK_POLL_SECONDS)
+
+
+def _lock_windows(fd: int, shown: str, wait: float) -> None:
+    """The Windows counterpart of ``_flock``: a byte-range lock of the ``lock`` file's
+    first byte (``_unlock_windows`` before the close), polled up to ``wait`` seconds."""
+    if sys.platform != "win32":
+        return
+    import msvcrt  # noqa: PLC0415 - Windows only
+
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
+        except OSError:
+            pass
+        else:
+            return
+        if time.monotonic() >= deadline:
+            raise JournalError(
+                "journal_busy", f"the journal {shown} is held by another commit or undo"
+            )
+        time.sleep(LOCK_POLL_SECONDS)
+
+
+def _unlock_windows(fd: int) -> None:
+    if sys.platform != "win32":
+        return
+    import msvcrt  # noqa: PLC0415 - Windows only
+
+    with contextlib.suppress(OSError):
+        os.lseek(fd, 0, os.SEEK_SET)
+        msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)

@@ -10,12 +10,18 @@ file and every directory the create made. ``finish(True)`` marks it ``done`` aft
 commit; any other end discards it, and nothing in the worktree was changed by it. A
 server killed between the two leaves a ``pending`` entry that ``Journal.recover`` takes
 back: the worktree ends as before the call or as after it.
+
+On Windows the engine (``_windows._commit``) calls ``begin_bytes`` instead: it holds the
+bytes its last check read (their digest is the expected one), and those are what the store
+keeps (a copy; Windows' Python cannot link by descriptor, and a link by name could pass a
+reparse point).
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import os
 import stat
 import time
@@ -23,7 +29,7 @@ from collections.abc import Callable, Sequence
 from typing import Final, final
 
 from ._journal_apply import copy_entry
-from ._journal_records import PRIVATE_DIRECTORY, Item, Record, State, state_at
+from ._journal_records import PRIVATE_DIRECTORY, Item, Record, State, state_at, write_new
 
 __all__ = ["TOOL", "PendingWrite"]
 
@@ -47,7 +53,7 @@ class PendingWrite:
         store: str,
         call_id: str | None,
         path: str,
-        made: Sequence[tuple[str, int]],
+        made: Sequence[tuple[str, int | None]],
         write: Callable[[Record], None],
         discard: Callable[[int], None],
         settle: Callable[[], None],
@@ -87,6 +93,27 @@ class PendingWrite:
         record = Record(self._number, TOOL, self._call_id, time.time_ns(), "pending", tuple(items))
         self._record = record
         self._write(record)
+
+    def begin_bytes(self, before: bytes | None, sha256: str) -> None:
+        """The Windows ``begin``: keep ``before`` (the replaced file's bytes as the last
+        check read them; ``None`` for a create) and write the entry ``pending``. Called
+        again by a retried rename, it keeps what the first call kept (the same bytes: the
+        check that precedes each attempt compares their digest). ``OSError`` when it
+        cannot: the caller must not commit."""
+        if self._record is not None:
+            return
+        os.mkdir(self._store, PRIVATE_DIRECTORY)
+        saved: str | None = None
+        kept: State | None = None
+        if before is not None:
+            saved = f"b{len(self._made)}"
+            write_new(os.path.join(self._store, saved), before)
+            kept = State("file", None, hashlib.sha256(before).hexdigest())
+        items = [Item(path, None, State("directory", mode, None)) for path, mode in self._made]
+        items.append(Item(self._path, kept, State("file", None, sha256), saved))
+        record = Record(self._number, TOOL, self._call_id, time.time_ns(), "pending", tuple(items))
+        self._write(record)
+        self._record = record
 
     def _keep(self, dir_fd: int, leaf: str, inode: int, saved: str) -> State:
         """The replaced file in the store as ``saved`` (the same inode, else a copy)."""

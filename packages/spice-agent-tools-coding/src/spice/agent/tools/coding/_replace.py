@@ -207,7 +207,7 @@ def _work(
 
 
 def _windows_work(
-    config: Config, _syscalls: Syscalls, arguments: Arguments, gate: CommitGate, _call_id: str
+    config: Config, _syscalls: Syscalls, arguments: Arguments, gate: CommitGate, call_id: str
 ) -> Done:
     """The Windows worker (``_windows._replace``); ``unsupported_platform`` without its API."""
     from ._windows import _api as _winapi  # noqa: PLC0415 - the Windows modules load only on this route
@@ -218,7 +218,7 @@ def _windows_work(
         return Done(Outcome("unsupported_platform", UNSUPPORTED), change)
     from ._windows._replace import work  # noqa: PLC0415 - the Windows modules load only here
 
-    return work(config, arguments, gate)
+    return work(config, arguments, gate, call_id)
 
 
 @final

@@ -19,6 +19,11 @@ handle of the target's directory (``_windows._root``)::
         rename): wait and try again; any other failure ends the call
     FlushFileBuffers(file), flush the directory (reopened beneath itself for writing)
 
+Under the worktree's journal (``request.journal``), the entry is written (``begin_bytes``:
+the replaced bytes the re-check read are kept in the entry's store) after the last check
+and before the rename, under the commit lock, as on POSIX; a journal that cannot keep
+them is ``journal_failed`` and nothing is renamed.
+
 Creation renames without replace-if-exists: Windows refuses to overwrite
 (``STATUS_OBJECT_NAME_COLLISION`` is ``already_exists``), so no hard link is needed. A
 temporary that is not committed is deleted through its own handle
@@ -47,6 +52,7 @@ from .._decision import (
     ABORTED,
     CREATE_FAILED,
     DURABILITY_UNCONFIRMED,
+    JOURNAL_FAILED,
     NOT_FOUND,
     NOT_REGULAR,
     PATH_UNAVAILABLE,
@@ -118,7 +124,7 @@ _TEMPORARY_ACCESS: Final = (
     | w.WRITE_DAC
     | w.SYNCHRONIZE
 )
-_COMMIT_LOCK: Final = threading.Lock()
+COMMIT_LOCK: Final = threading.Lock()
 
 
 @final
@@ -292,7 +298,7 @@ def write_file(directory: int, request: Request, gate: CommitGate) -> Outcome:
     if stopped is not None:
         cleaned = rw.delete_on_close(temporary)  # through its own handle: never by name
         rw.close(temporary)
-        cleaned = cleaned and _gone(directory, name)
+        cleaned = cleaned and gone(directory, name)
         if not cleaned and not stopped.aborted:
             return dataclasses.replace(stopped, temporary_cleaned=False)
         return stopped
@@ -302,7 +308,7 @@ def write_file(directory: int, request: Request, gate: CommitGate) -> Outcome:
         rw.close(temporary)  # now the committed file's handle
 
 
-def _gone(directory: int, name: str) -> bool:
+def gone(directory: int, name: str) -> bool:
     """Whether ``name`` is no longer in ``directory`` (a deleted temporary really went:
     Wine, for one, deletes by the directory's old name after it was renamed)."""
     status, handle = rw.nt_open(
@@ -353,7 +359,7 @@ def _replace(directory: int, request: Request, gate: CommitGate, temporary: int)
     """The retried re-check and rename of an existing target."""
     waits = _Waits(gate)
     while True:
-        with _COMMIT_LOCK:
+        with COMMIT_LOCK:
             again = inspect(directory, request.leaf, request.limit)
             if isinstance(again, Absent):
                 return Outcome("not_found", NOT_FOUND)
@@ -362,6 +368,9 @@ def _replace(directory: int, request: Request, gate: CommitGate, temporary: int)
             if isinstance(again, Current):
                 if again.sha256 != request.expected:
                     return stale_outcome(again.sha256, request)
+                journaled = _journal(request, again.data)
+                if journaled is not None:
+                    return journaled
                 if not gate.enter():
                     return ABORTED
                 status = rename(temporary, directory, request.leaf, replace=True)
@@ -378,7 +387,10 @@ def _replace(directory: int, request: Request, gate: CommitGate, temporary: int)
 
 def _create(directory: int, request: Request, gate: CommitGate, temporary: int) -> Outcome | None:
     """Commit a creation: a rename that never overwrites."""
-    with _COMMIT_LOCK:
+    with COMMIT_LOCK:
+        journaled = _journal(request, None)
+        if journaled is not None:
+            return journaled
         if not gate.enter():
             return ABORTED
         status = rename(temporary, directory, request.leaf, replace=False)
@@ -387,6 +399,18 @@ def _create(directory: int, request: Request, gate: CommitGate, temporary: int) 
     if status == w.STATUS_OBJECT_NAME_COLLISION:
         return exists_outcome(inspect(directory, request.leaf, request.limit), request)
     return Outcome("create_failed", CREATE_FAILED)
+
+
+def _journal(request: Request, before: bytes | None) -> Outcome | None:
+    """Write the journal's entry before the commit (keeping ``before``, the bytes the last
+    check read); an ``Outcome`` when it cannot be."""
+    if request.journal is None:
+        return None
+    try:
+        request.journal.begin_bytes(before, request.sha256)
+    except OSError:
+        return Outcome("journal_failed", JOURNAL_FAILED)
+    return None
 
 
 def rename(handle: int, directory: int, leaf: str, *, replace: bool) -> int:

@@ -5,14 +5,21 @@ under the same lease and cancellation rules). Names are opened beneath held NT h
 (``_windows._root``); the engine is ``_windows._commit``. The edit form reads the current
 file through the same engine's inspection (retried while another process holds it),
 checks the digest first, and applies the same pure edit rule (``_edits``).
+
+Under the worktree's journal (``config.journal``, contract 13.2) the engine runs inside
+``Journal.replacing``, as on POSIX: the entry names the cleaned path (the one opened beneath
+the root handle, never through a reparse point) and the directories the create made.
 """
 
 from __future__ import annotations
 
+import dataclasses
+
 from .._commit import CommitGate
 from .._config import Config
-from .._decision import ABORTED, Outcome, Request
+from .._decision import ABORTED, JOURNAL_FAILED, Outcome, Request
 from .._gitdir import git_spelling
+from .._journal_records import JournalError
 from .._protected import PROTECTED
 from .._replace_arguments import Arguments, Edits, Whole
 from .._replace_judge import refused_by_judge
@@ -23,7 +30,9 @@ from . import _root as rw
 from ._after import WindowsAfter
 
 
-def work(config: Config, arguments: Arguments, gate: CommitGate) -> Done:
+def work(
+    config: Config, arguments: Arguments, gate: CommitGate, call_id: str | None = None
+) -> Done:
     """The blocking part of one call, in a worker thread."""
     body = arguments.body
     change = Change(body.data, body.sha256) if isinstance(body, Whole) else None
@@ -38,7 +47,7 @@ def work(config: Config, arguments: Arguments, gate: CommitGate) -> Done:
         return Done(Outcome(error.code, error.message), change)
     made: list[MadeDirectory] = []
     try:
-        done = _write_beneath(config, root, arguments, gate, made, change)
+        done = _write_beneath(config, root, (arguments, gate, call_id), made, change)
         if made and not done.outcome.committed:
             return Done(_withdraw(root, made, done.outcome), done.change)
         return done
@@ -49,11 +58,11 @@ def work(config: Config, arguments: Arguments, gate: CommitGate) -> Done:
 def _write_beneath(
     config: Config,
     root: int,
-    arguments: Arguments,
-    gate: CommitGate,
+    call: tuple[Arguments, CommitGate, str | None],
     made: list[MadeDirectory],
     change: Change | None,
 ) -> Done:
+    arguments, gate, call_id = call
     creating = arguments.expected is None
     parent, leaf = rw.split_parent(arguments.path)
     try:
@@ -79,12 +88,35 @@ def _write_beneath(
         if refused_by_judge(config, after, relative, change.data, creating, len(made)):
             return Done(Outcome("path_unavailable", PROTECTED), change)
         request = Request(leaf, change.data, change.sha256, arguments.expected, limit)
-        outcome = cw.write_file(directory, request, gate)
+        outcome = _journaled(config, directory, request, gate, (call_id, arguments.path, made))
         if outcome.created and outcome.durable and parent != ".":
             outcome = cw.flush_ancestors(root, parent, outcome)
         return Done(outcome, change)
     finally:
         rw.close(directory)
+
+
+def _journaled(
+    config: Config,
+    directory: int,
+    request: Request,
+    gate: CommitGate,
+    entry: tuple[str | None, str, list[MadeDirectory]],
+) -> Outcome:
+    """Run the engine, under the worktree's journal when there is one (contract 13.2)."""
+    journal = config.journal
+    if journal is None:
+        return cw.write_file(directory, request, gate)
+    call_id, path, made = entry
+    directories = [(directory_made.path, None) for directory_made in made]
+    try:
+        with journal.replacing(call_id, path, directories) as pending:
+            request = dataclasses.replace(request, journal=pending)
+            outcome = cw.write_file(directory, request, gate)
+            pending.finish(outcome.committed)
+    except (JournalError, OSError):
+        return Outcome("journal_failed", JOURNAL_FAILED)
+    return outcome
 
 
 def _edit(
