@@ -382,3 +382,59 @@ def test_an_added_directory_with_its_files_is_undone_without_force(
     (root / "d/user.txt").write_text("mine\n")
     assert journal.undo().refused == ("d",)
     assert (root / "d/user.txt").read_text() == "mine\n"
+
+
+def test_undo_to_takes_back_several_entries_that_changed_one_path(
+    places: tuple[Path, Path, Path],
+) -> None:
+    """An agent edits one file three times (then deletes it): ``undo --to`` the first puts
+    it back as it was before all of them; each step is checked against what the steps
+    before it leave, not against the worktree as it was before the undo. An undo of that
+    undo brings the last state back."""
+    root, stage, home = places
+    (root / "a.txt").write_text("v0\n")
+    before = snapshot(root)
+    journal = Journal.open(str(root), state_home=str(home))
+    entries = []
+    for version in ("v1", "v2", "v3"):
+        (stage / "a.txt").write_text(f"{version}\n")
+        change = Change("a.txt", "modified", "file", "file", 0o644, str(stage / "a.txt"))
+        opened = after_setup(journal, root)  # each call opens after the one before
+        entries.append(journal.commit("replace", version, Judged((change,)), opened).entry)
+    opened = after_setup(journal, root)
+    deleted = journal.commit(
+        "shell", "rm", Judged((Change("a.txt", "deleted", None, "file"),)), opened
+    )
+    assert deleted.entry is not None
+    assert not (root / "a.txt").exists()
+    undone = journal.undo(to=entries[0])
+    assert undone.refused == ()
+    assert undone.restored.count("a.txt") == 4
+    assert snapshot(root) == before
+    assert journal.undo().refused == ()  # the undo undone: the last state again (deleted)
+    assert not (root / "a.txt").exists()
+
+
+def test_undo_to_still_refuses_a_path_the_user_changed_after_the_last_entry(
+    places: tuple[Path, Path, Path],
+) -> None:
+    """Negative: the newest step finds the user's edit: that path is refused whole (every
+    older step of it too), unless ``force``."""
+    root, stage, home = places
+    (root / "a.txt").write_text("v0\n")
+    journal = Journal.open(str(root), state_home=str(home))
+    first = None
+    for version in ("v1", "v2"):
+        (stage / "a.txt").write_text(f"{version}\n")
+        change = Change("a.txt", "modified", "file", "file", 0o644, str(stage / "a.txt"))
+        opened = after_setup(journal, root)
+        entry = journal.commit("replace", version, Judged((change,)), opened).entry
+        first = first or entry
+    assert first is not None
+    (root / "a.txt").write_text("mine\n")
+    undone = journal.undo(to=first)
+    assert set(undone.refused) == {"a.txt"}
+    assert (root / "a.txt").read_text() == "mine\n"
+    forced = journal.undo(to=first, force=True)
+    assert forced.refused == ()
+    assert (root / "a.txt").read_text() == "v0\n"

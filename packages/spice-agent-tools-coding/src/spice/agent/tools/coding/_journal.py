@@ -461,24 +461,37 @@ class Journal:
         try:
             plan: list[tuple[Op, Item]] = []
             planned: set[str] = set()
+            # What a path will hold once the steps planned so far are applied: an older
+            # entry's step on it is checked against that, not against the worktree now.
+            leaves: dict[str, State | None] = {}
+            given_up: set[str] = set()  # refused at a newer step: every older one too
             for target in targets:
                 for index in reversed(range(len(target.items))):
                     item = target.items[index]
                     if item.kept is not None or (target.id, index) in taken:
                         continue
-                    found = _current(root_fd, item.path)
-                    if isinstance(found, str):  # a device, FIFO or socket: never replaced
-                        refused.append(item.path)
+                    if item.path in given_up:
                         continue
-                    current = found
-                    changed = current != item.after or (
-                        target.tool != "undo"
-                        and not item.whole
-                        and _holds_more(root_fd, item, planned)
-                    )
+                    if item.path in leaves:
+                        current = leaves[item.path]
+                        changed = current != item.after
+                    else:
+                        found = _current(root_fd, item.path)
+                        if isinstance(found, str):  # a device, FIFO or socket: never replaced
+                            refused.append(item.path)
+                            given_up.add(item.path)
+                            continue
+                        current = found
+                        changed = current != item.after or (
+                            target.tool != "undo"
+                            and not item.whole
+                            and _holds_more(root_fd, item, planned)
+                        )
                     if changed and not force:
                         refused.append(item.path)
+                        given_up.add(item.path)
                         continue
+                    leaves[item.path] = item.before
                     source = None
                     if item.saved is not None:
                         source = os.path.join(self._store(target.id), item.saved)
