@@ -16,6 +16,7 @@ import pytest
 from spice.agent.coding._posix._stage import _commit, _stage
 from spice.agent.coding._posix._stage import _upper as _upper_module
 from spice.agent.coding._posix._stage._commit import StagedCall, StageResult, commit
+from spice.agent.coding._posix._stage._removal import REMOVALS
 from spice.agent.coding._posix._stage._stage import Stage, remove_left, stage_place, stage_report
 from spice.agent.coding._posix._stage._upper import OPAQUE, View
 from spice.agent.tools.coding import ProtectedPaths
@@ -23,6 +24,8 @@ from spice.agent.tools.coding._changes import Change
 from spice.agent.tools.coding._journal import Journal, JournalError
 
 ROOT_USER: Final = hasattr(os, "geteuid") and os.geteuid() == 0
+REMOVAL_BOUND: Final = 60.0
+"""Hang guard for the remover to finish (never a timing assertion)."""
 
 
 def test_tools_says_where_calls_are_staged_or_why_not() -> None:
@@ -171,6 +174,7 @@ def test_a_stage_that_cannot_be_read_applies_nothing_and_says_so(tmp_path: Path)
     assert result.applied is False
     assert result.failure is not None
     assert result.fields()["stage_failure"] == result.failure
+    assert REMOVALS.settle(REMOVAL_BOUND)  # removed after the answer
     assert not Path(stage.path).exists()
 
 
@@ -229,6 +233,7 @@ def test_a_stage_that_cannot_be_synced_applies_nothing(
     result = commit(StagedCall(stage, ProtectedPaths.default(), _journal(tmp_path, lower)))
     assert (result.applied, result.failure) == (False, _commit.UNSYNCED)
     assert not (lower / "n.txt").exists()
+    assert REMOVALS.settle(REMOVAL_BOUND)  # removed after the answer
     assert not Path(stage.path).exists()
 
 

@@ -6,7 +6,8 @@ is applied under the worktree's journal (``tools.coding._journal``: written firs
 path renamed from the upper, what it replaced kept for ``undo``). A worktree path that
 another writer changed after the stage opened is not overwritten: it is listed in
 ``conflicts`` (the user's edits win). What the policy refuses is listed in
-``protected_refused``. A dry run reads and judges, and applies nothing.
+``protected_refused``. A dry run reads and judges, and applies nothing. The stage is
+removed after the answer (``_removal``), whatever happened.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from spice.agent.tools.coding._journal import Journal, JournalError
 from spice.agent.tools.coding._judge import judge
 from spice.agent.tools.coding._sandbox_fields import CHANGED_PATH_BYTES, LISTED_PATH_BYTES
 
+from ._removal import REMOVALS, Removals
 from ._stage import Stage
 from ._upper import StageTooLarge, View
 
@@ -79,17 +81,19 @@ class StageResult:
 @dataclass(frozen=True, slots=True)
 class StagedCall:
     """What a staged call's join commits: its stage, the policy, the worktree's journal,
-    and whether it is a dry run (its changes listed, none applied)."""
+    whether it is a dry run (its changes listed, none applied), and who removes the stage
+    after the answer."""
 
     stage: Stage
     policy: ProtectedPaths
     journal: Journal
     dry_run: bool = False
+    removals: Removals = REMOVALS
 
 
 def commit(call: StagedCall) -> StageResult:
     """Read, judge and (unless a dry run) apply the stage under the journal; the stage
-    is removed after, whatever happened."""
+    is handed to ``call.removals`` after, whatever happened (removed after the answer)."""
     stage, dry_run = call.stage, call.dry_run
     try:
         try:
@@ -120,7 +124,7 @@ def commit(call: StagedCall) -> StageResult:
             entry=done.entry,
         )
     finally:
-        stage.remove()
+        call.removals.later(stage)
 
 
 def _outermost(paths: Sequence[str]) -> tuple[str, ...]:
