@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Final, final
 
 from ._journal_records import Item, State, state_of
+from ._journal_sync import sync_directories
 from ._root import PathError, open_directory
 
 __all__ = ["Applier", "Op", "Refusal", "copy_entry", "temporary_name"]
@@ -91,11 +92,10 @@ class Applier:
         self.copied = False
 
     def close(self, *, sync: bool = True) -> None:
-        """Sync (``sync``) and close every directory held."""
+        """Sync (``sync``: ``_journal_sync``) and close every directory held."""
+        if sync:
+            sync_directories(self._parents.values())
         for fd in self._parents.values():
-            if sync:
-                with contextlib.suppress(OSError):
-                    os.fsync(fd)
             os.close(fd)
         self._parents.clear()
         if sync:
