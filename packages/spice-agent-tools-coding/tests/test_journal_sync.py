@@ -1,4 +1,5 @@
-"""A commit's directories synced one by one, or their file system once (13.2, issue 45).
+"""A commit's directories synced one by one, or their file system once when the caller
+has just synced it (a staged commit; 13.2, issue 44).
 
 Real directories, real ``fsync`` and ``syncfs``; what is counted is which call was made
 (``os.fsync`` and the looked-up ``syncfs`` wrapped, each still run for real).
@@ -74,7 +75,7 @@ def test_below_the_bound_each_directory_is_synced(
     tmp_path: Path, counted: _Counted, count: int
 ) -> None:
     fds = _directories(tmp_path, count)
-    assert _closing(fds, sync_directories) == 0
+    assert _closing(fds, lambda held: sync_directories(held, whole=True)) == 0
     assert counted.syncfs == []
     assert sorted(counted.fsyncs) == sorted(fds)
 
@@ -84,7 +85,7 @@ def test_from_the_bound_their_file_system_is_synced_once(
     tmp_path: Path, counted: _Counted, count: int
 ) -> None:
     fds = _directories(tmp_path, count)
-    assert _closing(fds, sync_directories) == 1
+    assert _closing(fds, lambda held: sync_directories(held, whole=True)) == 1
     assert len(counted.syncfs) == 1
     assert counted.fsyncs == []
 
@@ -98,10 +99,20 @@ def test_directories_are_grouped_by_file_system(tmp_path: Path, counted: _Counte
     try:
         many = _directories(tmp_path, SYNCFS_DIRECTORIES)
         few = _directories(elsewhere, 2)
-        assert _closing(many + few, sync_directories) == 1
+        assert _closing(many + few, lambda held: sync_directories(held, whole=True)) == 1
         assert sorted(counted.fsyncs) == sorted(few)
     finally:
         shutil.rmtree(elsewhere)
+
+
+def test_unless_the_file_system_was_just_synced_each_directory_is(
+    tmp_path: Path, counted: _Counted
+) -> None:
+    """A ``syncfs`` would write whatever other writers left dirty: not without ``whole``."""
+    fds = _directories(tmp_path, 4 * SYNCFS_DIRECTORIES)
+    assert _closing(fds, lambda held: sync_directories(held, whole=False)) == 0
+    assert counted.syncfs == []
+    assert sorted(counted.fsyncs) == sorted(fds)
 
 
 def test_without_syncfs_or_when_it_fails_each_directory_is_synced(
@@ -110,11 +121,11 @@ def test_without_syncfs_or_when_it_fails_each_directory_is_synced(
     fds = _directories(tmp_path, SYNCFS_DIRECTORIES)
     try:
         monkeypatch.setattr(_journal_sync, "_SYNCFS", [None])
-        assert sync_directories(fds) == 0
+        assert sync_directories(fds, whole=True) == 0
         assert sorted(counted.fsyncs) == sorted(fds)
         counted.fsyncs.clear()
         monkeypatch.setattr(_journal_sync, "_SYNCFS", [lambda fd: -1])
-        assert sync_directories(fds) == 0
+        assert sync_directories(fds, whole=True) == 0
         assert sorted(counted.fsyncs) == sorted(fds)
     finally:
         for fd in fds:
@@ -124,15 +135,17 @@ def test_without_syncfs_or_when_it_fails_each_directory_is_synced(
 def test_a_closed_descriptor_is_skipped(tmp_path: Path, counted: _Counted) -> None:
     fds = _directories(tmp_path, 2)
     os.close(fds[0])
-    assert _closing(fds[1:], lambda held: sync_directories([fds[0], *held])) == 0
+    assert _closing(fds[1:], lambda held: sync_directories([fds[0], *held], whole=True)) == 0
     assert counted.fsyncs == fds[1:]
 
 
+@pytest.mark.parametrize("synced", [True, False])
 def test_a_commit_over_many_directories_syncs_them_once_and_undoes_exactly(
-    tmp_path: Path, counted: _Counted
+    tmp_path: Path, counted: _Counted, synced: bool
 ) -> None:
     """A real commit writing in ``SYNCFS_DIRECTORIES`` directories: one ``syncfs`` for
-    them, and the undo takes every file back byte for byte."""
+    them after a synced stage (none otherwise), and the undo (never after a syncfs of
+    its own caller) takes every file back byte for byte."""
     root, stage = tmp_path / "work", tmp_path / "stage"
     paths = [f"d{index}/f.txt" for index in range(SYNCFS_DIRECTORIES)]
     for tree, text in ((root, "old\n"), (stage, "new\n")):
@@ -145,10 +158,11 @@ def test_a_commit_over_many_directories_syncs_them_once_and_undoes_exactly(
     changes = tuple(
         Change(path, "modified", "file", "file", 0o644, str(stage / path)) for path in paths
     )
-    done = journal.commit("shell", None, Judged(changes), opened)
+    done = journal.commit("shell", None, Judged(changes), opened, synced=synced)
     assert len(done.applied) == len(paths)
-    assert len(counted.syncfs) == 1
+    assert len(counted.syncfs) == (1 if synced else 0)
     assert all((root / path).read_text() == "new\n" for path in paths)
     assert done.entry is not None
     assert len(journal.undo(done.entry).restored) == len(paths)
+    assert len(counted.syncfs) == (1 if synced else 0)
     assert snapshot(root) == before

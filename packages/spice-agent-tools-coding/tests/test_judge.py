@@ -333,7 +333,7 @@ def test_each_directory_is_asked_once_whether_git_opens_it(
         (place / path).parent.mkdir(parents=True, exist_ok=True)
         (place / path).write_text("x\n")
     asked: list[str] = []
-    real = _judge.git_directory
+    real = _gitdir.git_directory
 
     def counted(kind: object, directory: str) -> bool:
         asked.append(directory)

@@ -3,7 +3,8 @@
 ``Journal.open`` finds (or makes) the journal of a worktree beneath the state home and
 refuses an unsafe or newer one (``JournalError``: one fixed line naming the place).
 ``commit`` applies a judged list of changes: the entry is written and synced first
-(``pending``), each path is applied (``_journal_apply``), the entry is marked ``done``.
+(``pending``), each path is applied (``_journal_apply``), the directories written in are
+synced, and the entry is marked ``done`` (a small synced ``Mark`` beside the record).
 ``recover`` takes back every entry a killed server left ``pending``: the worktree ends
 as before it, never between. ``undo`` returns paths to their state before a call, in an
 entry of its own (tool ``undo``), so an undo can be undone. A lock (``flock`` on the
@@ -35,6 +36,7 @@ from ._journal_records import (
     PRIVATE_DIRECTORY,
     Item,
     JournalError,
+    Mark,
     Record,
     State,
     atomic_json,
@@ -191,7 +193,11 @@ class Journal:
 
     def _read(self, number: int) -> Record:
         try:
-            return Record.parse(read_json(self._entry_path(number), self._shown))
+            record = Record.parse(read_json(self._entry_path(number), self._shown))
+            mark = self._mark_path(number)
+            if record.phase == "pending" and os.path.lexists(mark):
+                return Mark.parse(read_json(mark, self._shown)).applied(record)
+            return record
         except ValueError:
             raise JournalError(
                 "journal_unusable", f"the journal {self._shown} holds an unreadable record"
@@ -199,6 +205,9 @@ class Journal:
 
     def _entry_path(self, number: int) -> str:
         return os.path.join(self.directory, "entries", f"{number:012d}.json")
+
+    def _mark_path(self, number: int) -> str:
+        return os.path.join(self.directory, "entries", f"{number:012d}.done")
 
     def _store(self, number: int) -> str:
         return os.path.join(self.directory, "store", str(number))
@@ -264,15 +273,18 @@ class Journal:
         opened_ns: int,
         *,
         dry_run: bool = False,
+        synced: bool = False,
     ) -> Committed:
-        """Apply what ``judged`` keeps under a new entry (none when nothing changes)."""
+        """Apply what ``judged`` keeps under a new entry (none when nothing changes);
+        ``synced``: the worktree's file system was synced just before (a staged commit),
+        so the directories written in may be synced by one ``syncfs`` (``_journal_sync``)."""
         if dry_run or not judged.kept:
             return Committed(None, ())
         with locked(self.directory, self._shown):
             self._recover_locked()
             root_fd = self._open_root()
             try:
-                return self._commit(tool, call_id, judged, opened_ns, root_fd)
+                return self._commit(tool, call_id, judged, opened_ns, root_fd, synced=synced)
             finally:
                 os.close(root_fd)
 
@@ -287,13 +299,20 @@ class Journal:
         return max([*ids, self._dropped()[1]], default=0) + 1
 
     def _commit(
-        self, tool: str, call_id: str | None, judged: Judged, opened_ns: int, root_fd: int
+        self,
+        tool: str,
+        call_id: str | None,
+        judged: Judged,
+        opened_ns: int,
+        root_fd: int,
+        *,
+        synced: bool,
     ) -> Committed:
         number = self._next_id()
         store = self._store(number)
         os.mkdir(store, PRIVATE_DIRECTORY)
         store_fd = os.open(store, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        applier = Applier(root_fd, store_fd, number)
+        applier = Applier(root_fd, store_fd, number, synced=synced)
         try:
             planned = plan(applier, judged, opened_ns, WALK_LIMIT)
             items = tuple(step.item for step in planned.steps)
@@ -301,16 +320,16 @@ class Journal:
             self._write(record)
             failed: list[str] = []
             applied: list[Change] = []
-            final: list[Item] = []
-            for step in planned.steps:
+            dropped: list[int] = []
+            for position, step in enumerate(planned.steps):
                 op, change, item = step.op, step.change, step.item
                 if item.kept is not None:
                     with contextlib.suppress(OSError, Refusal):
                         applier.keep(op, item.kept)
-                    final.append(_without_source(item))
                     continue
                 if any(beneath(change.path, path) for path in failed):
                     failed.extend(step.paths)
+                    dropped.append(position)
                     continue
                 try:
                     applier.apply(op, item.saved)
@@ -318,10 +337,10 @@ class Journal:
                     with contextlib.suppress(OSError):
                         applier.rollback(item, op.index, f"r{op.index}")
                     failed.extend(step.paths)
+                    dropped.append(position)
                     continue
                 applied.append(change)
                 applied.extend(step.beneath)
-                final.append(_without_source(item))
             applier.close()
             copied = applier.copied
         except BaseException:
@@ -333,24 +352,40 @@ class Journal:
         if not applied:
             self._discard(number)
             return Committed(None, (), conflicted, tuple(failed), copied)
-        self._write(
-            Record(number, tool, call_id, record.time_ns, "done", tuple(final), _tree_size(store))
-        )
+        self._finish(record, dropped, _tree_size(store))
         self._prune()
         return Committed(number, tuple(applied), conflicted, tuple(failed), copied)
 
     def _write(self, record: Record) -> None:
+        """Write ``record`` whole (a ``pending`` one first drops a mark a discarded entry
+        of the same id may have left)."""
         fd = os.open(os.path.join(self.directory, "entries"), os.O_RDONLY | os.O_DIRECTORY)
         try:
+            if record.phase == "pending":
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(f"{record.id:012d}.done", dir_fd=fd)
             inode = atomic_json(fd, f"{record.id:012d}.json", record.json())
         finally:
             os.close(fd)
         self._index.note(record, inode)
 
+    def _finish(self, record: Record, dropped: Sequence[int], size: int) -> None:
+        """Mark the ``pending`` entry ``record`` applied: its items but ``dropped`` (their
+        indices), its store holding ``size`` bytes (``Mark``, written whole and synced)."""
+        mark = Mark(record.id, tuple(dropped), size)
+        fd = os.open(os.path.join(self.directory, "entries"), os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            atomic_json(fd, f"{record.id:012d}.done", mark.json())
+            inode = os.stat(f"{record.id:012d}.json", dir_fd=fd, follow_symlinks=False).st_ino
+        finally:
+            os.close(fd)
+        self._index.note(mark.applied(record), inode)
+
     def _discard(self, number: int) -> None:
         self._index.forget(number)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self._entry_path(number))
+        for path in (self._mark_path(number), self._entry_path(number)):  # the mark first
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
         shutil.rmtree(self._store(number), ignore_errors=True)
 
     @contextlib.contextmanager
@@ -371,6 +406,7 @@ class Journal:
                 path,
                 made,
                 self._write,
+                self._finish,
                 self._discard,
                 self._prune,
             )
@@ -444,7 +480,7 @@ class Journal:
         applier = Applier(root_fd, store_fd, number)
         restored: list[str] = []
         refused: list[str] = []
-        final: list[Item] = []
+        dropped: list[int] = []
         record: Record | None = None
         try:
             plan: list[tuple[Op, Item]] = []
@@ -501,28 +537,26 @@ class Journal:
                     number, "undo", None, time.time_ns(), "pending", tuple(i for _, i in plan)
                 )
                 self._write(record)
-                for op, item in plan:
+                for position, (op, item) in enumerate(plan):
                     try:
                         applier.apply(op, item.saved)
                     except (OSError, Refusal):
                         with contextlib.suppress(OSError):
                             applier.rollback(item, op.index, f"r{op.index}")
                         refused.append(item.path)
+                        dropped.append(position)
                         continue
                     restored.append(item.path)
-                    final.append(_without_source(item))
             applier.close()
         except BaseException:
             applier.close(sync=False)
             raise
         finally:
             os.close(store_fd)
-        if not final or record is None:
+        if not restored or record is None:
             self._discard(number)
             return Undone(None, (), tuple(refused))
-        self._write(
-            Record(number, "undo", None, record.time_ns, "done", tuple(final), _tree_size(store))
-        )
+        self._finish(record, dropped, _tree_size(store))
         self._prune()
         return Undone(number, tuple(restored), tuple(refused))
 
@@ -556,12 +590,6 @@ def _default_home() -> str:
     if home is None:
         raise JournalError("journal_unusable", "no state directory is known for this user")
     return home
-
-
-def _without_source(item: Item) -> Item:
-    return Item(
-        item.path, item.before, item.after, item.saved, item.kept, None, item.undoes, item.whole
-    )
 
 
 def _current(root_fd: int, path: str) -> State | str | None:

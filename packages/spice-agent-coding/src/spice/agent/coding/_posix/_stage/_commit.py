@@ -112,7 +112,7 @@ def commit(call: StagedCall) -> StageResult:
         except OSError:
             return StageResult(judged.kept, refused=refused, failure=UNSYNCED)
         try:
-            done = call.journal.commit("shell", None, judged, stage.opened_ns)
+            done = call.journal.commit("shell", None, judged, stage.opened_ns, synced=True)
         except JournalError as error:
             return StageResult(judged.kept, refused=refused, failure=error.message)
         return StageResult(
