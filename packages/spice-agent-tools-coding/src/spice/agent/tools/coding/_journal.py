@@ -24,7 +24,7 @@ import shutil
 import stat
 import sys
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, final
 
@@ -274,17 +274,23 @@ class Journal:
         *,
         dry_run: bool = False,
         synced: bool = False,
+        ready: Callable[[], None] | None = None,
     ) -> Committed:
         """Apply what ``judged`` keeps under a new entry (none when nothing changes);
         ``synced``: the worktree's file system was synced just before (a staged commit),
-        so the directories written in may be synced by one ``syncfs`` (``_journal_sync``)."""
+        so the directories written in may be synced by one ``syncfs`` (``_journal_sync``).
+        ``ready`` is called once the paths' states are read, before the entry is written
+        and anything is changed (a staged commit waits there for its stage's sync); what
+        it raises is raised, nothing applied and no entry left."""
         if dry_run or not judged.kept:
             return Committed(None, ())
         with locked(self.directory, self._shown):
             self._recover_locked()
             root_fd = self._open_root()
             try:
-                return self._commit(tool, call_id, judged, opened_ns, root_fd, synced=synced)
+                return self._commit(
+                    tool, call_id, judged, opened_ns, root_fd, synced=synced, ready=ready
+                )
             finally:
                 os.close(root_fd)
 
@@ -307,6 +313,7 @@ class Journal:
         root_fd: int,
         *,
         synced: bool,
+        ready: Callable[[], None] | None,
     ) -> Committed:
         number = self._next_id()
         store = self._store(number)
@@ -315,6 +322,12 @@ class Journal:
         applier = Applier(root_fd, store_fd, number, synced=synced)
         try:
             planned = plan(applier, judged, opened_ns, WALK_LIMIT)
+            if ready is not None:
+                try:
+                    ready()
+                except BaseException:
+                    self._discard(number)
+                    raise
             items = tuple(step.item for step in planned.steps)
             record = Record(number, tool, call_id, time.time_ns(), "pending", items)
             self._write(record)
