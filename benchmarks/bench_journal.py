@@ -33,7 +33,8 @@ UNDO: Final = "undo of a call that changed 1,000 files beside 0.5 s"
 COMMIT: Final = "journal commit of 1,000 renamed files beside plain renames"
 _COMMIT_NOTE: Final = (
     "the commit hashes each path before and after (SHA-256), hard-links the old file into "
-    "the store, writes and syncs its entry twice, and syncs every directory it wrote in"
+    "the store, writes and syncs its entry and then a small mark, and syncs every directory "
+    "it wrote in"
 )
 TARGETS: Final = (
     Target(SECTION, UNDO, most=1.0, source="issue 45"),

@@ -97,6 +97,8 @@ POSIX_ONLY_MODULES: Final[dict[str, str]] = {
     "test_journal_index.py": JOURNAL,
     "test_journal_records.py": JOURNAL,
     "test_journal_devices.py": JOURNAL,
+    "test_journal_mark.py": JOURNAL,
+    "test_journal_sync.py": JOURNAL,
     "test_replace_journal.py": JOURNAL,
     "test_journal_cli.py": JOURNAL,
     "test_mcp_journal.py": JOURNAL,

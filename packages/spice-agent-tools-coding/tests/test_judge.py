@@ -320,3 +320,27 @@ def test_the_allow_list_drops_what_runs(tmp_path: Path) -> None:
     """The moved filter still keeps only what runs nothing (``_gitconfig.filtered``)."""
     text = "[core]\n\tbare = false\n\tfsmonitor = x\n\thooksPath = y\n[include]\n\tpath = z\n"
     assert filtered(text) == "[core]\n\tbare = false\n"
+
+
+def test_each_directory_is_asked_once_whether_git_opens_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """1,000 changes in 10 directories: whether git opens a directory is decided once per
+    directory (and the root), not once per change (issue 44: the judge's per-path cost)."""
+    place = tmp_path / "w"
+    paths = [f"pkg{index % 10}/m{index}.py" for index in range(1000)]
+    for path in paths:
+        (place / path).parent.mkdir(parents=True, exist_ok=True)
+        (place / path).write_text("x\n")
+    asked: list[str] = []
+    real = _gitdir.git_directory
+
+    def counted(kind: object, directory: str) -> bool:
+        asked.append(directory)
+        return real(kind, directory)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_judge, "git_directory", counted)
+    changes = [Change(path, "modified", "file", "file", 0o644) for path in paths]
+    judged = judge(POLICY, str(place), changes, TreeAfter(place))
+    assert len(judged.kept) == len(paths)
+    assert sorted(asked) == sorted({"", *(f"pkg{index}" for index in range(10))})

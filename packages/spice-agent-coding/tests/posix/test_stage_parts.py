@@ -8,6 +8,8 @@ import os
 import stat
 import subprocess
 import sys
+import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
@@ -16,13 +18,17 @@ import pytest
 from spice.agent.coding._posix._stage import _commit, _stage
 from spice.agent.coding._posix._stage import _upper as _upper_module
 from spice.agent.coding._posix._stage._commit import StagedCall, StageResult, commit
+from spice.agent.coding._posix._stage._removal import REMOVALS
 from spice.agent.coding._posix._stage._stage import Stage, remove_left, stage_place, stage_report
 from spice.agent.coding._posix._stage._upper import OPAQUE, View
 from spice.agent.tools.coding import ProtectedPaths
-from spice.agent.tools.coding._changes import Change
+from spice.agent.tools.coding._changes import After, Change, Judged
 from spice.agent.tools.coding._journal import Journal, JournalError
+from spice.agent.tools.coding._judge import judge
 
 ROOT_USER: Final = hasattr(os, "geteuid") and os.geteuid() == 0
+REMOVAL_BOUND: Final = 60.0
+"""Hang guard for the remover to finish (never a timing assertion)."""
 
 
 def test_tools_says_where_calls_are_staged_or_why_not() -> None:
@@ -171,6 +177,7 @@ def test_a_stage_that_cannot_be_read_applies_nothing_and_says_so(tmp_path: Path)
     assert result.applied is False
     assert result.failure is not None
     assert result.fields()["stage_failure"] == result.failure
+    assert REMOVALS.settle(REMOVAL_BOUND)  # removed after the answer
     assert not Path(stage.path).exists()
 
 
@@ -229,6 +236,7 @@ def test_a_stage_that_cannot_be_synced_applies_nothing(
     result = commit(StagedCall(stage, ProtectedPaths.default(), _journal(tmp_path, lower)))
     assert (result.applied, result.failure) == (False, _commit.UNSYNCED)
     assert not (lower / "n.txt").exists()
+    assert REMOVALS.settle(REMOVAL_BOUND)  # removed after the answer
     assert not Path(stage.path).exists()
 
 
@@ -302,3 +310,53 @@ def test_an_upper_layer_made_by_hand_reads_as_the_kernels_would(tmp_path: Path) 
         "M bytes",
     }
     assert read.refused == ()
+
+
+def test_the_stage_is_synced_while_the_policy_judges(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sync starts once the read found a change, before the judge ends (on main it
+    started after: the judge below, waiting for it, failed its bounded wait)."""
+    lower, stage = _one_change(tmp_path)
+    started = threading.Event()
+    real_sync, real_judge = Stage.sync, judge
+
+    def sync(self: Stage) -> None:
+        started.set()
+        real_sync(self)
+
+    def judging(
+        policy: ProtectedPaths, place: str, changes: Sequence[Change], after: After
+    ) -> Judged:
+        assert started.wait(REMOVAL_BOUND), "the stage's sync had not started"
+        return real_judge(policy, place, changes, after)
+
+    monkeypatch.setattr(Stage, "sync", sync)
+    monkeypatch.setattr(_commit, "judge", judging)
+    result = commit(StagedCall(stage, ProtectedPaths.default(), _journal(tmp_path, lower)))
+    assert result.applied
+    assert (lower / "n.txt").exists()
+
+
+def test_a_failed_sync_leaves_no_entry_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The journal has read the paths' states when the sync fails: its entry goes, so
+    the next commit is entry 1 and nothing is pending."""
+    lower, stage = _one_change(tmp_path)
+    journal = _journal(tmp_path, lower)
+
+    def failing(self: Stage) -> None:
+        raise OSError(5, "injected")
+
+    monkeypatch.setattr(Stage, "sync", failing)
+    result = commit(StagedCall(stage, ProtectedPaths.default(), journal))
+    assert result.failure == _commit.UNSYNCED
+    assert os.listdir(os.path.join(journal.directory, "store")) == []
+    assert os.listdir(os.path.join(journal.directory, "entries")) == []
+    assert journal.recover() == ()
+    monkeypatch.undo()
+    (tmp_path / "again").mkdir()
+    lower, again = _one_change(tmp_path / "again")
+    journal = _journal(tmp_path / "again", lower)
+    assert commit(StagedCall(again, ProtectedPaths.default(), journal)).entry == 1

@@ -3,7 +3,8 @@
 ``Journal.open`` finds (or makes) the journal of a worktree beneath the state home and
 refuses an unsafe or newer one (``JournalError``: one fixed line naming the place).
 ``commit`` applies a judged list of changes: the entry is written and synced first
-(``pending``), each path is applied (``_journal_apply``), the entry is marked ``done``.
+(``pending``), each path is applied (``_journal_apply``), the directories written in are
+synced, and the entry is marked ``done`` (a small synced ``Mark`` beside the record).
 ``recover`` takes back every entry a killed server left ``pending``: the worktree ends
 as before it, never between. ``undo`` returns paths to their state before a call, in an
 entry of its own (tool ``undo``), so an undo can be undone. A lock (``flock`` on the
@@ -29,7 +30,7 @@ import shutil
 import stat
 import sys
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, final
 
@@ -41,6 +42,7 @@ from ._journal_records import (
     PRIVATE_DIRECTORY,
     Item,
     JournalError,
+    Mark,
     Record,
     State,
     checked_place,
@@ -195,7 +197,11 @@ class Journal:
 
     def _read(self, number: int) -> Record:
         try:
-            return Record.parse(read_json(self._entry_path(number), self._shown))
+            record = Record.parse(read_json(self._entry_path(number), self._shown))
+            mark = self._mark_path(number)
+            if record.phase == "pending" and os.path.lexists(mark):
+                return Mark.parse(read_json(mark, self._shown)).applied(record)
+            return record
         except ValueError:
             raise JournalError(
                 "journal_unusable", f"the journal {self._shown} holds an unreadable record"
@@ -203,6 +209,9 @@ class Journal:
 
     def _entry_path(self, number: int) -> str:
         return os.path.join(self.directory, "entries", f"{number:012d}.json")
+
+    def _mark_path(self, number: int) -> str:
+        return os.path.join(self.directory, "entries", f"{number:012d}.done")
 
     def _store(self, number: int) -> str:
         return os.path.join(self.directory, "store", str(number))
@@ -270,15 +279,24 @@ class Journal:
         opened_ns: int,
         *,
         dry_run: bool = False,
+        synced: bool = False,
+        ready: Callable[[], None] | None = None,
     ) -> Committed:
-        """Apply what ``judged`` keeps under a new entry (none when nothing changes)."""
+        """Apply what ``judged`` keeps under a new entry (none when nothing changes);
+        ``synced``: the worktree's file system was synced just before (a staged commit),
+        so the directories written in may be synced by one ``syncfs`` (``_journal_sync``).
+        ``ready`` is called once the paths' states are read, before the entry is written
+        and anything is changed (a staged commit waits there for its stage's sync); what
+        it raises is raised, nothing applied and no entry left."""
         if dry_run or not judged.kept:
             return Committed(None, ())
         with locked(self.directory, self._shown):
             self._recover_locked()
             root_fd = self._open_root()
             try:
-                return self._commit(tool, call_id, judged, opened_ns, root_fd)
+                return self._commit(
+                    tool, call_id, judged, opened_ns, root_fd, synced=synced, ready=ready
+                )
             finally:
                 os.close(root_fd)
 
@@ -297,30 +315,44 @@ class Journal:
         return number
 
     def _commit(
-        self, tool: str, call_id: str | None, judged: Judged, opened_ns: int, root_fd: int
+        self,
+        tool: str,
+        call_id: str | None,
+        judged: Judged,
+        opened_ns: int,
+        root_fd: int,
+        *,
+        synced: bool,
+        ready: Callable[[], None] | None,
     ) -> Committed:
         number = self._next_id()
         store = self._store(number)
         os.mkdir(store, PRIVATE_DIRECTORY)
         store_fd = os.open(store, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        applier = Applier(root_fd, store_fd, number)
+        applier = Applier(root_fd, store_fd, number, synced=synced)
         try:
             planned = plan(applier, judged, opened_ns, WALK_LIMIT)
+            if ready is not None:
+                try:
+                    ready()
+                except BaseException:
+                    self._discard(number)
+                    raise
             items = tuple(step.item for step in planned.steps)
             record = Record(number, tool, call_id, time.time_ns(), "pending", items)
             self._write(record)
             failed: list[str] = []
             applied: list[Change] = []
-            final: list[Item] = []
-            for step in planned.steps:
+            dropped: list[int] = []
+            for position, step in enumerate(planned.steps):
                 op, change, item = step.op, step.change, step.item
                 if item.kept is not None:
                     with contextlib.suppress(OSError, Refusal):
                         applier.keep(op, item.kept)
-                    final.append(_without_source(item))
                     continue
                 if any(beneath(change.path, path) for path in failed):
                     failed.extend(step.paths)
+                    dropped.append(position)
                     continue
                 try:
                     applier.apply(op, item.saved)
@@ -328,10 +360,10 @@ class Journal:
                     with contextlib.suppress(OSError):
                         applier.rollback(item, op.index, f"r{op.index}")
                     failed.extend(step.paths)
+                    dropped.append(position)
                     continue
                 applied.append(change)
                 applied.extend(step.beneath)
-                final.append(_without_source(item))
             applier.close()
             copied = applier.copied
         except BaseException:
@@ -343,21 +375,34 @@ class Journal:
         if not applied:
             self._discard(number)
             return Committed(None, (), conflicted, tuple(failed), copied)
-        self._write(
-            Record(number, tool, call_id, record.time_ns, "done", tuple(final), _tree_size(store))
-        )
+        self._finish(record, dropped, _tree_size(store))
         self._prune()
         return Committed(number, tuple(applied), conflicted, tuple(failed), copied)
 
     def _write(self, record: Record) -> None:
+        """Write ``record`` whole (a ``pending`` one first drops a mark a discarded entry
+        of the same id may have left)."""
         entries = os.path.join(self.directory, "entries")
+        if record.phase == "pending":
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(entries, f"{record.id:012d}.done"))
         inode = write_record(entries, f"{record.id:012d}.json", record.json())
         self._index.note(record, inode)
 
+    def _finish(self, record: Record, dropped: Sequence[int], size: int) -> None:
+        """Mark the ``pending`` entry ``record`` applied: its items but ``dropped`` (their
+        indices), its store holding ``size`` bytes (``Mark``, written whole and synced)."""
+        mark = Mark(record.id, tuple(dropped), size)
+        entries = os.path.join(self.directory, "entries")
+        write_record(entries, f"{record.id:012d}.done", mark.json())
+        inode = os.lstat(os.path.join(entries, f"{record.id:012d}.json")).st_ino
+        self._index.note(mark.applied(record), inode)
+
     def _discard(self, number: int) -> None:
         self._index.forget(number)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self._entry_path(number))
+        for path in (self._mark_path(number), self._entry_path(number)):  # the mark first
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
         shutil.rmtree(self._store(number), ignore_errors=True)
 
     @contextlib.contextmanager
@@ -378,6 +423,7 @@ class Journal:
                 path,
                 made,
                 self._write,
+                self._finish,
                 self._discard,
                 self._prune,
             )
@@ -456,7 +502,7 @@ class Journal:
         applier = Applier(root_fd, store_fd, number)
         restored: list[str] = []
         refused: list[str] = []
-        final: list[Item] = []
+        dropped: list[int] = []
         record: Record | None = None
         try:
             plan: list[tuple[Op, Item]] = []
@@ -526,28 +572,26 @@ class Journal:
                     number, "undo", None, time.time_ns(), "pending", tuple(i for _, i in plan)
                 )
                 self._write(record)
-                for op, item in plan:
+                for position, (op, item) in enumerate(plan):
                     try:
                         applier.apply(op, item.saved)
                     except (OSError, Refusal):
                         with contextlib.suppress(OSError):
                             applier.rollback(item, op.index, f"r{op.index}")
                         refused.append(item.path)
+                        dropped.append(position)
                         continue
                     restored.append(item.path)
-                    final.append(_without_source(item))
             applier.close()
         except BaseException:
             applier.close(sync=False)
             raise
         finally:
             os.close(store_fd)
-        if not final or record is None:
+        if not restored or record is None:
             self._discard(number)
             return Undone(None, (), tuple(refused))
-        self._write(
-            Record(number, "undo", None, record.time_ns, "done", tuple(final), _tree_size(store))
-        )
+        self._finish(record, dropped, _tree_size(store))
         self._prune()
         return Undone(number, tuple(restored), tuple(refused))
 
@@ -622,27 +666,26 @@ class Journal:
                     before = item.before
                     kept = None if source is None or before is None else wr.stored(source)
                     planned[item.path] = wr.Found(before, kept)
-            final: list[Item] = []
+            dropped: list[int] = []
             restored: list[str] = []
+            record: Record | None = None
             if plan:
                 record = Record(
                     number, "undo", None, time.time_ns(), "pending", tuple(i for i, _ in plan)
                 )
                 self._write(record)
-                for item, found in plan:
+                for position, (item, found) in enumerate(plan):
                     if wr.apply(root, item.path, found, item.after, item.source):
                         restored.append(item.path)
-                        final.append(_without_source(item))
                     else:
                         refused.append(item.path)
+                        dropped.append(position)
         finally:
             wr.close(root)
-        if not final:
+        if not restored or record is None:
             self._discard(number)
             return Undone(None, (), tuple(refused))
-        self._write(
-            Record(number, "undo", None, record.time_ns, "done", tuple(final), _tree_size(store))
-        )
+        self._finish(record, dropped, _tree_size(store))
         self._prune()
         return Undone(number, tuple(restored), tuple(refused))
 
@@ -674,12 +717,6 @@ def _default_home() -> str:
     if home is None:
         raise JournalError("journal_unusable", "no state directory is known for this user")
     return home
-
-
-def _without_source(item: Item) -> Item:
-    return Item(
-        item.path, item.before, item.after, item.saved, item.kept, None, item.undoes, item.whole
-    )
 
 
 def _current(root_fd: int, path: str) -> State | str | None:

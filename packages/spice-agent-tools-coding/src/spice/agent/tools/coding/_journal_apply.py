@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Final, final
 
 from ._journal_records import Item, State, state_of
+from ._journal_sync import sync_directories
 from ._root import PathError, open_directory
 
 __all__ = ["Applier", "Op", "Refusal", "copy_entry", "temporary_name"]
@@ -82,8 +83,10 @@ class Applier:
     """Applies (and takes back) the paths of one entry; ``close`` syncs every directory
     it wrote in. ``copied`` says whether some bytes were copied instead of renamed."""
 
-    def __init__(self, root_fd: int, store_fd: int, entry: int) -> None:
+    def __init__(self, root_fd: int, store_fd: int, entry: int, *, synced: bool = False) -> None:
         self._root_fd = root_fd
+        self._synced = synced
+        """The worktree's file system was synced just before (``_journal_sync``)."""
         self._store_fd = store_fd
         self._entry = entry
         self._parents: dict[str, int] = {}
@@ -91,11 +94,10 @@ class Applier:
         self.copied = False
 
     def close(self, *, sync: bool = True) -> None:
-        """Sync (``sync``) and close every directory held."""
+        """Sync (``sync``: ``_journal_sync``) and close every directory held."""
+        if sync:
+            sync_directories(self._parents.values(), whole=self._synced)
         for fd in self._parents.values():
-            if sync:
-                with contextlib.suppress(OSError):
-                    os.fsync(fd)
             os.close(fd)
         self._parents.clear()
         if sync:

@@ -4,9 +4,12 @@ A journal is one directory per worktree beneath ``$XDG_STATE_HOME/spice-coding/j
 (default ``~/.local/state/spice-coding/journals/``), named by a digest of the worktree's
 real path. It holds ``journal.json`` (the format, the worktree), ``lock`` (the ``flock``
 that serialises commits and undos), ``entries/<id>.json`` (one per call that changed the
-worktree) and ``store/<id>/`` (what each entry replaced: ``b<n>`` the path's entry
-before, ``c<n>`` the call's version of a path left to the user, ``r<n>`` what a recovery
-took back). Every record is written whole to a temporary name, synced, then renamed.
+worktree, written ``pending`` before the first path is changed), ``entries/<id>.done``
+(the entry's mark, written once its paths are applied and synced: the items not applied,
+the store's size; see ``Mark``) and ``store/<id>/`` (what each entry replaced: ``b<n>``
+the path's entry before, ``c<n>`` the call's version of a path left to the user, ``r<n>``
+what a recovery took back). Every record is written whole to a temporary name, synced,
+then renamed.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ __all__ = [
     "LOCK_WAIT_SECONDS",
     "Item",
     "JournalError",
+    "Mark",
     "Phase",
     "Record",
     "State",
@@ -351,6 +355,52 @@ class Record:
         parsed = tuple(Item.parse(item) for item in items)
         return Record(
             number, tool, call_id, time_ns, "done" if phase == "done" else "pending", parsed, size
+        )
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Mark:
+    """An entry's ``done`` mark (``entries/<id>.done``): the entry's record stays as it
+    was written ``pending``, and the mark says it was applied, which of its items were
+    not (``dropped``: their indices, taken back), and the bytes its store holds.
+
+    Rewriting the whole record ``done`` cost a second encoding and a second synced write
+    of every item (about 9 ms for 1,000 paths); the mark is a few bytes. A record written
+    ``done`` by an earlier version is read as it was.
+    """
+
+    id: int
+    dropped: tuple[int, ...]
+    size: int
+
+    def json(self) -> dict[str, object]:
+        return {"format": FORMAT, "id": self.id, "dropped": list(self.dropped), "size": self.size}
+
+    @staticmethod
+    def parse(value: object) -> Mark:
+        if not isinstance(value, dict):
+            raise ValueError
+        number, dropped, size = value.get("id"), value.get("dropped"), value.get("size")
+        if not isinstance(number, int) or not isinstance(size, int):
+            raise ValueError
+        if not isinstance(dropped, list) or not all(isinstance(i, int) for i in dropped):
+            raise ValueError
+        return Mark(number, tuple(dropped), size)
+
+    def applied(self, record: Record) -> Record:
+        """``record`` (this entry's, ``pending``) as applied: ``done``, without its
+        dropped items, no item naming its source."""
+        if record.id != self.id:
+            raise ValueError
+        dropped = set(self.dropped)
+        items = tuple(
+            Item(i.path, i.before, i.after, i.saved, i.kept, None, i.undoes, i.whole)
+            for index, i in enumerate(record.items)
+            if index not in dropped
+        )
+        return Record(
+            record.id, record.tool, record.call_id, record.time_ns, "done", items, self.size
         )
 
 

@@ -7,9 +7,9 @@ replaced file's inode is hard-linked into the entry's store (copied where the st
 another file system, or where the file has other hard links, whose later edits would
 change the kept bytes), and the entry is written and synced as ``pending``, naming the
 file and every directory the create made. ``finish(True)`` marks it ``done`` after the
-commit; any other end discards it, and nothing in the worktree was changed by it. A
-server killed between the two leaves a ``pending`` entry that ``Journal.recover`` takes
-back: the worktree ends as before the call or as after it.
+commit (the journal's ``Mark``); any other end discards it, and nothing in the worktree
+was changed by it. A server killed between the two leaves a ``pending`` entry that
+``Journal.recover`` takes back: the worktree ends as before the call or as after it.
 
 On Windows the engine (``_windows._commit``) calls ``begin_bytes`` instead: it holds the
 bytes its last check read (their digest is the expected one), and those are what the store
@@ -43,8 +43,9 @@ class PendingWrite:
     """The entry of one ``replace``: ``begin`` before the commit, ``finish`` after it.
 
     ``path`` is the file's real path beneath the root; ``made`` the directories the create
-    made on the way (outermost first). ``write``, ``discard`` and ``settle`` are the
-    journal's: write a record, drop an entry, apply the bounds after a new one.
+    made on the way (outermost first). ``write``, ``mark``, ``discard`` and ``settle``
+    are the journal's: write a record, mark one applied (with the items not applied and
+    the store's size), drop an entry, apply the bounds after a new one.
     """
 
     def __init__(
@@ -55,6 +56,7 @@ class PendingWrite:
         path: str,
         made: Sequence[tuple[str, int | None]],
         write: Callable[[Record], None],
+        mark: Callable[[Record, Sequence[int], int], None],
         discard: Callable[[int], None],
         settle: Callable[[], None],
     ) -> None:
@@ -64,6 +66,7 @@ class PendingWrite:
         self._path = path
         self._made = tuple(made)
         self._write = write
+        self._mark = mark
         self._discard = discard
         self._settle = settle
         self._record: Record | None = None
@@ -154,10 +157,8 @@ class PendingWrite:
             with contextlib.suppress(OSError):
                 self._discard(self._number)
             return False
-        size = _store_size(self._store)
-        done = Record(record.id, TOOL, record.call_id, record.time_ns, "done", record.items, size)
         try:
-            self._write(done)
+            self._mark(record, (), _store_size(self._store))
         except OSError:
             with contextlib.suppress(OSError):
                 self._discard(self._number)

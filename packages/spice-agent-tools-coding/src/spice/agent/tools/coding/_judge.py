@@ -91,6 +91,7 @@ class _Judge:
         self.kinds: dict[str, Kind | None] = {}
         self.budget = DELETION_ENTRIES
         self.hooks = hooks_directories(place) if policy.standard else ()
+        self.above: dict[str, tuple[str, ...]] = {}
 
     def kind(self, path: str) -> Kind | None:
         if path not in self.kinds:
@@ -152,16 +153,24 @@ class _Judge:
                     pending.append((entry.path, child))
         return False
 
+    def ancestors(self, path: str) -> tuple[str, ...]:
+        """``_ancestors(path)``, computed once per parent directory (a commit's paths
+        share few)."""
+        parent = path.rpartition("/")[0]
+        found = self.above.get(parent)
+        if found is None:
+            found = self.above[parent] = tuple(_ancestors(path))
+        return found
+
     def git_directories(self) -> set[str]:
-        found: set[str] = set()
+        candidates: set[str] = set()
         for change in self.changes:
             if change.kind is None:
                 continue
-            candidates = _ancestors(change.path)
+            candidates.update(self.ancestors(change.path))
             if change.kind == "directory":
-                candidates.append(change.path)
-            found.update(d for d in candidates if git_directory(self.kind, d))
-        return found
+                candidates.add(change.path)
+        return {directory for directory in candidates if git_directory(self.kind, directory)}
 
     def refuse(self, path: str) -> None:
         self.refused.add(path)
@@ -172,10 +181,10 @@ class _Judge:
                 self.refuse(change.path)
         gits = self.git_directories()
         states: dict[tuple[str, str, str], list[str]] = {}
-        for change in self.changes:
+        for change in self.changes if gits else ():
             if change.kind is None:
                 continue
-            for directory in _ancestors(change.path):
+            for directory in self.ancestors(change.path):
                 if directory not in gits:
                     continue
                 relative = change.path[len(directory) + 1 :] if directory else change.path
@@ -257,7 +266,7 @@ class _Judge:
         if not tops:
             return
         for change in self.changes:
-            if any(directory in tops for directory in _ancestors(change.path)[1:]):
+            if any(directory in tops for directory in self.ancestors(change.path)[1:]):
                 self.refused.add(change.path)
 
 

@@ -6,11 +6,18 @@ is applied under the worktree's journal (``tools.coding._journal``: written firs
 path renamed from the upper, what it replaced kept for ``undo``). A worktree path that
 another writer changed after the stage opened is not overwritten: it is listed in
 ``conflicts`` (the user's edits win). What the policy refuses is listed in
-``protected_refused``. A dry run reads and judges, and applies nothing.
+``protected_refused``. A dry run reads and judges, and applies nothing. The stage is
+removed after the answer (``_removal``), whatever happened.
+
+The stage's sync (one ``syncfs``: 20 to 25 ms for 1,000 copied-up files here) starts on a
+thread of its own as soon as the read found a change, and runs while the policy judges
+and the journal reads the paths' states; the journal waits for it before its entry is
+written and before the first rename (``Journal.commit``'s ``ready``).
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final, final
@@ -21,6 +28,7 @@ from spice.agent.tools.coding._journal import Journal, JournalError
 from spice.agent.tools.coding._judge import judge
 from spice.agent.tools.coding._sandbox_fields import CHANGED_PATH_BYTES, LISTED_PATH_BYTES
 
+from ._removal import REMOVALS, Removals
 from ._stage import Stage
 from ._upper import StageTooLarge, View
 
@@ -79,17 +87,47 @@ class StageResult:
 @dataclass(frozen=True, slots=True)
 class StagedCall:
     """What a staged call's join commits: its stage, the policy, the worktree's journal,
-    and whether it is a dry run (its changes listed, none applied)."""
+    whether it is a dry run (its changes listed, none applied), and who removes the stage
+    after the answer."""
 
     stage: Stage
     policy: ProtectedPaths
     journal: Journal
     dry_run: bool = False
+    removals: Removals = REMOVALS
+
+
+class _Unsynced(Exception):
+    """The stage's sync failed: nothing is applied."""
+
+
+@final
+class _Syncing:
+    """The stage's sync, on a thread of its own (a daemon: a commit that applies
+    nothing does not wait for it)."""
+
+    def __init__(self, stage: Stage) -> None:
+        self._stage = stage
+        self._failed = False
+        self._thread = threading.Thread(target=self._run, name="spice-stage-sync", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._stage.sync()
+        except OSError:
+            self._failed = True
+
+    def wait(self) -> None:
+        """Wait for the sync; ``_Unsynced`` when it failed."""
+        self._thread.join()
+        if self._failed:
+            raise _Unsynced
 
 
 def commit(call: StagedCall) -> StageResult:
     """Read, judge and (unless a dry run) apply the stage under the journal; the stage
-    is removed after, whatever happened."""
+    is handed to ``call.removals`` after, whatever happened (removed after the answer)."""
     stage, dry_run = call.stage, call.dry_run
     try:
         try:
@@ -98,17 +136,18 @@ def commit(call: StagedCall) -> StageResult:
             return StageResult(failure=TOO_LARGE, dry_run=dry_run)
         except OSError:
             return StageResult(failure=UNREADABLE, dry_run=dry_run)
+        syncing = None if dry_run or not read.changes else _Syncing(stage)
         view = View(stage.lower, stage.upper)
         judged = judge(call.policy, stage.lower, read.changes, view)
         refused = _outermost((*judged.refused, *read.refused))
-        if dry_run or not judged.kept:
+        if syncing is None or not judged.kept:
             return StageResult(judged.kept, applied=False, refused=refused, dry_run=dry_run)
         try:
-            stage.sync()
-        except OSError:
+            done = call.journal.commit(
+                "shell", None, judged, stage.opened_ns, synced=True, ready=syncing.wait
+            )
+        except _Unsynced:
             return StageResult(judged.kept, refused=refused, failure=UNSYNCED)
-        try:
-            done = call.journal.commit("shell", None, judged, stage.opened_ns)
         except JournalError as error:
             return StageResult(judged.kept, refused=refused, failure=error.message)
         return StageResult(
@@ -120,7 +159,7 @@ def commit(call: StagedCall) -> StageResult:
             entry=done.entry,
         )
     finally:
-        stage.remove()
+        call.removals.later(stage)
 
 
 def _outermost(paths: Sequence[str]) -> tuple[str, ...]:
