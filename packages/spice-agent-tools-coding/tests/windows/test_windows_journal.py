@@ -111,7 +111,8 @@ async def test_the_entry_records_the_digests_before_and_after(places: tuple[Path
     entries = Path(journal_directory(str(home), str(root.resolve()))) / "entries"
     (record_file,) = entries.glob("*.json")
     record = json.loads(record_file.read_bytes())
-    assert "done" == record["phase"]
+    assert "pending" == record["phase"]  # as written before the rename; applied by its mark
+    assert [record_file.with_suffix(".done")] == list(entries.glob("*.done"))
     (item,) = record["items"]
     assert (sha(OLD), sha(NEW.encode())) == (item["before"]["sha256"], item["after"]["sha256"])
 
@@ -204,13 +205,12 @@ async def test_undo_never_follows_a_junction(places: tuple[Path, Path]) -> None:
 # ---- failure and recovery -------------------------------------------------------------------
 
 
-def set_phase(places: tuple[Path, Path], phase: str) -> None:
+def unmark(places: tuple[Path, Path]) -> None:
+    """Every entry left ``pending``, as a server killed between its commit and its mark."""
     root, home = places
     entries = Path(journal_directory(str(home), str(root.resolve()))) / "entries"
-    for path in entries.glob("*.json"):
-        record = json.loads(path.read_bytes())
-        record["phase"] = phase
-        path.write_bytes(json.dumps(record).encode())
+    for path in entries.glob("*.done"):
+        path.unlink()
 
 
 async def test_a_write_killed_after_its_commit_is_taken_back_at_the_next_open(
@@ -219,7 +219,7 @@ async def test_a_write_killed_after_its_commit_is_taken_back_at_the_next_open(
     root, _home = places
     await replace(places, {"path": "n/new.txt", "content": "n", "create": True})
     await replace(places, edit())
-    set_phase(places, "pending")  # as a server killed between commit and "done" leaves it
+    unmark(places)  # as a server killed between the commit and its mark leaves it
     journal = journal_of(places)
     assert 2 == len(journal.recover())
     assert OLD == (root / "a.txt").read_bytes()
@@ -232,7 +232,7 @@ async def test_a_write_killed_before_its_commit_leaves_the_path_as_it_was(
 ) -> None:
     root, _home = places
     await replace(places, edit())
-    set_phase(places, "pending")
+    unmark(places)
     (root / "a.txt").write_bytes(OLD)  # as if the rename never happened
     journal = journal_of(places)
     assert 1 == len(journal.recover())
