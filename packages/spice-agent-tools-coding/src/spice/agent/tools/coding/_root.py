@@ -31,11 +31,13 @@ How a path is opened
      resolves every component and every symlink atomically with respect to the
      root: an absolute link target or a ``..`` above the root is ``EXDEV``
      (``path_escape``), and renames racing a ``..`` make the call ``EAGAIN``
-     (retried ``OPENAT2_ATTEMPTS`` times, then ``path_unavailable``: fail
-     closed). ``RESOLVE_IN_ROOT`` is deliberately *not* used: it would silently
-     re-anchor absolute targets inside the root, and the contract calls every
-     absolute link target an escape. The fast path answers only the clear
-     outcomes (success, ``ENOENT``, ``EXDEV``, ``EAGAIN``). Anything it cannot
+     (retried ``OPENAT2_ATTEMPTS`` times, then delegated to the portable walk: the
+     kernel's check counts every rename on the system, so a busy build elsewhere
+     could otherwise make a ``..`` path unreadable). ``RESOLVE_IN_ROOT`` is
+     deliberately *not* used: it would silently re-anchor absolute targets inside
+     the root, and the contract calls every absolute link target an escape. The
+     fast path answers only the clear outcomes (success, ``ENOENT``, ``EXDEV``,
+     ``EAGAIN``). Anything it cannot
      tell apart precisely (``ELOOP``: loop, too many links or a final symlink;
      ``ENOTDIR``; ``EACCES``; ...) is re-resolved by the portable walk, which is
      the authority. ``ENOSYS``, ``EPERM`` (container seccomp), ``E2BIG`` and
@@ -655,7 +657,9 @@ def _fast_open(root_fd: int, path: str, flags: int, mode: int, resolve: int) -> 
         if number == errno.ENOENT:
             raise PathError("not_found", _MISSING)
         return None
-    raise _changed()
+    # Renames elsewhere on the system kept racing a ``..`` (the kernel's check is global):
+    # the portable walk, the authority, answers without depending on them.
+    return None
 
 
 def _fast_open_beneath(
