@@ -16,7 +16,7 @@ import pytest
 from coding_strategies import path_strings
 from hypothesis import given, settings
 
-from spice.agent.tools.coding import _paths, _root
+from spice.agent.tools.coding import _openat2, _paths, _root
 from spice.agent.tools.coding._root import (
     MAXIMUM_NAME_BYTES,
     MAXIMUM_PATH_BYTES,
@@ -708,7 +708,7 @@ def test_renames_racing_the_fast_path_hand_the_open_to_the_walk(
     (tree.root / "d").mkdir()
     (tree.root / "f.txt").write_text("f\n")
     (tree.root / "d" / "up").symlink_to("../../outside/secret.txt")
-    real = _root.openat2
+    real = _openat2.openat2
     left = [answers]
 
     def racing(*arguments: object) -> int:
