@@ -442,6 +442,18 @@ def read_json(path: str, directory: str) -> object:
     return value
 
 
+def _written(fd: int, data: bytes) -> int:
+    """Write all of ``data`` to the new file ``fd``, sync it and close it; its inode."""
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+        return os.fstat(fd).st_ino
+    finally:
+        os.close(fd)
+
+
 def atomic_json(directory_fd: int, name: str, value: object) -> int:
     """Write ``name`` in ``directory_fd`` whole: a synced temporary, a rename, a synced
     directory. A crash leaves the old record or the new one. Returns the new file's
@@ -454,14 +466,7 @@ def atomic_json(directory_fd: int, name: str, value: object) -> int:
         0o600,
         dir_fd=directory_fd,
     )
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-        inode = os.fstat(fd).st_ino
-    finally:
-        os.close(fd)
+    inode = _written(fd, data)
     os.rename(temporary, name, src_dir_fd=directory_fd, dst_dir_fd=directory_fd)
     os.fsync(directory_fd)
     return inode
@@ -480,28 +485,14 @@ def write_record(directory: str, name: str, value: object) -> int:
     temporary = os.path.join(directory, f".{name}.tmp")
     data = json.dumps(value, separators=(",", ":")).encode()
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _PORTABLE, 0o600)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-        inode = os.fstat(fd).st_ino
-    finally:
-        os.close(fd)
+    inode = _written(fd, data)
     os.replace(temporary, os.path.join(directory, name))
     return inode
 
 
 def write_new(path: str, data: bytes) -> None:
     """A new file ``path`` (never an existing one) holding ``data``, synced."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _PORTABLE, 0o600)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    _written(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _PORTABLE, 0o600), data)
 
 
 @contextlib.contextmanager
